@@ -1,0 +1,110 @@
+// Typed options, one struct per component, filled from TOML once and validated there
+// (config/config.cc). Components receive only their own struct, never the whole Config, so that
+// adding a section never changes a component's interface.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tenax {
+
+struct JobOptions {
+  std::string name = "tenax";
+  std::string dump_folder = "runs";  // the run folder is dump_folder/name
+  uint64_t seed = 0;
+  std::string description;
+};
+
+// Model shape: a preset plus optional per-field overrides (e.g. llama3-8b with n_layers = 8).
+struct ModelOptions {
+  std::string preset = "debug-small";
+  std::optional<int64_t> dim;
+  std::optional<int64_t> n_layers;
+  std::optional<int64_t> n_heads;
+  std::optional<int64_t> n_kv_heads;
+  std::optional<int64_t> ffn_hidden_dim;
+  std::optional<int64_t> vocab_size;  // 0 or unset on debug presets: take it from the data
+  std::optional<double> norm_eps;
+  std::optional<double> rope_theta;
+  std::optional<bool> rope_scaling;  // Llama 3.1 frequency scaling
+  std::optional<bool> tie_embeddings;
+  std::optional<int64_t> max_seq_len;
+  double init_std = 0.02;
+};
+
+struct SyntheticOptions {
+  int64_t vocab_size = 64;
+  int64_t order = 2;               // tokens of context the next token depends on
+  int64_t train_tokens = 2000000;
+  int64_t val_tokens = 100000;
+  uint64_t seed = 1234;
+  // Each context puts its probability mass on a few next tokens: lower means lower entropy.
+  double concentration = 0.3;
+};
+
+struct DataOptions {
+  std::string source = "brown";     // brown | synthetic | shards
+  std::string path;                 // source = shards: a folder written by `tenax prepare`
+  std::string tokenizer = "byte";   // byte | sentencepiece:MODEL_FILE (brown only)
+  std::string brown_dir;            // empty: search the usual places (see data/brown.h)
+  std::string cache_dir = "data/cache";
+  SyntheticOptions synthetic;
+};
+
+struct OptimizerOptions {
+  std::string name = "adamw";
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; applied to matrices only (see train/adamw.h)
+};
+
+struct LrSchedulerOptions {
+  std::string name = "cosine";  // cosine | wsd | constant
+  int64_t warmup_steps = 10;
+  double min_lr_ratio = 0.1;     // final lr as a fraction of optimizer.lr
+  double decay_ratio = 0.2;      // wsd: fraction of steps spent decaying
+  std::string decay_type = "linear";  // wsd: linear | sqrt | cosine
+};
+
+struct TrainingOptions {
+  int64_t steps = 100;
+  int64_t local_batch_size = 8;   // sequences per micro-batch
+  int64_t seq_len = 256;
+  int64_t grad_accum_steps = 1;   // micro-batches per optimizer step
+  double max_norm = 1.0;          // global gradient-norm clip; 0 disables
+  std::string mixed_precision = "auto";  // auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
+  std::string device = "auto";    // auto | cpu | cuda
+  int64_t threads = 0;            // CPU intra-op threads; 0 = libtorch's default
+};
+
+struct CheckpointOptions {
+  bool enable = true;
+  std::string folder = "checkpoints";  // relative to the run folder unless absolute
+  int64_t interval = 100;               // steps; the final step is always saved
+  int64_t keep_latest = 3;              // 0 keeps all
+  std::string resume = "latest";        // latest | none | PATH to a step folder
+};
+
+struct MetricsOptions {
+  int64_t log_interval = 1;
+  int64_t eval_interval = 50;   // 0 disables periodic validation
+  int64_t eval_tokens = 65536;  // validation tokens per evaluation
+  bool tensorboard = true;
+  std::string progress = "auto";  // auto (live line on a TTY) | always | never
+};
+
+struct Config {
+  JobOptions job;
+  ModelOptions model;
+  DataOptions data;
+  OptimizerOptions optimizer;
+  LrSchedulerOptions lr_scheduler;
+  TrainingOptions training;
+  CheckpointOptions checkpoint;
+  MetricsOptions metrics;
+};
+
+}  // namespace tenax

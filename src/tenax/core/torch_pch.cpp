@@ -1,0 +1,1 @@
+// Anchor translation unit for the libtorch precompiled header.
