@@ -1,0 +1,413 @@
+#include "tenax/config/config.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "tenax/core/fs.h"
+
+namespace tenax {
+namespace {
+
+std::string Join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string Describe(const toml::node& n) {
+  if (n.is_table()) return "a table";
+  if (n.is_array()) return "an array";
+  if (auto str = n.value_exact<std::string>()) return "\"" + *str + "\"";
+  std::ostringstream os;
+  n.visit([&os](const auto& v) { os << v; });
+  return os.str();
+}
+
+// Reads the keys of one [section], remembering which were used so the rest can be reported as
+// unknown. Errors accumulate so one run reports every mistake in the file.
+class Section {
+ public:
+  Section(const toml::table* table, std::string name, std::vector<std::string>* errors)
+      : table_(table), name_(std::move(name)), errors_(errors) {}
+
+  const std::string& name() const { return name_; }
+
+  void Get(const char* key, std::string* out, std::vector<std::string> allowed = {}) {
+    const toml::node* n = Find(key);
+    if (!n) return;
+    if (auto v = n->value<std::string>()) {
+      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *v) == allowed.end()) {
+        Error(key, *n, "one of: " + Join(allowed));
+        return;
+      }
+      *out = *v;
+    } else {
+      Error(key, *n, allowed.empty() ? "a string" : "one of: " + Join(allowed));
+    }
+  }
+  void Get(const char* key, int64_t* out) {
+    const toml::node* n = Find(key);
+    if (!n) return;
+    if (auto v = n->value_exact<int64_t>()) *out = *v;
+    else Error(key, *n, "an integer");
+  }
+  void Get(const char* key, uint64_t* out) {
+    const toml::node* n = Find(key);
+    if (!n) return;
+    auto v = n->value_exact<int64_t>();
+    if (v && *v >= 0) *out = static_cast<uint64_t>(*v);
+    else Error(key, *n, "a non-negative integer");
+  }
+  void Get(const char* key, double* out) {
+    const toml::node* n = Find(key);
+    if (!n) return;
+    if (auto v = n->value<double>()) *out = *v;  // integers are accepted as numbers
+    else Error(key, *n, "a number");
+  }
+  void Get(const char* key, bool* out) {
+    const toml::node* n = Find(key);
+    if (!n) return;
+    if (auto v = n->value_exact<bool>()) *out = *v;
+    else Error(key, *n, "true or false");
+  }
+  template <typename T>
+  void Get(const char* key, std::optional<T>* out) {
+    if (!table_ || !table_->contains(key)) {
+      known_.insert(key);
+      return;
+    }
+    T v{};
+    size_t before = errors_->size();
+    Get(key, &v);
+    if (errors_->size() == before) *out = v;
+  }
+  // A nested table such as [data.synthetic].
+  Section Sub(const char* key) {
+    known_.insert(key);
+    const toml::table* sub = nullptr;
+    if (table_) {
+      if (const toml::node* n = table_->get(key)) {
+        sub = n->as_table();
+        if (!sub) errors_->push_back(fmt::format("[{}] {} must be a table ([{}.{}])", name_, key,
+                                                 name_, key));
+      }
+    }
+    return Section(sub, name_ + "." + key, errors_);
+  }
+
+  // Range checks, phrased the same everywhere.
+  void Check(bool ok, const char* key, const std::string& value, const std::string& allowed) {
+    if (!ok) errors_->push_back(fmt::format("{}.{} = {} is invalid: must be {}", name_, key, value,
+                                            allowed));
+  }
+  template <typename T>
+  void Positive(const char* key, T v) { Check(v > 0, key, fmt::format("{}", v), "> 0"); }
+  template <typename T>
+  void NonNegative(const char* key, T v) { Check(v >= 0, key, fmt::format("{}", v), ">= 0"); }
+
+  void ReportUnknown() const {
+    if (!table_) return;
+    for (const auto& [k, v] : *table_) {
+      std::string key(k.str());
+      if (known_.count(key)) continue;
+      std::vector<std::string> allowed(known_.begin(), known_.end());
+      errors_->push_back(fmt::format("unknown key '{}.{}'; allowed keys in [{}]: {}", name_, key,
+                                     name_, Join(allowed)));
+    }
+  }
+
+ private:
+  const toml::node* Find(const char* key) {
+    known_.insert(key);
+    return table_ ? table_->get(key) : nullptr;
+  }
+  void Error(const char* key, const toml::node& n, const std::string& expected) {
+    errors_->push_back(fmt::format("{}.{} = {} is invalid: expected {}", name_, key, Describe(n),
+                                   expected));
+  }
+
+  const toml::table* table_;
+  std::string name_;
+  std::vector<std::string>* errors_;
+  std::set<std::string> known_;
+};
+
+// Applies "a.b.c=value": the value is read as a TOML value when it parses as one (numbers, bools,
+// quoted strings, arrays) and as a bare string otherwise, so `--set data.source=synthetic` works.
+Status ApplyOverride(toml::table* root, const std::string& spec) {
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgument("--set " + spec + ": expected section.key=value");
+  }
+  std::string path = spec.substr(0, eq);
+  std::string value = spec.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  if (parts.size() < 2) {
+    return InvalidArgument("--set " + spec + ": the key must name its section, e.g. training.steps");
+  }
+  toml::table* t = root;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* n = t->get(parts[i]);
+    if (!n) {
+      t->insert(parts[i], toml::table{});
+      n = t->get(parts[i]);
+    }
+    t = n->as_table();
+    if (!t) return InvalidArgument("--set " + spec + ": '" + parts[i] + "' is not a table");
+  }
+  try {
+    toml::table parsed = toml::parse("v = " + value);
+    t->insert_or_assign(parts.back(), *parsed.get("v"));
+  } catch (const toml::parse_error&) {
+    t->insert_or_assign(parts.back(), value);
+  }
+  return Status::Ok();
+}
+
+void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* errors) {
+  std::vector<Section> sections;
+  auto section = [&](const char* name) -> Section& {
+    const toml::node* n = root.get(name);
+    const toml::table* t = n ? n->as_table() : nullptr;
+    if (n && !t) errors->push_back(fmt::format("[{}] must be a table", name));
+    sections.emplace_back(t, name, errors);
+    return sections.back();
+  };
+  sections.reserve(16);
+
+  Section& job = section("job");
+  job.Get("name", &c->job.name);
+  job.Get("dump_folder", &c->job.dump_folder);
+  job.Get("seed", &c->job.seed);
+  job.Get("description", &c->job.description);
+  job.Check(!c->job.name.empty() && c->job.name.find('/') == std::string::npos, "name",
+            "'" + c->job.name + "'", "a non-empty name without '/'");
+
+  Section& m = section("model");
+  m.Get("preset", &c->model.preset);
+  m.Get("dim", &c->model.dim);
+  m.Get("n_layers", &c->model.n_layers);
+  m.Get("n_heads", &c->model.n_heads);
+  m.Get("n_kv_heads", &c->model.n_kv_heads);
+  m.Get("ffn_hidden_dim", &c->model.ffn_hidden_dim);
+  m.Get("vocab_size", &c->model.vocab_size);
+  m.Get("norm_eps", &c->model.norm_eps);
+  m.Get("rope_theta", &c->model.rope_theta);
+  m.Get("rope_scaling", &c->model.rope_scaling);
+  m.Get("tie_embeddings", &c->model.tie_embeddings);
+  m.Get("max_seq_len", &c->model.max_seq_len);
+  m.Get("init_std", &c->model.init_std);
+  for (auto [key, v] : {std::pair{"dim", c->model.dim}, {"n_layers", c->model.n_layers},
+                        {"n_heads", c->model.n_heads}, {"n_kv_heads", c->model.n_kv_heads},
+                        {"ffn_hidden_dim", c->model.ffn_hidden_dim},
+                        {"max_seq_len", c->model.max_seq_len}}) {
+    if (v) m.Positive(key, *v);
+  }
+  if (c->model.vocab_size) m.NonNegative("vocab_size", *c->model.vocab_size);
+  m.Positive("init_std", c->model.init_std);
+
+  Section& d = section("data");
+  d.Get("source", &c->data.source, {"brown", "synthetic", "shards"});
+  d.Get("path", &c->data.path);
+  d.Get("tokenizer", &c->data.tokenizer);
+  d.Get("brown_dir", &c->data.brown_dir);
+  d.Get("cache_dir", &c->data.cache_dir);
+  d.Check(c->data.source != "shards" || !c->data.path.empty(), "path", "\"\"",
+          "a folder written by `tenax prepare` when data.source = \"shards\"");
+  {
+    Section s = d.Sub("synthetic");
+    SyntheticOptions& so = c->data.synthetic;
+    s.Get("vocab_size", &so.vocab_size);
+    s.Get("order", &so.order);
+    s.Get("train_tokens", &so.train_tokens);
+    s.Get("val_tokens", &so.val_tokens);
+    s.Get("seed", &so.seed);
+    s.Get("concentration", &so.concentration);
+    s.Check(so.vocab_size >= 2 && so.vocab_size <= 65536, "vocab_size",
+            std::to_string(so.vocab_size), "between 2 and 65536");
+    s.Check(so.order >= 1 && so.order <= 4, "order", std::to_string(so.order), "1, 2, 3 or 4");
+    s.Positive("train_tokens", so.train_tokens);
+    s.Positive("val_tokens", so.val_tokens);
+    s.Positive("concentration", so.concentration);
+    s.ReportUnknown();
+  }
+
+  Section& o = section("optimizer");
+  o.Get("name", &c->optimizer.name, {"adamw"});
+  o.Get("lr", &c->optimizer.lr);
+  o.Get("beta1", &c->optimizer.beta1);
+  o.Get("beta2", &c->optimizer.beta2);
+  o.Get("eps", &c->optimizer.eps);
+  o.Get("weight_decay", &c->optimizer.weight_decay);
+  o.Positive("lr", c->optimizer.lr);
+  o.Check(c->optimizer.beta1 >= 0 && c->optimizer.beta1 < 1, "beta1",
+          fmt::format("{}", c->optimizer.beta1), "in [0, 1)");
+  o.Check(c->optimizer.beta2 >= 0 && c->optimizer.beta2 < 1, "beta2",
+          fmt::format("{}", c->optimizer.beta2), "in [0, 1)");
+  o.Positive("eps", c->optimizer.eps);
+  o.NonNegative("weight_decay", c->optimizer.weight_decay);
+
+  Section& l = section("lr_scheduler");
+  l.Get("name", &c->lr_scheduler.name, {"cosine", "wsd", "constant"});
+  l.Get("warmup_steps", &c->lr_scheduler.warmup_steps);
+  l.Get("min_lr_ratio", &c->lr_scheduler.min_lr_ratio);
+  l.Get("decay_ratio", &c->lr_scheduler.decay_ratio);
+  l.Get("decay_type", &c->lr_scheduler.decay_type, {"linear", "sqrt", "cosine"});
+  l.NonNegative("warmup_steps", c->lr_scheduler.warmup_steps);
+  l.Check(c->lr_scheduler.min_lr_ratio >= 0 && c->lr_scheduler.min_lr_ratio <= 1, "min_lr_ratio",
+          fmt::format("{}", c->lr_scheduler.min_lr_ratio), "in [0, 1]");
+  l.Check(c->lr_scheduler.decay_ratio >= 0 && c->lr_scheduler.decay_ratio <= 1, "decay_ratio",
+          fmt::format("{}", c->lr_scheduler.decay_ratio), "in [0, 1]");
+
+  Section& t = section("training");
+  t.Get("steps", &c->training.steps);
+  t.Get("local_batch_size", &c->training.local_batch_size);
+  t.Get("seq_len", &c->training.seq_len);
+  t.Get("grad_accum_steps", &c->training.grad_accum_steps);
+  t.Get("max_norm", &c->training.max_norm);
+  t.Get("mixed_precision", &c->training.mixed_precision, {"auto", "bf16", "fp32"});
+  t.Get("device", &c->training.device, {"auto", "cpu", "cuda"});
+  t.Get("threads", &c->training.threads);
+  t.Positive("steps", c->training.steps);
+  t.Positive("local_batch_size", c->training.local_batch_size);
+  t.Positive("seq_len", c->training.seq_len);
+  t.Positive("grad_accum_steps", c->training.grad_accum_steps);
+  t.NonNegative("max_norm", c->training.max_norm);
+  t.NonNegative("threads", c->training.threads);
+
+  Section& k = section("checkpoint");
+  k.Get("enable", &c->checkpoint.enable);
+  k.Get("folder", &c->checkpoint.folder);
+  k.Get("interval", &c->checkpoint.interval);
+  k.Get("keep_latest", &c->checkpoint.keep_latest);
+  k.Get("resume", &c->checkpoint.resume);
+  k.Positive("interval", c->checkpoint.interval);
+  k.NonNegative("keep_latest", c->checkpoint.keep_latest);
+  k.Check(!c->checkpoint.resume.empty(), "resume", "\"\"", "latest, none, or a checkpoint path");
+
+  Section& x = section("metrics");
+  x.Get("log_interval", &c->metrics.log_interval);
+  x.Get("eval_interval", &c->metrics.eval_interval);
+  x.Get("eval_tokens", &c->metrics.eval_tokens);
+  x.Get("tensorboard", &c->metrics.tensorboard);
+  x.Get("progress", &c->metrics.progress, {"auto", "always", "never"});
+  x.Positive("log_interval", c->metrics.log_interval);
+  x.NonNegative("eval_interval", c->metrics.eval_interval);
+  x.Positive("eval_tokens", c->metrics.eval_tokens);
+
+  for (const Section& s : sections) s.ReportUnknown();
+  std::set<std::string> known;
+  for (const Section& s : sections) known.insert(s.name());
+  for (const auto& [k2, v] : root) {
+    if (!known.count(std::string(k2.str()))) {
+      errors->push_back(fmt::format("unknown section [{}]; allowed sections: {}", k2.str(),
+                                    Join(std::vector<std::string>(known.begin(), known.end()))));
+    }
+  }
+}
+
+}  // namespace
+
+Result<Config> ParseConfig(std::string_view text, const std::vector<std::string>& overrides,
+                           const std::string& source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return InvalidArgument(fmt::format("{}:{}:{}: TOML syntax error: {}", source_name, where.line,
+                                       where.column, e.description()));
+  }
+  for (const std::string& o : overrides) TENAX_RETURN_IF_ERROR(ApplyOverride(&root, o));
+  Config config;
+  std::vector<std::string> errors;
+  ReadConfig(root, &config, &errors);
+  if (!errors.empty()) {
+    std::string msg = fmt::format("{} has {} problem{}:", source_name, errors.size(),
+                                  errors.size() == 1 ? "" : "s");
+    for (const auto& e : errors) msg += "\n  - " + e;
+    return InvalidArgument(msg);
+  }
+  return config;
+}
+
+Result<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  std::string text;
+  if (!path.empty()) {
+    auto r = LocalFs().ReadFile(path);
+    if (!r.ok()) return r.status().WithContext("reading config");
+    text = std::move(r).value();
+  }
+  return ParseConfig(text, overrides, path.empty() ? "<defaults>" : path);
+}
+
+std::string ConfigToToml(const Config& c) {
+  auto opt = [](toml::table& t, const char* k, const auto& v) {
+    if (v) t.insert(k, *v);
+  };
+  toml::table model{{"preset", c.model.preset}, {"init_std", c.model.init_std}};
+  opt(model, "dim", c.model.dim);
+  opt(model, "n_layers", c.model.n_layers);
+  opt(model, "n_heads", c.model.n_heads);
+  opt(model, "n_kv_heads", c.model.n_kv_heads);
+  opt(model, "ffn_hidden_dim", c.model.ffn_hidden_dim);
+  opt(model, "vocab_size", c.model.vocab_size);
+  opt(model, "norm_eps", c.model.norm_eps);
+  opt(model, "rope_theta", c.model.rope_theta);
+  opt(model, "rope_scaling", c.model.rope_scaling);
+  opt(model, "tie_embeddings", c.model.tie_embeddings);
+  opt(model, "max_seq_len", c.model.max_seq_len);
+  const SyntheticOptions& s = c.data.synthetic;
+  toml::table root{
+      {"job", toml::table{{"name", c.job.name}, {"dump_folder", c.job.dump_folder},
+                          {"seed", static_cast<int64_t>(c.job.seed)},
+                          {"description", c.job.description}}},
+      {"model", model},
+      {"data", toml::table{{"source", c.data.source}, {"path", c.data.path},
+                           {"tokenizer", c.data.tokenizer}, {"brown_dir", c.data.brown_dir},
+                           {"cache_dir", c.data.cache_dir},
+                           {"synthetic", toml::table{{"vocab_size", s.vocab_size},
+                                                     {"order", s.order},
+                                                     {"train_tokens", s.train_tokens},
+                                                     {"val_tokens", s.val_tokens},
+                                                     {"seed", static_cast<int64_t>(s.seed)},
+                                                     {"concentration", s.concentration}}}}},
+      {"optimizer", toml::table{{"name", c.optimizer.name}, {"lr", c.optimizer.lr},
+                                {"beta1", c.optimizer.beta1}, {"beta2", c.optimizer.beta2},
+                                {"eps", c.optimizer.eps},
+                                {"weight_decay", c.optimizer.weight_decay}}},
+      {"lr_scheduler", toml::table{{"name", c.lr_scheduler.name},
+                                   {"warmup_steps", c.lr_scheduler.warmup_steps},
+                                   {"min_lr_ratio", c.lr_scheduler.min_lr_ratio},
+                                   {"decay_ratio", c.lr_scheduler.decay_ratio},
+                                   {"decay_type", c.lr_scheduler.decay_type}}},
+      {"training", toml::table{{"steps", c.training.steps},
+                               {"local_batch_size", c.training.local_batch_size},
+                               {"seq_len", c.training.seq_len},
+                               {"grad_accum_steps", c.training.grad_accum_steps},
+                               {"max_norm", c.training.max_norm},
+                               {"mixed_precision", c.training.mixed_precision},
+                               {"device", c.training.device}, {"threads", c.training.threads}}},
+      {"checkpoint", toml::table{{"enable", c.checkpoint.enable},
+                                 {"folder", c.checkpoint.folder},
+                                 {"interval", c.checkpoint.interval},
+                                 {"keep_latest", c.checkpoint.keep_latest},
+                                 {"resume", c.checkpoint.resume}}},
+      {"metrics", toml::table{{"log_interval", c.metrics.log_interval},
+                              {"eval_interval", c.metrics.eval_interval},
+                              {"eval_tokens", c.metrics.eval_tokens},
+                              {"tensorboard", c.metrics.tensorboard},
+                              {"progress", c.metrics.progress}}},
+  };
+  std::ostringstream os;
+  os << root << "\n";
+  return os.str();
+}
+
+}  // namespace tenax

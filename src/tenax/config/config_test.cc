@@ -1,0 +1,97 @@
+#include "tenax/config/config.h"
+
+#include <gtest/gtest.h>
+
+namespace tenax {
+namespace {
+
+TEST(Config, DefaultsAndValues) {
+  auto c = ParseConfig("[training]\nsteps = 7\nseq_len = 64\n[optimizer]\nlr = 1\n", {}, "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->training.steps, 7);
+  EXPECT_EQ(c->training.seq_len, 64);
+  EXPECT_DOUBLE_EQ(c->optimizer.lr, 1.0);  // an integer is accepted where a number is expected
+  EXPECT_EQ(c->training.local_batch_size, 8);
+  EXPECT_EQ(c->data.source, "brown");
+}
+
+TEST(Config, UnknownKeyNamesKeyAndAllowed) {
+  auto c = ParseConfig("[training]\nstep = 7\n", {}, "t.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  const std::string& m = c.status().message();
+  EXPECT_NE(m.find("unknown key 'training.step'"), std::string::npos) << m;
+  EXPECT_NE(m.find("steps"), std::string::npos) << m;
+}
+
+TEST(Config, UnknownSectionAndNested) {
+  auto c = ParseConfig("[trainin]\nsteps = 1\n[data.synthetic]\nordr = 2\n", {}, "t.toml");
+  ASSERT_FALSE(c.ok());
+  const std::string& m = c.status().message();
+  EXPECT_NE(m.find("unknown section [trainin]"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown key 'data.synthetic.ordr'"), std::string::npos) << m;
+  EXPECT_NE(m.find("2 problems"), std::string::npos) << m;
+}
+
+TEST(Config, BadValuesNameValueAndAllowed) {
+  auto c = ParseConfig("[training]\nsteps = -3\n[lr_scheduler]\nname = \"linear\"\n", {}, "t.toml");
+  ASSERT_FALSE(c.ok());
+  const std::string& m = c.status().message();
+  EXPECT_NE(m.find("training.steps = -3 is invalid: must be > 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("lr_scheduler.name = \"linear\" is invalid: expected one of: cosine, wsd, "
+                   "constant"),
+            std::string::npos)
+      << m;
+}
+
+TEST(Config, WrongType) {
+  auto c = ParseConfig("[training]\nsteps = \"ten\"\n", {}, "t.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("training.steps = \"ten\" is invalid: expected an integer"),
+            std::string::npos)
+      << c.status().message();
+}
+
+TEST(Config, OverridesApplyInOrderAndParseTypes) {
+  auto c = ParseConfig("[training]\nsteps = 7\n",
+                       {"training.steps=9", "data.source=synthetic", "model.n_layers=3",
+                        "data.synthetic.order=1", "metrics.tensorboard=false"},
+                       "t.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->training.steps, 9);
+  EXPECT_EQ(c->data.source, "synthetic");
+  ASSERT_TRUE(c->model.n_layers.has_value());
+  EXPECT_EQ(*c->model.n_layers, 3);
+  EXPECT_EQ(c->data.synthetic.order, 1);
+  EXPECT_FALSE(c->metrics.tensorboard);
+}
+
+TEST(Config, BadOverrideSyntax) {
+  EXPECT_FALSE(ParseConfig("", {"steps=3"}, "t").ok());
+  EXPECT_FALSE(ParseConfig("", {"training.steps"}, "t").ok());
+  auto c = ParseConfig("", {"training.bogus=1"}, "t");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("training.bogus"), std::string::npos);
+}
+
+TEST(Config, SyntaxErrorHasLine) {
+  auto c = ParseConfig("[training]\nsteps = = 3\n", {}, "bad.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("bad.toml:2:"), std::string::npos) << c.status().message();
+}
+
+TEST(Config, TomlRoundTrip) {
+  auto c = ParseConfig("[model]\npreset = \"llama3-8b\"\nn_layers = 8\n[job]\nseed = 42\n",
+                       {"data.synthetic.concentration=0.5"}, "t");
+  ASSERT_TRUE(c.ok());
+  std::string text = ConfigToToml(*c);
+  auto back = ParseConfig(text, {}, "roundtrip");
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << text;
+  EXPECT_EQ(ConfigToToml(*back), text);
+  EXPECT_EQ(*back->model.n_layers, 8);
+  EXPECT_EQ(back->job.seed, 42u);
+  EXPECT_FALSE(back->model.dim.has_value());
+}
+
+}  // namespace
+}  // namespace tenax
