@@ -1,0 +1,92 @@
+#include "tenax/model/layers.h"
+
+#include <cmath>
+#include <vector>
+
+#include "tenax/core/torch_compat.h"
+
+namespace tenax::model {
+namespace {
+// Norms and rotations run in fp32 at least (fp64 stays fp64 for gradient checks).
+at::ScalarType AtLeastFloat(at::ScalarType t) {
+  return t == at::kDouble ? at::kDouble : at::kFloat;
+}
+}  // namespace
+
+at::Tensor RopeInverseFrequencies(const ModelSpec& spec) {
+  const int64_t half = spec.head_dim() / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  const RopeScaling& rs = spec.rope_scaling;
+  const double low_wavelen = rs.original_max_position / rs.low_freq_factor;
+  const double high_wavelen = rs.original_max_position / rs.high_freq_factor;
+  for (int64_t i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(spec.rope_theta, static_cast<double>(2 * i) / spec.head_dim());
+    if (rs.enabled) {
+      const double wavelen = 2.0 * M_PI / f;
+      if (wavelen > low_wavelen) {
+        f = f / rs.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (rs.original_max_position / wavelen - rs.low_freq_factor) /
+                              (rs.high_freq_factor - rs.low_freq_factor);
+        f = (1.0 - smooth) * f / rs.factor + smooth * f;
+      }
+    }
+    inv[static_cast<size_t>(i)] = f;
+  }
+  return at::tensor(inv, at::kDouble);
+}
+
+RopeTable MakeRopeTable(const ModelSpec& spec, int64_t seq_len, const at::Device& device) {
+  // Angles in fp64 so long positions (128K) keep their precision before the fp32 cast.
+  at::Tensor pos = at::arange(seq_len, at::kDouble);
+  at::Tensor angles = at::outer(pos, RopeInverseFrequencies(spec));  // (T, D/2)
+  return RopeTable{angles.cos().to(device, at::kFloat), angles.sin().to(device, at::kFloat)};
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(AtLeastFloat(x.scalar_type()));
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight.to(x.scalar_type());
+}
+
+at::Tensor ApplyRope(const at::Tensor& x, const RopeTable& rope) {
+  const auto dtype = AtLeastFloat(x.scalar_type());
+  const int64_t t = x.size(1);
+  const int64_t half = x.size(3) / 2;
+  at::Tensor pairs = x.to(dtype).reshape({x.size(0), t, x.size(2), half, 2});
+  at::Tensor x0 = pairs.select(-1, 0);
+  at::Tensor x1 = pairs.select(-1, 1);
+  at::Tensor c = rope.cos.narrow(0, 0, t).to(dtype).view({1, t, 1, half});
+  at::Tensor s = rope.sin.narrow(0, 0, t).to(dtype).view({1, t, 1, half});
+  at::Tensor out = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1);
+  return out.flatten(3).to(x.scalar_type());
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
+  return at::matmul(x, weight.to(x.scalar_type()).t());
+}
+
+at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
+                     const at::Tensor& wv, const at::Tensor& wo, int64_t n_heads,
+                     int64_t n_kv_heads, const RopeTable& rope) {
+  const int64_t b = x.size(0), t = x.size(1);
+  const int64_t d = wq.size(0) / n_heads;
+  const int64_t rep = n_heads / n_kv_heads;
+  at::Tensor q = ApplyRope(Linear(x, wq).view({b, t, n_heads, d}), rope);      // (B, T, H, D)
+  at::Tensor k = ApplyRope(Linear(x, wk).view({b, t, n_kv_heads, d}), rope);   // (B, T, K, D)
+  at::Tensor v = Linear(x, wv).view({b, t, n_kv_heads, d});                    // (B, T, K, D)
+  if (rep > 1) {
+    k = k.unsqueeze(3).expand({b, t, n_kv_heads, rep, d}).reshape({b, t, n_heads, d});
+    v = v.unsqueeze(3).expand({b, t, n_kv_heads, rep, d}).reshape({b, t, n_heads, d});
+  }
+  at::Tensor y = compat::CausalAttention(q.transpose(1, 2), k.transpose(1, 2),
+                                         v.transpose(1, 2));  // (B, H, T, D)
+  return Linear(y.transpose(1, 2).reshape({b, t, n_heads * d}), wo);
+}
+
+at::Tensor FeedForward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
+                       const at::Tensor& w3) {
+  return Linear(at::silu(Linear(x, w1)) * Linear(x, w3), w2);
+}
+
+}  // namespace tenax::model

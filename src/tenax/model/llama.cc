@@ -1,0 +1,159 @@
+#include "tenax/model/llama.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "tenax/core/check.h"
+
+namespace tenax::model {
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> Llama::ParamShapes(
+    const ModelSpec& s) {
+  const int64_t c = s.dim, hd = s.head_dim();
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  out.push_back({"tok_embeddings.weight", {s.vocab_size, c}});
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    const std::string p = fmt::format("layers.{}.", i);
+    out.push_back({p + "attention_norm.weight", {c}});
+    out.push_back({p + "attention.wq.weight", {s.n_heads * hd, c}});
+    out.push_back({p + "attention.wk.weight", {s.n_kv_heads * hd, c}});
+    out.push_back({p + "attention.wv.weight", {s.n_kv_heads * hd, c}});
+    out.push_back({p + "attention.wo.weight", {c, s.n_heads * hd}});
+    out.push_back({p + "ffn_norm.weight", {c}});
+    out.push_back({p + "feed_forward.w1.weight", {s.ffn_hidden_dim, c}});
+    out.push_back({p + "feed_forward.w2.weight", {c, s.ffn_hidden_dim}});
+    out.push_back({p + "feed_forward.w3.weight", {s.ffn_hidden_dim, c}});
+  }
+  out.push_back({"norm.weight", {c}});
+  if (!s.tie_embeddings) out.push_back({"output.weight", {s.vocab_size, c}});
+  return out;
+}
+
+Llama::Llama(ModelSpec spec, uint64_t seed, const at::Device& device)
+    : spec_(std::move(spec)), device_(device) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  const double resid_std = spec_.init_std / std::sqrt(2.0 * static_cast<double>(spec_.n_layers));
+  for (auto& [name, shape] : ParamShapes(spec_)) {
+    at::Tensor t;
+    auto ends_with = [&name = name](const char* suffix) {
+      const std::string s(suffix);
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (shape.size() == 1) {
+      t = at::ones(shape, at::kFloat);
+    } else {
+      const double std = (ends_with("wo.weight") || ends_with("w2.weight")) ? resid_std
+                                                                            : spec_.init_std;
+      t = at::normal(0.0, std, shape, gen, at::TensorOptions().dtype(at::kFloat));
+    }
+    t = t.to(device_);
+    t.set_requires_grad(true);
+    params_.push_back({name, t});
+  }
+  BindAliases();
+}
+
+void Llama::BindAliases() {
+  std::map<std::string, at::Tensor> by_name;
+  for (auto& p : params_) by_name[p.name] = p.tensor;
+  tok_embeddings_ = by_name.at("tok_embeddings.weight");
+  norm_ = by_name.at("norm.weight");
+  output_ = spec_.tie_embeddings ? tok_embeddings_ : by_name.at("output.weight");
+  layers_.clear();
+  for (int64_t i = 0; i < spec_.n_layers; ++i) {
+    const std::string p = fmt::format("layers.{}.", i);
+    layers_.push_back(Layer{by_name.at(p + "attention_norm.weight"),
+                            by_name.at(p + "attention.wq.weight"),
+                            by_name.at(p + "attention.wk.weight"),
+                            by_name.at(p + "attention.wv.weight"),
+                            by_name.at(p + "attention.wo.weight"),
+                            by_name.at(p + "ffn_norm.weight"),
+                            by_name.at(p + "feed_forward.w1.weight"),
+                            by_name.at(p + "feed_forward.w2.weight"),
+                            by_name.at(p + "feed_forward.w3.weight")});
+  }
+}
+
+const RopeTable& Llama::Rope(int64_t seq_len) {
+  if (seq_len > rope_len_) {
+    rope_ = MakeRopeTable(spec_, seq_len, device_);
+    rope_len_ = seq_len;
+  }
+  return rope_;
+}
+
+at::Tensor Llama::Logits(const at::Tensor& tokens, at::ScalarType compute_dtype) {
+  TENAX_CHECK(tokens.dim() == 2);
+  const RopeTable& rope = Rope(tokens.size(1));
+  at::Tensor h = at::embedding(tok_embeddings_, tokens).to(compute_dtype);  // (B, T, C)
+  for (const Layer& l : layers_) {
+    h = h + Attention(RmsNorm(h, l.attention_norm, spec_.norm_eps), l.wq, l.wk, l.wv, l.wo,
+                      spec_.n_heads, spec_.n_kv_heads, rope);
+    h = h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
+  }
+  h = RmsNorm(h, norm_, spec_.norm_eps);
+  at::Tensor logits = Linear(h, output_);  // (B, T, V)
+  return compute_dtype == at::kDouble ? logits : logits.to(at::kFloat);
+}
+
+at::Tensor Llama::Loss(const at::Tensor& tokens, const at::Tensor& targets,
+                       at::ScalarType compute_dtype) {
+  at::Tensor logits = Logits(tokens, compute_dtype);
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+Status Llama::LoadParams(const std::vector<NamedTensor>& values) {
+  std::map<std::string, const at::Tensor*> given;
+  for (const auto& v : values) {
+    if (!given.emplace(v.name, &v.tensor).second) {
+      return DataError("tensor '" + v.name + "' appears twice");
+    }
+  }
+  for (const auto& p : params_) {
+    auto it = given.find(p.name);
+    if (it == given.end()) {
+      return DataError(fmt::format("missing tensor '{}' (shape {}); the weights do not belong to "
+                                   "a model of this shape",
+                                   p.name, fmt::join(p.tensor.sizes(), "x")));
+    }
+    if (it->second->sizes() != p.tensor.sizes()) {
+      return DataError(fmt::format("tensor '{}' has shape {} but the model expects {}", p.name,
+                                   fmt::join(it->second->sizes(), "x"),
+                                   fmt::join(p.tensor.sizes(), "x")));
+    }
+  }
+  if (given.size() != params_.size()) {
+    for (const auto& [name, t] : given) {
+      bool known = false;
+      for (const auto& p : params_) known = known || p.name == name;
+      if (!known) return DataError("unexpected tensor '" + name + "' for this model shape");
+    }
+  }
+  at::NoGradGuard no_grad;
+  for (auto& p : params_) p.tensor.copy_(*given.at(p.name));
+  return Status::Ok();
+}
+
+void Llama::ReplaceParams(const std::vector<at::Tensor>& tensors) {
+  TENAX_CHECK(tensors.size() == params_.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TENAX_CHECK(tensors[i].sizes() == params_[i].tensor.sizes());
+    params_[i].tensor = tensors[i];
+  }
+  BindAliases();
+}
+
+void Llama::CastParams(at::ScalarType dtype) {
+  at::NoGradGuard no_grad;
+  for (auto& p : params_) {
+    p.tensor = p.tensor.detach().to(dtype);
+    p.tensor.set_requires_grad(true);
+  }
+  BindAliases();
+  rope_len_ = 0;
+}
+
+}  // namespace tenax::model

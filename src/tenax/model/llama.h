@@ -1,0 +1,85 @@
+// A Llama 3 decoder (token embedding; N x [RMSNorm, GQA attention with RoPE, residual, RMSNorm,
+// SwiGLU, residual]; final RMSNorm; output projection, tied or untied) whose parameters live in a
+// flat, ordered list of named fp32 tensors. The flat list is the unit every later layer works on:
+// the optimizer, checkpoints, HF interop and (later) FSDP sharding all iterate it by name.
+// Non-goals: parallelism (parallel/ wraps these functions), fused GPU kernels.
+//
+// Parameter names (tenax's canonical names, same as torchtitan's):
+//   tok_embeddings.weight                (V, C)
+//   layers.{i}.attention_norm.weight     (C)
+//   layers.{i}.attention.wq.weight       (H*D, C)   wk, wv: (K*D, C)   wo: (C, H*D)
+//   layers.{i}.ffn_norm.weight           (C)
+//   layers.{i}.feed_forward.w1.weight    (F, C)     w3: (F, C)   w2: (C, F)
+//   norm.weight                          (C)
+//   output.weight                        (V, C)     absent when tied to tok_embeddings
+// wq/wk rows follow Meta's interleaved RoPE layout (see layers.h).
+//
+// Thread safety: none; one training thread owns a model.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tenax/config/model_spec.h"
+#include "tenax/core/status.h"
+#include "tenax/model/layers.h"
+
+namespace tenax::model {
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+class Llama {
+ public:
+  // Allocates the parameters on `device` (fp32), deterministically initialised from `seed`:
+  // matrices ~ N(0, init_std), the residual-stream outputs (wo, w2) scaled by 1/sqrt(2 L) as in
+  // GPT-2, norms at 1. Initialisation runs on the CPU generator so CPU and GPU start identical.
+  Llama(ModelSpec spec, uint64_t seed, const at::Device& device);
+  Llama(const Llama&) = delete;
+  Llama& operator=(const Llama&) = delete;
+
+  const ModelSpec& spec() const { return spec_; }
+  const at::Device& device() const { return device_; }
+  std::vector<NamedTensor>& params() { return params_; }
+  const std::vector<NamedTensor>& params() const { return params_; }
+  // The expected (name, shape) list for `spec`, without allocating.
+  static std::vector<std::pair<std::string, std::vector<int64_t>>> ParamShapes(
+      const ModelSpec& spec);
+
+  // tokens (B, T) int64 -> logits (B, T, V) fp32. `compute_dtype`: kFloat, kBFloat16 or kDouble.
+  at::Tensor Logits(const at::Tensor& tokens, at::ScalarType compute_dtype = at::kFloat);
+  // Mean next-token cross-entropy (nats) of logits(tokens) against targets (B, T).
+  at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets,
+                  at::ScalarType compute_dtype = at::kFloat);
+
+  // Copies `values` (name -> tensor, any device/dtype convertible to fp32) into the parameters;
+  // every parameter must be present with the right shape, and no extra names are allowed.
+  Status LoadParams(const std::vector<NamedTensor>& values);
+  // Makes `tensors` (same order and shapes as params()) the parameters. Used when parameters are
+  // rematerialised (FSDP gathers, finite-difference tests).
+  void ReplaceParams(const std::vector<at::Tensor>& tensors);
+  // Casts every parameter to `dtype` (kDouble for finite-difference tests).
+  void CastParams(at::ScalarType dtype);
+
+ private:
+  struct Layer {  // aliases of tensors in params_
+    at::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+  };
+  void BindAliases();
+  const RopeTable& Rope(int64_t seq_len);
+
+  ModelSpec spec_;
+  at::Device device_;
+  std::vector<NamedTensor> params_;
+  at::Tensor tok_embeddings_, norm_, output_;
+  std::vector<Layer> layers_;
+  RopeTable rope_;  // cached for the longest sequence seen so far
+  int64_t rope_len_ = 0;
+};
+
+}  // namespace tenax::model
