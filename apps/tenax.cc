@@ -1,1 +1,188 @@
-int main() { return 0; }
+// tenax: the command-line entry point. Thin on purpose: parse flags, call the library, map the
+// result to an exit code (docs/exit_codes.md). No training logic lives here.
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tenax/config/config.h"
+#include "tenax/config/model_spec.h"
+#include "tenax/config/model_spec_json.h"
+#include "tenax/core/log.h"
+#include "tenax/data/prepare.h"
+#include "tenax/data/tokenizer.h"
+#include "tenax/model/hf.h"
+#include "tenax/train/evaluate.h"
+#include "tenax/train/reporter.h"
+#include "tenax/train/trainer.h"
+
+namespace tenax {
+namespace {
+
+Status RunTrain(const std::string& config_path, const std::vector<std::string>& overrides) {
+  TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path, overrides));
+  TENAX_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(config));
+  std::string val = s.final_val_loss ? fmt::format("{:.4f}", *s.final_val_loss) : "n/a";
+  std::string perf = s.mfu ? fmt::format("{:.1f}% MFU", 100 * *s.mfu)
+                           : fmt::format("{}FLOP/s achieved", train::FormatCount(s.flops_per_s));
+  std::printf("\ntenax: trained %s (%s parameters), steps %lld..%lld\n", s.model_name.c_str(),
+              train::FormatCount(static_cast<double>(s.n_params)).c_str(),
+              static_cast<long long>(s.first_step), static_cast<long long>(s.last_step));
+  std::printf("  final train loss %.4f | validation loss %s", s.final_loss, val.c_str());
+  if (s.entropy_rate_nats) {
+    std::printf(" | best possible (entropy rate) %.4f", *s.entropy_rate_nats);
+  }
+  std::printf("\n  throughput %s tokens/s (%s)\n", train::FormatCount(s.tokens_per_s).c_str(),
+              perf.c_str());
+  if (!s.checkpoint_dir.empty()) std::printf("  checkpoint  %s\n", s.checkpoint_dir.c_str());
+  std::printf("  metrics     %s\n", s.metrics_path.c_str());
+  if (!s.tensorboard_dir.empty()) {
+    std::printf("  tensorboard %s  (tensorboard --logdir %s)\n", s.tensorboard_dir.c_str(),
+                s.tensorboard_dir.c_str());
+  }
+  return Status::Ok();
+}
+
+Status RunModel(const std::string& preset, const std::vector<std::string>& overrides,
+                int64_t seq_len, bool as_json) {
+  std::vector<std::string> all = {"model.preset=\"" + preset + "\""};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  TENAX_ASSIGN_OR_RETURN(Config config, ParseConfig("", all, "tenax model"));
+  TENAX_ASSIGN_OR_RETURN(ModelSpec spec, ResolveModelSpec(config.model, 256));
+  if (seq_len <= 0) seq_len = std::min<int64_t>(spec.max_seq_len, 8192);
+  const ParamCounts c = CountParams(spec);
+  const FlopsPerToken f = TrainingFlopsPerToken(spec, seq_len);
+  if (as_json) {
+    nlohmann::json j = {{"spec", ModelSpecToJson(spec)},
+                        {"params",
+                         {{"total", c.total},
+                          {"embedding", c.embedding},
+                          {"attention", c.attention},
+                          {"feed_forward", c.feed_forward},
+                          {"norms", c.norms},
+                          {"output", c.output}}},
+                        {"seq_len", seq_len},
+                        {"training_flops_per_token",
+                         {{"total", f.total()}, {"dense_6n", f.dense}, {"attention", f.attention}}}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return Status::Ok();
+  }
+  using train::FormatCount;
+  std::printf("%s: %s parameters (%lld)\n", spec.name.c_str(),
+              FormatCount(static_cast<double>(c.total)).c_str(), static_cast<long long>(c.total));
+  std::printf("  dim %lld, %lld layers, %lld heads (%lld kv), head dim %lld, ffn %lld, vocab %lld, "
+              "%s output\n",
+              (long long)spec.dim, (long long)spec.n_layers, (long long)spec.n_heads,
+              (long long)spec.n_kv_heads, (long long)spec.head_dim(), (long long)spec.ffn_hidden_dim,
+              (long long)spec.vocab_size, spec.tie_embeddings ? "tied" : "untied");
+  std::printf("  embedding %s | attention %s | feed-forward %s | norms %s | output %s\n",
+              FormatCount(c.embedding).c_str(), FormatCount(c.attention).c_str(),
+              FormatCount(c.feed_forward).c_str(), FormatCount(c.norms).c_str(),
+              FormatCount(c.output).c_str());
+  std::printf("  training FLOPs/token at seq_len %lld: %s (6N %s + attention %s)\n",
+              (long long)seq_len, FormatCount(f.total()).c_str(), FormatCount(f.dense).c_str(),
+              FormatCount(f.attention).c_str());
+  std::printf("  rope theta %.0f%s, max_seq_len %lld\n", spec.rope_theta,
+              spec.rope_scaling.enabled
+                  ? fmt::format(" with Llama 3.1 scaling (factor {})", spec.rope_scaling.factor).c_str()
+                  : "",
+              (long long)spec.max_seq_len);
+  return Status::Ok();
+}
+
+Status RunPrepare(const std::vector<std::string>& inputs, const std::string& tokenizer,
+                  const std::string& out) {
+  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tok, data::MakeTokenizer(tokenizer));
+  return data::Prepare(inputs, *tok, out);
+}
+
+Status RunEval(const std::string& checkpoint, const std::string& data_spec, int64_t tokens,
+               const std::string& device) {
+  TrainingOptions device_options;
+  device_options.device = device;
+  TENAX_ASSIGN_OR_RETURN(train::EvalResult r,
+                         train::EvaluateCheckpoint(checkpoint, data_spec, tokens, device_options));
+  std::printf("%s\n", nlohmann::json({{"loss", r.loss}, {"tokens", r.tokens}}).dump().c_str());
+  return Status::Ok();
+}
+
+int ExitCode(const Status& st) {
+  if (st.ok()) return 0;
+  log::Error("{}", st.message());
+  return static_cast<int>(st.code());
+}
+
+}  // namespace
+}  // namespace tenax
+
+int main(int argc, char** argv) {
+  using namespace tenax;
+  CLI::App app{"tenax: fault-tolerant Llama 3 pretraining"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tenax 0.1.0");
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  auto* train = app.add_subcommand("train", "train a model from a TOML config");
+  train->add_option("--config,-c", config_path, "TOML config (see configs/)");
+  train->add_option("--set", overrides, "override a config value: section.key=value (repeatable)");
+
+  std::string preset;
+  int64_t seq_len = 0;
+  bool as_json = false;
+  auto* model = app.add_subcommand("model", "print a model's parameter count and FLOPs/token");
+  model->add_option("--preset", preset, "model preset")->required();
+  model->add_option("--seq-len", seq_len, "sequence length for the attention FLOPs");
+  model->add_option("--set", overrides, "override model.* keys, e.g. model.n_layers=8");
+  model->add_flag("--json", as_json, "print JSON");
+
+  std::vector<std::string> inputs;
+  std::string tokenizer = "byte", out;
+  auto* prepare = app.add_subcommand("prepare", "tokenize text files into token shards");
+  prepare->add_option("--input", inputs, "text files (each one document)")->required();
+  prepare->add_option("--tokenizer", tokenizer, "byte | sentencepiece:MODEL");
+  prepare->add_option("--out", out, "output folder")->required();
+
+  std::string checkpoint, data_spec, device = "auto";
+  int64_t tokens = 0;
+  auto* eval = app.add_subcommand("eval", "validation loss of a checkpoint, as one JSON line");
+  eval->add_option("--checkpoint", checkpoint, "step or checkpoint folder")->required();
+  eval->add_option("--data", data_spec,
+                   "brown[:val|:train] | synthetic[:val|:train] | DIR[:train] | FILE.bin")
+      ->required();
+  eval->add_option("--tokens", tokens, "at most this many tokens (default: eval_tokens)");
+  eval->add_option("--device", device, "auto | cpu | cuda");
+
+  std::string hf_dir, dtype = "float32";
+  auto* import_hf = app.add_subcommand("import-hf", "Hugging Face Llama folder -> tenax checkpoint");
+  import_hf->add_option("hf_dir", hf_dir, "folder with config.json and safetensors")->required();
+  import_hf->add_option("--out", out, "checkpoint folder to create")->required();
+  auto* export_hf = app.add_subcommand("export-hf", "tenax checkpoint -> Hugging Face Llama folder");
+  export_hf->add_option("checkpoint", checkpoint, "step or checkpoint folder")->required();
+  export_hf->add_option("--out", out, "output folder")->required();
+  export_hf->add_option("--dtype", dtype, "float32 | bfloat16");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(StatusCode::kInvalidArgument);
+  }
+
+  Status st;
+  try {
+    if (train->parsed()) st = RunTrain(config_path, overrides);
+    if (model->parsed()) st = RunModel(preset, overrides, seq_len, as_json);
+    if (prepare->parsed()) st = RunPrepare(inputs, tokenizer, out);
+    if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
+    if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
+    if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
+  } catch (const c10::Error& e) {
+    st = Internal(std::string("libtorch: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    st = Internal(e.what());
+  }
+  return ExitCode(st);
+}

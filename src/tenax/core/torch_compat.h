@@ -6,6 +6,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/api/include/torch/version.h>
 
+#if defined(TENAX_WITH_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include <cmath>
 
 #define TENAX_TORCH_AT_LEAST(major, minor) \
@@ -32,5 +36,16 @@ inline at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, cons
 }
 
 inline bool CudaAvailable() { return at::hasCUDA(); }
+
+#if defined(TENAX_WITH_CUDA)
+// The caching allocator's statistics API moved between releases (DeviceStats fields became
+// arrays indexed by StatType in 1.x and stayed so in 2.x; the accessor namespace is stable).
+inline int64_t CudaPeakAllocatedBytes(int device) {
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
+  return stats.allocated_bytes[static_cast<size_t>(
+                                   c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)]
+      .peak;
+}
+#endif
 
 }  // namespace tenax::compat

@@ -1,0 +1,248 @@
+#include "tenax/model/hf.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "tenax/checkpoint/safetensors.h"
+#include "tenax/core/fs.h"
+#include "tenax/core/log.h"
+#include "tenax/model/model_checkpoint.h"
+#include "tenax/model/tensor_io.h"
+
+namespace tenax::model {
+namespace {
+
+using nlohmann::json;
+
+// (tenax name suffix, HF name suffix) inside layer i.
+const std::vector<std::pair<std::string, std::string>>& LayerNames() {
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"attention.wq.weight", "self_attn.q_proj.weight"},
+      {"attention.wk.weight", "self_attn.k_proj.weight"},
+      {"attention.wv.weight", "self_attn.v_proj.weight"},
+      {"attention.wo.weight", "self_attn.o_proj.weight"},
+      {"feed_forward.w1.weight", "mlp.gate_proj.weight"},
+      {"feed_forward.w2.weight", "mlp.down_proj.weight"},
+      {"feed_forward.w3.weight", "mlp.up_proj.weight"},
+      {"attention_norm.weight", "input_layernorm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+  };
+  return names;
+}
+
+std::map<std::string, std::string> TenaxToHfNames(const ModelSpec& s) {
+  std::map<std::string, std::string> m = {{"tok_embeddings.weight", "model.embed_tokens.weight"},
+                                          {"norm.weight", "model.norm.weight"}};
+  if (!s.tie_embeddings) m["output.weight"] = "lm_head.weight";
+  for (int64_t i = 0; i < s.n_layers; ++i) {
+    for (const auto& [t, h] : LayerNames()) {
+      m[fmt::format("layers.{}.{}", i, t)] = fmt::format("model.layers.{}.{}", i, h);
+    }
+  }
+  return m;
+}
+
+// Within each head's D rows: interleaved order (0,1,2,3,...) holds pairs (2i, 2i+1); HF's order
+// puts pair i's halves at rows i and i + D/2.
+at::Tensor InterleavedToHalves(const at::Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0), cols = w.size(1), d = rows / heads;
+  return w.reshape({heads, d / 2, 2, cols}).transpose(1, 2).reshape({rows, cols}).contiguous();
+}
+at::Tensor HalvesToInterleaved(const at::Tensor& w, int64_t heads) {
+  const int64_t rows = w.size(0), cols = w.size(1), d = rows / heads;
+  return w.reshape({heads, 2, d / 2, cols}).transpose(1, 2).reshape({rows, cols}).contiguous();
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+json HfConfig(const ModelSpec& s, const std::string& dtype) {
+  json c = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", s.dim},
+            {"intermediate_size", s.ffn_hidden_dim},
+            {"num_attention_heads", s.n_heads},
+            {"num_hidden_layers", s.n_layers},
+            {"num_key_value_heads", s.n_kv_heads},
+            {"head_dim", s.head_dim()},
+            {"vocab_size", s.vocab_size},
+            {"rms_norm_eps", s.norm_eps},
+            {"rope_theta", s.rope_theta},
+            {"max_position_embeddings", s.max_seq_len},
+            {"tie_word_embeddings", s.tie_embeddings},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"attention_dropout", 0.0},
+            {"initializer_range", s.init_std},
+            {"torch_dtype", dtype},
+            {"use_cache", true},
+            {"bos_token_id", nullptr},
+            {"eos_token_id", nullptr},
+            {"tenax_name", s.name}};
+  if (s.rope_scaling.enabled) {
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", s.rope_scaling.factor},
+                         {"low_freq_factor", s.rope_scaling.low_freq_factor},
+                         {"high_freq_factor", s.rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings",
+                          s.rope_scaling.original_max_position}};
+  } else {
+    c["rope_scaling"] = nullptr;
+  }
+  return c;
+}
+
+Result<ModelSpec> SpecFromHfConfig(const json& c, const std::string& where) {
+  try {
+    if (c.value("model_type", std::string("llama")) != "llama") {
+      return InvalidArgument(where + ": model_type is \"" + c["model_type"].get<std::string>() +
+                             "\"; tenax imports Llama models only");
+    }
+    ModelSpec s;
+    s.name = c.value("tenax_name", std::string("hf-llama"));
+    s.dim = c.at("hidden_size").get<int64_t>();
+    s.ffn_hidden_dim = c.at("intermediate_size").get<int64_t>();
+    s.n_heads = c.at("num_attention_heads").get<int64_t>();
+    s.n_layers = c.at("num_hidden_layers").get<int64_t>();
+    s.n_kv_heads = c.value("num_key_value_heads", s.n_heads);
+    s.vocab_size = c.at("vocab_size").get<int64_t>();
+    s.norm_eps = c.value("rms_norm_eps", 1e-5);
+    s.rope_theta = c.value("rope_theta", 10000.0);
+    s.max_seq_len = c.value("max_position_embeddings", int64_t{8192});
+    s.tie_embeddings = c.value("tie_word_embeddings", false);
+    s.init_std = c.value("initializer_range", 0.02);
+    if (c.contains("head_dim") && !c["head_dim"].is_null() &&
+        c["head_dim"].get<int64_t>() * s.n_heads != s.dim) {
+      return InvalidArgument(where + ": head_dim * num_attention_heads != hidden_size; tenax "
+                                     "supports only head_dim = hidden_size / num_attention_heads");
+    }
+    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
+      const json& r = c["rope_scaling"];
+      const std::string type = r.value("rope_type", r.value("type", std::string()));
+      if (type != "llama3") {
+        return InvalidArgument(where + ": rope_scaling type \"" + type +
+                               "\" is not supported (only \"llama3\")");
+      }
+      s.rope_scaling.enabled = true;
+      s.rope_scaling.factor = r.at("factor").get<double>();
+      s.rope_scaling.low_freq_factor = r.at("low_freq_factor").get<double>();
+      s.rope_scaling.high_freq_factor = r.at("high_freq_factor").get<double>();
+      s.rope_scaling.original_max_position =
+          r.at("original_max_position_embeddings").get<int64_t>();
+    }
+    return s;
+  } catch (const json::exception& e) {
+    return InvalidArgument(where + ": missing or malformed field: " + e.what());
+  }
+}
+
+// The safetensors files of an HF folder: model.safetensors, or the shards an index names.
+Result<std::vector<std::string>> HfWeightFiles(const std::string& dir) {
+  const std::string single = JoinPath(dir, "model.safetensors");
+  if (LocalFs().Exists(single)) return std::vector<std::string>{single};
+  const std::string index = JoinPath(dir, "model.safetensors.index.json");
+  if (!LocalFs().Exists(index)) {
+    return NotFound(dir + " has neither model.safetensors nor model.safetensors.index.json; "
+                          "tenax imports Hugging Face safetensors checkpoints");
+  }
+  TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(index));
+  std::vector<std::string> files;
+  try {
+    for (const auto& [name, file] : json::parse(text).at("weight_map").items()) {
+      const std::string path = JoinPath(dir, file.get<std::string>());
+      if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(path);
+    }
+  } catch (const json::exception& e) {
+    return DataError(index + " is malformed: " + e.what());
+  }
+  return files;
+}
+
+}  // namespace
+
+Status ExportHf(const std::string& checkpoint, const std::string& hf_dir,
+                const std::string& dtype) {
+  if (dtype != "float32" && dtype != "bfloat16") {
+    return InvalidArgument("--dtype " + dtype + ": expected float32 or bfloat16");
+  }
+  TENAX_ASSIGN_OR_RETURN(ModelCheckpoint ckpt, LoadModelCheckpoint(checkpoint));
+  const ModelSpec& s = ckpt.spec;
+  const auto names = TenaxToHfNames(s);
+  const at::ScalarType st = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  std::vector<NamedTensor> out;
+  for (const auto& p : ckpt.params) {
+    auto it = names.find(p.name);
+    if (it == names.end()) return DataError(ckpt.dir + ": unexpected tensor " + p.name);
+    at::Tensor t = p.tensor;
+    if (EndsWith(p.name, "attention.wq.weight")) t = InterleavedToHalves(t, s.n_heads);
+    if (EndsWith(p.name, "attention.wk.weight")) t = InterleavedToHalves(t, s.n_kv_heads);
+    out.push_back({it->second, t.to(st)});
+  }
+  TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(hf_dir));
+  TENAX_RETURN_IF_ERROR(LocalFs().WriteFileAtomic(JoinPath(hf_dir, "model.safetensors"),
+                                                  SerializeTensors(out, {{"format", "pt"}})));
+  TENAX_RETURN_IF_ERROR(LocalFs().WriteFileAtomic(JoinPath(hf_dir, "config.json"),
+                                                  HfConfig(s, dtype).dump(2) + "\n"));
+  log::Info("exported {} (step {}) to {} ({} tensors, {})", ckpt.dir, ckpt.step, hf_dir,
+            out.size(), dtype);
+  return Status::Ok();
+}
+
+Status ImportHf(const std::string& hf_dir, const std::string& out) {
+  const std::string config_path = JoinPath(hf_dir, "config.json");
+  TENAX_ASSIGN_OR_RETURN(std::string config_text, LocalFs().ReadFile(config_path));
+  json config;
+  try {
+    config = json::parse(config_text);
+  } catch (const json::exception& e) {
+    return DataError(config_path + " is not valid JSON: " + e.what());
+  }
+  TENAX_ASSIGN_OR_RETURN(ModelSpec s, SpecFromHfConfig(config, config_path));
+  std::map<std::string, std::string> hf_to_tenax;
+  for (const auto& [t, h] : TenaxToHfNames(s)) hf_to_tenax[h] = t;
+
+  TENAX_ASSIGN_OR_RETURN(std::vector<std::string> files, HfWeightFiles(hf_dir));
+  std::map<std::string, at::Tensor> by_name;
+  for (const std::string& f : files) {
+    TENAX_ASSIGN_OR_RETURN(ckpt::SafetensorsFile file, ckpt::SafetensorsFile::Open(f));
+    TENAX_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadTensors(file));
+    for (auto& t : tensors) {
+      if (EndsWith(t.name, "rotary_emb.inv_freq")) continue;  // old exports carry this buffer
+      auto it = hf_to_tenax.find(t.name);
+      if (it == hf_to_tenax.end()) {
+        return DataError(fmt::format("{}: tensor '{}' is not part of a Llama model with this "
+                                     "config (tie_word_embeddings = {})",
+                                     f, t.name, s.tie_embeddings));
+      }
+      by_name[it->second] = t.tensor;
+    }
+  }
+  std::vector<NamedTensor> params;
+  for (const auto& [name, shape] : Llama::ParamShapes(s)) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return DataError(fmt::format("{} lacks the tensor for {} (HF name {})", hf_dir, name,
+                                   TenaxToHfNames(s).at(name)));
+    }
+    at::Tensor t = it->second;
+    if (t.sizes().vec() != shape) {
+      return DataError(fmt::format("{}: {} has shape {}, config.json implies {}", hf_dir, name,
+                                   fmt::join(t.sizes(), "x"), fmt::join(shape, "x")));
+    }
+    if (EndsWith(name, "attention.wq.weight")) t = HalvesToInterleaved(t, s.n_heads);
+    if (EndsWith(name, "attention.wk.weight")) t = HalvesToInterleaved(t, s.n_kv_heads);
+    // Keep the file's precision: an fp32 export re-imports bit-exactly; bf16 widens exactly.
+    params.push_back({name, t.to(at::kFloat)});
+  }
+  TENAX_RETURN_IF_ERROR(WriteModelCheckpoint(out, 0, s, params,
+                                             {{"imported_from", hf_dir}}));
+  log::Info("imported {} into {} ({}: dim {}, {} layers, vocab {})", hf_dir,
+            out, s.name, s.dim, s.n_layers, s.vocab_size);
+  return Status::Ok();
+}
+
+}  // namespace tenax::model

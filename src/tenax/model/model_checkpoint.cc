@@ -1,0 +1,55 @@
+#include "tenax/model/model_checkpoint.h"
+
+#include "tenax/checkpoint/safetensors.h"
+#include "tenax/checkpoint/store.h"
+#include "tenax/config/model_spec_json.h"
+#include "tenax/core/fs.h"
+#include "tenax/model/tensor_io.h"
+
+namespace tenax::model {
+
+Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path) {
+  TENAX_ASSIGN_OR_RETURN(auto where, ckpt::ResolveCheckpointPath(LocalFs(), path));
+  ckpt::CheckpointStore store(LocalFs(), where.first);
+  TENAX_ASSIGN_OR_RETURN(ckpt::LoadedCheckpoint loaded, store.Load(where.second));
+  ModelCheckpoint out;
+  out.dir = loaded.dir;
+  out.step = loaded.step;
+  auto state_it = loaded.files.find(kTrainStateFile);
+  auto model_it = loaded.files.find(kModelFile);
+  if (state_it == loaded.files.end() || model_it == loaded.files.end()) {
+    return DataError(loaded.dir + " lacks " + kTrainStateFile + " or " + kModelFile +
+                     "; it is not a tenax model checkpoint");
+  }
+  try {
+    out.train_state = nlohmann::json::parse(state_it->second);
+  } catch (const nlohmann::json::exception& e) {
+    return DataError(JoinPath(loaded.dir, kTrainStateFile) + " is not valid JSON: " + e.what());
+  }
+  if (!out.train_state.contains("model")) {
+    return DataError(JoinPath(loaded.dir, kTrainStateFile) + " has no \"model\" description");
+  }
+  TENAX_ASSIGN_OR_RETURN(out.spec, ModelSpecFromJson(out.train_state["model"]));
+  TENAX_ASSIGN_OR_RETURN(
+      ckpt::SafetensorsFile file,
+      ckpt::SafetensorsFile::FromBytes(model_it->second, JoinPath(loaded.dir, kModelFile)));
+  TENAX_ASSIGN_OR_RETURN(out.params, ReadTensors(file));
+  out.files = std::move(loaded.files);
+  return out;
+}
+
+Status WriteModelCheckpoint(const std::string& folder, int64_t step, const ModelSpec& spec,
+                            const std::vector<NamedTensor>& params,
+                            const nlohmann::json& extra_state) {
+  TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(folder));
+  nlohmann::json state = extra_state;
+  state["step"] = step;
+  state["model"] = ModelSpecToJson(spec);
+  ckpt::CheckpointStore store(LocalFs(), folder);
+  return store.Save(step,
+                    {{kModelFile, SerializeTensors(params, {{"format", "tenax"}})},
+                     {kTrainStateFile, state.dump(2)}},
+                    {{"world_size", 1}, {"sharding", "none"}}, {{"kind", "weights"}});
+}
+
+}  // namespace tenax::model

@@ -1,0 +1,39 @@
+// Model weights inside a tenax checkpoint (docs/checkpoint_format.md): model.safetensors holds
+// the parameters under their canonical names (llama.h), train_state.json holds the resolved model
+// shape under "model". Used by eval, export-hf and import-hf, which need weights but no optimizer.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tenax/config/model_spec.h"
+#include "tenax/core/status.h"
+#include "tenax/model/llama.h"
+
+namespace tenax::model {
+
+inline constexpr const char* kModelFile = "model.safetensors";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kTrainStateFile = "train_state.json";
+
+struct ModelCheckpoint {
+  std::string dir;  // the step folder it came from
+  int64_t step = 0;
+  ModelSpec spec;
+  std::vector<NamedTensor> params;  // CPU tensors, canonical names
+  nlohmann::json train_state;
+  std::map<std::string, std::string> files;  // every verified file, by name
+};
+
+// `path` is a step folder or a checkpoint folder (its newest checkpoint that verifies).
+// Checksums are verified; a damaged file is named in the error.
+Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path);
+
+// Writes a weights-only checkpoint (step folder committed with a marker) into `folder`.
+Status WriteModelCheckpoint(const std::string& folder, int64_t step, const ModelSpec& spec,
+                            const std::vector<NamedTensor>& params,
+                            const nlohmann::json& extra_state);
+
+}  // namespace tenax::model

@@ -1,0 +1,32 @@
+// Validation loss: mean next-token cross-entropy (nats) over a fixed, unshuffled span of a token
+// stream, so every evaluation of the same checkpoint sees the same tokens.
+#pragma once
+
+#include <string>
+
+#include "tenax/config/options.h"
+#include "tenax/core/status.h"
+#include "tenax/data/loader.h"
+#include "tenax/model/llama.h"
+
+namespace tenax::train {
+
+struct EvalResult {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+
+// (B, T) int64 tensor on `device` from a row-major vector.
+at::Tensor BatchTensor(const std::vector<int64_t>& values, int64_t batch, int64_t seq_len,
+                       const at::Device& device);
+
+// Runs `loader` from its start to its end with gradients off.
+EvalResult EvaluateLoss(model::Llama& model, data::EvalLoader& loader,
+                        at::ScalarType compute_dtype);
+
+// `tenax eval`: loads a checkpoint and evaluates it on `data_spec` (see data/source.h) for up to
+// `max_tokens` tokens (0: the checkpoint's metrics.eval_tokens, else 65536).
+Result<EvalResult> EvaluateCheckpoint(const std::string& checkpoint, const std::string& data_spec,
+                                      int64_t max_tokens, const TrainingOptions& device_options);
+
+}  // namespace tenax::train

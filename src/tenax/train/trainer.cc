@@ -1,0 +1,212 @@
+#include "tenax/train/trainer.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "tenax/checkpoint/store.h"
+#include "tenax/config/config.h"
+#include "tenax/core/fs.h"
+#include "tenax/core/log.h"
+#include "tenax/data/loader.h"
+#include "tenax/data/source.h"
+#include "tenax/model/llama.h"
+#include "tenax/train/adamw.h"
+#include "tenax/train/device.h"
+#include "tenax/train/evaluate.h"
+#include "tenax/train/lr_schedule.h"
+#include "tenax/train/reporter.h"
+#include "tenax/train/train_checkpoint.h"
+
+namespace tenax::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string CheckpointFolder(const Config& c, const std::string& run_dir) {
+  const std::string& f = c.checkpoint.folder;
+  return (!f.empty() && f[0] == '/') ? f : JoinPath(run_dir, f);
+}
+
+// Decides where training starts: fresh, the newest good checkpoint, or a given path.
+Result<TrainProgress> Resume(const Config& c, ckpt::CheckpointStore& store, model::Llama& model,
+                             AdamW& optimizer) {
+  const std::string& resume = c.checkpoint.resume;
+  if (resume == "none") {
+    TENAX_ASSIGN_OR_RETURN(std::vector<int64_t> steps, store.ListCommitted());
+    if (!steps.empty()) {
+      return InvalidArgument(fmt::format(
+          "{} already holds checkpoints (newest: step {}) and checkpoint.resume = \"none\"; set "
+          "checkpoint.resume = \"latest\" to continue that run, or choose another job.name or "
+          "checkpoint.folder (tenax never overwrites checkpoints)",
+          store.folder(), steps.back()));
+    }
+    return TrainProgress{};
+  }
+  if (resume == "latest") {
+    auto latest = store.LatestGood();
+    if (!latest.ok()) {
+      if (latest.status().code() == StatusCode::kNotFound) return TrainProgress{};
+      return latest.status();
+    }
+    log::Info("resuming from {}", store.StepDir(*latest));
+    return RestoreTrainCheckpoint(store, *latest, model, optimizer);
+  }
+  TENAX_ASSIGN_OR_RETURN(auto where, ckpt::ResolveCheckpointPath(LocalFs(), resume));
+  ckpt::CheckpointStore other(LocalFs(), where.first);
+  log::Info("resuming from {}", other.StepDir(where.second));
+  return RestoreTrainCheckpoint(other, where.second, model, optimizer);
+}
+
+}  // namespace
+
+Result<TrainSummary> Train(const Config& config) {
+  const auto t_start = Clock::now();
+  const TrainingOptions& t = config.training;
+  if (t.threads > 0) at::set_num_threads(static_cast<int>(t.threads));
+  at::manual_seed(config.job.seed);
+  TENAX_ASSIGN_OR_RETURN(DeviceInfo device, ResolveDevice(t));
+
+  // Data first: debug presets take their vocabulary from it.
+  TENAX_ASSIGN_OR_RETURN(data::DataSplits data, data::OpenDataSource(config.data));
+  log::Info("data: {}", data.description);
+  if (data.entropy_rate_nats) {
+    log::Info("data: exact entropy rate {:.4f} nats/token (the best achievable loss)",
+              *data.entropy_rate_nats);
+  }
+  TENAX_ASSIGN_OR_RETURN(ModelSpec spec, ResolveModelSpec(config.model, data.vocab_size));
+  if (t.seq_len > spec.max_seq_len) {
+    return InvalidArgument(fmt::format(
+        "training.seq_len ({}) exceeds the model's max_seq_len ({}); lower training.seq_len or "
+        "raise model.max_seq_len",
+        t.seq_len, spec.max_seq_len));
+  }
+  const ParamCounts counts = CountParams(spec);
+  const FlopsPerToken flops = TrainingFlopsPerToken(spec, t.seq_len);
+
+  TrainSummary summary;
+  summary.model_name = spec.name;
+  summary.n_params = counts.total;
+  summary.entropy_rate_nats = data.entropy_rate_nats;
+  summary.run_dir = JoinPath(config.job.dump_folder, config.job.name);
+  TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(summary.run_dir));
+  const std::string config_toml = ConfigToToml(config);
+  TENAX_RETURN_IF_ERROR(
+      LocalFs().WriteFileAtomic(JoinPath(summary.run_dir, "config.toml"), config_toml));
+
+  model::Llama model(spec, config.job.seed, device.device);
+  AdamW optimizer(config.optimizer, model.params());
+  log::Info("model: {} with {} parameters, {} training FLOP/token at seq_len {}; device {} ({})",
+            spec.name, FormatCount(static_cast<double>(counts.total)),
+            FormatCount(flops.total()), t.seq_len, device.name,
+            device.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
+
+  const std::string ckpt_dir = CheckpointFolder(config, summary.run_dir);
+  TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir));
+  ckpt::CheckpointStore store(LocalFs(), ckpt_dir);
+  TENAX_ASSIGN_OR_RETURN(TrainProgress progress, Resume(config, store, model, optimizer));
+
+  TENAX_ASSIGN_OR_RETURN(data::BatchLoader loader,
+                         data::BatchLoader::Create(data.train, t.seq_len, t.local_batch_size,
+                                                   config.job.seed));
+  loader.Seek(progress.data_position);
+  TENAX_ASSIGN_OR_RETURN(data::EvalLoader val_loader,
+                         data::EvalLoader::Create(data.val, t.seq_len, t.local_batch_size,
+                                                  config.metrics.eval_tokens));
+  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<Reporter> reporter,
+                         Reporter::Open(summary.run_dir, config.metrics, progress.step));
+  summary.metrics_path = reporter->metrics_path();
+  summary.tensorboard_dir = reporter->tensorboard_dir();
+  if (progress.step >= t.steps) {
+    return InvalidArgument(fmt::format(
+        "the checkpoint is at step {} and training.steps = {}: nothing to do; raise "
+        "training.steps to train further",
+        progress.step, t.steps));
+  }
+
+  const int64_t tokens_per_step = t.local_batch_size * t.seq_len * t.grad_accum_steps;
+  summary.first_step = progress.step + 1;
+  log::Info("training steps {}..{}: {} sequences x {} tokens x {} accumulation = {} tokens/step",
+            summary.first_step, t.steps, t.local_batch_size, t.seq_len, t.grad_accum_steps,
+            tokens_per_step);
+  log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start));
+
+  double train_seconds = 0;
+  int64_t steps_timed = 0;
+  for (int64_t step = progress.step + 1; step <= t.steps; ++step) {
+    const auto t0 = Clock::now();
+    const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device.device));
+    for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
+      data::Batch b = loader.Next();
+      at::Tensor loss = model.Loss(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
+                                   BatchTensor(b.targets, b.batch, b.seq_len, device.device),
+                                   device.compute_dtype);
+      // Each micro-batch holds the same number of tokens, so the mean of means is the mean.
+      (loss / static_cast<double>(t.grad_accum_steps)).backward();
+      loss_sum += loss.detach();
+    }
+    const double loss = loss_sum.item<double>() / static_cast<double>(t.grad_accum_steps);
+    const double grad_norm = ClipGradNorm(model.params(), t.max_norm);
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
+      reporter->Finish();
+      return Numerical(fmt::format(
+          "step {}: loss = {}, gradient norm = {}; training diverged. Lower optimizer.lr (now "
+          "{}), raise lr_scheduler.warmup_steps or lower training.max_norm, then resume from the "
+          "last good checkpoint in {}",
+          step, loss, grad_norm, config.optimizer.lr, ckpt_dir));
+    }
+    optimizer.Step(lr);
+    for (auto& p : model.params()) p.tensor.mutable_grad() = at::Tensor();
+    progress.step = step;
+    progress.data_position = loader.position();
+    progress.tokens_seen += tokens_per_step;
+
+    const double dt = Seconds(Clock::now() - t0);
+    train_seconds += dt;
+    ++steps_timed;
+    summary.final_loss = loss;
+    StepMetrics m;
+    m.step = step;
+    m.total_steps = t.steps;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.step_time_s = dt;
+    m.tokens_per_s = static_cast<double>(tokens_per_step) / dt;
+    m.flops_per_s = m.tokens_per_s * flops.total();
+    if (device.peak_flops) m.mfu = m.flops_per_s / *device.peak_flops;
+    m.mem_peak_bytes = PeakMemoryBytes(device);
+    m.tokens_seen = progress.tokens_seen;
+    m.eta_s = train_seconds / static_cast<double>(steps_timed) * static_cast<double>(t.steps - step);
+    if (step % config.metrics.log_interval == 0 || step == t.steps) {
+      TENAX_RETURN_IF_ERROR(reporter->LogStep(m));
+    }
+    const bool last = step == t.steps;
+    if ((config.metrics.eval_interval > 0 && step % config.metrics.eval_interval == 0) || last) {
+      EvalResult ev = EvaluateLoss(model, val_loader, device.compute_dtype);
+      summary.final_val_loss = ev.loss;
+      TENAX_RETURN_IF_ERROR(reporter->LogEval(step, ev.loss, ev.tokens));
+    }
+    if (config.checkpoint.enable && (step % config.checkpoint.interval == 0 || last)) {
+      const auto c0 = Clock::now();
+      TENAX_RETURN_IF_ERROR(SaveTrainCheckpoint(store, progress, model, optimizer, config_toml));
+      TENAX_RETURN_IF_ERROR(store.Prune(config.checkpoint.keep_latest));
+      summary.checkpoint_dir = store.StepDir(step);
+      reporter->Message(fmt::format("saved checkpoint {} in {:.2f}s", summary.checkpoint_dir,
+                                    Seconds(Clock::now() - c0)));
+    }
+  }
+  reporter->Finish();
+  summary.last_step = t.steps;
+  const double tokens_run = static_cast<double>(tokens_per_step * steps_timed);
+  summary.tokens_per_s = train_seconds > 0 ? tokens_run / train_seconds : 0;
+  summary.flops_per_s = summary.tokens_per_s * flops.total();
+  if (device.peak_flops) summary.mfu = summary.flops_per_s / *device.peak_flops;
+  return summary;
+}
+
+}  // namespace tenax::train
