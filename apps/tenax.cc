@@ -28,7 +28,7 @@ Status RunTrain(const std::string& config_path, const std::vector<std::string>& 
   std::string perf = s.mfu ? fmt::format("{:.1f}% MFU", 100 * *s.mfu)
                            : fmt::format("{}FLOP/s achieved", train::FormatCount(s.flops_per_s));
   std::printf("\ntenax: trained %s (%s parameters), steps %lld..%lld\n", s.model_name.c_str(),
-              train::FormatCount(static_cast<double>(s.n_params)).c_str(),
+              train::FormatParams(static_cast<double>(s.n_params)).c_str(),
               static_cast<long long>(s.first_step), static_cast<long long>(s.last_step));
   std::printf("  final train loss %.4f | validation loss %s", s.final_loss, val.c_str());
   if (s.entropy_rate_nats) {
@@ -71,16 +71,16 @@ Status RunModel(const std::string& preset, const std::vector<std::string>& overr
   }
   using train::FormatCount;
   std::printf("%s: %s parameters (%lld)\n", spec.name.c_str(),
-              FormatCount(static_cast<double>(c.total)).c_str(), static_cast<long long>(c.total));
+              train::FormatParams(static_cast<double>(c.total)).c_str(), static_cast<long long>(c.total));
   std::printf("  dim %lld, %lld layers, %lld heads (%lld kv), head dim %lld, ffn %lld, vocab %lld, "
               "%s output\n",
               (long long)spec.dim, (long long)spec.n_layers, (long long)spec.n_heads,
               (long long)spec.n_kv_heads, (long long)spec.head_dim(), (long long)spec.ffn_hidden_dim,
               (long long)spec.vocab_size, spec.tie_embeddings ? "tied" : "untied");
   std::printf("  embedding %s | attention %s | feed-forward %s | norms %s | output %s\n",
-              FormatCount(c.embedding).c_str(), FormatCount(c.attention).c_str(),
-              FormatCount(c.feed_forward).c_str(), FormatCount(c.norms).c_str(),
-              FormatCount(c.output).c_str());
+              train::FormatParams(c.embedding).c_str(), train::FormatParams(c.attention).c_str(),
+              train::FormatParams(c.feed_forward).c_str(), train::FormatParams(c.norms).c_str(),
+              train::FormatParams(c.output).c_str());
   std::printf("  training FLOPs/token at seq_len %lld: %s (6N %s + attention %s)\n",
               (long long)seq_len, FormatCount(f.total()).c_str(), FormatCount(f.dense).c_str(),
               FormatCount(f.attention).c_str());

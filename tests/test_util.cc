@@ -32,9 +32,9 @@ TempDir::~TempDir() {
   }
 }
 
-std::string SourceDir() { return Env("TENAX_SOURCE_DIR", "."); }
-std::string TenaxBinary() { return Env("TENAX_BINARY", "build/tenax"); }
-std::string Python() { return Env("TENAX_PYTHON", "/usr/bin/python3"); }
+std::string SourceDir() { return Env("TENAX_SOURCE_DIR", TENAX_SOURCE_DIR_DEFAULT); }
+std::string TenaxBinary() { return Env("TENAX_BINARY", TENAX_BINARY_DEFAULT); }
+std::string Python() { return Env("TENAX_PYTHON", TENAX_PYTHON_DEFAULT); }
 
 CommandResult Run(const std::string& command, const std::string& cwd) {
   const std::string full = "cd '" + cwd + "' && " + command + " 2>&1";

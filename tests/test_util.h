@@ -34,6 +34,10 @@ std::string Python();        // $TENAX_PYTHON (Debian's python3 with python3-tor
 
 // Runs `command` through /bin/sh in `cwd`, capturing output.
 CommandResult Run(const std::string& command, const std::string& cwd = ".");
+// Same as Run; usable inside TEST bodies, where gtest's Test::Run hides the short name.
+inline CommandResult RunCommand(const std::string& command, const std::string& cwd = ".") {
+  return Run(command, cwd);
+}
 // Runs the tenax binary with `args` (already shell-quoted where needed) in `cwd`.
 CommandResult RunTenax(const std::string& args, const std::string& cwd);
 

@@ -261,6 +261,21 @@ Result<int64_t> CheckpointStore::LatestGood() {
                   committed.size(), folder_));
 }
 
+Result<std::vector<std::string>> CheckpointStore::SetAsideNewerThan(int64_t step) {
+  TENAX_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListStepDirs());
+  std::vector<std::string> moved;
+  for (int64_t s : steps) {
+    if (s <= step || !IsCommitted(s)) continue;  // uncommitted leftovers are Prepare's job
+    const std::string suffix = Verify(s).ok() ? ".superseded" : ".damaged";
+    std::string target = StepDir(s) + suffix;
+    for (int i = 1; fs_.Exists(target); ++i) target = StepDir(s) + suffix + "." + std::to_string(i);
+    TENAX_RETURN_IF_ERROR(fs_.Rename(StepDir(s), target));
+    committed_here_.erase(s);
+    moved.push_back(target);
+  }
+  return moved;
+}
+
 Status CheckpointStore::RemoveStepDir(int64_t step) {
   const std::string dir = StepDir(step);
   const std::string doomed = dir + kDeletingSuffix;

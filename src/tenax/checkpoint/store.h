@@ -86,6 +86,10 @@ class CheckpointStore {
   // progress on another rank). Never deletes the newest checkpoint that verifies, even when
   // newer damaged ones would otherwise push it out.
   Status Prune(int64_t keep_latest);
+  // Moves every committed checkpoint newer than `step` aside (step_N.damaged when it fails
+  // verification, step_N.superseded otherwise), so a run resumed from `step` can write those
+  // step numbers again without destroying anything. Returns the folders it moved.
+  Result<std::vector<std::string>> SetAsideNewerThan(int64_t step);
 
  private:
   // Verifies `step`; with `out` set, also keeps the files and manifest.

@@ -274,12 +274,14 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   t.Get("mixed_precision", &c->training.mixed_precision, {"auto", "bf16", "fp32"});
   t.Get("device", &c->training.device, {"auto", "cpu", "cuda"});
   t.Get("threads", &c->training.threads);
+  t.Get("stop_at", &c->training.stop_at);
   t.Positive("steps", c->training.steps);
   t.Positive("local_batch_size", c->training.local_batch_size);
   t.Positive("seq_len", c->training.seq_len);
   t.Positive("grad_accum_steps", c->training.grad_accum_steps);
   t.NonNegative("max_norm", c->training.max_norm);
   t.NonNegative("threads", c->training.threads);
+  t.NonNegative("stop_at", c->training.stop_at);
 
   Section& k = section("checkpoint");
   k.Get("enable", &c->checkpoint.enable);
@@ -393,7 +395,8 @@ std::string ConfigToToml(const Config& c) {
                                {"grad_accum_steps", c.training.grad_accum_steps},
                                {"max_norm", c.training.max_norm},
                                {"mixed_precision", c.training.mixed_precision},
-                               {"device", c.training.device}, {"threads", c.training.threads}}},
+                               {"device", c.training.device}, {"threads", c.training.threads},
+                               {"stop_at", c.training.stop_at}}},
       {"checkpoint", toml::table{{"enable", c.checkpoint.enable},
                                  {"folder", c.checkpoint.folder},
                                  {"interval", c.checkpoint.interval},

@@ -35,6 +35,12 @@ std::string FormatCount(double v) {
   return fmt::format("{:.0f}", v);
 }
 
+std::string FormatParams(double v) {
+  std::string s = FormatCount(v);
+  if (!s.empty() && s.back() == 'G') s.back() = 'B';  // parameters are counted in billions
+  return s;
+}
+
 Result<std::unique_ptr<Reporter>> Reporter::Open(const std::string& run_dir,
                                                  const MetricsOptions& options,
                                                  int64_t resume_step) {

@@ -66,5 +66,6 @@ class Reporter {
 
 std::string FormatDuration(double seconds);  // "1h02m", "3m05s", "42s"
 std::string FormatCount(double value);        // "12.3k", "4.56M", "1.20G"
+std::string FormatParams(double count);       // "853.4k", "1.24B", "405.85B"
 
 }  // namespace tenax::train

@@ -100,7 +100,7 @@ Result<TrainSummary> Train(const Config& config) {
   model::Llama model(spec, config.job.seed, device.device);
   AdamW optimizer(config.optimizer, model.params());
   log::Info("model: {} with {} parameters, {} training FLOP/token at seq_len {}; device {} ({})",
-            spec.name, FormatCount(static_cast<double>(counts.total)),
+            spec.name, FormatParams(static_cast<double>(counts.total)),
             FormatCount(flops.total()), t.seq_len, device.name,
             device.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
 
@@ -108,6 +108,14 @@ Result<TrainSummary> Train(const Config& config) {
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir));
   ckpt::CheckpointStore store(LocalFs(), ckpt_dir);
   TENAX_ASSIGN_OR_RETURN(TrainProgress progress, Resume(config, store, model, optimizer));
+  if (config.checkpoint.enable) {
+    // Checkpoints newer than where training restarts (damaged ones that resume skipped, or a
+    // deliberate resume from an older path) would collide with the steps about to be saved.
+    TENAX_ASSIGN_OR_RETURN(std::vector<std::string> moved, store.SetAsideNewerThan(progress.step));
+    for (const auto& m : moved) {
+      log::Warn("moved {} aside: training restarts at step {}", m, progress.step);
+    }
+  }
 
   TENAX_ASSIGN_OR_RETURN(data::BatchLoader loader,
                          data::BatchLoader::Create(data.train, t.seq_len, t.local_batch_size,
@@ -128,15 +136,23 @@ Result<TrainSummary> Train(const Config& config) {
   }
 
   const int64_t tokens_per_step = t.local_batch_size * t.seq_len * t.grad_accum_steps;
+  const int64_t last_step = t.stop_at > 0 ? std::min(t.stop_at, t.steps) : t.steps;
+  if (progress.step >= last_step) {
+    return InvalidArgument(fmt::format(
+        "the checkpoint is at step {} and training.stop_at = {}: nothing to do; raise "
+        "training.stop_at (or set it to 0) to train further",
+        progress.step, t.stop_at));
+  }
   summary.first_step = progress.step + 1;
-  log::Info("training steps {}..{}: {} sequences x {} tokens x {} accumulation = {} tokens/step",
-            summary.first_step, t.steps, t.local_batch_size, t.seq_len, t.grad_accum_steps,
+  log::Info("training steps {}..{} of {}: {} sequences x {} tokens x {} accumulation = {} "
+            "tokens/step",
+            summary.first_step, last_step, t.steps, t.local_batch_size, t.seq_len, t.grad_accum_steps,
             tokens_per_step);
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start));
 
   double train_seconds = 0;
   int64_t steps_timed = 0;
-  for (int64_t step = progress.step + 1; step <= t.steps; ++step) {
+  for (int64_t step = progress.step + 1; step <= last_step; ++step) {
     const auto t0 = Clock::now();
     const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device.device));
@@ -181,11 +197,12 @@ Result<TrainSummary> Train(const Config& config) {
     if (device.peak_flops) m.mfu = m.flops_per_s / *device.peak_flops;
     m.mem_peak_bytes = PeakMemoryBytes(device);
     m.tokens_seen = progress.tokens_seen;
-    m.eta_s = train_seconds / static_cast<double>(steps_timed) * static_cast<double>(t.steps - step);
-    if (step % config.metrics.log_interval == 0 || step == t.steps) {
+    m.eta_s = train_seconds / static_cast<double>(steps_timed) *
+              static_cast<double>(last_step - step);
+    const bool last = step == last_step;
+    if (step % config.metrics.log_interval == 0 || last) {
       TENAX_RETURN_IF_ERROR(reporter->LogStep(m));
     }
-    const bool last = step == t.steps;
     if ((config.metrics.eval_interval > 0 && step % config.metrics.eval_interval == 0) || last) {
       EvalResult ev = EvaluateLoss(model, val_loader, device.compute_dtype);
       summary.final_val_loss = ev.loss;
@@ -201,7 +218,11 @@ Result<TrainSummary> Train(const Config& config) {
     }
   }
   reporter->Finish();
-  summary.last_step = t.steps;
+  summary.last_step = last_step;
+  if (last_step < t.steps) {
+    log::Info("stopped at step {} of {} (training.stop_at); run again to continue", last_step,
+              t.steps);
+  }
   const double tokens_run = static_cast<double>(tokens_per_step * steps_timed);
   summary.tokens_per_s = train_seconds > 0 ? tokens_run / train_seconds : 0;
   summary.flops_per_s = summary.tokens_per_s * flops.total();

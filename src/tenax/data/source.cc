@@ -1,0 +1,106 @@
+#include "tenax/data/source.h"
+
+#include <fmt/format.h>
+
+#include "tenax/data/brown.h"
+#include "tenax/data/prepare.h"
+#include "tenax/data/shard.h"
+#include "tenax/data/synthetic.h"
+
+namespace tenax::data {
+namespace {
+
+constexpr const char* kEvalForms =
+    "brown[:val|:train], synthetic[:val|:train], DIR[:val|:train] (a folder written by "
+    "`tenax prepare`), or FILE.bin (one token shard)";
+
+DataSplits FromPrepared(PreparedData d, const std::string& label) {
+  DataSplits s;
+  s.vocab_size = d.meta.vocab_size;
+  s.eos = d.meta.eos;
+  s.tokenizer = d.meta.tokenizer;
+  s.description = fmt::format("{} ({}): {} train + {} val tokens, {} documents, vocab {}, "
+                              "tokenizer {}",
+                              label, d.dir, d.meta.train.tokens, d.meta.val.tokens,
+                              d.meta.sources.size(), d.meta.vocab_size, d.meta.tokenizer);
+  s.train = std::move(d.train);
+  s.val = std::move(d.val);
+  return s;
+}
+
+Result<DataSplits> OpenSynthetic(const SyntheticOptions& o) {
+  TENAX_ASSIGN_OR_RETURN(SyntheticData d, MakeSynthetic(o));
+  DataSplits s;
+  s.vocab_size = static_cast<uint32_t>(o.vocab_size);
+  s.entropy_rate_nats = d.entropy_rate_nats;
+  s.description = fmt::format(
+      "synthetic order-{} Markov chain over {} tokens (seed {}): {} train + {} val tokens, "
+      "entropy rate {:.4f} nats/token",
+      o.order, o.vocab_size, o.seed, d.train.size(), d.val.size(), d.entropy_rate_nats);
+  s.train = std::move(d.train);
+  s.val = std::move(d.val);
+  return s;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Result<DataSplits> OpenDataSource(const DataOptions& options) {
+  if (options.source == "brown") {
+    TENAX_ASSIGN_OR_RETURN(std::string dir, EnsureBrownPrepared(options));
+    TENAX_ASSIGN_OR_RETURN(PreparedData d, OpenPrepared(dir));
+    return FromPrepared(std::move(d), "Brown corpus");
+  }
+  if (options.source == "synthetic") return OpenSynthetic(options.synthetic);
+  if (options.source == "shards") {
+    if (options.path.empty()) {
+      return InvalidArgument("data.source = \"shards\" needs data.path: a folder written by "
+                             "`tenax prepare --input FILE... --out DIR`");
+    }
+    TENAX_ASSIGN_OR_RETURN(PreparedData d, OpenPrepared(options.path));
+    return FromPrepared(std::move(d), "prepared shards");
+  }
+  return InvalidArgument("data.source = \"" + options.source +
+                         "\" is unknown; allowed: \"brown\", \"synthetic\", \"shards\"");
+}
+
+Result<TokenStream> OpenEvalSpec(const std::string& spec, const DataOptions& defaults) {
+  std::string base = spec;
+  std::optional<bool> want_train;
+  if (EndsWith(spec, ":train")) {
+    base = spec.substr(0, spec.size() - 6);
+    want_train = true;
+  } else if (EndsWith(spec, ":val")) {
+    base = spec.substr(0, spec.size() - 4);
+    want_train = false;
+  }
+  const bool train = want_train.value_or(false);
+  if (base.empty()) return InvalidArgument("empty --data spec; allowed forms: " + std::string(kEvalForms));
+
+  if (base == "brown" || base == "synthetic") {
+    DataOptions o = defaults;
+    o.source = base;
+    TENAX_ASSIGN_OR_RETURN(DataSplits s, OpenDataSource(o));
+    return train ? s.train : s.val;
+  }
+  if (EndsWith(base, ".bin") && !LocalFs().Exists(JoinPath(base, "meta.json"))) {
+    if (want_train) {
+      return InvalidArgument("--data " + spec + ": a single shard has no splits; drop the \":" +
+                             (train ? "train" : "val") + "\" suffix");
+    }
+    TENAX_ASSIGN_OR_RETURN(ShardReader shard, ShardReader::Open(base));
+    return TokenStream::FromShard(std::move(shard), base);
+  }
+  if (!LocalFs().Exists(base)) {
+    return NotFound("--data " + spec + ": " + base + " does not exist; allowed forms: " +
+                    kEvalForms);
+  }
+  Result<PreparedData> d = OpenPrepared(base);
+  if (!d.ok()) return d.status().WithContext("--data " + spec + " (allowed forms: " + kEvalForms + ")");
+  return train ? d->train : d->val;
+}
+
+}  // namespace tenax::data
