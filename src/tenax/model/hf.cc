@@ -230,7 +230,8 @@ Status ImportHf(const std::string& hf_dir, const std::string& out) {
     }
     at::Tensor t = it->second;
     if (t.sizes().vec() != shape) {
-      return DataError(fmt::format("{}: {} has shape {}, config.json implies {}", hf_dir, name,
+      return DataError(fmt::format("{}: {} (tenax {}) has shape {}, config.json implies {}",
+                                   hf_dir, TenaxToHfNames(s).at(name), name,
                                    fmt::join(t.sizes(), "x"), fmt::join(shape, "x")));
     }
     if (EndsWith(name, "attention.wq.weight")) t = HalvesToInterleaved(t, s.n_heads);

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""An independent Llama 3 forward pass in Hugging Face's conventions, for tests/reference_test.cc.
+
+Usage: llama_reference.py HF_DIR TOKENS.safetensors OUT.safetensors
+
+HF_DIR holds config.json and model.safetensors as transformers writes them (e.g. by
+`tenax export-hf`). TOKENS holds int64 "tokens" (B, T) and "targets" (B, T). OUT receives
+"logits" (B, T, V) float32 and "loss" (scalar float32, mean cross-entropy of logits vs targets).
+
+It follows transformers' LlamaForCausalLM (modeling_llama.py) and shares nothing with tenax: HF
+tensor names, rotate_half RoPE (pairs (i, i + D/2)), Llama 3.1 "llama3" rope scaling, GQA by
+repeat_kv, RMSNorm, SwiGLU, tied lm_head. Everything runs in float64 so this side's rounding is
+far below tenax's fp32 rounding and a mismatch points at tenax. If transformers is importable
+(the GPU machine may have it) its own model is loaded too and must agree within 1e-4.
+Non-goals: sharded checkpoints, KV caches, attention masks other than causal, speed.
+Needs PyTorch >= 1.13 only: safetensors is parsed by hand, attention is written out.
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+          "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32}
+NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def read_safetensors(path):
+    """safetensors: u64 LE header length N, N bytes of JSON, then the tensors' raw bytes."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        dtype = DTYPES[info["dtype"]]
+        # A fresh, writable copy per tensor: the format packs tensors without alignment.
+        raw = bytearray(body[begin:end])
+        t = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        out[name] = t.reshape(info["shape"]).clone()
+    return out
+
+
+def write_safetensors(path, tensors):
+    """Writes atomically (temp file + rename) so a killed run never leaves a half-written OUT."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.contiguous().numpy().tobytes()
+        header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def inverse_frequencies(cfg, head_dim):
+    """RoPE inverse frequencies, with Llama 3.1's scaling (transformers'
+    _compute_llama3_parameters): long wavelengths are divided by `factor`, short ones kept,
+    and the band between is interpolated linearly in 1/wavelength."""
+    base = float(cfg.get("rope_theta", 10000.0))
+    inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    rs = cfg.get("rope_scaling")
+    if not rs:
+        return inv
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind != "llama3":
+        raise ValueError(f"rope_scaling type {kind!r} is not implemented here")
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_len = rs["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old_len / low, old_len / high
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rms_norm(x, weight, eps):
+    # transformers upcasts to fp32 at least; here x is already fp64.
+    xf = x.to(torch.promote_types(x.dtype, torch.float32))
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def forward(cfg, w, tokens):
+    """tokens (B, T) int64 -> logits (B, T, V) float64."""
+    H, K = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
+    C, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
+    D = cfg.get("head_dim") or C // H
+    B, T = tokens.shape
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inverse_frequencies(cfg, D))
+    emb = torch.cat((freqs, freqs), dim=-1)                # (T, D): HF's half-split layout
+    cos, sin = emb.cos(), emb.sin()
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    h = w["model.embed_tokens.weight"][tokens]            # (B, T, C)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        x = rms_norm(h, w[p + "input_layernorm.weight"], eps)
+        q = (x @ w[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = (x @ w[p + "self_attn.k_proj.weight"].T).view(B, T, K, D).transpose(1, 2)
+        v = (x @ w[p + "self_attn.v_proj.weight"].T).view(B, T, K, D).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        # repeat_kv: query head j reads kv head j // (H / K).
+        k = k.repeat_interleave(H // K, dim=1)
+        v = v.repeat_interleave(H // K, dim=1)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)  # (B, H, T, T)
+        scores = scores.masked_fill(causal, float("-inf"))
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        h = h + y @ w[p + "self_attn.o_proj.weight"].T
+        x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
+        gate = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T)
+        h = h + (gate * (x @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+    h = rms_norm(h, w["model.norm.weight"], eps)
+    tied = cfg.get("tie_word_embeddings", False)
+    lm_head = w["model.embed_tokens.weight"] if tied else w["lm_head.weight"]
+    return h @ lm_head.T
+
+
+def check_against_transformers(hf_dir, tokens, logits):
+    """Optional second opinion: transformers' own LlamaForCausalLM, when it is installed."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return
+    version = tuple(int(x) for x in transformers.__version__.split(".")[:2] if x.isdigit())
+    if version < (4, 43):  # rope_type "llama3" arrived in 4.43; older releases reject the config
+        print(f"transformers {transformers.__version__} predates Llama 3.1; not compared",
+              file=sys.stderr)
+        return
+    model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        theirs = model(tokens).logits
+    diff = (theirs - logits).abs().max().item()
+    if diff > 1e-4:
+        raise AssertionError(f"transformers {transformers.__version__} disagrees with this "
+                             f"reference: max |logits diff| = {diff:.3g}")
+    print(f"transformers {transformers.__version__} agrees: max |logits diff| = {diff:.3g}",
+          file=sys.stderr)
+
+
+def main(argv):
+    if len(argv) != 4:
+        raise ValueError("usage: llama_reference.py HF_DIR TOKENS.safetensors OUT.safetensors")
+    hf_dir, tokens_path, out_path = argv[1:]
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        cfg = json.load(f)
+    weights = {name: t.to(torch.float64)
+               for name, t in read_safetensors(os.path.join(hf_dir, "model.safetensors")).items()}
+    batch = read_safetensors(tokens_path)
+    tokens, targets = batch["tokens"].long(), batch["targets"].long()
+    with torch.no_grad():
+        logits = forward(cfg, weights, tokens)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 targets.reshape(-1))
+    check_against_transformers(hf_dir, tokens, logits)
+    write_safetensors(out_path, {"logits": logits.float(), "loss": loss.float().reshape(())})
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv)
+    except Exception as e:  # any failure must be a non-zero exit the C++ test can see
+        print(f"llama_reference.py: error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
