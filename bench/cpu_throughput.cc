@@ -3,6 +3,7 @@
 // model GFLOP/s (FLOPs per token as in config/model_spec.h). Usage:
 //   build/bench/bench_cpu_throughput [seq_len=256] [batch=8] [steps=5]
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <chrono>
