@@ -14,6 +14,7 @@
 #include "tenax/data/prepare.h"
 #include "tenax/data/tokenizer.h"
 #include "tenax/model/hf.h"
+#include "tenax/plan/cli.h"
 #include "tenax/train/evaluate.h"
 #include "tenax/train/reporter.h"
 #include "tenax/train/trainer.h"
@@ -164,6 +165,8 @@ int main(int argc, char** argv) {
   export_hf->add_option("--out", out, "output folder")->required();
   export_hf->add_option("--dtype", dtype, "float32 | bfloat16");
 
+  auto run_plan = plan::AddCommands(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -179,6 +182,9 @@ int main(int argc, char** argv) {
     if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
     if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
     if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
+    bool plan_ran = false;
+    Status plan_st = run_plan(&plan_ran);
+    if (plan_ran) st = plan_st;
   } catch (const c10::Error& e) {
     st = Internal(std::string("libtorch: ") + e.what_without_backtrace());
   } catch (const std::exception& e) {
