@@ -283,6 +283,24 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   t.NonNegative("threads", c->training.threads);
   t.NonNegative("stop_at", c->training.stop_at);
 
+  Section& pa = section("parallelism");
+  ParallelismOptions& po = c->parallelism;
+  pa.Get("data_parallel_replicate", &po.data_parallel_replicate);
+  pa.Get("data_parallel_shard", &po.data_parallel_shard);
+  pa.Get("tensor_parallel", &po.tensor_parallel);
+  pa.Get("pipeline_parallel", &po.pipeline_parallel);
+  pa.Get("pipeline_schedule", &po.pipeline_schedule, {"gpipe", "1f1b", "interleaved_1f1b"});
+  pa.Get("virtual_stages", &po.virtual_stages);
+  pa.Get("microbatches", &po.microbatches);
+  pa.Get("activation_checkpoint", &po.activation_checkpoint, {"none", "selective", "full"});
+  pa.Positive("data_parallel_replicate", po.data_parallel_replicate);
+  pa.Check(po.data_parallel_shard == -1 || po.data_parallel_shard > 0, "data_parallel_shard",
+           std::to_string(po.data_parallel_shard), "-1 (the rest of the world) or > 0");
+  pa.Positive("tensor_parallel", po.tensor_parallel);
+  pa.Positive("pipeline_parallel", po.pipeline_parallel);
+  pa.Positive("virtual_stages", po.virtual_stages);
+  pa.Positive("microbatches", po.microbatches);
+
   Section& k = section("checkpoint");
   k.Get("enable", &c->checkpoint.enable);
   k.Get("folder", &c->checkpoint.folder);
@@ -397,6 +415,15 @@ std::string ConfigToToml(const Config& c) {
                                {"mixed_precision", c.training.mixed_precision},
                                {"device", c.training.device}, {"threads", c.training.threads},
                                {"stop_at", c.training.stop_at}}},
+      {"parallelism",
+       toml::table{{"data_parallel_replicate", c.parallelism.data_parallel_replicate},
+                   {"data_parallel_shard", c.parallelism.data_parallel_shard},
+                   {"tensor_parallel", c.parallelism.tensor_parallel},
+                   {"pipeline_parallel", c.parallelism.pipeline_parallel},
+                   {"pipeline_schedule", c.parallelism.pipeline_schedule},
+                   {"virtual_stages", c.parallelism.virtual_stages},
+                   {"microbatches", c.parallelism.microbatches},
+                   {"activation_checkpoint", c.parallelism.activation_checkpoint}}},
       {"checkpoint", toml::table{{"enable", c.checkpoint.enable},
                                  {"folder", c.checkpoint.folder},
                                  {"interval", c.checkpoint.interval},

@@ -83,6 +83,20 @@ struct TrainingOptions {
   int64_t stop_at = 0;
 };
 
+// How the world of ranks is laid out (torchtitan's names). The product of the degrees must equal
+// the world size; -1 for data_parallel_shard means "whatever is left". TP is innermost in the mesh
+// (neighbouring ranks, the fastest links), then PP, then the data-parallel axes.
+struct ParallelismOptions {
+  int64_t data_parallel_replicate = 1;  // replicas (DDP; HSDP together with sharding)
+  int64_t data_parallel_shard = -1;     // FSDP / ZeRO-3 shards
+  int64_t tensor_parallel = 1;
+  int64_t pipeline_parallel = 1;
+  std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved_1f1b
+  int64_t virtual_stages = 1;
+  int64_t microbatches = 1;
+  std::string activation_checkpoint = "none";  // none | selective | full
+};
+
 struct CheckpointOptions {
   bool enable = true;
   std::string folder = "checkpoints";  // relative to the run folder unless absolute
@@ -106,6 +120,7 @@ struct Config {
   OptimizerOptions optimizer;
   LrSchedulerOptions lr_scheduler;
   TrainingOptions training;
+  ParallelismOptions parallelism;
   CheckpointOptions checkpoint;
   MetricsOptions metrics;
 };

@@ -49,3 +49,41 @@ inline int64_t CudaPeakAllocatedBytes(int device) {
 #endif
 
 }  // namespace tenax::compat
+
+// c10d (collectives, stores) is opt-in: define TENAX_COMPAT_C10D before including this header.
+// In 1.13 a Gloo or NCCL group is a c10d::ProcessGroup; from 2.0 on it is a c10d::Backend that a
+// ProcessGroup wraps. Both expose the same collective methods, so tenax holds the backend type.
+#if defined(TENAX_COMPAT_C10D) && !defined(TENAX_COMPAT_C10D_INCLUDED)
+#define TENAX_COMPAT_C10D_INCLUDED
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace tenax::compat {
+
+#if TENAX_TORCH_AT_LEAST(2, 0)
+using C10dGroup = c10d::Backend;
+#else
+using C10dGroup = c10d::ProcessGroup;
+#endif
+
+inline c10::intrusive_ptr<C10dGroup> MakeGlooGroup(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int rank, int size,
+                                                    std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->timeout = timeout;
+  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+}
+
+// Whether the backend has native flat reduce-scatter / all-gather (NCCL does; 1.13's Gloo does
+// not, and tenax builds them from alltoall_base and list all-gather instead).
+inline bool HasNativeReduceScatter(const C10dGroup& group) {
+  return group.getBackendName() == "nccl";
+}
+
+}  // namespace tenax::compat
+#endif

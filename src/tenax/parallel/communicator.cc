@@ -1,0 +1,148 @@
+#define TENAX_COMPAT_C10D
+#include "tenax/parallel/communicator.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "tenax/core/torch_compat.h"
+
+namespace tenax::parallel {
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void AllReduceSum(at::Tensor&) override {}
+  at::Tensor AllGather(const at::Tensor& shard) override { return shard.clone(); }
+  at::Tensor ReduceScatterSum(const at::Tensor& full) override { return full.clone(); }
+  void Broadcast(at::Tensor&, int) override {}
+  void Barrier() override {}
+};
+
+class C10dCommunicator final : public Communicator {
+ public:
+  C10dCommunicator(c10::intrusive_ptr<compat::C10dGroup> group, int rank, int size)
+      : group_(std::move(group)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void AllReduceSum(at::Tensor& t) override {
+    std::vector<at::Tensor> v{t};
+    group_->allreduce(v)->wait();
+    stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
+    ++stats_.calls;
+  }
+
+  at::Tensor AllGather(const at::Tensor& shard) override {
+    std::vector<at::Tensor> in{shard.contiguous()};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int i = 0; i < size_; ++i) out[0].push_back(at::empty_like(in[0]));
+    group_->allgather(out, in)->wait();
+    stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
+    ++stats_.calls;
+    return at::cat(out[0]);
+  }
+
+  at::Tensor ReduceScatterSum(const at::Tensor& full) override {
+    const int64_t chunk = full.numel() / size_;
+    at::Tensor in = full.contiguous();
+    stats_.reduce_scatter_bytes += static_cast<int64_t>(in.nbytes()) / size_ * (size_ - 1);
+    ++stats_.calls;
+    if (compat::HasNativeReduceScatter(*group_)) {
+      at::Tensor out = at::empty({chunk}, in.options());
+      group_->_reduce_scatter_base(out, in)->wait();
+      return out;
+    }
+    // alltoall: rank r receives every rank's r-th chunk, then sums them locally.
+    at::Tensor out = at::empty_like(in);
+    std::vector<int64_t> splits;
+    group_->alltoall_base(out, in, splits, splits)->wait();
+    return out.view({size_, chunk}).sum(0);
+  }
+
+  void Broadcast(at::Tensor& t, int root) override {
+    std::vector<at::Tensor> v{t};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    group_->broadcast(v, opts)->wait();
+    stats_.broadcast_bytes += static_cast<int64_t>(t.nbytes());
+    ++stats_.calls;
+  }
+
+  void Barrier() override { group_->barrier()->wait(); }
+
+ private:
+  c10::intrusive_ptr<compat::C10dGroup> group_;
+  int rank_, size_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> MakeLocalCommunicator() {
+  return std::make_unique<LocalCommunicator>();
+}
+
+struct ProcessGroups::Impl {
+  DistEnv env;
+  std::chrono::milliseconds timeout{};
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+ProcessGroups::~ProcessGroups() = default;
+
+Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env,
+                                                              std::chrono::milliseconds timeout) {
+  std::unique_ptr<ProcessGroups> pg(new ProcessGroups());
+  pg->impl_ = std::make_unique<Impl>();
+  pg->impl_->env = env;
+  pg->impl_->timeout = timeout;
+  if (!env.distributed()) {
+    pg->world_ = MakeLocalCommunicator();
+    return pg;
+  }
+  // The launcher may host the store itself (it outlives ranks and reads heartbeats from it).
+  const char* agent = std::getenv("TENAX_AGENT_STORE");
+  const bool agent_store = agent != nullptr && std::string(agent) == "1";
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(env.master_port);
+    opts.isServer = !agent_store && env.rank == 0;
+    opts.numWorkers = agent_store ? c10::nullopt : c10::optional<std::size_t>(env.world);
+    opts.waitWorkers = !agent_store;
+    opts.timeout = timeout;
+    pg->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+    auto world_store = c10::make_intrusive<c10d::PrefixStore>("world", pg->impl_->store);
+    pg->world_ = std::make_unique<C10dCommunicator>(
+        compat::MakeGlooGroup(world_store, env.rank, env.world, timeout), env.rank, env.world);
+  } catch (const std::exception& e) {
+    return Unavailable(fmt::format(
+        "rank {}: cannot join the process group at {}:{} within {}s: {} (is rank 0 / the "
+        "launcher running, and MASTER_ADDR/MASTER_PORT right?)",
+        env.rank, env.master_addr, env.master_port, timeout.count() / 1000, e.what()));
+  }
+  return pg;
+}
+
+Result<std::unique_ptr<Communicator>> ProcessGroups::NewGroup(const std::string& name,
+                                                              const std::vector<int>& ranks) {
+  const int me = impl_->env.rank;
+  auto it = std::find(ranks.begin(), ranks.end(), me);
+  if (it == ranks.end()) return Internal("rank " + std::to_string(me) + " is not in group " + name);
+  if (ranks.size() == 1) return MakeLocalCommunicator();
+  const int local = static_cast<int>(it - ranks.begin());
+  std::string key = name;
+  for (int r : ranks) key += "_" + std::to_string(r);
+  try {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(key, impl_->store);
+    return std::unique_ptr<Communicator>(std::make_unique<C10dCommunicator>(
+        compat::MakeGlooGroup(store, local, static_cast<int>(ranks.size()), impl_->timeout),
+        local, static_cast<int>(ranks.size())));
+  } catch (const std::exception& e) {
+    return Unavailable(fmt::format("rank {}: cannot create process group {}: {}", me, key,
+                                   e.what()));
+  }
+}
+
+}  // namespace tenax::parallel

@@ -1,0 +1,71 @@
+// tenax's collective-communication interface. Every collective must be called in the same order
+// by every rank of the group (c10d's contract); all methods block until the local result is
+// ready. Gloo (CPU) and NCCL (GPU) groups sit behind it; operations a backend lacks are built here
+// from ones it has (1.13 Gloo: reduce-scatter = alltoall + local sum, which moves the same bytes
+// as a ring reduce-scatter). Byte counters feed the communication benchmark.
+// Thread safety: one thread per communicator.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+#include "tenax/parallel/dist_env.h"
+
+namespace tenax::parallel {
+
+struct CommStats {
+  int64_t all_reduce_bytes = 0;      // payload per rank
+  int64_t all_gather_bytes = 0;      // bytes received per rank
+  int64_t reduce_scatter_bytes = 0;  // bytes sent per rank
+  int64_t broadcast_bytes = 0;
+  int64_t p2p_bytes = 0;
+  int64_t calls = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual void AllReduceSum(at::Tensor& t) = 0;  // in place
+  // Concatenates equal-sized 1-D shards of every rank, in rank order.
+  virtual at::Tensor AllGather(const at::Tensor& shard) = 0;
+  // Sums `full` (1-D, length divisible by size()) over ranks and returns this rank's slice.
+  virtual at::Tensor ReduceScatterSum(const at::Tensor& full) = 0;
+  virtual void Broadcast(at::Tensor& t, int root) = 0;
+  virtual void Barrier() = 0;
+  const CommStats& stats() const { return stats_; }
+
+ protected:
+  CommStats stats_;
+};
+
+// A group of one: every collective is the identity (single-process training).
+std::unique_ptr<Communicator> MakeLocalCommunicator();
+
+// The world and its sub-groups, connected through one c10d store (TCPStore at
+// MASTER_ADDR:MASTER_PORT; rank 0 hosts it unless the launcher does, see TENAX_AGENT_STORE).
+class ProcessGroups {
+ public:
+  static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,
+                                                        std::chrono::milliseconds timeout);
+  ~ProcessGroups();
+  Communicator& world() { return *world_; }
+  // A communicator over `ranks` (global ranks, sorted; this rank must be among them). Every rank
+  // in `ranks` must call it with the same list; `name` distinguishes groups in the store.
+  Result<std::unique_ptr<Communicator>> NewGroup(const std::string& name,
+                                                 const std::vector<int>& ranks);
+
+ private:
+  ProcessGroups() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Communicator> world_;
+};
+
+}  // namespace tenax::parallel

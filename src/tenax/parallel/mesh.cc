@@ -1,0 +1,123 @@
+#include "tenax/parallel/mesh.h"
+
+#include <fmt/format.h>
+
+namespace tenax::parallel {
+
+const char* AxisName(Axis a) {
+  switch (a) {
+    case Axis::kReplicate: return "data_parallel_replicate";
+    case Axis::kShard: return "data_parallel_shard";
+    case Axis::kPipeline: return "pipeline_parallel";
+    case Axis::kTensor: return "tensor_parallel";
+  }
+  return "?";
+}
+
+Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpec& model,
+                          const TrainingOptions& training) {
+  Mesh m;
+  m.world_ = world;
+  const int64_t rep = o.data_parallel_replicate, tp = o.tensor_parallel,
+                pp = o.pipeline_parallel;
+  int64_t shard = o.data_parallel_shard;
+  if (shard == -1) {
+    if (world % (rep * tp * pp) != 0) {
+      return InvalidArgument(fmt::format(
+          "cannot infer data_parallel_shard: world size {} is not divisible by "
+          "data_parallel_replicate({}) * tensor_parallel({}) * pipeline_parallel({}) = {}",
+          world, rep, tp, pp, rep * tp * pp));
+    }
+    shard = world / (rep * tp * pp);
+  }
+  if (rep * shard * tp * pp != world) {
+    return InvalidArgument(fmt::format(
+        "[parallelism] data_parallel_replicate({}) * data_parallel_shard({}) * "
+        "tensor_parallel({}) * pipeline_parallel({}) = {} != world size {}; make the product equal "
+        "the number of ranks (data_parallel_shard = -1 takes whatever is left)",
+        rep, shard, tp, pp, rep * shard * tp * pp, world));
+  }
+  std::vector<std::string> problems;
+  if (model.n_heads % tp != 0) {
+    problems.push_back(fmt::format("model.n_heads ({}) is not divisible by tensor_parallel ({})",
+                                   model.n_heads, tp));
+  }
+  if (model.n_kv_heads % tp != 0) {
+    problems.push_back(fmt::format(
+        "model.n_kv_heads ({}) is not divisible by tensor_parallel ({})", model.n_kv_heads, tp));
+  }
+  if (model.ffn_hidden_dim % tp != 0) {
+    problems.push_back(fmt::format(
+        "model.ffn_hidden_dim ({}) is not divisible by tensor_parallel ({})", model.ffn_hidden_dim,
+        tp));
+  }
+  if (tp > 1 && training.seq_len % tp != 0) {
+    problems.push_back(fmt::format(
+        "training.seq_len ({}) is not divisible by tensor_parallel ({}) (sequence parallelism "
+        "splits the sequence across the tensor-parallel ranks)",
+        training.seq_len, tp));
+  }
+  const int64_t stages = pp * o.virtual_stages;
+  if (model.n_layers % stages != 0) {
+    problems.push_back(fmt::format(
+        "model.n_layers ({}) is not divisible by pipeline_parallel ({}) * virtual_stages ({}) = {}",
+        model.n_layers, pp, o.virtual_stages, stages));
+  }
+  if (o.virtual_stages > 1 && o.pipeline_schedule != "interleaved_1f1b") {
+    problems.push_back(fmt::format("virtual_stages = {} needs pipeline_schedule = "
+                                   "\"interleaved_1f1b\" (it is \"{}\")",
+                                   o.virtual_stages, o.pipeline_schedule));
+  }
+  if (pp > 1 && o.pipeline_schedule != "gpipe" && o.microbatches < pp) {
+    problems.push_back(fmt::format(
+        "microbatches ({}) < pipeline_parallel ({}): the {} schedule needs at least one "
+        "micro-batch per stage in flight",
+        o.microbatches, pp, o.pipeline_schedule));
+  }
+  if (o.pipeline_schedule == "interleaved_1f1b" && pp > 1 && o.microbatches % pp != 0) {
+    problems.push_back(fmt::format(
+        "microbatches ({}) is not a multiple of pipeline_parallel ({}), which interleaved 1F1B "
+        "requires",
+        o.microbatches, pp));
+  }
+  if (training.local_batch_size % o.microbatches != 0) {
+    problems.push_back(fmt::format(
+        "training.local_batch_size ({}) is not divisible by microbatches ({})",
+        training.local_batch_size, o.microbatches));
+  }
+  if (!problems.empty()) {
+    std::string msg = fmt::format("the parallel layout {} x {} x {} x {} does not fit:", rep,
+                                  shard, pp, tp);
+    for (const auto& p : problems) msg += "\n  - " + p;
+    return InvalidArgument(msg);
+  }
+  m.degrees_ = {static_cast<int>(rep), static_cast<int>(shard), static_cast<int>(pp),
+                static_cast<int>(tp)};
+  return m;
+}
+
+int Mesh::coord(int rank, Axis a) const {
+  int stride = 1;
+  for (int i = 3; i > static_cast<int>(a); --i) stride *= degrees_[i];
+  return (rank / stride) % degrees_[static_cast<int>(a)];
+}
+
+int Mesh::dp_index(int rank) const {
+  return coord(rank, Axis::kReplicate) * degree(Axis::kShard) + coord(rank, Axis::kShard);
+}
+
+std::vector<int> Mesh::GroupOf(int rank, Axis a) const {
+  int stride = 1;
+  for (int i = 3; i > static_cast<int>(a); --i) stride *= degrees_[i];
+  const int base = rank - coord(rank, a) * stride;
+  std::vector<int> ranks;
+  for (int k = 0; k < degree(a); ++k) ranks.push_back(base + k * stride);
+  return ranks;
+}
+
+std::string Mesh::Describe() const {
+  return fmt::format("dp_replicate {} x dp_shard {} x pp {} x tp {}", degrees_[0], degrees_[1],
+                     degrees_[2], degrees_[3]);
+}
+
+}  // namespace tenax::parallel

@@ -1,0 +1,61 @@
+// Multi-rank tests without a launcher: a test re-runs its own binary N times as ranks
+// (RANK/WORLD_SIZE/MASTER_PORT set, --gtest_filter picking a DISABLED_ worker test) and checks
+// that every rank exits 0. Workers assert with gtest as usual.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+namespace tenax::parallel::testing {
+
+// A TCP port that was free a moment ago (bind to port 0, read it back).
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+// Runs `world` copies of this test binary running `worker_filter`; returns their exit codes.
+inline std::vector<int> RunRanks(int world, const std::string& worker_filter,
+                                 const std::vector<std::string>& extra_env = {}) {
+  const int port = FreePort();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      for (const auto& kv : extra_env) ::putenv(const_cast<char*>(kv.c_str()));
+      const std::string filter = "--gtest_filter=" + worker_filter;
+      ::execl("/proc/self/exe", "worker", filter.c_str(), "--gtest_also_run_disabled_tests",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+}  // namespace tenax::parallel::testing
