@@ -13,6 +13,7 @@
 #include "tenax/core/log.h"
 #include "tenax/data/prepare.h"
 #include "tenax/data/tokenizer.h"
+#include "tenax/launch/launcher.h"
 #include "tenax/model/hf.h"
 #include "tenax/plan/cli.h"
 #include "tenax/train/evaluate.h"
@@ -25,6 +26,7 @@ namespace {
 Status RunTrain(const std::string& config_path, const std::vector<std::string>& overrides) {
   TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path, overrides));
   TENAX_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(config));
+  if (log::Rank() > 0) return Status::Ok();  // rank 0 speaks for the job
   std::string val = s.final_val_loss ? fmt::format("{:.4f}", *s.final_val_loss) : "n/a";
   std::string perf = s.mfu ? fmt::format("{:.1f}% MFU", 100 * *s.mfu)
                            : fmt::format("{}FLOP/s achieved", train::FormatCount(s.flops_per_s));
@@ -165,6 +167,16 @@ int main(int argc, char** argv) {
   export_hf->add_option("--out", out, "output folder")->required();
   export_hf->add_option("--dtype", dtype, "float32 | bfloat16");
 
+  launch::LaunchOptions launch_options;
+  auto* launch_cmd = app.add_subcommand(
+      "launch", "start ranks on this node: tenax launch --nproc-per-node N -- train ARGS...");
+  launch_cmd->add_option("--nproc-per-node", launch_options.nproc_per_node, "ranks on this node")
+      ->required();
+  launch_cmd->add_option("--nnodes", launch_options.nnodes, "nodes in the job");
+  launch_cmd->add_option("--node-rank", launch_options.node_rank, "this node's index");
+  launch_cmd->add_option("--rdzv", launch_options.rdzv, "HOST:PORT of node 0's store");
+  launch_cmd->add_option("command", launch_options.args, "the tenax command to run, after --");
+
   auto run_plan = plan::AddCommands(app);
 
   try {
@@ -182,6 +194,11 @@ int main(int argc, char** argv) {
     if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
     if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
     if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
+    if (launch_cmd->parsed()) {
+      auto rc = launch::Launch(launch_options);
+      if (!rc.ok()) return ExitCode(rc.status());
+      return *rc;
+    }
     bool plan_ran = false;
     Status plan_st = run_plan(&plan_ran);
     if (plan_ran) st = plan_st;

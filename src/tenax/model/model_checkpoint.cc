@@ -1,5 +1,7 @@
 #include "tenax/model/model_checkpoint.h"
 
+#include <fmt/format.h>
+
 #include "tenax/checkpoint/safetensors.h"
 #include "tenax/checkpoint/store.h"
 #include "tenax/config/model_spec_json.h"
@@ -7,6 +9,28 @@
 #include "tenax/model/tensor_io.h"
 
 namespace tenax::model {
+
+std::string RankFileName(const std::string& stem, int rank, int ranks) {
+  return fmt::format("{}-rank{:05d}-of-{:05d}.safetensors", stem, rank, ranks);
+}
+
+Result<std::vector<NamedTensor>> AssembleFromFiles(const std::map<std::string, std::string>& files,
+                                                   const std::string& stem,
+                                                   const std::string& dir) {
+  std::vector<ckpt::SafetensorsFile> parsed;
+  for (const auto& [name, bytes] : files) {
+    const bool whole = name == stem + ".safetensors";
+    const bool ranked = name.rfind(stem + "-rank", 0) == 0 &&
+                        name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
+    if (!whole && !ranked) continue;
+    TENAX_ASSIGN_OR_RETURN(ckpt::SafetensorsFile f,
+                           ckpt::SafetensorsFile::FromBytes(bytes, JoinPath(dir, name)));
+    parsed.push_back(std::move(f));
+  }
+  std::vector<const ckpt::SafetensorsFile*> ptrs;
+  for (const auto& f : parsed) ptrs.push_back(&f);
+  return AssembleTensors(ptrs);
+}
 
 Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path) {
   TENAX_ASSIGN_OR_RETURN(auto where, ckpt::ResolveCheckpointPath(LocalFs(), path));
@@ -16,8 +40,7 @@ Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path) {
   out.dir = loaded.dir;
   out.step = loaded.step;
   auto state_it = loaded.files.find(kTrainStateFile);
-  auto model_it = loaded.files.find(kModelFile);
-  if (state_it == loaded.files.end() || model_it == loaded.files.end()) {
+  if (state_it == loaded.files.end()) {
     return DataError(loaded.dir + " lacks " + kTrainStateFile + " or " + kModelFile +
                      "; it is not a tenax model checkpoint");
   }
@@ -30,10 +53,11 @@ Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path) {
     return DataError(JoinPath(loaded.dir, kTrainStateFile) + " has no \"model\" description");
   }
   TENAX_ASSIGN_OR_RETURN(out.spec, ModelSpecFromJson(out.train_state["model"]));
-  TENAX_ASSIGN_OR_RETURN(
-      ckpt::SafetensorsFile file,
-      ckpt::SafetensorsFile::FromBytes(model_it->second, JoinPath(loaded.dir, kModelFile)));
-  TENAX_ASSIGN_OR_RETURN(out.params, ReadTensors(file));
+  TENAX_ASSIGN_OR_RETURN(out.params, AssembleFromFiles(loaded.files, "model", loaded.dir));
+  if (out.params.empty()) {
+    return DataError(loaded.dir + " has no model weights (model.safetensors or model-rank*); it "
+                                  "is not a tenax model checkpoint");
+  }
   out.files = std::move(loaded.files);
   return out;
 }

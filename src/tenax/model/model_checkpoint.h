@@ -27,6 +27,14 @@ struct ModelCheckpoint {
   std::map<std::string, std::string> files;  // every verified file, by name
 };
 
+// Full tensors of `stem` ("model" or "optimizer") from a checkpoint's verified files, whichever
+// layout wrote them: STEM.safetensors (one process) or STEM-rankRRRRR-of-NNNNN.safetensors
+// (one per rank, sliced). Empty when the checkpoint has no such files.
+Result<std::vector<NamedTensor>> AssembleFromFiles(const std::map<std::string, std::string>& files,
+                                                   const std::string& stem,
+                                                   const std::string& dir);
+std::string RankFileName(const std::string& stem, int rank, int ranks);
+
 // `path` is a step folder or a checkpoint folder (its newest checkpoint that verifies).
 // Checksums are verified; a damaged file is named in the error.
 Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path);

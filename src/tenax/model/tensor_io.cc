@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstring>
 
 #include "tenax/core/check.h"
@@ -54,6 +56,81 @@ Result<std::vector<NamedTensor>> ReadTensors(const ckpt::SafetensorsFile& file) 
     at::Tensor t = at::empty(v.shape, at::TensorOptions().dtype(d->type));
     if (v.nbytes > 0) std::memcpy(t.data_ptr(), v.data, v.nbytes);
     out.push_back({name, t});
+  }
+  return out;
+}
+
+std::string SerializeSlices(const std::vector<TensorSlice>& slices) {
+  std::vector<NamedTensor> tensors;
+  std::map<std::string, std::string> metadata{{"format", "tenax-sharded"}};
+  for (const auto& s : slices) {
+    tensors.push_back({s.name, s.values});
+    metadata[s.name] =
+        nlohmann::json({{"shape", s.full_shape}, {"begin", s.begin}, {"end", s.end}}).dump();
+  }
+  return SerializeTensors(tensors, metadata);
+}
+
+Result<std::vector<NamedTensor>> AssembleTensors(
+    const std::vector<const ckpt::SafetensorsFile*>& files) {
+  struct Partial {
+    at::Tensor flat;
+    std::vector<int64_t> shape;
+    int64_t covered = 0;
+    at::Tensor seen;  // one flag per element: overlaps are as wrong as gaps
+  };
+  std::map<std::string, Partial> parts;
+  std::vector<std::string> order;
+  for (const ckpt::SafetensorsFile* f : files) {
+    TENAX_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadTensors(*f));
+    for (auto& t : tensors) {
+      auto meta = f->metadata().find(t.name);
+      std::vector<int64_t> shape = t.tensor.sizes().vec();
+      int64_t begin = 0, end = t.tensor.numel();
+      if (meta != f->metadata().end()) {
+        try {
+          auto j = nlohmann::json::parse(meta->second);
+          shape = j.at("shape").get<std::vector<int64_t>>();
+          begin = j.at("begin").get<int64_t>();
+          end = j.at("end").get<int64_t>();
+        } catch (const nlohmann::json::exception& e) {
+          return DataError(f->label() + ": bad slice metadata for " + t.name + ": " + e.what());
+        }
+      }
+      int64_t numel = 1;
+      for (int64_t d : shape) numel *= d;
+      if (begin < 0 || end > numel || end - begin != t.tensor.numel()) {
+        return DataError(fmt::format("{}: slice [{}, {}) of {} does not fit its shape", f->label(),
+                                     begin, end, t.name));
+      }
+      auto [it, fresh] = parts.try_emplace(t.name);
+      Partial& p = it->second;
+      if (fresh) {
+        order.push_back(t.name);
+        p.flat = at::empty({numel}, t.tensor.options());
+        p.shape = shape;
+        p.seen = at::zeros({numel}, at::kBool);
+      } else if (p.shape != shape) {
+        return DataError(fmt::format("{}: {} has shape {} here but {} elsewhere", f->label(),
+                                     t.name, fmt::join(shape, "x"), fmt::join(p.shape, "x")));
+      }
+      if (p.seen.narrow(0, begin, end - begin).any().item<bool>()) {
+        return DataError(fmt::format("{}: slices of {} overlap", f->label(), t.name));
+      }
+      p.seen.narrow(0, begin, end - begin).fill_(true);
+      p.flat.narrow(0, begin, end - begin).copy_(t.tensor.reshape({-1}));
+      p.covered += end - begin;
+    }
+  }
+  std::vector<NamedTensor> out;
+  for (const auto& name : order) {
+    Partial& p = parts.at(name);
+    if (p.covered != p.flat.numel()) {
+      return DataError(fmt::format("the checkpoint's shards cover {} of {} elements of {}; a "
+                                   "rank's file is missing",
+                                   p.covered, p.flat.numel(), name));
+    }
+    out.push_back({name, p.flat.view(p.shape)});
   }
   return out;
 }

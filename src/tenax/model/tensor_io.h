@@ -19,4 +19,19 @@ std::string SerializeTensors(const std::vector<NamedTensor>& tensors,
 // Reads every tensor of `file` into CPU tensors (copies; the file may be unmapped afterwards).
 Result<std::vector<NamedTensor>> ReadTensors(const ckpt::SafetensorsFile& file);
 
+// Sharded files (docs/checkpoint_format.md, "Sharded tensors"): each tensor stored in a rank's
+// file is the 1-D slice [begin, end) of the named tensor's flattened elements; the file's
+// metadata maps the tensor name to {"shape": [...], "begin": b, "end": e}.
+struct TensorSlice {
+  std::string name;
+  std::vector<int64_t> full_shape;
+  int64_t begin = 0;
+  int64_t end = 0;
+  at::Tensor values;  // 1-D
+};
+std::string SerializeSlices(const std::vector<TensorSlice>& slices);
+// Reassembles full tensors from the slices in `files` (any number of ranks, any split); every
+// element must be covered exactly once. Tensors in files without slice metadata are taken whole.
+Result<std::vector<NamedTensor>> AssembleTensors(const std::vector<const ckpt::SafetensorsFile*>& files);
+
 }  // namespace tenax::model

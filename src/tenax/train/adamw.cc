@@ -7,8 +7,9 @@
 
 namespace tenax::train {
 
-AdamW::AdamW(const OptimizerOptions& options, const std::vector<model::NamedTensor>& params)
-    : options_(options), params_(params) {
+AdamW::AdamW(const OptimizerOptions& options, const std::vector<model::NamedTensor>& params,
+             std::vector<at::Tensor> decay_masks)
+    : options_(options), params_(params), decay_masks_(std::move(decay_masks)) {
   for (const auto& p : params_) {
     exp_avg_.push_back(at::zeros_like(p.tensor, p.tensor.options().dtype(at::kFloat)));
     exp_avg_sq_.push_back(at::zeros_like(p.tensor, p.tensor.options().dtype(at::kFloat)));
@@ -26,7 +27,13 @@ void AdamW::Step(double lr) {
     at::Tensor p = params_[i].tensor;
     at::Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (decay_[i] && options_.weight_decay != 0) p.mul_(1.0 - lr * options_.weight_decay);
+    if (options_.weight_decay != 0) {
+      if (!decay_masks_.empty()) {
+        p.addcmul_(p, decay_masks_[i], -lr * options_.weight_decay);
+      } else if (decay_[i]) {
+        p.mul_(1.0 - lr * options_.weight_decay);
+      }
+    }
     exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
     exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
     at::Tensor denom = (exp_avg_sq_[i].sqrt() / bias2_sqrt).add_(options_.eps);

@@ -18,7 +18,10 @@ namespace tenax::train {
 
 class AdamW {
  public:
-  AdamW(const OptimizerOptions& options, const std::vector<model::NamedTensor>& params);
+  // `decay_masks` (optional, one per parameter, same shape, 1 = decay, 0 = not) replaces the
+  // dim >= 2 rule; FSDP's flat shards mix matrices and norm gains in one tensor.
+  AdamW(const OptimizerOptions& options, const std::vector<model::NamedTensor>& params,
+        std::vector<at::Tensor> decay_masks = {});
 
   // One update with learning rate `lr` using each parameter's .grad().
   void Step(double lr);
@@ -33,6 +36,7 @@ class AdamW {
   std::vector<model::NamedTensor> params_;  // aliases of the model's tensors
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
   std::vector<bool> decay_;
+  std::vector<at::Tensor> decay_masks_;
   int64_t step_ = 0;
 };
 

@@ -1,9 +1,12 @@
 // What a training checkpoint holds and how it is restored (docs/checkpoint_format.md):
-//   model.safetensors      parameters (fp32, canonical names)
-//   optimizer.safetensors  AdamW exp_avg.* / exp_avg_sq.*
-//   train_state.json       step, optimizer step, data position, tokens seen, CPU RNG state,
-//                          the resolved model shape and the config the run used
-// Restoring all of it makes the resumed trajectory identical to an uninterrupted one.
+//   model weights        model.safetensors (one process / DDP) or, with FSDP, one
+//                        model-rankRRRRR-of-NNNNN.safetensors per shard holding 1-D slices
+//   optimizer state      optimizer.safetensors or optimizer-rank*.safetensors, likewise:
+//                        exp_avg.<param> / exp_avg_sq.<param>
+//   train_state.json     step, optimizer step, data position, tokens seen, CPU RNG state, the
+//                        resolved model shape, the config and the parallel layout
+// Restoring all of it makes the resumed trajectory identical to an uninterrupted one, and any
+// layout reads any other's checkpoint (shards are reassembled by name, then re-split).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,9 +14,10 @@
 #include <string>
 
 #include "tenax/checkpoint/store.h"
-#include "tenax/config/options.h"
 #include "tenax/core/status.h"
 #include "tenax/model/llama.h"
+#include "tenax/parallel/communicator.h"
+#include "tenax/parallel/data_parallel.h"
 #include "tenax/train/adamw.h"
 
 namespace tenax::train {
@@ -24,13 +28,22 @@ struct TrainProgress {
   int64_t tokens_seen = 0;
 };
 
-Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& progress,
-                           const model::Llama& model, const AdamW& optimizer,
-                           const std::string& config_toml);
+// What is being saved or restored. `dp` and `world` are null for a single process.
+struct TrainTarget {
+  model::Llama& model;
+  AdamW& optimizer;
+  parallel::DataParallel* dp = nullptr;
+  parallel::Communicator* world = nullptr;
+  nlohmann::json layout = nlohmann::json::object();  // recorded in the manifest
+};
 
-// Loads `step` from `store` into the model and optimizer. A weights-only checkpoint (no
-// optimizer file, e.g. from import-hf) starts a fresh optimizer and data stream at step 0.
+// Collective when distributed: every rank calls it; rank 0 prepares and commits.
+Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& progress,
+                           TrainTarget& target, const std::string& config_toml);
+
+// Loads `step` from `store` into the target, whatever layout wrote it. A weights-only checkpoint
+// (import-hf) starts a fresh optimizer and data stream at step 0.
 Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64_t step,
-                                             model::Llama& model, AdamW& optimizer);
+                                             TrainTarget& target);
 
 }  // namespace tenax::train

@@ -13,6 +13,10 @@
 #include "tenax/data/loader.h"
 #include "tenax/data/source.h"
 #include "tenax/model/llama.h"
+#include "tenax/parallel/communicator.h"
+#include "tenax/parallel/data_parallel.h"
+#include "tenax/parallel/dist_env.h"
+#include "tenax/parallel/mesh.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
 #include "tenax/train/evaluate.h"
@@ -32,8 +36,8 @@ std::string CheckpointFolder(const Config& c, const std::string& run_dir) {
 }
 
 // Decides where training starts: fresh, the newest good checkpoint, or a given path.
-Result<TrainProgress> Resume(const Config& c, ckpt::CheckpointStore& store, model::Llama& model,
-                             AdamW& optimizer) {
+Result<TrainProgress> Resume(const Config& c, ckpt::CheckpointStore& store,
+                             TrainTarget& target) {
   const std::string& resume = c.checkpoint.resume;
   if (resume == "none") {
     TENAX_ASSIGN_OR_RETURN(std::vector<int64_t> steps, store.ListCommitted());
@@ -53,12 +57,25 @@ Result<TrainProgress> Resume(const Config& c, ckpt::CheckpointStore& store, mode
       return latest.status();
     }
     log::Info("resuming from {}", store.StepDir(*latest));
-    return RestoreTrainCheckpoint(store, *latest, model, optimizer);
+    return RestoreTrainCheckpoint(store, *latest, target);
   }
   TENAX_ASSIGN_OR_RETURN(auto where, ckpt::ResolveCheckpointPath(LocalFs(), resume));
   ckpt::CheckpointStore other(LocalFs(), where.first);
   log::Info("resuming from {}", other.StepDir(where.second));
-  return RestoreTrainCheckpoint(other, where.second, model, optimizer);
+  return RestoreTrainCheckpoint(other, where.second, target);
+}
+
+// Validation loss over this rank's share of the validation windows, combined over all ranks.
+EvalResult DistributedEval(model::Llama& model, data::EvalLoader& loader, at::ScalarType dtype,
+                           parallel::Communicator& world) {
+  EvalResult local = EvaluateLoss(model, loader, dtype);
+  at::Tensor t = at::tensor({local.loss * static_cast<double>(local.tokens),
+                             static_cast<double>(local.tokens)},
+                            at::kDouble);
+  world.AllReduceSum(t);
+  const double tokens = t[1].item<double>();
+  return EvalResult{tokens > 0 ? t[0].item<double>() / tokens : 0.0,
+                    static_cast<int64_t>(tokens)};
 }
 
 }  // namespace
@@ -69,6 +86,9 @@ Result<TrainSummary> Train(const Config& config) {
   if (t.threads > 0) at::set_num_threads(static_cast<int>(t.threads));
   at::manual_seed(config.job.seed);
   TENAX_ASSIGN_OR_RETURN(DeviceInfo device, ResolveDevice(t));
+  TENAX_ASSIGN_OR_RETURN(parallel::DistEnv env, parallel::ReadDistEnv());
+  if (env.distributed()) log::SetRank(env.rank);
+  const bool lead = env.rank == 0;  // writes the run folder, reports, commits checkpoints
 
   // Data first: debug presets take their vocabulary from it.
   TENAX_ASSIGN_OR_RETURN(data::DataSplits data, data::OpenDataSource(config.data));
@@ -84,6 +104,14 @@ Result<TrainSummary> Train(const Config& config) {
         "raise model.max_seq_len",
         t.seq_len, spec.max_seq_len));
   }
+  TENAX_ASSIGN_OR_RETURN(parallel::Mesh mesh,
+                         parallel::Mesh::Create(config.parallelism, env.world, spec, t));
+  if (mesh.degree(parallel::Axis::kTensor) > 1 || mesh.degree(parallel::Axis::kPipeline) > 1) {
+    return InvalidArgument(fmt::format(
+        "{}: tensor_parallel and pipeline_parallel > 1 are not implemented yet in this version of "
+        "tenax; use data_parallel_replicate / data_parallel_shard (DDP, FSDP, HSDP)",
+        mesh.Describe()));
+  }
   const ParamCounts counts = CountParams(spec);
   const FlopsPerToken flops = TrainingFlopsPerToken(spec, t.seq_len);
 
@@ -94,11 +122,40 @@ Result<TrainSummary> Train(const Config& config) {
   summary.run_dir = JoinPath(config.job.dump_folder, config.job.name);
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(summary.run_dir));
   const std::string config_toml = ConfigToToml(config);
-  TENAX_RETURN_IF_ERROR(
-      LocalFs().WriteFileAtomic(JoinPath(summary.run_dir, "config.toml"), config_toml));
+  if (lead) {
+    TENAX_RETURN_IF_ERROR(
+        LocalFs().WriteFileAtomic(JoinPath(summary.run_dir, "config.toml"), config_toml));
+  }
 
+  // Process groups: the world, then this rank's group along each data axis.
+  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<parallel::ProcessGroups> groups,
+                         parallel::ProcessGroups::Connect(env, std::chrono::seconds(120)));
+  parallel::Communicator& world = groups->world();
+  TENAX_ASSIGN_OR_RETURN(
+      std::unique_ptr<parallel::Communicator> shard_group,
+      groups->NewGroup("dp_shard", mesh.GroupOf(env.rank, parallel::Axis::kShard)));
+  TENAX_ASSIGN_OR_RETURN(
+      std::unique_ptr<parallel::Communicator> replicate_group,
+      groups->NewGroup("dp_replicate", mesh.GroupOf(env.rank, parallel::Axis::kReplicate)));
+  if (env.distributed()) {
+    log::Info("rank {} of {} ({}), layout {}", env.rank, env.world, env.source, mesh.Describe());
+  }
+
+  // Same seed on every rank: identical initial weights, no broadcast needed.
   model::Llama model(spec, config.job.seed, device.device);
-  AdamW optimizer(config.optimizer, model.params());
+  std::unique_ptr<parallel::DataParallel> dp;
+  if (env.distributed()) {
+    dp = std::make_unique<parallel::DataParallel>(model, *shard_group, *replicate_group);
+  }
+  AdamW optimizer(config.optimizer, dp ? dp->optimizer_params() : model.params(),
+                  dp ? dp->decay_masks() : std::vector<at::Tensor>{});
+  TrainTarget target{model, optimizer, dp.get(), env.distributed() ? &world : nullptr,
+                     {{"world_size", env.world},
+                      {"data_parallel_replicate", mesh.degree(parallel::Axis::kReplicate)},
+                      {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
+                      {"tensor_parallel", 1},
+                      {"pipeline_parallel", 1},
+                      {"sharding", dp && dp->sharded() ? "flat-slices" : "none"}}};
   log::Info("model: {} with {} parameters, {} training FLOP/token at seq_len {}; device {} ({})",
             spec.name, FormatParams(static_cast<double>(counts.total)),
             FormatCount(flops.total()), t.seq_len, device.name,
@@ -107,8 +164,9 @@ Result<TrainSummary> Train(const Config& config) {
   const std::string ckpt_dir = CheckpointFolder(config, summary.run_dir);
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir));
   ckpt::CheckpointStore store(LocalFs(), ckpt_dir);
-  TENAX_ASSIGN_OR_RETURN(TrainProgress progress, Resume(config, store, model, optimizer));
-  if (config.checkpoint.enable) {
+  TENAX_ASSIGN_OR_RETURN(TrainProgress progress, Resume(config, store, target));
+  if (env.distributed()) world.Barrier();  // every rank has read before anyone moves folders
+  if (config.checkpoint.enable && lead) {
     // Checkpoints newer than where training restarts (damaged ones that resume skipped, or a
     // deliberate resume from an older path) would collide with the steps about to be saved.
     TENAX_ASSIGN_OR_RETURN(std::vector<std::string> moved, store.SetAsideNewerThan(progress.step));
@@ -117,17 +175,23 @@ Result<TrainSummary> Train(const Config& config) {
     }
   }
 
+  if (env.distributed()) world.Barrier();
+  // Each data-parallel rank reads its own block of every global batch (data/loader.h).
   TENAX_ASSIGN_OR_RETURN(data::BatchLoader loader,
                          data::BatchLoader::Create(data.train, t.seq_len, t.local_batch_size,
-                                                   config.job.seed));
+                                                   config.job.seed, mesh.dp_index(env.rank),
+                                                   mesh.dp()));
   loader.Seek(progress.data_position);
   TENAX_ASSIGN_OR_RETURN(data::EvalLoader val_loader,
                          data::EvalLoader::Create(data.val, t.seq_len, t.local_batch_size,
-                                                  config.metrics.eval_tokens));
-  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<Reporter> reporter,
-                         Reporter::Open(summary.run_dir, config.metrics, progress.step));
-  summary.metrics_path = reporter->metrics_path();
-  summary.tensorboard_dir = reporter->tensorboard_dir();
+                                                  config.metrics.eval_tokens, env.rank, env.world));
+  std::unique_ptr<Reporter> reporter;
+  if (lead) {
+    TENAX_ASSIGN_OR_RETURN(reporter,
+                           Reporter::Open(summary.run_dir, config.metrics, progress.step));
+    summary.metrics_path = reporter->metrics_path();
+    summary.tensorboard_dir = reporter->tensorboard_dir();
+  }
   if (progress.step >= t.steps) {
     return InvalidArgument(fmt::format(
         "the checkpoint is at step {} and training.steps = {}: nothing to do; raise "
@@ -135,7 +199,8 @@ Result<TrainSummary> Train(const Config& config) {
         progress.step, t.steps));
   }
 
-  const int64_t tokens_per_step = t.local_batch_size * t.seq_len * t.grad_accum_steps;
+  const int64_t tokens_per_step =
+      t.local_batch_size * t.seq_len * t.grad_accum_steps * mesh.dp();  // global
   const int64_t last_step = t.stop_at > 0 ? std::min(t.stop_at, t.steps) : t.steps;
   if (progress.step >= last_step) {
     return InvalidArgument(fmt::format(
@@ -156,6 +221,7 @@ Result<TrainSummary> Train(const Config& config) {
     const auto t0 = Clock::now();
     const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device.device));
+    if (dp) dp->Gather();
     for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
       data::Batch b = loader.Next();
       at::Tensor loss = model.Loss(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
@@ -165,10 +231,20 @@ Result<TrainSummary> Train(const Config& config) {
       (loss / static_cast<double>(t.grad_accum_steps)).backward();
       loss_sum += loss.detach();
     }
-    const double loss = loss_sum.item<double>() / static_cast<double>(t.grad_accum_steps);
-    const double grad_norm = ClipGradNorm(model.params(), t.max_norm);
+    double loss = loss_sum.item<double>() / static_cast<double>(t.grad_accum_steps);
+    double grad_norm;
+    if (dp) {
+      dp->ReduceGradients();
+      dp->Release();
+      grad_norm = dp->ClipGradNorm(t.max_norm);
+      at::Tensor l = at::full({1}, loss, at::kDouble);
+      world.AllReduceSum(l);
+      loss = l.item<double>() / env.world;
+    } else {
+      grad_norm = ClipGradNorm(model.params(), t.max_norm);
+    }
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-      reporter->Finish();
+      if (reporter) reporter->Finish();
       return Numerical(fmt::format(
           "step {}: loss = {}, gradient norm = {}; training diverged. Lower optimizer.lr (now "
           "{}), raise lr_scheduler.warmup_steps or lower training.max_norm, then resume from the "
@@ -177,6 +253,9 @@ Result<TrainSummary> Train(const Config& config) {
     }
     optimizer.Step(lr);
     for (auto& p : model.params()) p.tensor.mutable_grad() = at::Tensor();
+    if (dp) {
+      for (auto& p : dp->optimizer_params()) p.tensor.mutable_grad() = at::Tensor();
+    }
     progress.step = step;
     progress.data_position = loader.position();
     progress.tokens_seen += tokens_per_step;
@@ -200,24 +279,28 @@ Result<TrainSummary> Train(const Config& config) {
     m.eta_s = train_seconds / static_cast<double>(steps_timed) *
               static_cast<double>(last_step - step);
     const bool last = step == last_step;
-    if (step % config.metrics.log_interval == 0 || last) {
+    if (reporter && (step % config.metrics.log_interval == 0 || last)) {
       TENAX_RETURN_IF_ERROR(reporter->LogStep(m));
     }
     if ((config.metrics.eval_interval > 0 && step % config.metrics.eval_interval == 0) || last) {
-      EvalResult ev = EvaluateLoss(model, val_loader, device.compute_dtype);
+      if (dp) dp->Gather();
+      EvalResult ev = DistributedEval(model, val_loader, device.compute_dtype, world);
+      if (dp) dp->Release();
       summary.final_val_loss = ev.loss;
-      TENAX_RETURN_IF_ERROR(reporter->LogEval(step, ev.loss, ev.tokens));
+      if (reporter) TENAX_RETURN_IF_ERROR(reporter->LogEval(step, ev.loss, ev.tokens));
     }
     if (config.checkpoint.enable && (step % config.checkpoint.interval == 0 || last)) {
       const auto c0 = Clock::now();
-      TENAX_RETURN_IF_ERROR(SaveTrainCheckpoint(store, progress, model, optimizer, config_toml));
-      TENAX_RETURN_IF_ERROR(store.Prune(config.checkpoint.keep_latest));
+      TENAX_RETURN_IF_ERROR(SaveTrainCheckpoint(store, progress, target, config_toml));
       summary.checkpoint_dir = store.StepDir(step);
-      reporter->Message(fmt::format("saved checkpoint {} in {:.2f}s", summary.checkpoint_dir,
-                                    Seconds(Clock::now() - c0)));
+      if (lead) {
+        TENAX_RETURN_IF_ERROR(store.Prune(config.checkpoint.keep_latest));
+        reporter->Message(fmt::format("saved checkpoint {} in {:.2f}s", summary.checkpoint_dir,
+                                      Seconds(Clock::now() - c0)));
+      }
     }
   }
-  reporter->Finish();
+  if (reporter) reporter->Finish();
   summary.last_step = last_step;
   if (last_step < t.steps) {
     log::Info("stopped at step {} of {} (training.stop_at); run again to continue", last_step,

@@ -1,0 +1,61 @@
+// A parallel layout: how one training step of a model is spread over GPUs (tensor, context,
+// pipeline with virtual stages, data parallel as FSDP shards and replicas), how the batch is cut
+// into micro-batches, what is recomputed and in which precision the matmuls run. Plus the partial
+// layouts users pin on the command line (`--fix tp=8,pp=16`).
+// Mesh order, outermost to innermost, is pp, dp_replicate, dp_shard, cp, tp (torchtitan's): the
+// inner axes get the fastest links, which is why tensor parallelism lands on NVLink first.
+// Non-goals: expert parallelism; uneven (per-stage) layer assignment chosen by hand.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tenax/core/status.h"
+
+namespace tenax::plan {
+
+// What activation memory is kept for backward (docs/planner.md derives each).
+enum class Recompute {
+  kNone,       // keep every activation backward needs
+  kSelective,  // torchtitan's per-op policy: keep matmul outputs at odd positions and attention
+               // outputs; recompute every second matmul and all elementwise ops
+  kFull,       // keep only each layer's input; recompute the whole layer in backward
+};
+const char* RecomputeName(Recompute r);
+
+struct Layout {
+  int64_t tp = 1;            // tensor parallel (with sequence parallel on the norms)
+  int64_t cp = 1;            // context parallel: each GPU holds seq_len / cp of every sequence
+  int64_t pp = 1;            // pipeline stages
+  int64_t vpp = 1;           // virtual stages per pipeline rank (interleaved 1F1B when > 1)
+  int64_t dp_replicate = 1;  // data-parallel replicas (HSDP's outer axis; plain DDP when shard=1)
+  int64_t dp_shard = 1;      // FSDP shards parameters, gradients and optimizer state this wide
+  int64_t micro_batch = 1;   // sequences per micro-batch
+  int64_t micro_batches = 1; // micro-batches per step through each pipeline
+  Recompute recompute = Recompute::kNone;
+  bool fp8 = false;          // transformer-block matmuls in fp8 (attention and output stay bf16)
+  // FSDP: free gathered parameters after forward and gather again for backward, per micro-batch
+  // (ZeRO-3); false keeps them gathered for the whole step (ZeRO-2-like, Llama 3's choice).
+  bool reshard = true;
+
+  int64_t dp() const { return dp_replicate * dp_shard; }
+  int64_t gpus() const { return tp * cp * pp * dp(); }
+};
+
+// "tp8 pp16v4 dp64 mbs1x32 sel" style: short, and unique for a layout.
+std::string LayoutName(const Layout& l);
+
+// Fields a user pins; unset ones are searched.
+struct LayoutConstraints {
+  std::optional<int64_t> tp, cp, pp, vpp, dp, dp_replicate, dp_shard, micro_batch;
+  std::optional<Recompute> recompute;
+  std::optional<bool> fp8, reshard;
+
+  bool Allows(const Layout& l) const;
+};
+
+// "tp=8,pp=16,dp=64,v=4,mbs=1,ac=selective,fp8=no,reshard=no,dp_shard=64,cp=1".
+Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text);
+
+}  // namespace tenax::plan
