@@ -112,12 +112,16 @@ Result<PreparedMeta> PrepareDocuments(const std::vector<Document>& docs, const T
   }
 
   TENAX_RETURN_IF_ERROR(fs.CreateDirs(out_dir));
+  // Uncommit an older prepare in the same folder first: a crash while the shards are replaced
+  // must leave a folder readers refuse, not old metadata beside new shards.
+  const std::string meta_path = JoinPath(out_dir, "meta.json");
+  if (fs.Exists(meta_path)) TENAX_RETURN_IF_ERROR(fs.RemoveAll(meta_path));
   TENAX_RETURN_IF_ERROR(
       WriteShard(fs, JoinPath(out_dir, "train.bin"), train, meta.vocab_size, meta.eos));
   TENAX_RETURN_IF_ERROR(
       WriteShard(fs, JoinPath(out_dir, "val.bin"), val, meta.vocab_size, meta.eos));
   // Last: meta.json commits the folder (see prepare.h).
-  TENAX_RETURN_IF_ERROR(fs.WriteFileAtomic(JoinPath(out_dir, "meta.json"), MetaToJson(meta)));
+  TENAX_RETURN_IF_ERROR(fs.WriteFileAtomic(meta_path, MetaToJson(meta)));
   return meta;
 }
 

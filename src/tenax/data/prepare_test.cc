@@ -84,6 +84,52 @@ TEST(Prepare, TooLittleDataIsAnError) {
   EXPECT_EQ(Prepare({dir.Join("missing.txt")}, tok, dir.path()).code(), StatusCode::kNotFound);
 }
 
+// Delegates to the local filesystem but fails writes of one file name, as a crash would.
+class FailingFs final : public FileSystem {
+ public:
+  explicit FailingFs(std::string fail_suffix) : fail_(std::move(fail_suffix)) {}
+  Status WriteFileAtomic(const std::string& path, std::string_view data) override {
+    if (path.size() >= fail_.size() && path.compare(path.size() - fail_.size(), fail_.size(),
+                                                    fail_) == 0) {
+      return IoError("injected failure writing " + path);
+    }
+    return LocalFs().WriteFileAtomic(path, data);
+  }
+  Result<std::string> ReadFile(const std::string& p) override { return LocalFs().ReadFile(p); }
+  Status CreateDirs(const std::string& p) override { return LocalFs().CreateDirs(p); }
+  Status RemoveAll(const std::string& p) override { return LocalFs().RemoveAll(p); }
+  Status Rename(const std::string& a, const std::string& b) override {
+    return LocalFs().Rename(a, b);
+  }
+  bool Exists(const std::string& p) override { return LocalFs().Exists(p); }
+  Result<std::vector<std::string>> ListDir(const std::string& d) override {
+    return LocalFs().ListDir(d);
+  }
+  Status SyncDir(const std::string& d) override { return LocalFs().SyncDir(d); }
+
+ private:
+  std::string fail_;
+};
+
+TEST(Prepare, ACrashedRewriteLeavesAFolderReadersRefuse) {
+  TempDir dir;
+  ByteTokenizer tok;
+  ASSERT_TRUE(PrepareDocuments({{"a", std::string(1000, 'a')}}, tok, dir.path(), "text").ok());
+  ASSERT_TRUE(OpenPrepared(dir.path()).ok());
+  // Rewrite with new data, "crashing" while writing val.bin: train.bin is already new.
+  FailingFs fs("val.bin");
+  Result<PreparedMeta> crashed =
+      PrepareDocuments({{"b", std::string(3000, 'b')}}, tok, dir.path(), "text", fs);
+  EXPECT_EQ(crashed.status().code(), StatusCode::kIoError);
+  EXPECT_EQ(OpenPrepared(dir.path()).status().code(), StatusCode::kNotFound);
+  // Re-running the prepare repairs it.
+  ASSERT_TRUE(PrepareDocuments({{"b", std::string(3000, 'b')}}, tok, dir.path(), "text").ok());
+  Result<PreparedData> d = OpenPrepared(dir.path());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->train.size() + d->val.size(), 3001);
+  EXPECT_EQ(d->train.at(0), static_cast<uint32_t>('b'));
+}
+
 TEST(OpenPrepared, RejectsMissingOrMismatchedFiles) {
   TempDir dir;
   Result<PreparedData> none = OpenPrepared(dir.path());

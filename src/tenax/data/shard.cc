@@ -7,7 +7,8 @@
 #include "tenax/core/check.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "tenax token shards are little-endian and are read with memcpy: big-endian hosts need a byte-swapping reader"
+// Shards are little-endian and read with memcpy; a big-endian host needs a byte-swapping reader.
+#error "tenax token shards need a little-endian host"
 #endif
 
 namespace tenax::data {

@@ -43,7 +43,8 @@ Result<DataSplits> OpenSynthetic(const SyntheticOptions& o) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -78,7 +79,9 @@ Result<TokenStream> OpenEvalSpec(const std::string& spec, const DataOptions& def
     want_train = false;
   }
   const bool train = want_train.value_or(false);
-  if (base.empty()) return InvalidArgument("empty --data spec; allowed forms: " + std::string(kEvalForms));
+  if (base.empty()) {
+    return InvalidArgument("empty --data spec; allowed forms: " + std::string(kEvalForms));
+  }
 
   if (base == "brown" || base == "synthetic") {
     DataOptions o = defaults;
@@ -99,7 +102,9 @@ Result<TokenStream> OpenEvalSpec(const std::string& spec, const DataOptions& def
                     kEvalForms);
   }
   Result<PreparedData> d = OpenPrepared(base);
-  if (!d.ok()) return d.status().WithContext("--data " + spec + " (allowed forms: " + kEvalForms + ")");
+  if (!d.ok()) {
+    return d.status().WithContext("--data " + spec + " (allowed forms: " + kEvalForms + ")");
+  }
   return train ? d->train : d->val;
 }
 

@@ -94,6 +94,11 @@ Result<ProcessResult> RunProcess(const std::vector<std::string>& argv, std::stri
   Pipes::Close(pipes.fd[0][0]);
   Pipes::Close(pipes.fd[1][1]);
   Pipes::Close(pipes.fd[2][1]);
+  // Our ends must not block: poll() promises only *some* room or data, and a blocking write
+  // larger than the free space would wait for a child that is itself waiting for us to read.
+  for (int fd : {pipes.fd[0][1], pipes.fd[1][0], pipes.fd[2][0]}) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
 
   ProcessResult result;
   {

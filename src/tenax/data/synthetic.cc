@@ -94,8 +94,9 @@ Result<MarkovSource> MarkovSource::FromTable(int64_t vocab_size, int64_t order,
   m.order_ = order;
   m.contexts_ = PowCapped(vocab_size, order, kMaxSyntheticContexts);
   if (static_cast<int64_t>(probs.size()) != m.contexts_ * m.vocab_) {
-    return InvalidArgument("transition table has " + std::to_string(probs.size()) +
-                           " entries; expected V^(k+1) = " + std::to_string(m.contexts_ * m.vocab_));
+    return InvalidArgument(
+        "transition table has " + std::to_string(probs.size()) +
+        " entries; expected V^(k+1) = " + std::to_string(m.contexts_ * m.vocab_));
   }
   for (int64_t c = 0; c < m.contexts_; ++c) {
     double sum = 0;
@@ -151,9 +152,10 @@ Status MarkovSource::Finish() {
     converged = change < tol;
   }
   if (!converged) {
-    return Numerical("the synthetic Markov chain's stationary distribution did not converge in " +
-                     std::to_string(kMaxPowerIterations) +
-                     " iterations (the chain mixes too slowly); raise data.synthetic.concentration");
+    return Numerical(
+        "the synthetic Markov chain's stationary distribution did not converge in " +
+        std::to_string(kMaxPowerIterations) +
+        " iterations (the chain mixes too slowly); raise data.synthetic.concentration");
   }
   stationary_ = std::move(pi);
   entropy_rate_ = 0;
@@ -223,8 +225,9 @@ double MarkovSource::MeanNegLogProb(const std::vector<uint32_t>& tokens) const {
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n <= order_) return 0;
   double total = 0;
-  for (int64_t i = order_; i < n; ++i) total -= LogProb(&tokens[static_cast<size_t>(i - order_)],
-                                                        tokens[static_cast<size_t>(i)]);
+  for (int64_t i = order_; i < n; ++i) {
+    total -= LogProb(&tokens[static_cast<size_t>(i - order_)], tokens[static_cast<size_t>(i)]);
+  }
   return total / static_cast<double>(n - order_);
 }
 

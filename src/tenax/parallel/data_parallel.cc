@@ -155,9 +155,9 @@ void DataParallel::LoadFull(const std::vector<model::NamedTensor>& full_params) 
   shard_param_.copy_(ShardOf(full_params));
 }
 
-int64_t DataParallel::ResidentParamBytes() const {
-  if (sharded()) return 2 * layout_.shard_size * static_cast<int64_t>(sizeof(float));
-  return 2 * layout_.total * static_cast<int64_t>(sizeof(float));
+int64_t DataParallel::ResidentStateBytes() const {
+  const int64_t elements = sharded() ? layout_.shard_size : layout_.total;
+  return 4 * elements * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace tenax::parallel

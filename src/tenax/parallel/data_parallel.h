@@ -77,8 +77,8 @@ class DataParallel {
   void LoadFull(const std::vector<model::NamedTensor>& full_params);
   at::Tensor ShardOf(const std::vector<model::NamedTensor>& full) const;
 
-  // Bytes this rank holds between steps: parameters + gradients (optimizer state is 2x params).
-  int64_t ResidentParamBytes() const;
+  // Bytes of parameters + gradients + AdamW state (2 tensors) this rank holds between steps.
+  int64_t ResidentStateBytes() const;
 
  private:
   model::Llama& model_;

@@ -27,6 +27,7 @@ struct LayerTime {
   double recompute = 0;    // extra forward work the recompute policy adds
   double tp_comm = 0;      // exposed tensor-parallel all-gathers / reduce-scatters
   double cp_comm = 0;      // context-parallel key/value all-gathers / reduce-scatters
+  double tp_hidden = 0;    // tensor-parallel traffic overlapped with compute (not in total())
   double total() const {
     return matmul + attention + elementwise + recompute + tp_comm + cp_comm;
   }
@@ -51,6 +52,8 @@ struct StepTime {
   double pp_comm = 0;     // exposed pipeline sends
   double dp_comm = 0;     // all FSDP / DDP traffic
   double dp_exposed = 0;  // the part not hidden behind compute
+  double dp_copies = 0;   // FSDP's copy-in / copy-out and dtype casts around each collective
+  double interference = 0;  // compute slowed by the communication hidden behind it
   double optimizer = 0;   // AdamW over this GPU's shard
   double step = 0;        // the sum: one optimizer step
 

@@ -248,6 +248,8 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
   p.eff.tp_overlap = frac("tp_overlap", "fraction of tensor-parallel traffic hidden");
   p.eff.dp_overlap = frac("dp_overlap", "fraction of data-parallel traffic hidden");
   p.eff.pp_overlap = frac("pp_overlap", "fraction of steady-state pipeline sends hidden");
+  p.eff.comm_interference = frac("comm_interference",
+                                 "compute seconds lost per second of hidden communication");
   r.ReportUnknown();
   // Zero speeds would divide by zero in the time model; overlaps may be 0.
   const std::pair<const char*, double> speeds[] = {

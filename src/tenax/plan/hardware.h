@@ -33,6 +33,9 @@ struct Efficiency {
   double tp_overlap = 0;             // fraction of tensor-parallel traffic hidden by compute
   double dp_overlap = 0;             // fraction of FSDP/DP traffic hidden when compute is long enough
   double pp_overlap = 0;             // fraction of steady-state pipeline sends hidden
+  // Hidden communication is not free: NCCL kernels occupy SMs and HBM bandwidth while compute
+  // runs. Each second of hidden traffic still costs this many seconds of compute.
+  double comm_interference = 0;
 };
 
 struct HardwareProfile {

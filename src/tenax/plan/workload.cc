@@ -9,7 +9,16 @@
 
 namespace tenax::plan {
 
-Result<Workload> MakeWorkload(const ModelSpec& model, int64_t seq_len, int64_t batch_tokens) {
+const char* KernelsName(Kernels k) { return k == Kernels::kEager ? "eager" : "fused"; }
+
+Result<Kernels> ParseKernels(const std::string& text) {
+  if (text == "eager") return Kernels::kEager;
+  if (text == "fused" || text == "compiled") return Kernels::kFused;
+  return InvalidArgument("--kernels = '" + text + "': expected eager or fused");
+}
+
+Result<Workload> MakeWorkload(const ModelSpec& model, int64_t seq_len, int64_t batch_tokens,
+                              Kernels kernels) {
   if (seq_len <= 0) return InvalidArgument(fmt::format("--seq-len = {} must be > 0", seq_len));
   if (batch_tokens <= 0 || batch_tokens % seq_len != 0) {
     const int64_t lo = std::max<int64_t>(1, batch_tokens / seq_len);
@@ -20,6 +29,7 @@ Result<Workload> MakeWorkload(const ModelSpec& model, int64_t seq_len, int64_t b
   }
   Workload w;
   w.model = model;
+  w.kernels = kernels;
   w.seq_len = seq_len;
   w.global_batch_tokens = batch_tokens;
   w.flops_per_token = TrainingFlopsPerToken(model, seq_len).total();

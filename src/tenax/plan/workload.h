@@ -11,8 +11,18 @@
 
 namespace tenax::plan {
 
+// How the training stack runs the elementwise work between matmuls. It changes the bytes those
+// kernels move (cost_model.cc counts both): a property of the software, not of the GPU.
+enum class Kernels {
+  kEager,  // one kernel per op: tenax's trainer, torchtitan without torch.compile
+  kFused,  // fused add+RMSNorm, rotary and SwiGLU: torch.compile, Megatron/Transformer Engine
+};
+const char* KernelsName(Kernels k);
+Result<Kernels> ParseKernels(const std::string& text);
+
 struct Workload {
   ModelSpec model;
+  Kernels kernels = Kernels::kEager;
   int64_t seq_len = 0;
   int64_t global_batch_tokens = 0;  // a whole number of sequences
   // TrainingFlopsPerToken(model, seq_len).total(): torchtitan's 6N + 12LHQT convention, which
@@ -24,7 +34,8 @@ struct Workload {
 };
 
 // Checks that the batch is a whole number of sequences and the sizes are positive.
-Result<Workload> MakeWorkload(const ModelSpec& model, int64_t seq_len, int64_t global_batch_tokens);
+Result<Workload> MakeWorkload(const ModelSpec& model, int64_t seq_len, int64_t global_batch_tokens,
+                              Kernels kernels = Kernels::kEager);
 
 // `preset_or_config` is a preset name (llama3-405b) or a tenax TOML config whose [model] section
 // is used. Debug presets take their vocabulary from the data; the byte tokenizer's 256 stands in.

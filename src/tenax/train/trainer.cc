@@ -161,6 +161,9 @@ Result<TrainSummary> Train(const Config& config) {
             FormatCount(flops.total()), t.seq_len, device.name,
             device.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
 
+  log::Info("parameters + gradients + optimizer state per rank: {} bytes",
+            dp ? dp->ResidentStateBytes()
+               : 4 * counts.total * static_cast<int64_t>(sizeof(float)));
   const std::string ckpt_dir = CheckpointFolder(config, summary.run_dir);
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir));
   ckpt::CheckpointStore store(LocalFs(), ckpt_dir);
