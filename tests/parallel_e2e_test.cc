@@ -92,6 +92,16 @@ TEST_F(ParallelE2E, FsdpFourRanksMatchesSingleRank) {
   }
 }
 
+// Recomputing every block in backward (on gathered FSDP parameters) changes nothing numerically.
+TEST_F(ParallelE2E, FsdpWithFullActivationCheckpointMatches) {
+  auto r = RunTenax("launch --nproc-per-node 2 -- " +
+                        Args(*dir_, "fsdp_ac", 4, 20,
+                             "--set parallelism.activation_checkpoint=full"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectSameLosses(Losses(*dir_ / "fsdp_ac/metrics.jsonl"), reference_);
+}
+
 TEST_F(ParallelE2E, HsdpTwoByTwoMatchesSingleRank) {
   auto r = RunTenax("launch --nproc-per-node 4 -- " +
                         Args(*dir_, "hsdp", 2, 20, "--set parallelism.data_parallel_replicate=2"),

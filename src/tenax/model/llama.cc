@@ -1,6 +1,8 @@
 #include "tenax/model/llama.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -63,6 +65,14 @@ void Llama::BindAliases() {
   norm_ = by_name.at("norm.weight");
   output_ = spec_.tie_embeddings ? tok_embeddings_ : by_name.at("output.weight");
   layers_.clear();
+  // Per-layer closures for recomputation in backward, built once so their addresses (held by
+  // pending autograd nodes) never change. They read layers_ and rope_ when called: a longer rope
+  // table rebuilt meanwhile still starts with the same positions.
+  for (int64_t i = static_cast<int64_t>(block_fns_.size()); i < spec_.n_layers; ++i) {
+    block_fns_.emplace_back([this, i](const at::Tensor& x) {
+      return Block(layers_[static_cast<size_t>(i)], x, rope_);
+    });
+  }
   for (int64_t i = 0; i < spec_.n_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
     layers_.push_back(Layer{by_name.at(p + "attention_norm.weight"),
@@ -85,14 +95,58 @@ const RopeTable& Llama::Rope(int64_t seq_len) {
   return rope_;
 }
 
+namespace {
+
+// Reentrant recomputation (like torch.utils.checkpoint with use_reentrant=True): forward runs
+// the block without recording a graph and keeps only its input; backward re-runs it with
+// gradients on and back-propagates through the fresh graph, which accumulates the block's
+// parameter gradients into their .grad directly and returns the input's gradient.
+struct Recompute : public torch::autograd::Function<Recompute> {
+  using BlockFn = std::function<at::Tensor(const at::Tensor&)>;
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            int64_t fn_address) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["fn"] = fn_address;
+    const auto* fn = reinterpret_cast<const BlockFn*>(fn_address);
+    return (*fn)(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* fn = reinterpret_cast<const BlockFn*>(ctx->saved_data["fn"].toInt());
+    at::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    at::AutoGradMode enable(true);
+    at::Tensor y = (*fn)(x);
+    torch::autograd::backward({y}, {grads[0]});
+    return {x.grad(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+void Llama::SetActivationCheckpoint(const std::string& mode) {
+  TENAX_CHECK(mode == "none" || mode == "selective" || mode == "full");
+  checkpoint_every_ = mode == "full" ? 1 : mode == "selective" ? 2 : 0;
+}
+
+at::Tensor Llama::Block(const Layer& l, const at::Tensor& x, const RopeTable& rope) const {
+  at::Tensor h = x + Attention(RmsNorm(x, l.attention_norm, spec_.norm_eps), l.wq, l.wk, l.wv,
+                               l.wo, spec_.n_heads, spec_.n_kv_heads, rope);
+  return h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
+}
+
 at::Tensor Llama::Logits(const at::Tensor& tokens, at::ScalarType compute_dtype) {
   TENAX_CHECK(tokens.dim() == 2);
   const RopeTable& rope = Rope(tokens.size(1));
   at::Tensor h = at::embedding(tok_embeddings_, tokens).to(compute_dtype);  // (B, T, C)
-  for (const Layer& l : layers_) {
-    h = h + Attention(RmsNorm(h, l.attention_norm, spec_.norm_eps), l.wq, l.wk, l.wv, l.wo,
-                      spec_.n_heads, spec_.n_kv_heads, rope);
-    h = h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    const bool recompute = checkpoint_every_ > 0 && at::GradMode::is_enabled() &&
+                           (i + 1) % static_cast<size_t>(checkpoint_every_) == 0;
+    if (recompute) {
+      h = Recompute::apply(h, reinterpret_cast<int64_t>(&block_fns_[i]));
+    } else {
+      h = Block(l, h, rope);
+    }
   }
   h = RmsNorm(h, norm_, spec_.norm_eps);
   at::Tensor logits = Linear(h, output_);  // (B, T, V)

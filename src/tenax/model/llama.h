@@ -19,6 +19,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,12 @@ class Llama {
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets,
                   at::ScalarType compute_dtype = at::kFloat);
 
+  // Activation checkpointing: "none" keeps every block's activations for backward; "full"
+  // keeps only each block's input and recomputes the block during backward; "selective"
+  // recomputes every second block (torchtitan's layer-frequency option), about half the saving
+  // for half the extra compute. Gradients are identical in every mode.
+  void SetActivationCheckpoint(const std::string& mode);
+
   // Copies `values` (name -> tensor, any device/dtype convertible to fp32) into the parameters;
   // every parameter must be present with the right shape, and no extra names are allowed.
   Status LoadParams(const std::vector<NamedTensor>& values);
@@ -72,6 +79,7 @@ class Llama {
   };
   void BindAliases();
   const RopeTable& Rope(int64_t seq_len);
+  at::Tensor Block(const Layer& layer, const at::Tensor& h, const RopeTable& rope) const;
 
   ModelSpec spec_;
   at::Device device_;
@@ -80,6 +88,8 @@ class Llama {
   std::vector<Layer> layers_;
   RopeTable rope_;  // cached for the longest sequence seen so far
   int64_t rope_len_ = 0;
+  int checkpoint_every_ = 0;
+  std::vector<std::function<at::Tensor(const at::Tensor&)>> block_fns_;  // one per layer  // recompute block i in backward when (i + 1) % this == 0; 0: never
 };
 
 }  // namespace tenax::model

@@ -143,6 +143,7 @@ Result<TrainSummary> Train(const Config& config) {
 
   // Same seed on every rank: identical initial weights, no broadcast needed.
   model::Llama model(spec, config.job.seed, device.device);
+  model.SetActivationCheckpoint(config.parallelism.activation_checkpoint);
   std::unique_ptr<parallel::DataParallel> dp;
   if (env.distributed()) {
     dp = std::make_unique<parallel::DataParallel>(model, *shard_group, *replicate_group);

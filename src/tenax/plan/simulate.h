@@ -1,0 +1,65 @@
+// Monte-Carlo simulation of a synchronous training job under node failures: failures arrive as a
+// Poisson process (each node independently at the given rate); the job stalls to checkpoint every
+// `interval` of computation; a failure loses the work since the last completed checkpoint, then
+// the job pays the restart cost (detection, relaunch, loading the checkpoint) after a replacement
+// node is found: from the spare pool (swap time) or, with none left, by waiting for a repair.
+// Failed nodes return to the pool once repaired. Failures may also strike during a restart.
+// Every run derives its own generator from (seed, run index): results depend only on the seed.
+// Non-goals: failures while waiting for a repair (the job holds no nodes then), correlated
+// failures, stragglers, checkpoint corruption.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tenax/core/status.h"
+#include "tenax/plan/failure.h"
+
+namespace tenax::plan {
+
+struct SimulationConfig {
+  int64_t gpus = 0;
+  int64_t gpus_per_node = 8;
+  FailureRate rate;
+  double checkpoint_cost = 0;  // seconds training stalls per checkpoint
+  double restart_cost = 0;     // seconds from a replacement being ready to training again
+  double interval = 0;         // seconds of computation between checkpoints
+  double duration = 0;         // seconds of computation the job needs without failures
+  int64_t spares = 0;          // spare nodes
+  double swap_time = 0;        // seconds to bring a spare in
+  double repair_time = 0;      // seconds until a failed node is back in service
+  int64_t runs = 1000;
+  uint64_t seed = 1;
+
+  int64_t nodes() const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
+};
+
+// What happened in one simulated job. wall = duration + lost + checkpointing + restarting +
+// waiting.
+struct RunOutcome {
+  double wall = 0;
+  double lost = 0;           // computation redone after failures
+  double checkpointing = 0;  // checkpoint stalls (including ones a failure cut short)
+  double restarting = 0;     // swaps and restarts (including ones a failure cut short)
+  double waiting = 0;        // waiting for a repaired node when no spare was left
+  int64_t failures = 0;
+};
+
+// Mean with a 95% confidence interval of the mean (normal approximation) and percentiles.
+struct Summary {
+  double mean = 0, stddev = 0, ci_low = 0, ci_high = 0, p05 = 0, p50 = 0, p95 = 0;
+};
+Summary Summarize(std::vector<double> values);
+
+struct SimulationResult {
+  Summary wall, failures, lost, checkpointing, restarting, waiting;
+  Summary efficiency;    // duration / wall: the effective training time
+  double mtbf = 0;       // the configured job MTBF (seconds)
+  double observed_mtbf = 0;  // time at risk (wall - waiting) / failures, over all runs
+};
+
+// Checks the configuration (positive sizes, an interval the job can finish with) and runs it.
+Result<SimulationResult> Simulate(const SimulationConfig& config);
+RunOutcome SimulateRun(const SimulationConfig& config, uint64_t run_index);
+
+}  // namespace tenax::plan
