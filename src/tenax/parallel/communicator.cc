@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 
+#include "tenax/core/check.h"
 #include "tenax/core/torch_compat.h"
 
 namespace tenax::parallel {
@@ -19,6 +20,8 @@ class LocalCommunicator final : public Communicator {
   at::Tensor ReduceScatterSum(const at::Tensor& full) override { return full.clone(); }
   void Broadcast(at::Tensor&, int) override {}
   void Barrier() override {}
+  void Send(const at::Tensor&, int, int) override { TENAX_CHECK_MSG(false, "Send to self"); }
+  void Recv(at::Tensor&, int, int) override { TENAX_CHECK_MSG(false, "Recv from self"); }
 };
 
 class C10dCommunicator final : public Communicator {
@@ -72,6 +75,20 @@ class C10dCommunicator final : public Communicator {
   }
 
   void Barrier() override { group_->barrier()->wait(); }
+
+  void Send(const at::Tensor& t, int peer, int tag) override {
+    std::vector<at::Tensor> v{t.contiguous()};
+    group_->send(v, peer, tag)->wait();
+    stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
+    ++stats_.calls;
+  }
+  void Recv(at::Tensor& t, int peer, int tag) override {
+    TENAX_CHECK(t.is_contiguous());
+    std::vector<at::Tensor> v{t};
+    group_->recv(v, peer, tag)->wait();
+    stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
+    ++stats_.calls;
+  }
 
  private:
   c10::intrusive_ptr<compat::C10dGroup> group_;

@@ -39,6 +39,10 @@ class Communicator {
   virtual at::Tensor ReduceScatterSum(const at::Tensor& full) = 0;
   virtual void Broadcast(at::Tensor& t, int root) = 0;
   virtual void Barrier() = 0;
+  // Point-to-point (group-local ranks). Blocking; a Send must meet a Recv of the same shape and
+  // dtype on `peer` with the same tag.
+  virtual void Send(const at::Tensor& t, int peer, int tag = 0) = 0;
+  virtual void Recv(at::Tensor& t, int peer, int tag = 0) = 0;
   const CommStats& stats() const { return stats_; }
 
  protected:

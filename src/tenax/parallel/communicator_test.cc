@@ -44,6 +44,17 @@ TEST(CommunicatorWorker, DISABLED_Collectives) {
   at::Tensor s = at::full({1}, static_cast<float>(r), at::kFloat);
   (*sub)->AllReduceSum(s);
   EXPECT_EQ(s.item<float>(), r % 2 == 0 ? 2.0f : 4.0f);
+  // Point to point around a ring: r sends to r + 1, receives from r - 1.
+  at::Tensor out = at::full({4}, static_cast<float>(r), at::kFloat);
+  at::Tensor in = at::empty({4}, at::kFloat);
+  if (r % 2 == 0) {
+    world.Send(out, (r + 1) % n, 7);
+    world.Recv(in, (r + n - 1) % n, 7);
+  } else {
+    world.Recv(in, (r + n - 1) % n, 7);
+    world.Send(out, (r + 1) % n, 7);
+  }
+  EXPECT_TRUE(at::equal(in, at::full({4}, static_cast<float>((r + n - 1) % n), at::kFloat)));
   world.Barrier();
   EXPECT_EQ(world.stats().all_reduce_bytes, 12);
   EXPECT_EQ(world.stats().reduce_scatter_bytes, 8 * 4 / 4 * 3);  // (n-1)/n of the input
