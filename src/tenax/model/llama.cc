@@ -134,23 +134,36 @@ at::Tensor Llama::Block(const Layer& l, const at::Tensor& x, const RopeTable& ro
   return h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
 }
 
-at::Tensor Llama::Logits(const at::Tensor& tokens, at::ScalarType compute_dtype) {
+at::Tensor Llama::Embed(const at::Tensor& tokens, at::ScalarType compute_dtype) {
   TENAX_CHECK(tokens.dim() == 2);
-  const RopeTable& rope = Rope(tokens.size(1));
-  at::Tensor h = at::embedding(tok_embeddings_, tokens).to(compute_dtype);  // (B, T, C)
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
+  Rope(tokens.size(1));
+  return at::embedding(tok_embeddings_, tokens).to(compute_dtype);  // (B, T, C)
+}
+
+at::Tensor Llama::Blocks(const at::Tensor& input, int64_t begin, int64_t end) {
+  TENAX_CHECK(0 <= begin && begin <= end && end <= spec_.n_layers);
+  const RopeTable& rope = Rope(input.size(1));
+  at::Tensor h = input;
+  for (int64_t i = begin; i < end; ++i) {
+    const Layer& l = layers_[static_cast<size_t>(i)];
     const bool recompute = checkpoint_every_ > 0 && at::GradMode::is_enabled() &&
-                           (i + 1) % static_cast<size_t>(checkpoint_every_) == 0;
+                           (i + 1) % checkpoint_every_ == 0;
     if (recompute) {
-      h = Recompute::apply(h, reinterpret_cast<int64_t>(&block_fns_[i]));
+      h = Recompute::apply(h, reinterpret_cast<int64_t>(&block_fns_[static_cast<size_t>(i)]));
     } else {
       h = Block(l, h, rope);
     }
   }
-  h = RmsNorm(h, norm_, spec_.norm_eps);
-  at::Tensor logits = Linear(h, output_);  // (B, T, V)
-  return compute_dtype == at::kDouble ? logits : logits.to(at::kFloat);
+  return h;
+}
+
+at::Tensor Llama::Head(const at::Tensor& h) {
+  at::Tensor logits = Linear(RmsNorm(h, norm_, spec_.norm_eps), output_);  // (B, T, V)
+  return logits.scalar_type() == at::kDouble ? logits : logits.to(at::kFloat);
+}
+
+at::Tensor Llama::Logits(const at::Tensor& tokens, at::ScalarType compute_dtype) {
+  return Head(Blocks(Embed(tokens, compute_dtype), 0, spec_.n_layers));
 }
 
 at::Tensor Llama::Loss(const at::Tensor& tokens, const at::Tensor& targets,

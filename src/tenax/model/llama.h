@@ -54,6 +54,11 @@ class Llama {
 
   // tokens (B, T) int64 -> logits (B, T, V) fp32. `compute_dtype`: kFloat, kBFloat16 or kDouble.
   at::Tensor Logits(const at::Tensor& tokens, at::ScalarType compute_dtype = at::kFloat);
+  // The forward pass in pieces, for pipeline stages: Logits(t) == Head(Blocks(Embed(t), 0, L)).
+  at::Tensor Embed(const at::Tensor& tokens, at::ScalarType compute_dtype);  // -> (B, T, C)
+  at::Tensor Blocks(const at::Tensor& h, int64_t begin, int64_t end);        // layers [begin, end)
+  at::Tensor Head(const at::Tensor& h);  // final norm + output projection -> fp32 (B, T, V)
+
   // Mean next-token cross-entropy (nats) of logits(tokens) against targets (B, T).
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets,
                   at::ScalarType compute_dtype = at::kFloat);
