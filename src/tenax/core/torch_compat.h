@@ -60,6 +60,7 @@ inline int64_t CudaPeakAllocatedBytes(int device) {
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 
 namespace tenax::compat {
@@ -75,7 +76,12 @@ inline c10::intrusive_ptr<C10dGroup> MakeGlooGroup(const c10::intrusive_ptr<c10d
                                                     std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
-  options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  // GLOO_SOCKET_IFNAME picks the network interface, as in PyTorch (whose Python layer, not the
+  // C++ default device, reads it); without it Gloo uses the address the hostname resolves to.
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  options->devices.push_back(ifname != nullptr && *ifname != '\0'
+                                 ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                 : c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
 }
 
