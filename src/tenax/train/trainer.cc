@@ -65,6 +65,21 @@ Result<TrainProgress> Resume(const Config& c, ckpt::CheckpointStore& store,
   return RestoreTrainCheckpoint(other, where.second, target);
 }
 
+// Bytes this rank moved through every group, so far.
+parallel::CommStats TotalStats(std::initializer_list<const parallel::Communicator*> groups) {
+  parallel::CommStats t;
+  for (const auto* g : groups) {
+    const auto& s = g->stats();
+    t.all_reduce_bytes += s.all_reduce_bytes;
+    t.all_gather_bytes += s.all_gather_bytes;
+    t.reduce_scatter_bytes += s.reduce_scatter_bytes;
+    t.broadcast_bytes += s.broadcast_bytes;
+    t.p2p_bytes += s.p2p_bytes;
+    t.calls += s.calls;
+  }
+  return t;
+}
+
 // Validation loss over this rank's share of the validation windows, combined over all ranks.
 EvalResult DistributedEval(model::Llama& model, data::EvalLoader& loader, at::ScalarType dtype,
                            parallel::Communicator& world) {
@@ -221,8 +236,13 @@ Result<TrainSummary> Train(const Config& config) {
 
   double train_seconds = 0;
   int64_t steps_timed = 0;
+  parallel::CommStats step_comm;  // collectives issued inside training steps only
+  auto all_groups = {static_cast<const parallel::Communicator*>(&world),
+                     static_cast<const parallel::Communicator*>(shard_group.get()),
+                     static_cast<const parallel::Communicator*>(replicate_group.get())};
   for (int64_t step = progress.step + 1; step <= last_step; ++step) {
     const auto t0 = Clock::now();
+    const parallel::CommStats comm0 = TotalStats(all_groups);
     const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device.device));
     if (dp) dp->Gather();
@@ -265,6 +285,11 @@ Result<TrainSummary> Train(const Config& config) {
     progress.tokens_seen += tokens_per_step;
 
     const double dt = Seconds(Clock::now() - t0);
+    const parallel::CommStats comm1 = TotalStats(all_groups);
+    step_comm.all_reduce_bytes += comm1.all_reduce_bytes - comm0.all_reduce_bytes;
+    step_comm.all_gather_bytes += comm1.all_gather_bytes - comm0.all_gather_bytes;
+    step_comm.reduce_scatter_bytes += comm1.reduce_scatter_bytes - comm0.reduce_scatter_bytes;
+    step_comm.p2p_bytes += comm1.p2p_bytes - comm0.p2p_bytes;
     train_seconds += dt;
     ++steps_timed;
     summary.final_loss = loss;
@@ -305,6 +330,13 @@ Result<TrainSummary> Train(const Config& config) {
     }
   }
   if (reporter) reporter->Finish();
+  if (env.distributed() && steps_timed > 0) {
+    const double n = static_cast<double>(steps_timed);
+    log::Info("communication per step on this rank: all-reduce {:.0f} B, all-gather {:.0f} B "
+              "received, reduce-scatter {:.0f} B sent, p2p {:.0f} B; {:.4f} s/step",
+              step_comm.all_reduce_bytes / n, step_comm.all_gather_bytes / n,
+              step_comm.reduce_scatter_bytes / n, step_comm.p2p_bytes / n, train_seconds / n);
+  }
   summary.last_step = last_step;
   if (last_step < t.steps) {
     log::Info("stopped at step {} of {} (training.stop_at); run again to continue", last_step,
