@@ -1,0 +1,288 @@
+#include "tenax/parallel/pipeline.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "tenax/core/check.h"
+#include "tenax/core/torch_errors.h"
+
+namespace tenax::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+// Everything one step allocates, indexed by Slot(kind, micro-batch, chunk) of this rank.
+struct PipelineExecutor::StepState {
+  std::vector<at::Tensor> tokens, targets;  // [micro-batch] (B / m, T)
+  std::vector<at::Tensor> inputs;   // [slot of F] received activation, a leaf (B / m, T, C);
+                                    // undefined on stage 0, which embeds tokens instead
+  std::vector<at::Tensor> outputs;  // [slot of F] stage output (B / m, T, C), or the loss () on
+                                    // the last stage; kept with its graph until the backward
+  std::vector<at::Tensor> inbox;    // [slot of consumer] received or handed-over tensor
+  std::vector<at::Tensor> outbox;   // [slot of producer] tensor waiting for its Send
+  at::Tensor loss_sum;              // () fp64, last stage only
+  int in_flight = 0;
+  StepTimeline timeline;
+  int64_t rows = 0, seq = 0;        // micro-batch shape (B / m, T)
+};
+
+namespace {
+
+size_t Slot(const PipelinePlan& plan, ActionKind kind, int mb, int chunk) {
+  const int m = plan.microbatches, v = plan.virtual_stages;
+  return static_cast<size_t>(((kind == ActionKind::kForward ? 0 : 1) * m + mb) * v + chunk);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(model::Llama& model,
+                                                                   Communicator& comm,
+                                                                   PipelineOptions options) {
+  TENAX_ASSIGN_OR_RETURN(PipelinePlan plan,
+                         BuildSchedule(options.schedule, comm.size(), options.microbatches,
+                                       options.virtual_stages));
+  TENAX_ASSIGN_OR_RETURN(std::vector<LayerRange> layers,
+                         SplitLayers(model.spec().n_layers, comm.size(),
+                                     options.virtual_stages));
+  // The order of sends and receives that keeps blocking point-to-point calls deadlock-free; every
+  // rank derives the same programs from the same plan (see BuildPrograms).
+  TENAX_ASSIGN_OR_RETURN(auto programs, BuildPrograms(plan));
+  std::unique_ptr<PipelineExecutor> ex(
+      new PipelineExecutor(model, comm, std::move(options), std::move(plan), std::move(layers)));
+  ex->program_ = std::move(programs[static_cast<size_t>(comm.rank())]);
+  return ex;
+}
+
+PipelineExecutor::PipelineExecutor(model::Llama& model, Communicator& comm,
+                                   PipelineOptions options, PipelinePlan plan,
+                                   std::vector<LayerRange> stage_layers)
+    : model_(model),
+      comm_(comm),
+      options_(std::move(options)),
+      plan_(std::move(plan)),
+      stage_layers_(std::move(stage_layers)) {
+  const int r = comm_.rank();
+  for (int c = 0; c < plan_.virtual_stages; ++c) {
+    chunk_layers_.push_back(stage_layers_[static_cast<size_t>(plan_.StageOf(r, c))]);
+  }
+  const auto& params = model_.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<int> owners = OwningRanks(params[i].name);
+    if (std::find(owners.begin(), owners.end(), r) != owners.end()) owned_.push_back(i);
+  }
+}
+
+PipelineExecutor::~PipelineExecutor() = default;
+
+std::vector<int> PipelineExecutor::OwningRanks(const std::string& name) const {
+  const int last = plan_.RankOf(plan_.num_stages() - 1), first = plan_.RankOf(0);
+  std::vector<int> out;
+  if (name == "tok_embeddings.weight") {
+    out.push_back(first);
+    if (model_.spec().tie_embeddings && last != first) out.push_back(last);
+  } else if (name == "norm.weight" || name == "output.weight") {
+    out.push_back(last);
+  } else if (name.rfind("layers.", 0) == 0) {
+    const int64_t layer = std::stoll(name.substr(7));
+    for (int s = 0; s < plan_.num_stages(); ++s) {
+      const LayerRange& lr = stage_layers_[static_cast<size_t>(s)];
+      if (lr.begin <= layer && layer < lr.end) out.push_back(plan_.RankOf(s));
+    }
+  }
+  return out;
+}
+
+void PipelineExecutor::RunCompute(StepState& st, const Action& a) {
+  const int me = comm_.rank(), S = plan_.num_stages(), m = plan_.microbatches;
+  const int stage = plan_.StageOf(me, a.chunk);
+  const LayerRange& layers = stage_layers_[static_cast<size_t>(stage)];
+  const size_t f = Slot(plan_, ActionKind::kForward, a.microbatch, a.chunk);
+  if (a.kind == ActionKind::kForward) {
+    at::Tensor h;
+    if (stage == 0) {
+      h = model_.Embed(st.tokens[static_cast<size_t>(a.microbatch)], options_.compute_dtype);
+    } else {
+      // A fresh leaf: the backward stops here and leaves the gradient in input.grad() for the
+      // previous stage.
+      at::Tensor input = std::move(st.inbox[f]);
+      TENAX_CHECK(input.defined());
+      input.requires_grad_(true);
+      st.inputs[f] = input;
+      h = input;
+    }
+    h = model_.Blocks(h, layers.begin, layers.end);  // (B / m, T, C)
+    if (stage == S - 1) {
+      at::Tensor logits = model_.Head(h);  // (B / m, T, V) fp32
+      at::Tensor loss = at::cross_entropy_loss(
+          logits.reshape({-1, logits.size(-1)}),
+          st.targets[static_cast<size_t>(a.microbatch)].reshape({-1}));  // ()
+      st.outputs[f] = loss;
+      at::Tensor l = loss.detach().to(at::kDouble);
+      st.loss_sum = st.loss_sum.defined() ? st.loss_sum + l : l;
+    } else {
+      st.outputs[f] = h;
+      const int next = plan_.RankOf(stage + 1);
+      const size_t dst = Slot(plan_, ActionKind::kForward, a.microbatch, plan_.ChunkOf(stage + 1));
+      if (next == me) {
+        st.inbox[dst] = h.detach();  // p == 1: the next chunk is ours
+      } else {
+        st.outbox[f] = h.detach();
+      }
+    }
+    st.timeline.peak_in_flight = std::max(st.timeline.peak_in_flight, ++st.in_flight);
+    return;
+  }
+
+  const size_t b = Slot(plan_, ActionKind::kBackward, a.microbatch, a.chunk);
+  at::Tensor out = std::move(st.outputs[f]);
+  TENAX_CHECK(out.defined());
+  if (stage == S - 1) {
+    // Each micro-batch's loss is a mean over its B / m * T tokens; dividing by m makes the sum of
+    // the micro-batch gradients the gradient of the full batch's mean.
+    torch::autograd::backward({out / static_cast<double>(m)});
+  } else {
+    at::Tensor grad = std::move(st.inbox[b]);  // dL/d(output) (B / m, T, C)
+    TENAX_CHECK(grad.defined());
+    torch::autograd::backward({out}, {grad});
+  }
+  if (stage > 0) {
+    at::Tensor input = std::move(st.inputs[f]);
+    at::Tensor g = input.grad();  // (B / m, T, C)
+    TENAX_CHECK(g.defined());
+    const int prev = plan_.RankOf(stage - 1);
+    if (prev == me) {
+      st.inbox[Slot(plan_, ActionKind::kBackward, a.microbatch, plan_.ChunkOf(stage - 1))] = g;
+    } else {
+      st.outbox[b] = g;
+    }
+  }
+  --st.in_flight;
+}
+
+void PipelineExecutor::RunStep(StepState& st) {
+  const at::TensorOptions act =
+      at::TensorOptions().dtype(options_.compute_dtype).device(model_.device());
+  const Clock::time_point t0 = Clock::now();
+  for (const ProgramStep& e : program_) {
+    TimelineEvent rec{e.type, e.action, e.stage, 0, 0};
+    const Clock::time_point start = Clock::now();
+    switch (e.type) {
+      case StepType::kCompute:
+        RunCompute(st, e.action);
+        if (options_.on_action) options_.on_action(e.action);
+        break;
+      case StepType::kSend: {
+        at::Tensor& t = st.outbox[Slot(plan_, e.action.kind, e.action.microbatch,
+                                       e.action.chunk)];
+        TENAX_CHECK(t.defined());  // the ordering rule guarantees the producer ran
+        comm_.Send(t, e.peer, e.tag);
+        t = at::Tensor();
+        break;
+      }
+      case StepType::kRecv: {
+        at::Tensor buf = at::empty({st.rows, st.seq, model_.spec().dim}, act);  // (B / m, T, C)
+        comm_.Recv(buf, e.peer, e.tag);
+        st.inbox[Slot(plan_, e.action.kind, e.action.microbatch, e.action.chunk)] = buf;
+        break;
+      }
+    }
+    const Clock::time_point end = Clock::now();
+    rec.start_s = Seconds(t0, start);
+    rec.end_s = Seconds(t0, end);
+    const double d = rec.end_s - rec.start_s;
+    switch (e.type) {
+      case StepType::kCompute: st.timeline.compute_s += d; break;
+      case StepType::kSend: st.timeline.send_s += d; break;
+      case StepType::kRecv: st.timeline.recv_s += d; break;
+    }
+    st.timeline.events.push_back(rec);
+  }
+  TENAX_CHECK(st.in_flight == 0);
+  if (options_.barrier_for_timing) comm_.Barrier();
+  st.timeline.step_s = Seconds(t0, Clock::now());
+}
+
+// With tied embeddings the table is used by stage 0 (lookup) and by the last stage (output
+// projection), each of which accumulated only its own part of this step's gradient. Exchange the
+// step's parts (not the whole .grad, so gradient accumulation over several steps stays right).
+void PipelineExecutor::SumTiedEmbeddingGrad(const at::Tensor& grad_before) {
+  const int first = plan_.RankOf(0), last = plan_.RankOf(plan_.num_stages() - 1);
+  const int me = comm_.rank();
+  at::Tensor& table = model_.params()[0].tensor;  // tok_embeddings.weight, first by contract
+  TENAX_CHECK(model_.params()[0].name == "tok_embeddings.weight");
+  at::NoGradGuard no_grad;
+  at::Tensor grad = table.mutable_grad();
+  TENAX_CHECK(grad.defined());
+  at::Tensor mine = grad_before.defined() ? grad - grad_before : grad.clone();  // (V, C)
+  at::Tensor theirs = at::empty_like(mine);
+  const int tag = 2 * plan_.num_stages() * plan_.microbatches;  // above every activation tag
+  // The first stage sends first and the last receives first: the two calls pair up.
+  if (me == first) {
+    comm_.Send(mine, last, tag);
+    comm_.Recv(theirs, last, tag + 1);
+  } else {
+    comm_.Recv(theirs, first, tag);
+    comm_.Send(mine, first, tag + 1);
+  }
+  grad.add_(theirs);
+}
+
+Result<PipelineStepResult> PipelineExecutor::Step(const at::Tensor& tokens,
+                                                  const at::Tensor& targets) {
+  const int m = plan_.microbatches, me = comm_.rank();
+  if (tokens.dim() != 2 || targets.sizes() != tokens.sizes()) {
+    return InvalidArgument(fmt::format(
+        "pipeline step: tokens ({}) and targets ({}) must both be (batch, seq)",
+        fmt::join(tokens.sizes(), "x"), fmt::join(targets.sizes(), "x")));
+  }
+  if (tokens.size(0) % m != 0) {
+    return InvalidArgument(fmt::format(
+        "pipeline step: batch size {} is not divisible by microbatches ({})", tokens.size(0), m));
+  }
+  const int last = plan_.RankOf(plan_.num_stages() - 1), first = plan_.RankOf(0);
+  const bool sync_tied = model_.spec().tie_embeddings && first != last &&
+                         (me == first || me == last);
+  StepState st;
+  const size_t slots = static_cast<size_t>(2 * m * plan_.virtual_stages);
+  st.inputs.resize(slots);
+  st.outputs.resize(slots);
+  st.inbox.resize(slots);
+  st.outbox.resize(slots);
+  st.rows = tokens.size(0) / m;
+  st.seq = tokens.size(1);
+  PipelineStepResult result;
+  Status status = TorchCall("pipeline step", [&] {
+    st.tokens = tokens.split(st.rows, 0);
+    st.targets = targets.split(st.rows, 0);
+    at::Tensor tied_before;
+    if (sync_tied) {
+      const at::Tensor& g = model_.params()[0].tensor.grad();
+      if (g.defined()) tied_before = g.clone();
+    }
+    if (options_.barrier_for_timing) comm_.Barrier();
+    RunStep(st);
+    if (sync_tied) SumTiedEmbeddingGrad(tied_before);
+    // Only the last stage knows the loss; one broadcast gives every rank the same number.
+    at::Tensor loss =
+        me == last ? st.loss_sum.reshape({1})
+                   : at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
+    comm_.Broadcast(loss, last);
+    result.loss = loss.item<double>() / m;
+  });
+  if (!status.ok()) return status;
+  result.timeline = std::move(st.timeline);
+  return result;
+}
+
+}  // namespace tenax::parallel
