@@ -111,6 +111,60 @@ TEST_F(ParallelE2E, HsdpTwoByTwoMatchesSingleRank) {
   ExpectSameLosses(Losses(*dir_ / "hsdp/metrics.jsonl"), reference_);
 }
 
+// Megatron tensor parallelism with sequence parallelism, alone and with DDP replicas.
+TEST_F(ParallelE2E, TensorParallelTwoMatchesSingleRank) {
+  auto r = RunTenax("launch --nproc-per-node 2 -- " +
+                        Args(*dir_, "tp2", 8, 20,
+                             "--set parallelism.tensor_parallel=2 "
+                             "--set parallelism.data_parallel_shard=1"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pp 1 x tp 2"), std::string::npos) << r.output;
+  ExpectSameLosses(Losses(*dir_ / "tp2/metrics.jsonl"), reference_);
+}
+
+TEST_F(ParallelE2E, TensorParallelTimesDdpMatchesSingleRankAndReshards) {
+  auto r = RunTenax("launch --nproc-per-node 4 -- " +
+                        Args(*dir_, "tp2dp2", 4, 20,
+                             "--set parallelism.tensor_parallel=2 "
+                             "--set parallelism.data_parallel_shard=1 "
+                             "--set parallelism.data_parallel_replicate=2 "
+                             "--set training.stop_at=10"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp_replicate 2 x dp_shard 1 x pp 1 x tp 2"), std::string::npos)
+      << r.output;
+  ExpectSameLosses(Losses(*dir_ / "tp2dp2/metrics.jsonl"),
+                   std::vector<double>(reference_.begin(), reference_.begin() + 10));
+  // The TP x DP checkpoint resumes as FSDP 2 and matches the uninterrupted run.
+  auto fsdp = RunTenax("launch --nproc-per-node 2 -- " +
+                           Args(*dir_, "tp_to_fsdp", 4, 20,
+                                "--set checkpoint.resume=" +
+                                    *dir_ / "tp2dp2/checkpoints/step_00000010"),
+                       dir_->path());
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
+  ExpectSameLosses(Losses(*dir_ / "tp_to_fsdp/metrics.jsonl"),
+                   std::vector<double>(reference_.begin() + 10, reference_.end()));
+}
+
+TEST_F(ParallelE2E, UnsupportedCombinationsSayWhatToUse) {
+  auto r = RunTenax("launch --nproc-per-node 4 -- " +
+                        Args(*dir_, "tpfsdp", 4, 2, "--set parallelism.tensor_parallel=2"),
+                    dir_->path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("combine tensor_parallel with data_parallel_replicate"),
+            std::string::npos)
+      << r.output;
+  auto pp = RunTenax("launch --nproc-per-node 2 -- " +
+                         Args(*dir_, "pp", 4, 2, "--set parallelism.pipeline_parallel=2 "
+                                                 "--set parallelism.microbatches=2"),
+                     dir_->path());
+  EXPECT_EQ(pp.exit_code, 2) << pp.output;
+  EXPECT_NE(pp.output.find("pipeline_parallel > 1 is not wired into tenax train yet"),
+            std::string::npos)
+      << pp.output;
+}
+
 // Save with FSDP 4, resume on one rank and as HSDP 2x2: the same losses as the uninterrupted
 // single-rank run, and export-hf reads the sharded checkpoint.
 TEST_F(ParallelE2E, ReshardingBetweenLayouts) {
@@ -171,7 +225,7 @@ TEST_F(ParallelE2E, ImpossibleLayoutsNameEveryFactor) {
             std::string::npos)
       << product.output;
   auto heads = RunTenax("launch --nproc-per-node 2 -- " +
-                            Args(*dir_, "bad2", 2, 2,
+                            Args(*dir_, "bad2", 4, 2,
                                  "--set parallelism.tensor_parallel=2 "
                                  "--set parallelism.pipeline_parallel=1 "
                                  "--set model.n_kv_heads=1"),

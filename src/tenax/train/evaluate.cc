@@ -13,22 +13,27 @@ at::Tensor BatchTensor(const std::vector<int64_t>& v, int64_t b, int64_t t, cons
   return at::tensor(v, at::kLong).view({b, t}).to(d);
 }
 
-EvalResult EvaluateLoss(model::Llama& model, data::EvalLoader& loader,
-                        at::ScalarType compute_dtype) {
+EvalResult EvaluateLoss(const LossFn& loss_fn, data::EvalLoader& loader,
+                        const at::Device& device) {
   at::NoGradGuard no_grad;
   loader.Reset();
   double sum = 0;
   int64_t tokens = 0;
   while (auto batch = loader.Next()) {
     const int64_t n = batch->batch * batch->seq_len;
-    at::Tensor loss =
-        model.Loss(BatchTensor(batch->inputs, batch->batch, batch->seq_len, model.device()),
-                   BatchTensor(batch->targets, batch->batch, batch->seq_len, model.device()),
-                   compute_dtype);
+    at::Tensor loss = loss_fn(BatchTensor(batch->inputs, batch->batch, batch->seq_len, device),
+                              BatchTensor(batch->targets, batch->batch, batch->seq_len, device));
     sum += loss.item<double>() * static_cast<double>(n);
     tokens += n;
   }
   return EvalResult{tokens > 0 ? sum / static_cast<double>(tokens) : 0.0, tokens};
+}
+
+EvalResult EvaluateLoss(model::Llama& model, data::EvalLoader& loader,
+                        at::ScalarType compute_dtype) {
+  return EvaluateLoss(
+      [&](const at::Tensor& x, const at::Tensor& y) { return model.Loss(x, y, compute_dtype); },
+      loader, model.device());
 }
 
 Result<EvalResult> EvaluateCheckpoint(const std::string& checkpoint, const std::string& data_spec,

@@ -2,6 +2,7 @@
 // stream, so every evaluation of the same checkpoint sees the same tokens.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "tenax/config/options.h"
@@ -23,6 +24,9 @@ at::Tensor BatchTensor(const std::vector<int64_t>& values, int64_t batch, int64_
 // Runs `loader` from its start to its end with gradients off.
 EvalResult EvaluateLoss(model::Llama& model, data::EvalLoader& loader,
                         at::ScalarType compute_dtype);
+// Same with any loss function of (tokens, targets) (tensor-parallel models).
+using LossFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+EvalResult EvaluateLoss(const LossFn& loss, data::EvalLoader& loader, const at::Device& device);
 
 // `tenax eval`: loads a checkpoint and evaluates it on `data_spec` (see data/source.h) for up to
 // `max_tokens` tokens (0: the checkpoint's metrics.eval_tokens, else 65536).

@@ -111,6 +111,16 @@ Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& pr
                        model::SerializeSlices(
                            StateSlices(*target.dp, target.optimizer.StateTensors()))});
     }
+  } else if (target.tp != nullptr) {
+    expected = {model::kModelFile, model::kOptimizerFile};
+    // Collective over each TP group (every replica gathers; rank 0 writes).
+    auto params = target.tp->FullParams();
+    auto state = target.tp->FullState(target.optimizer.StateTensors());
+    if (rank == 0) {
+      files.push_back({model::kModelFile, model::SerializeTensors(params, {{"format", "tenax"}})});
+      files.push_back(
+          {model::kOptimizerFile, model::SerializeTensors(state, {{"format", "tenax"}})});
+    }
   } else {
     expected = {model::kModelFile, model::kOptimizerFile};
     if (rank == 0) {
@@ -171,7 +181,10 @@ Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64
         want.n_layers, want.vocab_size));
   }
   const bool sharded = target.dp != nullptr && target.dp->sharded();
-  if (sharded) {
+  if (target.tp != nullptr) {
+    TENAX_RETURN_IF_ERROR(model.LoadParams(ckpt.params).WithContext(ckpt.dir));  // validates
+    target.tp->LoadFull(ckpt.params);
+  } else if (sharded) {
     // Validate names and shapes through the model first (it checks every tensor).
     target.dp->Gather();
     TENAX_RETURN_IF_ERROR(model.LoadParams(ckpt.params).WithContext(ckpt.dir));
@@ -206,6 +219,9 @@ Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64
         shards.push_back({std::string(prefix) + "flat_shard", target.dp->ShardOf(by_param)});
       }
       TENAX_RETURN_IF_ERROR(target.optimizer.LoadState(shards, opt_step).WithContext(ckpt.dir));
+    } else if (target.tp != nullptr) {
+      TENAX_RETURN_IF_ERROR(
+          target.optimizer.LoadState(target.tp->Shard(state), opt_step).WithContext(ckpt.dir));
     } else {
       TENAX_RETURN_IF_ERROR(target.optimizer.LoadState(state, opt_step).WithContext(ckpt.dir));
     }

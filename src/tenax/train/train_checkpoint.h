@@ -18,6 +18,7 @@
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/parallel/data_parallel.h"
+#include "tenax/parallel/tensor_parallel_model.h"
 #include "tenax/train/adamw.h"
 
 namespace tenax::train {
@@ -34,6 +35,9 @@ struct TrainTarget {
   AdamW& optimizer;
   parallel::DataParallel* dp = nullptr;
   parallel::Communicator* world = nullptr;
+  // Tensor parallel: checkpoints hold full tensors gathered over the TP group (single-file
+  // layout), so any layout can read them.
+  parallel::TensorParallelModel* tp = nullptr;
   nlohmann::json layout = nlohmann::json::object();  // recorded in the manifest
 };
 

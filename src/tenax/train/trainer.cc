@@ -17,6 +17,7 @@
 #include "tenax/parallel/data_parallel.h"
 #include "tenax/parallel/dist_env.h"
 #include "tenax/parallel/mesh.h"
+#include "tenax/parallel/tensor_parallel_model.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
 #include "tenax/train/evaluate.h"
@@ -81,9 +82,9 @@ parallel::CommStats TotalStats(std::initializer_list<const parallel::Communicato
 }
 
 // Validation loss over this rank's share of the validation windows, combined over all ranks.
-EvalResult DistributedEval(model::Llama& model, data::EvalLoader& loader, at::ScalarType dtype,
+EvalResult DistributedEval(const LossFn& loss, data::EvalLoader& loader, const at::Device& device,
                            parallel::Communicator& world) {
-  EvalResult local = EvaluateLoss(model, loader, dtype);
+  EvalResult local = EvaluateLoss(loss, loader, device);
   at::Tensor t = at::tensor({local.loss * static_cast<double>(local.tokens),
                              static_cast<double>(local.tokens)},
                             at::kDouble);
@@ -121,11 +122,23 @@ Result<TrainSummary> Train(const Config& config) {
   }
   TENAX_ASSIGN_OR_RETURN(parallel::Mesh mesh,
                          parallel::Mesh::Create(config.parallelism, env.world, spec, t));
-  if (mesh.degree(parallel::Axis::kTensor) > 1 || mesh.degree(parallel::Axis::kPipeline) > 1) {
+  const int tp_degree = mesh.degree(parallel::Axis::kTensor);
+  if (mesh.degree(parallel::Axis::kPipeline) > 1) {
     return InvalidArgument(fmt::format(
-        "{}: tensor_parallel and pipeline_parallel > 1 are not implemented yet in this version of "
-        "tenax; use data_parallel_replicate / data_parallel_shard (DDP, FSDP, HSDP)",
+        "{}: pipeline_parallel > 1 is not wired into tenax train yet (the schedules exist as a "
+        "component, see docs/parallelism.md); use data and tensor parallelism",
         mesh.Describe()));
+  }
+  if (tp_degree > 1 && mesh.degree(parallel::Axis::kShard) > 1) {
+    return InvalidArgument(fmt::format(
+        "{}: tensor_parallel with data_parallel_shard > 1 (FSDP over TP shards) is not supported "
+        "yet; combine tensor_parallel with data_parallel_replicate and set "
+        "data_parallel_shard = 1",
+        mesh.Describe()));
+  }
+  if (tp_degree > 1 && config.parallelism.activation_checkpoint != "none") {
+    return InvalidArgument("activation_checkpoint with tensor_parallel > 1 is not supported yet; "
+                           "set parallelism.activation_checkpoint = \"none\"");
   }
   const ParamCounts counts = CountParams(spec);
   const FlopsPerToken flops = TrainingFlopsPerToken(spec, t.seq_len);
@@ -160,26 +173,39 @@ Result<TrainSummary> Train(const Config& config) {
   model::Llama model(spec, config.job.seed, device.device);
   model.SetActivationCheckpoint(config.parallelism.activation_checkpoint);
   std::unique_ptr<parallel::DataParallel> dp;
-  if (env.distributed()) {
+  std::unique_ptr<parallel::Communicator> tp_group;
+  std::unique_ptr<parallel::TensorParallelModel> tpm;
+  if (tp_degree > 1) {
+    TENAX_ASSIGN_OR_RETURN(tp_group,
+                           groups->NewGroup("tp", mesh.GroupOf(env.rank, parallel::Axis::kTensor)));
+    tpm = std::make_unique<parallel::TensorParallelModel>(spec, model.params(), *tp_group,
+                                                          device.device);
+  } else if (env.distributed()) {
     dp = std::make_unique<parallel::DataParallel>(model, *shard_group, *replicate_group);
   }
-  AdamW optimizer(config.optimizer, dp ? dp->optimizer_params() : model.params(),
-                  dp ? dp->decay_masks() : std::vector<at::Tensor>{});
+  std::vector<model::NamedTensor>& trained =
+      tpm ? tpm->params() : dp ? dp->optimizer_params() : model.params();
+  AdamW optimizer(config.optimizer, trained, dp ? dp->decay_masks() : std::vector<at::Tensor>{});
   TrainTarget target{model, optimizer, dp.get(), env.distributed() ? &world : nullptr,
+                     tpm.get(),
                      {{"world_size", env.world},
                       {"data_parallel_replicate", mesh.degree(parallel::Axis::kReplicate)},
                       {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
-                      {"tensor_parallel", 1},
+                      {"tensor_parallel", tp_degree},
                       {"pipeline_parallel", 1},
                       {"sharding", dp && dp->sharded() ? "flat-slices" : "none"}}};
+  auto loss_of = [&](const at::Tensor& x, const at::Tensor& y) {
+    return tpm ? tpm->Loss(x, y, device.compute_dtype) : model.Loss(x, y, device.compute_dtype);
+  };
   log::Info("model: {} with {} parameters, {} training FLOP/token at seq_len {}; device {} ({})",
             spec.name, FormatParams(static_cast<double>(counts.total)),
             FormatCount(flops.total()), t.seq_len, device.name,
             device.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
 
+  int64_t local_numel = 0;
+  for (const auto& p : trained) local_numel += p.tensor.numel();
   log::Info("parameters + gradients + optimizer state per rank: {} bytes",
-            dp ? dp->ResidentStateBytes()
-               : 4 * counts.total * static_cast<int64_t>(sizeof(float)));
+            dp ? dp->ResidentStateBytes() : 4 * local_numel * static_cast<int64_t>(sizeof(float)));
   const std::string ckpt_dir = CheckpointFolder(config, summary.run_dir);
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir));
   ckpt::CheckpointStore store(LocalFs(), ckpt_dir);
@@ -201,9 +227,12 @@ Result<TrainSummary> Train(const Config& config) {
                                                    config.job.seed, mesh.dp_index(env.rank),
                                                    mesh.dp()));
   loader.Seek(progress.data_position);
+  // Validation windows split over data-parallel ranks; the ranks of a TP group evaluate the
+  // same windows together (their collectives must see the same batch).
   TENAX_ASSIGN_OR_RETURN(data::EvalLoader val_loader,
                          data::EvalLoader::Create(data.val, t.seq_len, t.local_batch_size,
-                                                  config.metrics.eval_tokens, env.rank, env.world));
+                                                  config.metrics.eval_tokens,
+                                                  mesh.dp_index(env.rank), mesh.dp()));
   std::unique_ptr<Reporter> reporter;
   if (lead) {
     TENAX_ASSIGN_OR_RETURN(reporter,
@@ -248,16 +277,40 @@ Result<TrainSummary> Train(const Config& config) {
     if (dp) dp->Gather();
     for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
       data::Batch b = loader.Next();
-      at::Tensor loss = model.Loss(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
-                                   BatchTensor(b.targets, b.batch, b.seq_len, device.device),
-                                   device.compute_dtype);
+      at::Tensor loss = loss_of(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
+                                BatchTensor(b.targets, b.batch, b.seq_len, device.device));
       // Each micro-batch holds the same number of tokens, so the mean of means is the mean.
       (loss / static_cast<double>(t.grad_accum_steps)).backward();
       loss_sum += loss.detach();
     }
     double loss = loss_sum.item<double>() / static_cast<double>(t.grad_accum_steps);
     double grad_norm;
-    if (dp) {
+    if (tpm) {
+      tpm->FinishGradients();
+      if (replicate_group->size() > 1) {
+        // DDP across replicas of the TP group: one flat all-reduce of the local shards' grads.
+        at::NoGradGuard no_grad;
+        std::vector<at::Tensor> flat;
+        for (auto& p : trained) flat.push_back(p.tensor.grad().reshape({-1}));
+        at::Tensor all = at::cat(flat);
+        replicate_group->AllReduceSum(all);
+        all.div_(replicate_group->size());
+        int64_t off = 0;
+        for (auto& p : trained) {
+          p.tensor.grad().copy_(all.narrow(0, off, p.tensor.numel()).view_as(p.tensor));
+          off += p.tensor.numel();
+        }
+      }
+      grad_norm = std::sqrt(tpm->GradNormSquared());
+      const double coef = t.max_norm / (grad_norm + 1e-6);
+      if (t.max_norm > 0 && coef < 1.0) {
+        at::NoGradGuard no_grad;
+        for (auto& p : trained) p.tensor.grad().mul_(coef);
+      }
+      at::Tensor l = at::full({1}, loss, at::kDouble);
+      world.AllReduceSum(l);
+      loss = l.item<double>() / env.world;
+    } else if (dp) {
       dp->ReduceGradients();
       dp->Release();
       grad_norm = dp->ClipGradNorm(t.max_norm);
@@ -277,9 +330,7 @@ Result<TrainSummary> Train(const Config& config) {
     }
     optimizer.Step(lr);
     for (auto& p : model.params()) p.tensor.mutable_grad() = at::Tensor();
-    if (dp) {
-      for (auto& p : dp->optimizer_params()) p.tensor.mutable_grad() = at::Tensor();
-    }
+    for (auto& p : trained) p.tensor.mutable_grad() = at::Tensor();
     progress.step = step;
     progress.data_position = loader.position();
     progress.tokens_seen += tokens_per_step;
@@ -313,7 +364,7 @@ Result<TrainSummary> Train(const Config& config) {
     }
     if ((config.metrics.eval_interval > 0 && step % config.metrics.eval_interval == 0) || last) {
       if (dp) dp->Gather();
-      EvalResult ev = DistributedEval(model, val_loader, device.compute_dtype, world);
+      EvalResult ev = DistributedEval(loss_of, val_loader, device.device, world);
       if (dp) dp->Release();
       summary.final_val_loss = ev.loss;
       if (reporter) TENAX_RETURN_IF_ERROR(reporter->LogEval(step, ev.loss, ev.tokens));
