@@ -24,7 +24,7 @@ struct Measurement {
   std::string name;
   Workload workload;
   int64_t gpus = 1;
-  LayoutConstraints layout;      // what is known of the layout; the planner picks the rest
+  LayoutConstraints layout;  // what is known of the layout; the planner picks the rest
   double tokens_per_s_per_gpu = 0;
 };
 

@@ -114,7 +114,8 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
   const double tp_one = RingCollectiveTime(hw, 1, tp, n * h * 2.0);
   // Context parallelism (Llama 3's all-gather flavour): gather K and V forward, reduce-scatter
   // their gradients backward.
-  const double cp_one = RingCollectiveTime(hw, tp, cp, static_cast<double>(cp) * n * 2.0 * kv * 2.0);
+  const double cp_one =
+      RingCollectiveTime(hw, tp, cp, static_cast<double>(cp) * n * 2.0 * kv * 2.0);
   double tp_count = 8, cp_count = 2;
   switch (r) {
     case Recompute::kNone:
@@ -179,23 +180,24 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
     // Sequence-parallel activations: each tensor-parallel rank sends its shard.
     const double bytes = tokens * static_cast<double>(lw.h) / static_cast<double>(l.tp) * 2.0;
     pp_send = link.latency + bytes / (link.bandwidth * eff);
-    const double p2p = pp_send;
     // Fill and drain put one send per hop on the critical path in each direction; in the steady
     // state each micro-batch sends v activations and v gradients, partly hidden.
-    s.pp_comm = 2.0 * (pp - 1.0) * p2p + m * 2.0 * v * p2p * (1.0 - hw.eff.pp_overlap);
+    s.pp_comm = 2.0 * (pp - 1.0) * pp_send + m * 2.0 * v * pp_send * (1.0 - hw.eff.pp_overlap);
   }
 
   // Parameters on this GPU's stage (after tensor parallelism), the unit FSDP moves.
   const int64_t chunk_layers = CeilDiv(L, l.pp * l.vpp);
-  const double layers = l.pp == 1 ? static_cast<double>(L)
-                                  : static_cast<double>(std::min(L, l.vpp * chunk_layers));
-  const double vocab = static_cast<double>(model.vocab_size * model.dim) / static_cast<double>(l.tp);
-  const double params = layers * lw.params + (l.pp == 1 && !model.tie_embeddings ? 2.0 : 1.0) * vocab;
+  const double layers =
+      l.pp == 1 ? static_cast<double>(L) : static_cast<double>(std::min(L, l.vpp * chunk_layers));
+  const double vocab =
+      static_cast<double>(model.vocab_size * model.dim) / static_cast<double>(l.tp);
+  const double params =
+      layers * lw.params + (l.pp == 1 && !model.tie_embeddings ? 2.0 : 1.0) * vocab;
   const double mem_bw = hw.hbm_bandwidth * hw.eff.memory_bound;
   double dp = 0, copies = 0;
   if (l.dp_shard > 1) {
     const int64_t stride = l.tp * l.cp;
-    const double gather = RingCollectiveTime(hw, stride, l.dp_shard, 2.0 * params);  // bf16
+    const double gather = RingCollectiveTime(hw, stride, l.dp_shard, 2.0 * params);   // bf16
     const double scatter = RingCollectiveTime(hw, stride, l.dp_shard, 4.0 * params);  // fp32
     const double rounds = l.reshard ? m : 1.0;
     const double gathers = l.reshard ? 2.0 : 1.0;  // ZeRO-3 gathers again for backward
@@ -217,8 +219,8 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   s.interference = hw.eff.comm_interference * ((dp - s.dp_exposed) + tp_hidden + pp_hidden);
   s.optimizer = kOptimizerBytesPerParam * params / static_cast<double>(l.dp_shard) / mem_bw;
 
-  s.step = s.compute + s.bubble + s.pp_comm + s.dp_exposed + s.dp_copies + s.interference +
-           s.optimizer;
+  s.step =
+      s.compute + s.bubble + s.pp_comm + s.dp_exposed + s.dp_copies + s.interference + s.optimizer;
   const double gpus = static_cast<double>(l.gpus());
   const double batch = static_cast<double>(w.global_batch_tokens);
   s.tokens_per_s_per_gpu = batch / s.step / gpus;
@@ -228,8 +230,8 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
 }
 
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l) {
-  return EstimateStepTime(
-      w, hw, l, EstimateMicroBatch(w, hw, l.tp, l.cp, l.micro_batch, l.recompute, l.fp8));
+  return EstimateStepTime(w, hw, l,
+                          EstimateMicroBatch(w, hw, l.tp, l.cp, l.micro_batch, l.recompute, l.fp8));
 }
 
 }  // namespace tenax::plan

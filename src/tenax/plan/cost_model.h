@@ -28,9 +28,7 @@ struct LayerTime {
   double tp_comm = 0;      // exposed tensor-parallel all-gathers / reduce-scatters
   double cp_comm = 0;      // context-parallel key/value all-gathers / reduce-scatters
   double tp_hidden = 0;    // tensor-parallel traffic overlapped with compute (not in total())
-  double total() const {
-    return matmul + attention + elementwise + recompute + tp_comm + cp_comm;
-  }
+  double total() const { return matmul + attention + elementwise + recompute + tp_comm + cp_comm; }
 };
 
 // Per-micro-batch costs that depend only on (tp, cp, micro_batch, recompute, fp8): the search
@@ -45,17 +43,17 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
 
 struct StepTime {
   MicroBatchCost mb;
-  double stage_load = 0;  // layer-equivalents on the slowest pipeline rank
-  double stage = 0;       // that rank's time per micro-batch
-  double compute = 0;     // micro_batches x stage
-  double bubble = 0;      // pipeline fill and drain
-  double pp_comm = 0;     // exposed pipeline sends
-  double dp_comm = 0;     // all FSDP / DDP traffic
-  double dp_exposed = 0;  // the part not hidden behind compute
-  double dp_copies = 0;   // FSDP's copy-in / copy-out and dtype casts around each collective
+  double stage_load = 0;    // layer-equivalents on the slowest pipeline rank
+  double stage = 0;         // that rank's time per micro-batch
+  double compute = 0;       // micro_batches x stage
+  double bubble = 0;        // pipeline fill and drain
+  double pp_comm = 0;       // exposed pipeline sends
+  double dp_comm = 0;       // all FSDP / DDP traffic
+  double dp_exposed = 0;    // the part not hidden behind compute
+  double dp_copies = 0;     // FSDP's copy-in / copy-out and dtype casts around each collective
   double interference = 0;  // compute slowed by the communication hidden behind it
-  double optimizer = 0;   // AdamW over this GPU's shard
-  double step = 0;        // the sum: one optimizer step
+  double optimizer = 0;     // AdamW over this GPU's shard
+  double step = 0;          // the sum: one optimizer step
 
   double tokens_per_s_per_gpu = 0;
   double tflops_per_gpu = 0;  // Workload::flops_per_token convention

@@ -26,7 +26,7 @@ Status RateError(const std::string& text, const std::string& why) {
 
 }  // namespace
 
-Result<FailureRate> ParseFailureRate(const std::string& text, int64_t gpus_per_node) {
+static Result<FailureRate> ParseFailureRateImpl(const std::string& text, int64_t gpus_per_node) {
   const std::string t = Lower(text);
   FailureRate r;
   r.text = text;
@@ -43,10 +43,13 @@ Result<FailureRate> ParseFailureRate(const std::string& text, int64_t gpus_per_n
     TENAX_ASSIGN_OR_RETURN(double units, ParseCount(n, "cluster size"));
     if (seconds <= 0 || units <= 0) return RateError(text, "the window and size must be > 0");
     double nodes = 0;
-    if (unit.rfind("gpu", 0) == 0) nodes = units / static_cast<double>(gpus_per_node);
+    if (unit.rfind("gpu", 0) == 0)
+      nodes = units / static_cast<double>(gpus_per_node);
     else if (unit.rfind("node", 0) == 0 || unit.rfind("instance", 0) == 0 ||
-             unit.rfind("host", 0) == 0) nodes = units;
-    else return RateError(text, "the cluster size must be in gpus or nodes");
+             unit.rfind("host", 0) == 0)
+      nodes = units;
+    else
+      return RateError(text, "the cluster size must be in gpus or nodes");
     r.per_node_hour = failures / (seconds / kHour) / nodes;
     return r;
   }
@@ -64,14 +67,29 @@ Result<FailureRate> ParseFailureRate(const std::string& text, int64_t gpus_per_n
   if (dash == std::string::npos) return RateError(text, "the unit must be like node-hour");
   const std::string who = unit.substr(0, dash), per = unit.substr(dash + 1);
   double per_hours = 0;
-  if (per == "hour" || per == "h" || per == "hr") per_hours = 1;
-  else if (per == "day" || per == "d") per_hours = 24;
-  else return RateError(text, "the time unit must be hour or day");
+  if (per == "hour" || per == "h" || per == "hr")
+    per_hours = 1;
+  else if (per == "day" || per == "d")
+    per_hours = 24;
+  else
+    return RateError(text, "the time unit must be hour or day");
   double per_nodes = 0;
-  if (who == "node" || who == "instance" || who == "host") per_nodes = 1;
-  else if (who == "gpu") per_nodes = 1.0 / static_cast<double>(gpus_per_node);
-  else return RateError(text, "the rate must be per node, instance or gpu");
+  if (who == "node" || who == "instance" || who == "host")
+    per_nodes = 1;
+  else if (who == "gpu")
+    per_nodes = 1.0 / static_cast<double>(gpus_per_node);
+  else
+    return RateError(text, "the rate must be per node, instance or gpu");
   r.per_node_hour = value / per_hours / per_nodes;
+  return r;
+}
+
+Result<FailureRate> ParseFailureRate(const std::string& text, int64_t gpus_per_node) {
+  auto r = ParseFailureRateImpl(text, gpus_per_node);
+  // Errors from the number and duration parsers name only their piece; add the whole value.
+  if (!r.ok() && r.status().message().find(text) == std::string::npos) {
+    return RateError(text, r.status().message());
+  }
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "tenax/plan/hardware.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +9,6 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <toml++/toml.h>
 
 #include "tenax/core/fs.h"
 #include "tenax/plan/units.h"
@@ -67,8 +67,8 @@ Result<toml::table> ReadMerged(std::string_view text, const std::string& source,
                                const std::vector<std::string>& dirs, int depth,
                                std::string* chain) {
   if (depth > kMaxInheritDepth) {
-    return InvalidArgument(fmt::format("{}: 'inherits' nests more than {} deep (a cycle?)", source,
-                                       kMaxInheritDepth));
+    return InvalidArgument(
+        fmt::format("{}: 'inherits' nests more than {} deep (a cycle?)", source, kMaxInheritDepth));
   }
   toml::table t;
   try {
@@ -111,8 +111,8 @@ class Reader {
     used_[section].insert(key);
     const toml::node* n = Find(section, key);
     if (!n) {
-      errors_->push_back(fmt::format("{}: {} is missing ({})", source_, Name(section, key),
-                                     meaning));
+      errors_->push_back(
+          fmt::format("{}: {} is missing ({})", source_, Name(section, key), meaning));
       return 0;
     }
     auto v = n->value<double>();
@@ -127,7 +127,8 @@ class Reader {
     used_[""].insert(key);
     const toml::node* n = root_.get(key);
     if (!n) {
-      if (required) errors_->push_back(fmt::format("{}: {} is missing ({})", source_, key, meaning));
+      if (required)
+        errors_->push_back(fmt::format("{}: {} is missing ({})", source_, key, meaning));
       return "";
     }
     auto v = n->value_exact<std::string>();
@@ -228,8 +229,8 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
   p.hbm_bandwidth = r.Number("memory", "hbm_tbytes_per_s", 1e-3, 1e3, kT, "HBM TB/s");
   p.reserved_bytes = r.Number("memory", "reserved_gib", 0, 1e5, kGiB,
                               "GiB not available to tensors: CUDA context, NCCL, fragmentation");
-  p.nvlink.bandwidth = r.Number("nvlink", "gbytes_per_s", 1e-3, 1e6, kG,
-                                "GB/s per GPU per direction inside a node");
+  p.nvlink.bandwidth =
+      r.Number("nvlink", "gbytes_per_s", 1e-3, 1e6, kG, "GB/s per GPU per direction inside a node");
   p.nvlink.latency = r.Number("nvlink", "latency_us", 0, 1e6, kUs, "microseconds per hop");
   p.network.bandwidth = r.Number("network", "gbytes_per_s", 1e-3, 1e6, kG,
                                  "GB/s per GPU per direction between nodes");
@@ -248,8 +249,8 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
   p.eff.tp_overlap = frac("tp_overlap", "fraction of tensor-parallel traffic hidden");
   p.eff.dp_overlap = frac("dp_overlap", "fraction of data-parallel traffic hidden");
   p.eff.pp_overlap = frac("pp_overlap", "fraction of steady-state pipeline sends hidden");
-  p.eff.comm_interference = frac("comm_interference",
-                                 "compute seconds lost per second of hidden communication");
+  p.eff.comm_interference =
+      frac("comm_interference", "compute seconds lost per second of hidden communication");
   r.ReportUnknown();
   // Zero speeds would divide by zero in the time model; overlaps may be 0.
   const std::pair<const char*, double> speeds[] = {

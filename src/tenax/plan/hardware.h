@@ -31,8 +31,8 @@ struct Efficiency {
   double collective_nvlink = 0;      // NCCL ring bus bandwidth / NVLink bandwidth
   double collective_network = 0;     // NCCL ring bus bandwidth / network bandwidth
   double tp_overlap = 0;             // fraction of tensor-parallel traffic hidden by compute
-  double dp_overlap = 0;             // fraction of FSDP/DP traffic hidden when compute is long enough
-  double pp_overlap = 0;             // fraction of steady-state pipeline sends hidden
+  double dp_overlap = 0;  // fraction of FSDP/DP traffic hidden when compute is long enough
+  double pp_overlap = 0;  // fraction of steady-state pipeline sends hidden
   // Hidden communication is not free: NCCL kernels occupy SMs and HBM bandwidth while compute
   // runs. Each second of hidden traffic still costs this many seconds of compute.
   double comm_interference = 0;
@@ -41,13 +41,13 @@ struct Efficiency {
 struct HardwareProfile {
   std::string name;
   std::string description;
-  std::string source;        // the file it was read from (and its parents), for messages
+  std::string source;  // the file it was read from (and its parents), for messages
   int gpus_per_node = 0;
-  double peak_bf16 = 0;      // FLOP/s, dense
-  double peak_fp8 = 0;       // FLOP/s, dense; 0 when the GPU has no fp8 tensor cores
+  double peak_bf16 = 0;  // FLOP/s, dense
+  double peak_fp8 = 0;   // FLOP/s, dense; 0 when the GPU has no fp8 tensor cores
   double hbm_bytes = 0;
-  double hbm_bandwidth = 0;  // bytes/s
-  double reserved_bytes = 0; // CUDA context, NCCL and allocator slack: not available to tensors
+  double hbm_bandwidth = 0;   // bytes/s
+  double reserved_bytes = 0;  // CUDA context, NCCL and allocator slack: not available to tensors
   Link nvlink;
   Link network;
   Efficiency eff;

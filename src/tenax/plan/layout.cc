@@ -10,9 +10,12 @@ namespace tenax::plan {
 
 const char* RecomputeName(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "?";
 }
@@ -26,8 +29,10 @@ std::string LayoutName(const Layout& l) {
     s += fmt::format(" hsdp{}x{}", l.dp_replicate, l.dp_shard);
   } else if (l.dp_shard > 1) {
     s += fmt::format(" fsdp{}", l.dp_shard);
-  } else {
+  } else if (l.dp_replicate > 1) {
     s += fmt::format(" ddp{}", l.dp_replicate);
+  } else {
+    s += " dp1";
   }
   if (l.dp_shard > 1) s += l.reshard ? " zero3" : " zero2";
   s += fmt::format(" mbs{}x{}", l.micro_batch, l.micro_batches);
@@ -60,26 +65,43 @@ Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text) {
       return Status::Ok();
     };
     auto boolean = [&](std::optional<bool>* out) -> Status {
-      if (value == "yes" || value == "true" || value == "on" || value == "1") *out = true;
-      else if (value == "no" || value == "false" || value == "off" || value == "0") *out = false;
-      else return InvalidArgument(fmt::format("--fix {}={}: expected yes or no", key, value));
+      if (value == "yes" || value == "true" || value == "on" || value == "1")
+        *out = true;
+      else if (value == "no" || value == "false" || value == "off" || value == "0")
+        *out = false;
+      else
+        return InvalidArgument(fmt::format("--fix {}={}: expected yes or no", key, value));
       return Status::Ok();
     };
-    if (key == "tp") TENAX_RETURN_IF_ERROR(integer(&c.tp));
-    else if (key == "cp") TENAX_RETURN_IF_ERROR(integer(&c.cp));
-    else if (key == "pp") TENAX_RETURN_IF_ERROR(integer(&c.pp));
-    else if (key == "v" || key == "vpp") TENAX_RETURN_IF_ERROR(integer(&c.vpp));
-    else if (key == "dp") TENAX_RETURN_IF_ERROR(integer(&c.dp));
-    else if (key == "dp_replicate") TENAX_RETURN_IF_ERROR(integer(&c.dp_replicate));
-    else if (key == "dp_shard" || key == "fsdp") TENAX_RETURN_IF_ERROR(integer(&c.dp_shard));
-    else if (key == "mbs") TENAX_RETURN_IF_ERROR(integer(&c.micro_batch));
-    else if (key == "fp8") TENAX_RETURN_IF_ERROR(boolean(&c.fp8));
-    else if (key == "reshard") TENAX_RETURN_IF_ERROR(boolean(&c.reshard));
+    if (key == "tp")
+      TENAX_RETURN_IF_ERROR(integer(&c.tp));
+    else if (key == "cp")
+      TENAX_RETURN_IF_ERROR(integer(&c.cp));
+    else if (key == "pp")
+      TENAX_RETURN_IF_ERROR(integer(&c.pp));
+    else if (key == "v" || key == "vpp")
+      TENAX_RETURN_IF_ERROR(integer(&c.vpp));
+    else if (key == "dp")
+      TENAX_RETURN_IF_ERROR(integer(&c.dp));
+    else if (key == "dp_replicate")
+      TENAX_RETURN_IF_ERROR(integer(&c.dp_replicate));
+    else if (key == "dp_shard" || key == "fsdp")
+      TENAX_RETURN_IF_ERROR(integer(&c.dp_shard));
+    else if (key == "mbs")
+      TENAX_RETURN_IF_ERROR(integer(&c.micro_batch));
+    else if (key == "fp8")
+      TENAX_RETURN_IF_ERROR(boolean(&c.fp8));
+    else if (key == "reshard")
+      TENAX_RETURN_IF_ERROR(boolean(&c.reshard));
     else if (key == "ac") {
-      if (value == "none") c.recompute = Recompute::kNone;
-      else if (value == "selective" || value == "sel") c.recompute = Recompute::kSelective;
-      else if (value == "full") c.recompute = Recompute::kFull;
-      else return InvalidArgument("--fix ac=" + value + ": expected none, selective or full");
+      if (value == "none")
+        c.recompute = Recompute::kNone;
+      else if (value == "selective" || value == "sel")
+        c.recompute = Recompute::kSelective;
+      else if (value == "full")
+        c.recompute = Recompute::kFull;
+      else
+        return InvalidArgument("--fix ac=" + value + ": expected none, selective or full");
     } else {
       return InvalidArgument(fmt::format(
           "--fix: unknown key '{}'; keys: tp cp pp v dp dp_replicate dp_shard mbs ac fp8 reshard",

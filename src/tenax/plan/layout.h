@@ -25,16 +25,16 @@ enum class Recompute {
 const char* RecomputeName(Recompute r);
 
 struct Layout {
-  int64_t tp = 1;            // tensor parallel (with sequence parallel on the norms)
-  int64_t cp = 1;            // context parallel: each GPU holds seq_len / cp of every sequence
-  int64_t pp = 1;            // pipeline stages
-  int64_t vpp = 1;           // virtual stages per pipeline rank (interleaved 1F1B when > 1)
-  int64_t dp_replicate = 1;  // data-parallel replicas (HSDP's outer axis; plain DDP when shard=1)
-  int64_t dp_shard = 1;      // FSDP shards parameters, gradients and optimizer state this wide
-  int64_t micro_batch = 1;   // sequences per micro-batch
-  int64_t micro_batches = 1; // micro-batches per step through each pipeline
+  int64_t tp = 1;             // tensor parallel (with sequence parallel on the norms)
+  int64_t cp = 1;             // context parallel: each GPU holds seq_len / cp of every sequence
+  int64_t pp = 1;             // pipeline stages
+  int64_t vpp = 1;            // virtual stages per pipeline rank (interleaved 1F1B when > 1)
+  int64_t dp_replicate = 1;   // data-parallel replicas (HSDP's outer axis; plain DDP when shard=1)
+  int64_t dp_shard = 1;       // FSDP shards parameters, gradients and optimizer state this wide
+  int64_t micro_batch = 1;    // sequences per micro-batch
+  int64_t micro_batches = 1;  // micro-batches per step through each pipeline
   Recompute recompute = Recompute::kNone;
-  bool fp8 = false;          // transformer-block matmuls in fp8 (attention and output stay bf16)
+  bool fp8 = false;  // transformer-block matmuls in fp8 (attention and output stay bf16)
   // FSDP: free gathered parameters after forward and gather again for backward, per micro-batch
   // (ZeRO-3); false keeps them gathered for the whole step (ZeRO-2-like, Llama 3's choice).
   bool reshard = true;

@@ -64,7 +64,7 @@ MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, con
   const int64_t chunk_layers = CeilDiv(L, l.pp * l.vpp);
   const int64_t layers = l.pp == 1 ? L : std::min(L, l.vpp * chunk_layers);
   const double vocab_params = static_cast<double>(m.vocab_size) * static_cast<double>(m.dim) /
-                              static_cast<double>(l.tp);  // vocabulary-parallel
+                              static_cast<double>(l.tp);                   // vocabulary-parallel
   const double n = static_cast<double>(l.micro_batch * w.seq_len / l.cp);  // tokens per GPU
   const double act = ActivationBytesPerToken(m, l.tp, l.recompute) * n;
   const double logits = n * static_cast<double>(m.vocab_size) / static_cast<double>(l.tp) *

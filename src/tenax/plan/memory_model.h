@@ -17,17 +17,17 @@
 namespace tenax::plan {
 
 struct MemoryBreakdown {
-  double params = 0;       // bf16 working copies held (gathered for FSDP as the layout says)
-  double optimizer = 0;    // fp32 master weights + AdamW m and v, sharded over dp_shard
-  double grads = 0;        // fp32 gradients: the sharded copy plus unsharded accumulators
-  double activations = 0;  // saved for backward, all in-flight micro-batches
-  double logits = 0;       // output logits and their fp32 loss copies (last stage)
-  double workspace = 0;    // one layer's full activations during its backward or recompute
-  double buffers = 0;      // tensor/pipeline communication buffers
-  double reserved = 0;     // from the profile
-  int64_t layers_held = 0;     // layers whose weights this GPU holds (max over stages)
-  int64_t inflight_sets = 0;   // layer x micro-batch activation sets alive at the peak
-  const char* stage = "";      // "only", "first" or "last": where the peak is
+  double params = 0;          // bf16 working copies held (gathered for FSDP as the layout says)
+  double optimizer = 0;       // fp32 master weights + AdamW m and v, sharded over dp_shard
+  double grads = 0;           // fp32 gradients: the sharded copy plus unsharded accumulators
+  double activations = 0;     // saved for backward, all in-flight micro-batches
+  double logits = 0;          // output logits and their fp32 loss copies (last stage)
+  double workspace = 0;       // one layer's full activations during its backward or recompute
+  double buffers = 0;         // tensor/pipeline communication buffers
+  double reserved = 0;        // from the profile
+  int64_t layers_held = 0;    // layers whose weights this GPU holds (max over stages)
+  int64_t inflight_sets = 0;  // layer x micro-batch activation sets alive at the peak
+  const char* stage = "";     // "only", "first" or "last": where the peak is
 
   double total() const {
     return params + optimizer + grads + activations + logits + workspace + buffers + reserved;

@@ -31,9 +31,7 @@ class Rng {
   double Uniform() { return (static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53; }
 
   // Exponential with the given rate (events per unit time); infinity when the rate is 0.
-  double Exponential(double rate) {
-    return rate > 0 ? -std::log(Uniform()) / rate : INFINITY;
-  }
+  double Exponential(double rate) { return rate > 0 ? -std::log(Uniform()) / rate : INFINITY; }
 
   static uint64_t SplitMix64(uint64_t* state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);

@@ -52,8 +52,8 @@ std::string LayoutProblem(const Workload& w, const HardwareProfile& hw, const La
   }
   if (std::string p = TensorParallelProblem(m, l.tp); !p.empty()) return p;
   if (l.cp > 1 && (w.seq_len % (2 * l.cp) != 0 || w.seq_len / l.cp < kMinContextChunk)) {
-    return fmt::format("seq_len ({}) must split into 2 x cp ({}) chunks of >= {} tokens",
-                       w.seq_len, l.cp, kMinContextChunk / 2);
+    return fmt::format("seq_len ({}) must split into 2 x cp ({}) chunks of >= {} tokens", w.seq_len,
+                       l.cp, kMinContextChunk / 2);
   }
   if (l.pp > m.n_layers) return fmt::format("pp ({}) > n_layers ({})", l.pp, m.n_layers);
   if (l.pp * l.vpp > m.n_layers) {
@@ -66,11 +66,11 @@ std::string LayoutProblem(const Workload& w, const HardwareProfile& hw, const La
                        l.pp);
   }
   if (l.dp() * l.micro_batch * l.micro_batches != w.sequences()) {
-    return fmt::format("dp ({}) x micro-batch ({}) x micro-batches ({}) = {} != sequences per step "
-                       "({} = {} tokens / {})",
-                       l.dp(), l.micro_batch, l.micro_batches,
-                       l.dp() * l.micro_batch * l.micro_batches, w.sequences(),
-                       w.global_batch_tokens, w.seq_len);
+    return fmt::format(
+        "dp ({}) x micro-batch ({}) x micro-batches ({}) = {} != sequences per step "
+        "({} = {} tokens / {})",
+        l.dp(), l.micro_batch, l.micro_batches, l.dp() * l.micro_batch * l.micro_batches,
+        w.sequences(), w.global_batch_tokens, w.seq_len);
   }
   if (l.fp8 && hw.peak_fp8 <= 0) return hw.name + " has no fp8 tensor cores (peak_fp8_tflops = 0)";
   return "";
@@ -176,7 +176,10 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                     ++r.evaluated;
                     if (c.memory.total() > hw.hbm_bytes) {
                       ++r.dropped["does not fit in GPU memory"];
-                      KeepBest(&r.fastest_not_fitting, 1, std::move(c));
+                      if (r.leanest_not_fitting.empty() ||
+                          c.memory.total() < r.leanest_not_fitting[0].memory.total()) {
+                        r.leanest_not_fitting = {std::move(c)};
+                      }
                       continue;
                     }
                     ++r.fitting;

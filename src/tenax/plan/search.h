@@ -33,11 +33,11 @@ struct SearchOptions {
 };
 
 struct SearchResult {
-  std::vector<Candidate> best;                 // fastest first
-  int64_t evaluated = 0;                       // layouts that were valid and costed
+  std::vector<Candidate> best;  // fastest first
+  int64_t evaluated = 0;        // layouts that were valid and costed
   int64_t fitting = 0;
   std::map<std::string, int64_t> dropped;      // reason -> how many layouts
-  std::vector<Candidate> fastest_not_fitting;  // up to 1: for "nothing fits" messages
+  std::vector<Candidate> leanest_not_fitting;  // up to 1, least memory: for "nothing fits"
   double seconds = 0;                          // wall time of the search
 };
 

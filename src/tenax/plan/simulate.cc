@@ -59,15 +59,20 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
   // starts the recovery over (and sends one more node to repair).
   auto recover = [&]() {
     for (;;) {
+      // Until the failure is detected the job hangs (a collective times out); the node is
+      // already broken, so its repair clock starts at the failure.
       repairs.push(t + c.repair_time);
+      t += c.detect_time;
+      o.restarting += c.detect_time;
       while (!repairs.empty() && repairs.top() <= t) {
         repairs.pop();
         ++pool;
       }
+      // The swap and the restart run on allocated nodes, which can fail too.
+      double window = c.restart_cost;
       if (pool > 0) {
         --pool;
-        t += c.swap_time;
-        o.restarting += c.swap_time;
+        window += c.swap_time;
       } else {
         const double back = repairs.top();  // the first repaired node joins the job directly
         repairs.pop();
@@ -75,9 +80,9 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
         t = back;
       }
       const double f = rng.Exponential(rate);
-      if (f >= c.restart_cost) {
-        t += c.restart_cost;
-        o.restarting += c.restart_cost;
+      if (f >= window) {
+        t += window;
+        o.restarting += window;
         return;
       }
       t += f;
@@ -109,15 +114,16 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
 
 Result<SimulationResult> Simulate(const SimulationConfig& c) {
   if (c.gpus < 1 || c.gpus_per_node < 1) {
-    return InvalidArgument(fmt::format("--gpus ({}) and --gpus-per-node ({}) must be >= 1", c.gpus,
-                                       c.gpus_per_node));
+    return InvalidArgument(
+        fmt::format("--gpus ({}) and --gpus-per-node ({}) must be >= 1", c.gpus, c.gpus_per_node));
   }
   if (!(c.duration > 0)) return InvalidArgument("--duration must be > 0");
   if (!(c.interval > 0)) return InvalidArgument("--interval must be > 0");
   if (c.runs < 1) return InvalidArgument(fmt::format("--runs = {} must be >= 1", c.runs));
   if (c.spares < 0) return InvalidArgument(fmt::format("--spares = {} must be >= 0", c.spares));
-  if (c.checkpoint_cost < 0 || c.restart_cost < 0 || c.swap_time < 0 || c.repair_time < 0) {
-    return InvalidArgument("checkpoint, restart, swap and repair times must be >= 0");
+  if (c.checkpoint_cost < 0 || c.restart_cost < 0 || c.swap_time < 0 || c.repair_time < 0 ||
+      c.detect_time < 0) {
+    return InvalidArgument("checkpoint, detection, restart, swap and repair times must be >= 0");
   }
   const double mtbf = JobMtbfSeconds(c.rate, c.nodes());
   const double attempt = std::min(c.interval, c.duration) + c.checkpoint_cost;
@@ -139,7 +145,8 @@ Result<SimulationResult> Simulate(const SimulationConfig& c) {
     restart.push_back(o.restarting);
     waiting.push_back(o.waiting);
     efficiency.push_back(c.duration / o.wall);
-    total_at_risk += o.wall - o.waiting;  // no failures are drawn while waiting for a repair
+    // No failures are drawn while detecting a failure or waiting for a repair.
+    total_at_risk += o.wall - o.waiting - static_cast<double>(o.failures) * c.detect_time;
     total_failures += static_cast<double>(o.failures);
   }
   SimulationResult r;

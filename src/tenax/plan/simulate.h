@@ -5,8 +5,8 @@
 // node is found: from the spare pool (swap time) or, with none left, by waiting for a repair.
 // Failed nodes return to the pool once repaired. Failures may also strike during a restart.
 // Every run derives its own generator from (seed, run index): results depend only on the seed.
-// Non-goals: failures while waiting for a repair (the job holds no nodes then), correlated
-// failures, stragglers, checkpoint corruption.
+// Non-goals: failures while a failure goes undetected or while waiting for a repair (the job is
+// stopped then), correlated failures, stragglers, checkpoint corruption.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct SimulationConfig {
   int64_t gpus_per_node = 8;
   FailureRate rate;
   double checkpoint_cost = 0;  // seconds training stalls per checkpoint
+  double detect_time = 0;      // seconds from a failure until the job notices it
   double restart_cost = 0;     // seconds from a replacement being ready to training again
   double interval = 0;         // seconds of computation between checkpoints
   double duration = 0;         // seconds of computation the job needs without failures
@@ -40,7 +41,7 @@ struct RunOutcome {
   double wall = 0;
   double lost = 0;           // computation redone after failures
   double checkpointing = 0;  // checkpoint stalls (including ones a failure cut short)
-  double restarting = 0;     // swaps and restarts (including ones a failure cut short)
+  double restarting = 0;     // detection, swaps and restarts (including ones cut short)
   double waiting = 0;        // waiting for a repaired node when no spare was left
   int64_t failures = 0;
 };
@@ -53,9 +54,9 @@ Summary Summarize(std::vector<double> values);
 
 struct SimulationResult {
   Summary wall, failures, lost, checkpointing, restarting, waiting;
-  Summary efficiency;    // duration / wall: the effective training time
-  double mtbf = 0;       // the configured job MTBF (seconds)
-  double observed_mtbf = 0;  // time at risk (wall - waiting) / failures, over all runs
+  Summary efficiency;        // duration / wall: the effective training time
+  double mtbf = 0;           // the configured job MTBF (seconds)
+  double observed_mtbf = 0;  // time at risk (not detecting or waiting) / failures, all runs
 };
 
 // Checks the configuration (positive sizes, an interval the job can finish with) and runs it.

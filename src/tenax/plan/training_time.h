@@ -20,15 +20,15 @@ struct FailureCosts {
 
 struct TrainingEstimate {
   double tokens = 0;
-  double seconds = 0;    // without failures: tokens / cluster tokens/s
+  double seconds = 0;  // without failures: tokens / cluster tokens/s
   double gpu_hours = 0;
-  double cost = 0;       // gpu_hours x price (0 without a price)
+  double cost = 0;  // gpu_hours x price (0 without a price)
   // With failures (when FailureCosts were given):
   bool with_failures = false;
-  double mtbf = 0;             // of the whole job, seconds
-  double interval = 0;         // Daly's checkpoint interval, seconds of computation
-  double wall_seconds = 0;     // expected, Daly (2006)
-  double effective = 0;        // seconds / wall_seconds
+  double mtbf = 0;          // of the whole job, seconds
+  double interval = 0;      // Daly's checkpoint interval, seconds of computation
+  double wall_seconds = 0;  // expected, Daly (2006)
+  double effective = 0;     // seconds / wall_seconds
   double wall_cost = 0;
 };
 

@@ -40,13 +40,13 @@ Result<double> ParseCount(const std::string& text, const std::string& what) {
   double v = 0;
   std::string suffix;
   if (!SplitNumber(Trim(text), &v, &suffix)) {
-    return InvalidArgument(fmt::format("{} = '{}' is not a number (examples: 2048, 16Mi, 15T)",
-                                       what, text));
+    return InvalidArgument(
+        fmt::format("{} = '{}' is not a number (examples: 2048, 16Mi, 15T)", what, text));
   }
   static const std::vector<std::pair<std::string, double>> kSuffixes = {
-      {"", 1.0},        {"K", 1e3},           {"k", 1e3},           {"M", 1e6},
-      {"G", 1e9},       {"B", 1e9},           {"T", 1e12},          {"P", 1e15},
-      {"Ki", 1024.0},   {"Mi", 1048576.0},    {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+      {"", 1.0},      {"K", 1e3},        {"k", 1e3},           {"M", 1e6},
+      {"G", 1e9},     {"B", 1e9},        {"T", 1e12},          {"P", 1e15},
+      {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
   for (const auto& [s, scale] : kSuffixes) {
     if (suffix == s) {
       if (v < 0) return InvalidArgument(fmt::format("{} = '{}' must not be negative", what, text));
@@ -77,14 +77,14 @@ Result<double> ParseDuration(const std::string& text, const std::string& what) {
         text));
   }
   static const std::vector<std::pair<std::string, double>> kUnits = {
-      {"", 1},          {"s", 1},         {"sec", 1},       {"m", 60},       {"min", 60},
-      {"h", kHour},     {"hr", kHour},    {"hour", kHour},  {"hours", kHour}, {"d", kDay},
-      {"day", kDay},    {"days", kDay},   {"w", 7 * kDay},  {"ms", 1e-3}};
+      {"", 1},       {"s", 1},       {"sec", 1},      {"m", 60},        {"min", 60},
+      {"h", kHour},  {"hr", kHour},  {"hour", kHour}, {"hours", kHour}, {"d", kDay},
+      {"day", kDay}, {"days", kDay}, {"w", 7 * kDay}, {"ms", 1e-3}};
   for (const auto& [u, scale] : kUnits) {
     if (suffix == u) return v * scale;
   }
-  return InvalidArgument(fmt::format("{} = '{}': unknown time unit '{}'; use s, m, h, d or w", what,
-                                     text, suffix));
+  return InvalidArgument(
+      fmt::format("{} = '{}': unknown time unit '{}'; use s, m, h, d or w", what, text, suffix));
 }
 
 std::string FormatDuration(double s) {
@@ -107,15 +107,20 @@ std::string FormatCount(double v) {
 
 std::string FormatGiB(double bytes) { return fmt::format("{:.1f} GiB", bytes / kGiB); }
 
-std::string FormatMoney(double dollars) {
-  if (!std::isfinite(dollars)) return "inf";
-  std::string digits = fmt::format("{:.0f}", std::fabs(dollars));
+std::string FormatThousands(double value) {
+  if (!std::isfinite(value)) return "inf";
+  std::string digits = fmt::format("{:.0f}", std::fabs(value));
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {
     if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
     out += digits[i];
   }
-  return (dollars < 0 ? "-$" : "$") + out;
+  return (value < 0 && out != "0" ? "-" : "") + out;
+}
+
+std::string FormatMoney(double dollars) {
+  if (!std::isfinite(dollars)) return "inf";
+  return (dollars < 0 ? "-$" : "$") + FormatThousands(std::fabs(dollars));
 }
 
 }  // namespace tenax::plan

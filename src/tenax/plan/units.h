@@ -1,7 +1,7 @@
-// Numbers with units as people type them on a command line ("16Mi" tokens, "54d", "0.04%/node-hour")
-// and as the planner prints them back. Parsing returns InvalidArgument naming the flag and what
-// was expected; formatting never fails.
-// Non-goals: locale-aware formatting; units beyond those the planner and simulator need.
+// Numbers with units as people type them on a command line ("16Mi" tokens, "54d",
+// "0.04%/node-hour") and as the planner prints them back. Parsing returns InvalidArgument naming
+// the flag and what was expected; formatting never fails. Non-goals: locale-aware formatting; units
+// beyond those the planner and simulator need.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,8 @@ Result<double> ParseDuration(const std::string& text, const std::string& what);
 std::string FormatDuration(double seconds);
 std::string FormatCount(double value);
 std::string FormatGiB(double bytes);
+// Whole numbers with thousands separators: "21,958,486".
+std::string FormatThousands(double value);
 // Dollars with thousands separators: "$1,234,567".
 std::string FormatMoney(double dollars);
 

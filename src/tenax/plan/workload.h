@@ -45,13 +45,13 @@ Result<ModelSpec> LoadPlanModel(const std::string& preset_or_config, int64_t* co
 // One transformer layer on one tensor-parallel rank. Key/value heads are replicated when tp
 // exceeds n_kv_heads (each rank then holds one kv head).
 struct LayerWidths {
-  int64_t h = 0;       // model dim (the full width: sequence-parallel regions shard tokens)
-  int64_t q = 0;       // query / attention-output columns on this rank: dim / tp
-  int64_t kv = 0;      // key (= value) columns on this rank
-  int64_t f = 0;       // feed-forward columns on this rank: ffn_hidden_dim / tp
-  int64_t heads = 0;   // query heads on this rank
+  int64_t h = 0;      // model dim (the full width: sequence-parallel regions shard tokens)
+  int64_t q = 0;      // query / attention-output columns on this rank: dim / tp
+  int64_t kv = 0;     // key (= value) columns on this rank
+  int64_t f = 0;      // feed-forward columns on this rank: ffn_hidden_dim / tp
+  int64_t heads = 0;  // query heads on this rank
   int64_t head_dim = 0;
-  double params = 0;   // parameters of one layer on this rank (norms replicated)
+  double params = 0;  // parameters of one layer on this rank (norms replicated)
 };
 LayerWidths WidthsFor(const ModelSpec& m, int64_t tp);
 

@@ -1,0 +1,57 @@
+// The flags of `tenax plan` and `tenax simulate` and the functions that run them (internal to
+// plan/; cli.h is the public entry). Kept apart from cli.cc so each command's logic reads alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+
+namespace tenax::plan {
+
+struct PlanFlags {
+  std::string model;
+  int64_t gpus = 0;
+  std::string gpu = "h100-sxm";
+  int64_t seq_len = 0;
+  std::string global_batch_tokens;
+  std::string tokens;
+  double price_per_gpu_hour = 0;
+  int top = 5;
+  bool json = false;
+  bool explain = false;
+  std::string fix;
+  std::string kernels = "eager";
+  std::string failure_rate;
+  std::string checkpoint_cost = "30s";
+  std::string restart_cost = "10m";
+  bool validate = false;
+  std::vector<std::string> calibrate;
+  std::string fit = "matmul";
+  std::string out;
+  std::string command_line;  // for the calibrated profile's header
+};
+
+struct SimulateFlags {
+  int64_t gpus = 0;
+  int64_t gpus_per_node = 8;
+  std::string failure_rate;
+  std::string checkpoint_cost;
+  std::string restart_cost;
+  std::string detect_time = "0s";
+  int64_t spares = 0;
+  std::string swap_time = "2m";
+  std::string repair_time = "8h";
+  std::string interval = "auto";
+  std::string duration;
+  int64_t runs = 1000;
+  uint64_t seed = 1;
+  double price_per_gpu_hour = 0;
+  bool json = false;
+};
+
+Status RunPlan(const PlanFlags& flags);
+Status RunSimulate(const SimulateFlags& flags);
+
+}  // namespace tenax::plan

@@ -1,0 +1,105 @@
+#include "tenax/plan/hardware.h"
+
+#include <gtest/gtest.h>
+
+#include "tenax/plan/testing.h"
+#include "tenax/plan/units.h"
+
+namespace tenax::plan {
+namespace {
+
+using testing::HardwareDirs;
+using testing::TempDir;
+
+std::string Message(const Result<HardwareProfile>& r) {
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? "" : r.status().message();
+}
+
+TEST(Hardware, ShippedProfilesLoad) {
+  for (const char* name : {"h100-sxm", "h100-hbm2e-500w", "h200", "a100-80g", "b200"}) {
+    auto p = LoadHardwareProfile(name, HardwareDirs());
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status().message();
+    EXPECT_EQ(p->name, name);
+    EXPECT_GT(p->peak_bf16, 1e14) << name;
+    EXPECT_GT(p->usable_bytes(), 40 * kGiB) << name;
+    EXPECT_EQ(p->gpus_per_node, 8) << name;
+  }
+  auto h100 = *LoadHardwareProfile("h100-sxm", HardwareDirs());
+  EXPECT_DOUBLE_EQ(h100.peak_bf16, 989.4e12);
+  EXPECT_DOUBLE_EQ(h100.network.bandwidth, 50e9);
+  EXPECT_DOUBLE_EQ(h100.nvlink.latency, 5e-6);
+}
+
+TEST(Hardware, InheritanceOverridesOnlyWhatItNames) {
+  auto h100 = *LoadHardwareProfile("h100-sxm", HardwareDirs());
+  auto h200 = *LoadHardwareProfile("h200", HardwareDirs());
+  EXPECT_DOUBLE_EQ(h200.hbm_bytes, 140 * kGiB);
+  EXPECT_DOUBLE_EQ(h200.hbm_bandwidth, 4.8e12);
+  EXPECT_DOUBLE_EQ(h200.peak_bf16, h100.peak_bf16);
+  EXPECT_DOUBLE_EQ(h200.eff.matmul, h100.eff.matmul);  // one [efficiency] table, merged by key
+  EXPECT_NE(h200.source.find("h100-sxm.toml"), std::string::npos) << h200.source;
+}
+
+TEST(Hardware, UserFileByPathInheritingAShippedProfile) {
+  TempDir dir;
+  const std::string path = dir.Write("mine.toml",
+                                     "inherits = \"h100-sxm\"\nname = \"mine\"\n"
+                                     "[efficiency]\nmatmul = 0.5\n");
+  auto p = LoadHardwareProfile(path, HardwareDirs());
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->name, "mine");
+  EXPECT_DOUBLE_EQ(p->eff.matmul, 0.5);
+  EXPECT_DOUBLE_EQ(p->eff.attention, 0.33);
+}
+
+TEST(Hardware, MissingFieldIsNamed) {
+  auto r =
+      ParseHardwareProfile("name = \"x\"\ngpus_per_node = 8\n[compute]\npeak_bf16_tflops = 1\n",
+                           "x.toml", HardwareDirs());
+  const std::string m = Message(r);
+  EXPECT_NE(m.find("x.toml: [compute] peak_fp8_tflops is missing"), std::string::npos) << m;
+  EXPECT_NE(m.find("[memory] hbm_gib is missing"), std::string::npos) << m;
+  EXPECT_NE(m.find("[efficiency] matmul is missing"), std::string::npos) << m;
+}
+
+TEST(Hardware, BadValuesAndUnknownKeysAreNamed) {
+  TempDir dir;
+  auto r = ParseHardwareProfile(
+      "inherits = \"h100-sxm\"\ngpus_per_node = \"eight\"\n[memory]\nhbm_gb = 80\n"
+      "[efficiency]\nmatmul = 1.5\n[cooling]\nwater = true\n",
+      dir.Join("bad.toml"), HardwareDirs());
+  const std::string m = Message(r);
+  EXPECT_NE(m.find("gpus_per_node must be a number"), std::string::npos) << m;
+  EXPECT_NE(m.find("[efficiency] matmul must be a number in [0, 1]"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown key memory.hbm_gb"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown section [cooling]"), std::string::npos) << m;
+}
+
+TEST(Hardware, ZeroSpeedIsRejected) {
+  auto r = ParseHardwareProfile("inherits = \"h100-sxm\"\n[efficiency]\nattention = 0\n", "z.toml",
+                                HardwareDirs());
+  EXPECT_NE(Message(r).find("attention must be > 0"), std::string::npos);
+}
+
+TEST(Hardware, UnknownNameListsKnownProfiles) {
+  const std::string m = Message(LoadHardwareProfile("tpu-v9", HardwareDirs()));
+  EXPECT_NE(m.find("'tpu-v9' not found"), std::string::npos) << m;
+  EXPECT_NE(m.find("h100-sxm"), std::string::npos) << m;
+}
+
+TEST(Hardware, InheritanceCycleStops) {
+  TempDir dir;
+  dir.Write("a.toml", "inherits = \"b\"\n");
+  dir.Write("b.toml", "inherits = \"a\"\n");
+  const std::string m = Message(LoadHardwareProfile(dir.Join("a.toml"), {dir.path()}));
+  EXPECT_NE(m.find("nests more than"), std::string::npos) << m;
+}
+
+TEST(Hardware, TomlSyntaxErrorHasALine) {
+  const std::string m = Message(ParseHardwareProfile("name = \n", "s.toml", {}));
+  EXPECT_NE(m.find("s.toml:1:"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace tenax::plan

@@ -1,0 +1,242 @@
+#include "tenax/plan/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tenax/plan/units.h"
+
+namespace tenax::plan {
+namespace {
+
+std::string Ms(double s) { return fmt::format("{:.2f} ms", s * 1e3); }
+std::string Sec(double s) { return fmt::format("{:.3f} s", s); }
+
+std::string DropSummary(const SearchResult& s) {
+  std::vector<std::pair<int64_t, std::string>> v;
+  for (const auto& [reason, n] : s.dropped) v.emplace_back(n, reason);
+  std::sort(v.rbegin(), v.rend());
+  if (v.empty()) return " none";
+  std::string out;
+  for (const auto& [n, reason] : v) {
+    out += fmt::format("\n    {:>9}  {}", FormatThousands(static_cast<double>(n)), reason);
+  }
+  return out;
+}
+
+std::optional<TrainingEstimate> Training(const PlanReport& r, const Candidate& c) {
+  if (!r.tokens) return std::nullopt;
+  return EstimateTraining(*r.tokens, c.time.tokens_per_s_per_gpu, r.gpus, r.price_per_gpu_hour,
+                          r.failures);
+}
+
+}  // namespace
+
+std::string PlanText(const PlanReport& r) {
+  const Workload& w = *r.workload;
+  const SearchResult& s = *r.search;
+  const ParamCounts pc = CountParams(w.model);
+  std::string out = fmt::format(
+      "tenax plan: {} ({:.2f}B parameters, {} training FLOP/token at seq_len {}) on {} x {}\n"
+      "  batch {} sequences x {} = {} tokens per step; {} kernels\n"
+      "  searched {} layouts in {:.3f} s: {} fit, dropped:{}\n",
+      w.model.name, static_cast<double>(pc.total) / 1e9, FormatCount(w.flops_per_token), w.seq_len,
+      r.gpus, r.hardware->name, w.sequences(), w.seq_len,
+      FormatCount(static_cast<double>(w.global_batch_tokens)), KernelsName(w.kernels),
+      FormatThousands(static_cast<double>(s.evaluated)), s.seconds,
+      FormatThousands(static_cast<double>(s.fitting)), DropSummary(s));
+  if (s.best.empty()) {
+    out += "\nno layout fits";
+    if (!s.leanest_not_fitting.empty()) {
+      const Candidate& c = s.leanest_not_fitting.front();
+      out += fmt::format(": even the leanest, {}, needs {} per GPU of {}", LayoutName(c.layout),
+                         FormatGiB(c.memory.total()), FormatGiB(r.hardware->hbm_bytes));
+    }
+    return out + ". Use more GPUs, a GPU with more memory, or a smaller batch per GPU.\n";
+  }
+  const bool days = r.tokens.has_value();
+  const bool cost = days && r.price_per_gpu_hour > 0;
+  const bool fail = days && r.failures.has_value();
+  out += fmt::format("\n {:>2}  {:<52} {:>9} {:>11} {:>8} {:>6} {:>10}", "#", "layout", "step",
+                     "tokens/s", "TFLOP/s", "MFU", "memory");
+  if (days) out += fmt::format(" {:>9}", "days");
+  if (fail) out += fmt::format(" {:>13}", "w/ failures");
+  if (cost) out += fmt::format(" {:>14}", "cost");
+  out += "\n";
+  int rank = 0;
+  for (const Candidate& c : s.best) {
+    out += fmt::format(" {:>2}  {:<52} {:>9} {:>11} {:>8.0f} {:>5.1f}% {:>10}", ++rank,
+                       LayoutName(c.layout), FormatDuration(c.time.step),
+                       FormatCount(c.time.tokens_per_s_per_gpu * static_cast<double>(r.gpus)),
+                       c.time.tflops_per_gpu, 100 * c.time.mfu, FormatGiB(c.memory.total()));
+    if (auto t = Training(r, c)) {
+      out += fmt::format(" {:>9.1f}", t->seconds / kDay);
+      if (fail) out += fmt::format(" {:>13.1f}", t->wall_seconds / kDay);
+      if (cost) out += fmt::format(" {:>14}", FormatMoney(fail ? t->wall_cost : t->cost));
+    }
+    out += "\n";
+  }
+  const Candidate& best = s.best.front();
+  out += fmt::format(
+      "\n  tokens/s is the whole cluster's; TFLOP/s and MFU count {} per token "
+      "(6N + 12LHQT) against {:.0f} TFLOP/s bf16 peak.\n",
+      FormatCount(w.flops_per_token), r.hardware->peak_bf16 / 1e12);
+  if (auto t = Training(r, best)) {
+    out += fmt::format("  {} tokens on layout #1: {:.1f} days, {} GPU-hours{}\n",
+                       FormatCount(t->tokens), t->seconds / kDay, FormatThousands(t->gpu_hours),
+                       cost ? ", " + FormatMoney(t->cost) : "");
+    if (t->with_failures) {
+      out += fmt::format(
+          "  with failures ({}: job MTBF {}), checkpoint every {} (Daly) at {} stall, "
+          "{} restart: {:.1f} days, {:.1f}% effective training time{}\n",
+          r.failures->rate.text, FormatDuration(t->mtbf), FormatDuration(t->interval),
+          FormatDuration(r.failures->checkpoint_cost), FormatDuration(r.failures->restart_cost),
+          t->wall_seconds / kDay, 100 * t->effective,
+          cost ? fmt::format(", {} ({} lost)", FormatMoney(t->wall_cost),
+                             FormatMoney(t->wall_cost - t->cost))
+               : "");
+    }
+  }
+  return out;
+}
+
+nlohmann::json PlanJson(const PlanReport& r) {
+  const Workload& w = *r.workload;
+  const SearchResult& s = *r.search;
+  nlohmann::json layouts = nlohmann::json::array();
+  for (const Candidate& c : s.best) {
+    const Layout& l = c.layout;
+    const StepTime& t = c.time;
+    const MemoryBreakdown& m = c.memory;
+    nlohmann::json j = {{"name", LayoutName(l)},
+                        {"tp", l.tp},
+                        {"cp", l.cp},
+                        {"pp", l.pp},
+                        {"vpp", l.vpp},
+                        {"dp_replicate", l.dp_replicate},
+                        {"dp_shard", l.dp_shard},
+                        {"micro_batch", l.micro_batch},
+                        {"micro_batches", l.micro_batches},
+                        {"recompute", RecomputeName(l.recompute)},
+                        {"fp8", l.fp8},
+                        {"reshard", l.reshard},
+                        {"step_s", t.step},
+                        {"tokens_per_s", t.tokens_per_s_per_gpu * static_cast<double>(r.gpus)},
+                        {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
+                        {"tflops_per_gpu", t.tflops_per_gpu},
+                        {"mfu", t.mfu},
+                        {"memory_bytes", m.total()},
+                        {"time_s",
+                         {{"compute", t.compute},
+                          {"bubble", t.bubble},
+                          {"pp_comm", t.pp_comm},
+                          {"dp_comm", t.dp_comm},
+                          {"dp_exposed", t.dp_exposed},
+                          {"dp_copies", t.dp_copies},
+                          {"interference", t.interference},
+                          {"optimizer", t.optimizer}}},
+                        {"memory",
+                         {{"params", m.params},
+                          {"optimizer", m.optimizer},
+                          {"grads", m.grads},
+                          {"activations", m.activations},
+                          {"logits", m.logits},
+                          {"workspace", m.workspace},
+                          {"buffers", m.buffers},
+                          {"reserved", m.reserved},
+                          {"stage", m.stage}}}};
+    if (auto t2 = Training(r, c)) {
+      nlohmann::json tj = {{"tokens", t2->tokens},
+                           {"days", t2->seconds / kDay},
+                           {"gpu_hours", t2->gpu_hours},
+                           {"cost", t2->cost}};
+      if (t2->with_failures) {
+        tj["with_failures"] = {{"days", t2->wall_seconds / kDay},
+                               {"effective", t2->effective},
+                               {"mtbf_s", t2->mtbf},
+                               {"checkpoint_interval_s", t2->interval},
+                               {"cost", t2->wall_cost}};
+      }
+      j["training"] = tj;
+    }
+    layouts.push_back(j);
+  }
+  return {{"model", w.model.name},
+          {"gpus", r.gpus},
+          {"hardware", r.hardware->name},
+          {"seq_len", w.seq_len},
+          {"global_batch_tokens", w.global_batch_tokens},
+          {"kernels", KernelsName(w.kernels)},
+          {"flops_per_token", w.flops_per_token},
+          {"search",
+           {{"evaluated", s.evaluated},
+            {"fitting", s.fitting},
+            {"dropped", s.dropped},
+            {"seconds", s.seconds}}},
+          {"layouts", layouts}};
+}
+
+std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Candidate& c) {
+  const Layout& l = c.layout;
+  const StepTime& t = c.time;
+  const LayerTime& lt = t.mb.layer;
+  const MemoryBreakdown& m = c.memory;
+  std::string out = fmt::format(
+      "layout {}\n  {} GPUs = tp {} x cp {} x pp {} x dp {} (replicas {} x shards {}); {} "
+      "virtual stage(s) per pipeline rank\n  micro-batch {} sequence(s) = {} tokens per GPU; {} "
+      "micro-batches per step\n",
+      LayoutName(l), l.gpus(), l.tp, l.cp, l.pp, l.dp(), l.dp_replicate, l.dp_shard, l.vpp,
+      l.micro_batch, l.micro_batch * w.seq_len / l.cp, l.micro_batches);
+  out += "\none micro-batch through one layer, forward + backward:\n";
+  out += fmt::format(
+      "  matmul        {:>10}   7 projections at the GEMM efficiency for their shapes\n",
+      Ms(lt.matmul));
+  out += fmt::format("  attention     {:>10}   causal flash attention, {:.0f}% of peak\n",
+                     Ms(lt.attention), 100 * hw.eff.attention);
+  out += fmt::format("  elementwise   {:>10}   {} kernels at {:.0f}% of HBM bandwidth\n",
+                     Ms(lt.elementwise), KernelsName(w.kernels), 100 * hw.eff.memory_bound);
+  out +=
+      fmt::format("  recompute     {:>10}   ac={}\n", Ms(lt.recompute), RecomputeName(l.recompute));
+  out += fmt::format("  tp traffic    {:>10}   exposed ({} hidden)\n", Ms(lt.tp_comm),
+                     Ms(lt.tp_hidden));
+  out += fmt::format("  cp traffic    {:>10}\n", Ms(lt.cp_comm));
+  out += fmt::format("  = layer       {:>10}\n", Ms(lt.total()));
+  out += fmt::format("  output layer and loss {}, embedding {}\n", Ms(t.mb.output),
+                     Ms(t.mb.embedding));
+  out += "\none step:\n";
+  out += fmt::format("  slowest pipeline rank: {:.2f} layer-equivalents = {} per micro-batch\n",
+                     t.stage_load, Ms(t.stage));
+  out +=
+      fmt::format("  compute       {:>10}   {} micro-batches\n", Sec(t.compute), l.micro_batches);
+  out += fmt::format("  bubble        {:>10}   (pp - 1) / v = {:.2f} stage-times\n", Sec(t.bubble),
+                     static_cast<double>(l.pp - 1) / static_cast<double>(l.vpp));
+  out += fmt::format("  pp sends      {:>10}   exposed\n", Sec(t.pp_comm));
+  out += fmt::format("  dp traffic    {:>10}   exposed of {} total\n", Sec(t.dp_exposed),
+                     Sec(t.dp_comm));
+  out += fmt::format("  fsdp copies   {:>10}\n", Sec(t.dp_copies));
+  out +=
+      fmt::format("  interference  {:>10}   hidden traffic slowing compute\n", Sec(t.interference));
+  out += fmt::format("  optimizer     {:>10}\n", Sec(t.optimizer));
+  out +=
+      fmt::format("  = step        {:>10}   {:.1f} tokens/s/GPU, {:.0f} TFLOP/s/GPU, {:.1f}% MFU\n",
+                  Sec(t.step), t.tokens_per_s_per_gpu, t.tflops_per_gpu, 100 * t.mfu);
+  out += fmt::format("\nmemory per GPU ({} pipeline stage, {} layers held):\n", m.stage,
+                     m.layers_held);
+  out += fmt::format("  parameters    {:>10}   bf16 working copies\n", FormatGiB(m.params));
+  out += fmt::format("  optimizer     {:>10}   fp32 master + AdamW m, v over {} shard(s)\n",
+                     FormatGiB(m.optimizer), l.dp_shard);
+  out += fmt::format("  gradients     {:>10}   fp32\n", FormatGiB(m.grads));
+  out += fmt::format("  activations   {:>10}   {} layer x micro-batch sets, ac={}\n",
+                     FormatGiB(m.activations), m.inflight_sets, RecomputeName(l.recompute));
+  out += fmt::format("  logits        {:>10}\n", FormatGiB(m.logits));
+  out += fmt::format("  workspace     {:>10}   one layer's activations during backward\n",
+                     FormatGiB(m.workspace));
+  out += fmt::format("  buffers       {:>10}   tp / pp communication\n", FormatGiB(m.buffers));
+  out += fmt::format("  reserved      {:>10}   CUDA context, NCCL, fragmentation\n",
+                     FormatGiB(m.reserved));
+  out += fmt::format("  = total       {:>10}   of {}\n", FormatGiB(m.total()),
+                     FormatGiB(hw.hbm_bytes));
+  return out;
+}
+
+}  // namespace tenax::plan

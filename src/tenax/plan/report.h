@@ -1,0 +1,32 @@
+// What `tenax plan` prints: the ranked table of layouts (text or JSON), the per-layout breakdown
+// behind --explain, and the training-time lines for --tokens and --failure-rate.
+// Non-goals: any modelling; this file only formats what search.h and training_time.h computed.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "tenax/plan/hardware.h"
+#include "tenax/plan/search.h"
+#include "tenax/plan/training_time.h"
+#include "tenax/plan/workload.h"
+
+namespace tenax::plan {
+
+struct PlanReport {
+  const Workload* workload = nullptr;
+  const HardwareProfile* hardware = nullptr;
+  int64_t gpus = 0;
+  const SearchResult* search = nullptr;
+  std::optional<double> tokens;   // --tokens
+  double price_per_gpu_hour = 0;  // 0: no cost column
+  std::optional<FailureCosts> failures;
+};
+
+std::string PlanText(const PlanReport& r);
+nlohmann::json PlanJson(const PlanReport& r);
+// The breakdown of one candidate: time per layer and per step, memory per GPU, and why.
+std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Candidate& c);
+
+}  // namespace tenax::plan

@@ -1,0 +1,136 @@
+#include "tenax/plan/simulate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tenax/plan/rng.h"
+#include "tenax/plan/units.h"
+
+namespace tenax::plan {
+namespace {
+
+TEST(Rng, MatchesTheReferenceAlgorithm) {
+  // SplitMix64-seeded xoshiro256**, first outputs for seed 42, from an independent Python
+  // transcription of Blackman & Vigna's reference code.
+  Rng rng(42);
+  EXPECT_EQ(rng.Next(), 0x15780b2e0c2ec716ULL);
+  EXPECT_EQ(rng.Next(), 0x6104d9866d113a7eULL);
+  EXPECT_EQ(rng.Next(), 0xae17533239e499a1ULL);
+}
+
+TEST(Rng, UniformAndExponential) {
+  Rng rng(7);
+  double sum = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double u = rng.Uniform();
+    ASSERT_GT(u, 0.0);
+    ASSERT_LE(u, 1.0);
+    sum += rng.Exponential(2.0);
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.005);  // mean 1 / rate; standard error 0.5 / sqrt(n) = 0.0011
+  EXPECT_TRUE(std::isinf(rng.Exponential(0)));
+}
+
+SimulationConfig Config() {
+  SimulationConfig c;
+  c.gpus = 16384;
+  c.gpus_per_node = 8;
+  c.rate.per_node_hour = 419.0 / (54 * 24) / 2048;  // Llama 3's: job MTBF 3.09 h
+  c.checkpoint_cost = 60;
+  c.restart_cost = 600;
+  c.interval = DalyInterval(60, JobMtbfSeconds(c.rate, c.nodes()));
+  c.duration = 20 * kDay;
+  c.spares = 1000;  // never short of a node
+  c.swap_time = 0;
+  c.repair_time = kDay;
+  c.runs = 400;
+  c.seed = 3;
+  return c;
+}
+
+TEST(Simulate, SameSeedSameNumbers) {
+  SimulationConfig c = Config();
+  c.runs = 20;
+  auto a = Simulate(c), b = Simulate(c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->wall.mean, b->wall.mean);
+  EXPECT_EQ(a->failures.mean, b->failures.mean);
+  c.seed = 4;
+  EXPECT_NE(Simulate(c)->wall.mean, a->wall.mean);
+}
+
+TEST(Simulate, EveryRunAccountsForItsTime) {
+  const SimulationConfig c = Config();
+  for (uint64_t i = 0; i < 20; ++i) {
+    const RunOutcome o = SimulateRun(c, i);
+    EXPECT_NEAR(o.wall, c.duration + o.lost + o.checkpointing + o.restarting + o.waiting, 1e-6);
+    EXPECT_GT(o.failures, 0);
+    EXPECT_EQ(o.waiting, 0);  // spares never run out
+  }
+}
+
+TEST(Simulate, WithoutFailuresOnlyCheckpointsCost) {
+  SimulationConfig c = Config();
+  c.rate.per_node_hour = 0;
+  c.interval = 3600;
+  c.duration = 10 * 3600 + 1800;
+  c.runs = 3;
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->wall.mean, c.duration + 10 * 60);  // 11 segments, 10 checkpoints
+  EXPECT_EQ(r->failures.mean, 0);
+}
+
+TEST(Simulate, AgreesWithDalysClosedForm) {
+  // Daly's model is the simulator's with unlimited spares and no swap time: the Monte-Carlo mean
+  // must sit on the closed form (within 1%: 400 runs of ~150 failures each).
+  const SimulationConfig c = Config();
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok());
+  const double mtbf = JobMtbfSeconds(c.rate, c.nodes());
+  const double daly =
+      DalyExpectedWallTime(c.duration, c.interval, c.checkpoint_cost, c.restart_cost, mtbf);
+  EXPECT_NEAR(r->wall.mean / daly, 1.0, 0.01) << r->wall.mean / kDay << " vs " << daly / kDay;
+  EXPECT_NEAR(r->observed_mtbf / mtbf, 1.0, 0.02);
+  EXPECT_LT(r->wall.ci_low, r->wall.mean);
+  EXPECT_GT(r->wall.ci_high, r->wall.mean);
+}
+
+TEST(Simulate, DalysIntervalBeatsFarOffIntervals) {
+  SimulationConfig c = Config();
+  c.runs = 200;
+  const double best = Simulate(c)->wall.mean;
+  c.interval = 8 * Config().interval;
+  EXPECT_GT(Simulate(c)->wall.mean, best);
+  c.interval = Config().interval / 8;
+  EXPECT_GT(Simulate(c)->wall.mean, best);
+}
+
+TEST(Simulate, WithoutSparesTheJobWaitsForRepairs) {
+  SimulationConfig c = Config();
+  c.runs = 50;
+  c.spares = 0;
+  c.repair_time = 2 * kHour;
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok());
+  // Every failure waits the whole repair (nothing else comes back sooner).
+  EXPECT_NEAR(r->waiting.mean, r->failures.mean * 2 * kHour, 1e-6 * r->waiting.mean);
+  c.spares = 2;  // a couple of spares absorb most of it
+  EXPECT_LT(Simulate(c)->waiting.mean, r->waiting.mean / 4);
+}
+
+TEST(Simulate, RefusesJobsThatCannotFinish) {
+  SimulationConfig c = Config();
+  c.interval = 200 * kHour;  // ~65 MTBFs between checkpoints
+  auto r = Simulate(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("shorten --interval"), std::string::npos);
+  c = Config();
+  c.runs = 0;
+  EXPECT_FALSE(Simulate(c).ok());
+}
+
+}  // namespace
+}  // namespace tenax::plan

@@ -1,0 +1,197 @@
+// End-to-end tests of `tenax plan` and `tenax simulate`, run as a user runs them: the real binary,
+// real hardware profiles from configs/hardware, exit codes and the numbers it prints.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "test_util.h"
+
+namespace tenax::testing {
+namespace {
+
+nlohmann::json ParseJson(const CommandResult& r) {
+  const size_t start = r.output.find('{');
+  EXPECT_NE(start, std::string::npos) << r.output;
+  return nlohmann::json::parse(r.output.substr(start == std::string::npos ? 0 : start));
+}
+
+const char* k405bOn16k =
+    "plan --model llama3-405b --gpus 16384 --gpu h100-sxm --seq-len 8192 "
+    "--global-batch-tokens 16Mi";
+
+TEST(PlanE2E, ValidationTablePasses) {
+  TempDir dir;
+  auto r = RunTenax("plan --validate", dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("| Check | Published | Predicted | Error |"), std::string::npos);
+  EXPECT_NE(r.output.find("| pass |"), std::string::npos);
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+}
+
+TEST(PlanE2E, FullSearchPrintsRankedLayoutsDaysAndCost) {
+  TempDir dir;
+  auto r = RunTenax(std::string(k405bOn16k) +
+                        " --tokens 15.6T --price-per-gpu-hour 2 --top 3 --json --fix fp8=no",
+                    dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_GT(j["search"]["evaluated"].get<int64_t>(), 100000);
+  std::printf("search time: %.3f s\n", j["search"]["seconds"].get<double>());
+  ASSERT_EQ(j["layouts"].size(), 3u);
+  double last = 0;
+  for (const auto& l : j["layouts"]) {
+    EXPECT_EQ(l["tp"].get<int64_t>() * l["cp"].get<int64_t>() * l["pp"].get<int64_t>() *
+                  l["dp_replicate"].get<int64_t>() * l["dp_shard"].get<int64_t>(),
+              16384);
+    EXPECT_FALSE(l["fp8"].get<bool>());
+    EXPECT_LE(l["memory_bytes"].get<double>(), 79.6 * 1073741824.0);
+    EXPECT_GE(l["step_s"].get<double>(), last);
+    last = l["step_s"].get<double>();
+    // Days follow from the printed throughput, and the cost from the days.
+    const auto& t = l["training"];
+    const double days = 15.6e12 / l["tokens_per_s"].get<double>() / 86400.0;
+    EXPECT_NEAR(t["days"].get<double>(), days, 1e-9 * days);
+    EXPECT_NEAR(t["cost"].get<double>(), days * 24 * 16384 * 2, 1e-6 * t["cost"].get<double>());
+  }
+  // No slower than Meta's 400 TFLOP/s/GPU on this cluster (docs/planner.md).
+  EXPECT_GE(j["layouts"][0]["tflops_per_gpu"].get<double>(), 400);
+}
+
+TEST(PlanE2E, FailureRateAddsTimeToTrain) {
+  TempDir dir;
+  auto r = RunTenax(std::string(k405bOn16k) +
+                        " --tokens 15.6T --top 1 --json --failure-rate '419 in 54d on 16384 gpus' "
+                        "--checkpoint-cost 10s --restart-cost 6m",
+                    dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto t = ParseJson(r)["layouts"][0]["training"];
+  const double clean = t["days"].get<double>(), failing = t["with_failures"]["days"].get<double>();
+  EXPECT_GT(failing, clean);
+  EXPECT_NEAR(t["with_failures"]["effective"].get<double>(), clean / failing, 1e-9);
+  EXPECT_NEAR(t["with_failures"]["mtbf_s"].get<double>() / 3600, 54.0 * 24 / 419, 1e-6);
+}
+
+TEST(PlanE2E, ExplainShowsTheBreakdown) {
+  TempDir dir;
+  auto r = RunTenax(
+      "plan --model llama3-8b --gpus 8 --gpu h100-hbm2e-500w --seq-len 8192 "
+      "--global-batch-tokens 128Ki --fix dp_shard=8,mbs=2,ac=selective,fp8=no,reshard=yes "
+      "--explain",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"tp1 pp1 fsdp8 zero3 mbs2x1 ac=selective bf16", "one micro-batch through",
+                        "attention", "bubble", "memory per GPU", "activations", "= total"}) {
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  }
+}
+
+TEST(PlanE2E, ProfilesAreFoundBesideTheExecutableFromAnyFolder) {
+  TempDir dir;  // no configs/ here, and no TENAX_SOURCE_DIR: only /proc/self/exe can find them
+  auto r = RunCommand("env -u TENAX_SOURCE_DIR '" + TenaxBinary() +
+                          "' plan --model llama3-8b --gpus 8 --gpu h200 --seq-len 8192 "
+                          "--global-batch-tokens 1Mi --top 1",
+                      dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("on 8 x h200"), std::string::npos) << r.output;
+}
+
+TEST(PlanE2E, BadInputsAreClearErrors) {
+  TempDir dir;
+  auto r = RunTenax(
+      "plan --model llama3-8b --gpus 8 --gpu tpu-v9 --seq-len 8192 "
+      "--global-batch-tokens 1Mi",
+      dir.path());
+  EXPECT_EQ(r.exit_code, 3) << r.output;  // kNotFound
+  EXPECT_NE(r.output.find("known profiles:"), std::string::npos) << r.output;
+  r = RunTenax("plan --model llama3-8b --gpus 8 --seq-len 8192 --global-batch-tokens 1M",
+               dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // kInvalidArgument: 1,000,000 is not whole sequences
+  EXPECT_NE(r.output.find("whole number of 8192-token sequences"), std::string::npos) << r.output;
+  WriteFile(dir / "bad.toml", "inherits = \"h100-sxm\"\n[memory]\nhbm_gib = -1\n");
+  r = RunTenax("plan --model llama3-8b --gpus 8 --seq-len 8192 --global-batch-tokens 1Mi --gpu " +
+                   dir / "bad.toml",
+               dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("[memory] hbm_gib must be a number"), std::string::npos) << r.output;
+  r = RunTenax("plan --model llama3-405b --gpus 8 --seq-len 8192 --global-batch-tokens 64Ki",
+               dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no layout fits: even the leanest"), std::string::npos) << r.output;
+}
+
+TEST(PlanE2E, ModelFromAConfigTakesItsSequenceLength) {
+  TempDir dir;
+  WriteFile(dir / "c.toml",
+            "[model]\npreset = \"llama3-8b\"\nn_layers = 8\n"
+            "[training]\nseq_len = 4096\n");
+  auto r = RunTenax("plan --model c.toml --gpus 8 --global-batch-tokens 512Ki --top 1", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at seq_len 4096"), std::string::npos) << r.output;
+}
+
+TEST(PlanE2E, CalibrateFromARunFolderWritesAUsableProfile) {
+  TempDir dir;
+  WriteFile(dir / "config.toml",
+            "[model]\npreset = \"llama3.2-1b\"\n[training]\nseq_len = 2048\n"
+            "local_batch_size = 4\nmixed_precision = \"bf16\"\ndevice = \"cuda\"\n");
+  std::string metrics;
+  for (int step = 1; step <= 6; ++step) {
+    metrics += "{\"step\": " + std::to_string(step) +
+               ", \"loss\": 3.0, \"tokens_per_s\": 30000, \"mfu\": 0.4}\n";
+  }
+  WriteFile(dir / "metrics.jsonl", metrics);
+  auto r = RunTenax("plan --calibrate . --gpu h100-sxm --out mine.toml", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("after 30000.0 ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("after 0.00%"), std::string::npos) << r.output;
+  EXPECT_NE(ReadFile(dir / "mine.toml").find("inherits = \"h100-sxm\""), std::string::npos);
+  // The calibrated profile predicts what was measured.
+  r = RunTenax(
+      "plan --model llama3.2-1b --gpus 1 --gpu mine.toml --seq-len 2048 "
+      "--global-batch-tokens 8Ki --fix mbs=4,ac=none,fp8=no --json",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NEAR(ParseJson(r)["layouts"][0]["tokens_per_s_per_gpu"].get<double>(), 30000, 30);
+}
+
+TEST(SimulateE2E, LlamaThreeLikeJobIsMostlyTraining) {
+  TempDir dir;
+  const std::string args =
+      "simulate --gpus 16384 --failure-rate '419 in 54d on 16384 gpus' --checkpoint-cost 10s "
+      "--restart-cost 5m --spares 16 --swap-time 1m --repair-time 24h --duration 54d "
+      "--runs 200 --seed 7 --price-per-gpu-hour 2 --json";
+  auto r = RunTenax(args, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_GT(j["effective"]["ci95"][0].get<double>(), 0.90);
+  EXPECT_NEAR(j["mtbf_s"].get<double>() / 3600, 3.093, 0.001);
+  EXPECT_NEAR(j["observed_mtbf_s"].get<double>() / j["mtbf_s"].get<double>(), 1.0, 0.03);
+  EXPECT_NEAR(j["wall_s"]["mean"].get<double>() / j["daly_expected_wall_s"].get<double>(), 1.0,
+              0.01);
+  EXPECT_GT(j["lost_cost"].get<double>(), 0);
+  // Same seed, same numbers.
+  EXPECT_EQ(RunTenax(args, dir.path()).output, r.output);
+  // The text form names the pieces the issue asks for.
+  r = RunTenax(
+      "simulate --gpus 4096 --failure-rate 0.04%/instance-hour --checkpoint-cost 1m "
+      "--restart-cost 10m --spares 4 --duration 30d --runs 100",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"job MTBF 4.88 h", "Young", "Daly", "effective training", "failures",
+                        "95% CI", "time lost"}) {
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  }
+}
+
+TEST(SimulateE2E, BadRateIsAClearError) {
+  TempDir dir;
+  auto r = RunTenax(
+      "simulate --gpus 8 --failure-rate often --checkpoint-cost 1m "
+      "--restart-cost 1m --duration 1d",
+      dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--failure-rate 'often'"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tenax::testing
