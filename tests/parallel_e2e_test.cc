@@ -147,6 +147,61 @@ TEST_F(ParallelE2E, TensorParallelTimesDdpMatchesSingleRankAndReshards) {
                    std::vector<double>(reference_.begin() + 10, reference_.end()));
 }
 
+// Pipeline stages (2 layers over 2 ranks), 4 micro-batches, GPipe and 1F1B; then 1F1B with DDP
+// replicas, whose step-10 checkpoint resumes on one rank.
+TEST_F(ParallelE2E, PipelineSchedulesMatchSingleRank) {
+  for (const std::string sch : {"gpipe", "1f1b"}) {
+    auto r = RunTenax("launch --nproc-per-node 2 -- " +
+                          Args(*dir_, "pp_" + sch, 8, 20,
+                               "--set parallelism.pipeline_parallel=2 "
+                               "--set parallelism.data_parallel_shard=1 "
+                               "--set parallelism.microbatches=4 "
+                               "--set parallelism.pipeline_schedule=" + sch),
+                      dir_->path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("pp 2 x tp 1"), std::string::npos) << r.output;
+    ExpectSameLosses(Losses(*dir_ / ("pp_" + sch + "/metrics.jsonl")), reference_);
+  }
+}
+
+TEST_F(ParallelE2E, PipelineTimesDdpMatchesAndReshards) {
+  auto r = RunTenax("launch --nproc-per-node 4 -- " +
+                        Args(*dir_, "pp2dp2", 4, 20,
+                             "--set parallelism.pipeline_parallel=2 "
+                             "--set parallelism.data_parallel_shard=1 "
+                             "--set parallelism.data_parallel_replicate=2 "
+                             "--set parallelism.microbatches=2 --set training.stop_at=10"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectSameLosses(Losses(*dir_ / "pp2dp2/metrics.jsonl"),
+                   std::vector<double>(reference_.begin(), reference_.begin() + 10));
+  auto one = RunTenax(Args(*dir_, "pp_to_one", 8, 20,
+                           "--set checkpoint.resume=" + *dir_ / "pp2dp2/checkpoints/step_00000010"),
+                      dir_->path());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  ExpectSameLosses(Losses(*dir_ / "pp_to_one/metrics.jsonl"),
+                   std::vector<double>(reference_.begin() + 10, reference_.end()));
+}
+
+// Interleaved 1F1B needs layers for p x v stages: its own 4-layer reference.
+TEST_F(ParallelE2E, InterleavedPipelineMatchesSingleRank) {
+  const std::string layers = "--set model.n_layers=4 ";
+  auto single = RunTenax(Args(*dir_, "ref4", 8, 8, layers), dir_->path());
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  auto r = RunTenax("launch --nproc-per-node 2 -- " +
+                        Args(*dir_, "pp_interleaved", 8, 8,
+                             layers +
+                                 "--set parallelism.pipeline_parallel=2 "
+                                 "--set parallelism.data_parallel_shard=1 "
+                                 "--set parallelism.microbatches=4 "
+                                 "--set parallelism.virtual_stages=2 "
+                                 "--set parallelism.pipeline_schedule=interleaved_1f1b"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectSameLosses(Losses(*dir_ / "pp_interleaved/metrics.jsonl"),
+                   Losses(*dir_ / "ref4/metrics.jsonl"));
+}
+
 TEST_F(ParallelE2E, UnsupportedCombinationsSayWhatToUse) {
   auto r = RunTenax("launch --nproc-per-node 4 -- " +
                         Args(*dir_, "tpfsdp", 4, 2, "--set parallelism.tensor_parallel=2"),
@@ -155,12 +210,12 @@ TEST_F(ParallelE2E, UnsupportedCombinationsSayWhatToUse) {
   EXPECT_NE(r.output.find("combine tensor_parallel with data_parallel_replicate"),
             std::string::npos)
       << r.output;
-  auto pp = RunTenax("launch --nproc-per-node 2 -- " +
+  auto pp = RunTenax("launch --nproc-per-node 4 -- " +
                          Args(*dir_, "pp", 4, 2, "--set parallelism.pipeline_parallel=2 "
                                                  "--set parallelism.microbatches=2"),
                      dir_->path());
   EXPECT_EQ(pp.exit_code, 2) << pp.output;
-  EXPECT_NE(pp.output.find("pipeline_parallel > 1 is not wired into tenax train yet"),
+  EXPECT_NE(pp.output.find("set data_parallel_shard = 1 and tensor_parallel = 1"),
             std::string::npos)
       << pp.output;
 }

@@ -85,6 +85,7 @@ Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& pr
   const int rank = target.world ? target.world->rank() : 0;
   const int world = target.world ? target.world->size() : 1;
   const bool sharded = target.dp != nullptr && target.dp->sharded();
+  if (target.before_save) target.before_save();
   auto barrier = [&] {
     if (target.world) target.world->Barrier();
   };

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 
 #include "tenax/checkpoint/store.h"
@@ -39,6 +40,9 @@ struct TrainTarget {
   // layout), so any layout can read them.
   parallel::TensorParallelModel* tp = nullptr;
   nlohmann::json layout = nlohmann::json::object();  // recorded in the manifest
+  // Called (collectively) before anything is written, e.g. to bring pipeline stages' parameters
+  // to every rank.
+  std::function<void()> before_save;
 };
 
 // Collective when distributed: every rank calls it; rank 0 prepares and commits.

@@ -17,6 +17,7 @@
 #include "tenax/parallel/data_parallel.h"
 #include "tenax/parallel/dist_env.h"
 #include "tenax/parallel/mesh.h"
+#include "tenax/parallel/pipeline.h"
 #include "tenax/parallel/tensor_parallel_model.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
@@ -82,8 +83,9 @@ parallel::CommStats TotalStats(std::initializer_list<const parallel::Communicato
 }
 
 // Validation loss over this rank's share of the validation windows, combined over all ranks.
+// `copies`: how many ranks evaluate each data-parallel slice (the TP and PP ranks of a group).
 EvalResult DistributedEval(const LossFn& loss, data::EvalLoader& loader, const at::Device& device,
-                           parallel::Communicator& world) {
+                           parallel::Communicator& world, int copies) {
   EvalResult local = EvaluateLoss(loss, loader, device);
   at::Tensor t = at::tensor({local.loss * static_cast<double>(local.tokens),
                              static_cast<double>(local.tokens)},
@@ -91,7 +93,7 @@ EvalResult DistributedEval(const LossFn& loss, data::EvalLoader& loader, const a
   world.AllReduceSum(t);
   const double tokens = t[1].item<double>();
   return EvalResult{tokens > 0 ? t[0].item<double>() / tokens : 0.0,
-                    static_cast<int64_t>(tokens)};
+                    static_cast<int64_t>(tokens) / copies};
 }
 
 }  // namespace
@@ -123,10 +125,12 @@ Result<TrainSummary> Train(const Config& config) {
   TENAX_ASSIGN_OR_RETURN(parallel::Mesh mesh,
                          parallel::Mesh::Create(config.parallelism, env.world, spec, t));
   const int tp_degree = mesh.degree(parallel::Axis::kTensor);
-  if (mesh.degree(parallel::Axis::kPipeline) > 1) {
+  const int pp_degree = mesh.degree(parallel::Axis::kPipeline);
+  if (pp_degree > 1 && (tp_degree > 1 || mesh.degree(parallel::Axis::kShard) > 1)) {
     return InvalidArgument(fmt::format(
-        "{}: pipeline_parallel > 1 is not wired into tenax train yet (the schedules exist as a "
-        "component, see docs/parallelism.md); use data and tensor parallelism",
+        "{}: pipeline_parallel is supported alone or with data_parallel_replicate so far, not "
+        "with tensor_parallel or data_parallel_shard > 1; set data_parallel_shard = 1 and "
+        "tensor_parallel = 1",
         mesh.Describe()));
   }
   if (tp_degree > 1 && mesh.degree(parallel::Axis::kShard) > 1) {
@@ -175,13 +179,32 @@ Result<TrainSummary> Train(const Config& config) {
   std::unique_ptr<parallel::DataParallel> dp;
   std::unique_ptr<parallel::Communicator> tp_group;
   std::unique_ptr<parallel::TensorParallelModel> tpm;
-  if (tp_degree > 1) {
+  std::unique_ptr<parallel::Communicator> pp_group;
+  std::unique_ptr<parallel::PipelineExecutor> pipeline;
+  if (pp_degree > 1) {
+    TENAX_ASSIGN_OR_RETURN(
+        pp_group, groups->NewGroup("pp", mesh.GroupOf(env.rank, parallel::Axis::kPipeline)));
+    parallel::PipelineOptions po;
+    TENAX_ASSIGN_OR_RETURN(po.schedule,
+                           parallel::ParseScheduleKind(config.parallelism.pipeline_schedule));
+    po.microbatches = static_cast<int>(config.parallelism.microbatches);
+    po.virtual_stages = static_cast<int>(config.parallelism.virtual_stages);
+    po.compute_dtype = device.compute_dtype;
+    TENAX_ASSIGN_OR_RETURN(pipeline, parallel::PipelineExecutor::Create(model, *pp_group, po));
+  } else if (tp_degree > 1) {
     TENAX_ASSIGN_OR_RETURN(tp_group,
                            groups->NewGroup("tp", mesh.GroupOf(env.rank, parallel::Axis::kTensor)));
     tpm = std::make_unique<parallel::TensorParallelModel>(spec, model.params(), *tp_group,
                                                           device.device);
   } else if (env.distributed()) {
     dp = std::make_unique<parallel::DataParallel>(model, *shard_group, *replicate_group);
+  }
+  // Pipeline: every rank holds the whole model but trains only its stages' parameters. Before
+  // evaluation and checkpoints, each parameter (and its optimizer state) is broadcast from its
+  // first owner so every rank, and the checkpoint, sees the trained values.
+  std::vector<int> pp_owner;  // first owning pipeline rank of each parameter
+  if (pipeline) {
+    for (const auto& p : model.params()) pp_owner.push_back(pipeline->OwningRanks(p.name).at(0));
   }
   std::vector<model::NamedTensor>& trained =
       tpm ? tpm->params() : dp ? dp->optimizer_params() : model.params();
@@ -192,8 +215,20 @@ Result<TrainSummary> Train(const Config& config) {
                       {"data_parallel_replicate", mesh.degree(parallel::Axis::kReplicate)},
                       {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
                       {"tensor_parallel", tp_degree},
-                      {"pipeline_parallel", 1},
+                      {"pipeline_parallel", pp_degree},
                       {"sharding", dp && dp->sharded() ? "flat-slices" : "none"}}};
+  auto sync_pipeline = [&] {
+    if (!pipeline) return;
+    at::NoGradGuard no_grad;
+    auto state = optimizer.StateTensors();  // exp_avg.* then exp_avg_sq.*, per parameter
+    for (size_t i = 0; i < model.params().size(); ++i) {
+      at::Tensor p = model.params()[i].tensor.detach();
+      pp_group->Broadcast(p, pp_owner[i]);
+      pp_group->Broadcast(state[2 * i].tensor, pp_owner[i]);
+      pp_group->Broadcast(state[2 * i + 1].tensor, pp_owner[i]);
+    }
+  };
+  target.before_save = sync_pipeline;
   auto loss_of = [&](const at::Tensor& x, const at::Tensor& y) {
     return tpm ? tpm->Loss(x, y, device.compute_dtype) : model.Loss(x, y, device.compute_dtype);
   };
@@ -275,7 +310,15 @@ Result<TrainSummary> Train(const Config& config) {
     const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device.device));
     if (dp) dp->Gather();
-    for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
+    for (int64_t micro = 0; micro < t.grad_accum_steps && pipeline; ++micro) {
+      data::Batch b = loader.Next();
+      TENAX_ASSIGN_OR_RETURN(
+          parallel::PipelineStepResult r,
+          pipeline->Step(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
+                         BatchTensor(b.targets, b.batch, b.seq_len, device.device)));
+      loss_sum += r.loss;
+    }
+    for (int64_t micro = 0; micro < t.grad_accum_steps && !pipeline; ++micro) {
       data::Batch b = loader.Next();
       at::Tensor loss = loss_of(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
                                 BatchTensor(b.targets, b.batch, b.seq_len, device.device));
@@ -285,7 +328,34 @@ Result<TrainSummary> Train(const Config& config) {
     }
     double loss = loss_sum.item<double>() / static_cast<double>(t.grad_accum_steps);
     double grad_norm;
-    if (tpm) {
+    if (pipeline) {
+      at::NoGradGuard no_grad;
+      const auto& owned = pipeline->owned_params();
+      std::vector<at::Tensor> grads;
+      for (size_t i : owned) grads.push_back(model.params()[i].tensor.grad().reshape({-1}));
+      at::Tensor flat = at::cat(grads);
+      // Accumulated micro-steps each back-propagated a batch mean: average them. Then DDP.
+      flat.div_(static_cast<double>(t.grad_accum_steps * replicate_group->size()));
+      if (replicate_group->size() > 1) replicate_group->AllReduceSum(flat);
+      int64_t off = 0;
+      at::Tensor sumsq = at::zeros({1}, at::kDouble);
+      for (size_t i : owned) {
+        at::Tensor g = model.params()[i].tensor.grad();
+        g.copy_(flat.narrow(0, off, g.numel()).view_as(g));
+        off += g.numel();
+        // Count each parameter once: tied embeddings are owned by the first and last stage.
+        if (pp_owner[i] == pp_group->rank()) sumsq += g.to(at::kDouble).pow(2).sum().cpu();
+      }
+      pp_group->AllReduceSum(sumsq);
+      grad_norm = std::sqrt(sumsq.item<double>());
+      const double coef = t.max_norm / (grad_norm + 1e-6);
+      if (t.max_norm > 0 && coef < 1.0) {
+        for (size_t i : owned) model.params()[i].tensor.grad().mul_(coef);
+      }
+      at::Tensor l = at::full({1}, loss, at::kDouble);
+      world.AllReduceSum(l);
+      loss = l.item<double>() / env.world;
+    } else if (tpm) {
       tpm->FinishGradients();
       if (replicate_group->size() > 1) {
         // DDP across replicas of the TP group: one flat all-reduce of the local shards' grads.
@@ -364,7 +434,9 @@ Result<TrainSummary> Train(const Config& config) {
     }
     if ((config.metrics.eval_interval > 0 && step % config.metrics.eval_interval == 0) || last) {
       if (dp) dp->Gather();
-      EvalResult ev = DistributedEval(loss_of, val_loader, device.device, world);
+      sync_pipeline();
+      EvalResult ev =
+          DistributedEval(loss_of, val_loader, device.device, world, env.world / mesh.dp());
       if (dp) dp->Release();
       summary.final_val_loss = ev.loss;
       if (reporter) TENAX_RETURN_IF_ERROR(reporter->LogEval(step, ev.loss, ev.tokens));
