@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "tenax/core/check.h"
-#include "tenax/data/random.h"
+#include "tenax/core/random.h"
 
 namespace tenax::data {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/log.h"
-#include "tenax/data/random.h"
+#include "tenax/core/random.h"
 
 namespace tenax::data {
 namespace {

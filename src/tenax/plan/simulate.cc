@@ -7,7 +7,7 @@
 #include <functional>
 #include <queue>
 
-#include "tenax/plan/rng.h"
+#include "tenax/core/random.h"
 #include "tenax/plan/units.h"
 
 namespace tenax::plan {
@@ -48,7 +48,7 @@ Summary Summarize(std::vector<double> v) {
 
 RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
   uint64_t mix = c.seed ^ (0x9e3779b97f4a7c15ULL * (run_index + 1));
-  Rng rng(Rng::SplitMix64(&mix));
+  Rng rng(SplitMix64(&mix));
   const double rate = c.rate.per_node_hour * static_cast<double>(c.nodes()) / kHour;  // per s
   RunOutcome o;
   double t = 0, committed = 0;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "tenax/plan/rng.h"
+#include "tenax/core/random.h"
 #include "tenax/plan/units.h"
 
 namespace tenax::plan {
@@ -24,7 +24,7 @@ TEST(Rng, UniformAndExponential) {
   double sum = 0;
   const int n = 200000;
   for (int i = 0; i < n; ++i) {
-    const double u = rng.Uniform();
+    const double u = rng.UniformOpen();
     ASSERT_GT(u, 0.0);
     ASSERT_LE(u, 1.0);
     sum += rng.Exponential(2.0);

@@ -216,7 +216,8 @@ Result<TrainSummary> Train(const Config& config) {
                       {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
                       {"tensor_parallel", tp_degree},
                       {"pipeline_parallel", pp_degree},
-                      {"sharding", dp && dp->sharded() ? "flat-slices" : "none"}}};
+                      {"sharding", dp && dp->sharded() ? "flat-slices" : "none"}},
+                     /*before_save=*/{}};
   auto sync_pipeline = [&] {
     if (!pipeline) return;
     at::NoGradGuard no_grad;

@@ -1,10 +1,10 @@
-#include "tenax/data/random.h"
+#include "tenax/core/random.h"
 
 #include <cmath>
 
 #include "tenax/core/check.h"
 
-namespace tenax::data {
+namespace tenax {
 namespace {
 inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
@@ -54,6 +54,11 @@ uint64_t Rng::Below(uint64_t n) {
 
 double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 
+double Rng::Exponential(double rate) {
+  if (rate <= 0) return INFINITY;
+  return -std::log((static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53) / rate;
+}
+
 double Rng::UniformOpen() {
   // (k + 0.5) / 2^53 for k in [0, 2^53): never 0, never 1.
   return (static_cast<double>(Next() >> 11) + 0.5) * 0x1.0p-53;
@@ -90,4 +95,4 @@ double Rng::LogGamma(double shape) {
   }
 }
 
-}  // namespace tenax::data
+}  // namespace tenax

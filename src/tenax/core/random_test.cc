@@ -1,11 +1,11 @@
-#include "tenax/data/random.h"
+#include "tenax/core/random.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-namespace tenax::data {
+namespace tenax {
 namespace {
 
 TEST(Random, SplitMix64MatchesReferenceOutput) {
@@ -77,4 +77,4 @@ TEST(Random, NormalMoments) {
 }
 
 }  // namespace
-}  // namespace tenax::data
+}  // namespace tenax

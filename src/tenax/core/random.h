@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-namespace tenax::data {
+namespace tenax {
 
 // SplitMix64 (Steele, Lea, Flood 2014): used to expand one seed into independent stream states.
 uint64_t SplitMix64(uint64_t* state);
@@ -29,6 +29,9 @@ class Rng {
   double Uniform();
   // Uniform in (0, 1): safe to take the log of.
   double UniformOpen();
+  // Exponential with `rate` events per unit time (infinity when the rate is 0), by inversion of
+  // a uniform in (0, 1] (the failure simulator's published numbers depend on this exact mapping).
+  double Exponential(double rate);
   // Standard normal (Marsaglia polar method; the spare value is discarded for simplicity).
   double Normal();
   // log of a Gamma(shape, 1) sample, shape > 0 (Marsaglia-Tsang 2000, with the boost
@@ -40,4 +43,4 @@ class Rng {
   uint64_t s_[4];
 };
 
-}  // namespace tenax::data
+}  // namespace tenax
