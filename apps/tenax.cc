@@ -175,6 +175,12 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--nnodes", launch_options.nnodes, "nodes in the job");
   launch_cmd->add_option("--node-rank", launch_options.node_rank, "this node's index");
   launch_cmd->add_option("--rdzv", launch_options.rdzv, "HOST:PORT of node 0's store");
+  launch_cmd->add_option("--max-restarts", launch_options.max_restarts,
+                         "restart all ranks from the newest good checkpoint up to this many times");
+  launch_cmd->add_option("--inject", launch_options.inject,
+                         "fault injection for tests: crash:rank=R:step=S[:how=kill|exit]");
+  launch_cmd->add_option("--goodput-file", launch_options.goodput_file,
+                         "write failures and restarts as JSON here");
   launch_cmd->add_option("command", launch_options.args, "the tenax command to run, after --");
 
   auto run_plan = plan::AddCommands(app);

@@ -1,9 +1,12 @@
 // `tenax launch`: starts N ranks on this node as child processes of the same binary with the
 // torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT), forwards SIGINT/SIGTERM to them, and ends the job as soon as any rank fails:
-// the others get SIGTERM, then SIGKILL after a grace period, and the launcher exits with the
-// failed rank's code after naming the rank and the cause.
-// Non-goals here: restarting, hot spares, heartbeats (the resilience issue builds on this).
+// MASTER_PORT), forwards SIGINT/SIGTERM to them, and ends a launch generation as soon as any
+// rank fails: the others get SIGTERM, then SIGKILL after a grace period, naming the rank and the
+// cause. With --max-restarts K it then starts all ranks again (they resume from the newest
+// checkpoint that verifies), up to K times, unless the exit code says a restart cannot help
+// (bad config, missing or damaged input, divergence: docs/exit_codes.md).
+// Non-goals here: hot spares, heartbeats and hang detection (the resilience issue builds on
+// this); restarts across several nodes (needs coordinated rendezvous).
 #pragma once
 
 #include <string>
@@ -20,6 +23,9 @@ struct LaunchOptions {
   std::string rdzv;               // HOST:PORT of rank 0's store; empty: this node, a free port
   std::vector<std::string> args;  // the tenax subcommand and its arguments, e.g. {"train", ...}
   double kill_grace_s = 5.0;
+  int max_restarts = 0;
+  std::string inject;        // fault spec passed to the ranks (core/fault_injection.h)
+  std::string goodput_file;  // where to write the failure/restart record (JSON); empty: none
 };
 
 // Returns the job's exit code: 0 when every rank succeeded, else the first failure's code

@@ -8,6 +8,7 @@
 
 #include "tenax/checkpoint/store.h"
 #include "tenax/config/config.h"
+#include "tenax/core/fault_injection.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/data/loader.h"
@@ -306,6 +307,7 @@ Result<TrainSummary> Train(const Config& config) {
                      static_cast<const parallel::Communicator*>(shard_group.get()),
                      static_cast<const parallel::Communicator*>(replicate_group.get())};
   for (int64_t step = progress.step + 1; step <= last_step; ++step) {
+    MaybeInjectFault(env.rank, step);  // tests of recovery (tenax launch --inject)
     const auto t0 = Clock::now();
     const parallel::CommStats comm0 = TotalStats(all_groups);
     const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
