@@ -179,6 +179,9 @@ int main(int argc, char** argv) {
                          "restart all ranks from the newest good checkpoint up to this many times");
   launch_cmd->add_option("--inject", launch_options.inject,
                          "fault injection for tests: crash:rank=R:step=S[:how=kill|exit]");
+  launch_cmd->add_option("--hang-timeout", launch_options.hang_timeout_s,
+                         "seconds without progress before a hang is declared (a floor; default "
+                         "300, or 10x the median step time if longer)");
   launch_cmd->add_option("--goodput-file", launch_options.goodput_file,
                          "write failures and restarts as JSON here");
   launch_cmd->add_option("command", launch_options.args, "the tenax command to run, after --");

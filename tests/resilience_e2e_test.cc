@@ -63,6 +63,27 @@ TEST_F(ResilienceE2E, CrashedRankIsRestartedAndTrainingEndsIdentical) {
   }
 }
 
+// A rank that stops making progress (stuck, not dead): the launcher sees no heartbeat for the
+// hang timeout, stops everyone, restarts, and the run ends identical to the clean one.
+TEST_F(ResilienceE2E, HungRankIsDetectedAndRestarted) {
+  const std::string goodput = *dir_ / "hang.json";
+  auto r = RunTenax("launch --nproc-per-node 2 --max-restarts 1 --hang-timeout 3 "
+                    "--goodput-file " + goodput + " --inject hang:rank=1:step=8 -- " +
+                        Train(*dir_, "hang"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("launch: hang: no rank finished a step"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(Final("hang", 0), Final("clean", 0));
+  EXPECT_EQ(Final("hang", 1), Final("clean", 1));
+  auto report = nlohmann::json::parse(ReadFile(goodput));
+  ASSERT_EQ(report["failures"].size(), 1u);
+  EXPECT_EQ(report["failures"][0]["kind"], "hang");
+  const double detection = report["failures"][0]["detection_s"].get<double>();
+  EXPECT_GE(detection, 3.0);
+  EXPECT_LT(detection, 10.0);
+}
+
 TEST_F(ResilienceE2E, NoRestartsLeftStopsWithAReport) {
   auto r = RunTenax("launch --nproc-per-node 2 --max-restarts 1 "
                     "--inject crash:rank=0:step=2,crash:rank=0:step=5:gen=1 -- " +

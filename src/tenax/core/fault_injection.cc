@@ -18,11 +18,13 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     std::stringstream parts(item);
     std::string part;
     std::getline(parts, part, ':');
-    if (part != "crash") {
+    if (part != "crash" && part != "hang") {
       return InvalidArgument("--inject " + item + ": unknown fault '" + part +
-                             "' (supported: crash:rank=R:step=S[:how=kill|exit][:code=N][:gen=G])");
+                             "' (supported: crash:rank=R:step=S[:how=kill|exit][:code=N][:gen=G], "
+                             "hang:rank=R:step=S[:gen=G])");
     }
     Fault f;
+    f.kind = part;
     bool have_rank = false, have_step = false;
     while (std::getline(parts, part, ':')) {
       const size_t eq = part.find('=');
@@ -49,7 +51,7 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       }
     }
     if (!have_rank || !have_step) {
-      return InvalidArgument("--inject " + item + ": a crash needs rank=R and step=S");
+      return InvalidArgument("--inject " + item + ": a " + f.kind + " needs rank=R and step=S");
     }
     out.push_back(f);
   }
@@ -65,6 +67,12 @@ void MaybeInjectFault(int rank, int64_t step) {
   TENAX_CHECK_MSG(faults.ok(), "TENAX_INJECT is malformed");
   for (const Fault& f : *faults) {
     if (f.rank != rank || f.step != step || f.generation != generation) continue;
+    if (f.kind == "hang") {
+      std::fprintf(stderr, "[rank %d] injected fault: hang at step %lld\n", rank,
+                   static_cast<long long>(step));
+      std::fflush(stderr);
+      for (;;) ::pause();  // like a stuck kernel: alive, silent, holding its peers
+    }
     std::fprintf(stderr, "[rank %d] injected fault: crash (%s) at step %lld\n", rank,
                  f.how.c_str(), static_cast<long long>(step));
     std::fflush(stderr);

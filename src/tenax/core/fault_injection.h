@@ -4,9 +4,11 @@
 // of every step. A fault fires only in the launch generation it names (default 0, the first), so
 // the restarted job runs clean.
 // Grammar: FAULT[,FAULT...] where FAULT = crash:rank=R:step=S[:how=kill|exit][:code=N][:gen=G]
+//                                       | hang:rank=R:step=S[:gen=G]
 //   how=kill (default) sends SIGKILL to itself, like a GPU fault or OOM kill; how=exit exits with
 //   code N (default 1), like a crash that reports.
-// Non-goals: hangs, slow ranks, NaNs and checkpoint corruption (later, same grammar).
+//   hang blocks the rank forever (its peers then wait in their next collective).
+// Non-goals: slow ranks, NaNs and checkpoint corruption (later, same grammar).
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
 #include "tenax/core/fault_injection.h"
+#include "tenax/core/heartbeat.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 
@@ -59,6 +65,7 @@ struct GenerationResult {
   std::string cause;
   double start_s = 0, end_s = 0;
   bool interrupted = false;  // the launcher itself was told to stop
+  double detection_s = 0;    // hangs: how long the job was silent before the launcher acted
 };
 
 GenerationResult RunGeneration(const LaunchOptions& o, int generation, const std::string& host,
@@ -66,6 +73,14 @@ GenerationResult RunGeneration(const LaunchOptions& o, int generation, const std
   GenerationResult g;
   g.start_s = Now();
   const int world = o.nproc_per_node * o.nnodes;
+  // Heartbeats: a fresh folder per generation, read every 250 ms.
+  std::string hb_dir = "/tmp/tenax-heartbeat-XXXXXX";
+  const bool watching = ::mkdtemp(hb_dir.data()) != nullptr;
+  std::vector<int64_t> last_step(o.nproc_per_node, -1);
+  double last_progress = Now();  // launcher clock of the newest step change on any rank
+  double last_check = 0;
+  bool any_step_done = false;
+  std::vector<double> intervals;  // seconds between step completions (rank 0 of this node)
   std::vector<pid_t> pids(o.nproc_per_node, -1);
   for (int local = 0; local < o.nproc_per_node; ++local) {
     const int rank = o.node_rank * o.nproc_per_node + local;
@@ -83,6 +98,7 @@ GenerationResult RunGeneration(const LaunchOptions& o, int generation, const std
       ::setenv("MASTER_ADDR", host.c_str(), 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("TENAX_RESTART_COUNT", std::to_string(generation).c_str(), 1);
+      if (watching) ::setenv("TENAX_HEARTBEAT_DIR", hb_dir.c_str(), 1);
       if (!o.inject.empty()) ::setenv("TENAX_INJECT", o.inject.c_str(), 1);
       std::vector<char*> argv{const_cast<char*>(exe)};
       for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -139,6 +155,43 @@ GenerationResult RunGeneration(const LaunchOptions& o, int generation, const std
       }
       continue;
     }
+    if (watching && !stopping && Now() - last_check > 0.25) {
+      last_check = Now();
+      for (int i = 0; i < o.nproc_per_node; ++i) {
+        auto beat = ReadHeartbeat(hb_dir, o.node_rank * o.nproc_per_node + i);
+        if (!beat || beat->step == last_step[i]) continue;
+        if (i == 0 && last_step[0] >= 0) intervals.push_back(Now() - last_progress);
+        any_step_done = any_step_done || last_step[i] >= 0;
+        last_step[i] = beat->step;
+        last_progress = Now();
+      }
+      double timeout = o.startup_timeout_s;
+      if (any_step_done && !intervals.empty()) {
+        std::vector<double> sorted = intervals;
+        std::sort(sorted.begin(), sorted.end());
+        timeout = std::max(o.hang_timeout_s, o.hang_factor * sorted[sorted.size() / 2]);
+      }
+      const double quiet = Now() - last_progress;
+      if (quiet > timeout) {
+        std::string steps;
+        for (int i = 0; i < o.nproc_per_node; ++i) {
+          steps += fmt::format("{}rank {} at step {}", i ? ", " : "",
+                               o.node_rank * o.nproc_per_node + i, last_step[i]);
+        }
+        log::Error("launch: hang: no rank finished a step for {:.1f}s (timeout {:.1f}s); {}; "
+                   "stopping all ranks",
+                   quiet, timeout, steps);
+        g.exit_code = 124;
+        g.cause = fmt::format("hang: no progress for {:.1f}s", quiet);
+        g.detection_s = quiet;
+        // The lowest step is the likeliest culprit; equal steps leave it undetermined.
+        const auto low = std::min_element(last_step.begin(), last_step.end());
+        if (std::count(last_step.begin(), last_step.end(), *low) == 1) {
+          g.failed_rank = o.node_rank * o.nproc_per_node + static_cast<int>(low - last_step.begin());
+        }
+        begin_stop(SIGTERM);
+      }
+    }
     if (stopping && std::chrono::steady_clock::now() > kill_at) {
       stop_all(SIGKILL);
       kill_at = std::chrono::steady_clock::time_point::max();
@@ -146,6 +199,10 @@ GenerationResult RunGeneration(const LaunchOptions& o, int generation, const std
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   g.end_s = Now();
+  if (watching) {
+    std::error_code ec;
+    std::filesystem::remove_all(hb_dir, ec);
+  }
   return g;
 }
 
@@ -209,7 +266,9 @@ Result<int> Launch(const LaunchOptions& o) {
     failures.push_back({{"time_s", g.end_s - t0},
                         {"generation", gen},
                         {"rank", g.failed_rank},
+                        {"kind", g.exit_code == 124 ? "hang" : "crash"},
                         {"cause", g.cause},
+                        {"detection_s", g.detection_s},
                         {"exit_code", g.exit_code}});
     if (!Restartable(g.exit_code)) {
       log::Error("launch: exit code {} means the input must be fixed (docs/exit_codes.md); "

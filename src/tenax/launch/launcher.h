@@ -5,8 +5,10 @@
 // cause. With --max-restarts K it then starts all ranks again (they resume from the newest
 // checkpoint that verifies), up to K times, unless the exit code says a restart cannot help
 // (bad config, missing or damaged input, divergence: docs/exit_codes.md).
-// Non-goals here: hot spares, heartbeats and hang detection (the resilience issue builds on
-// this); restarts across several nodes (needs coordinated rendezvous).
+// Hangs: ranks write heartbeats after every step; when no rank progresses for longer than the
+// hang timeout the launcher stops the generation (cause "hang", restartable).
+// Non-goals here: hot spares, flight records naming the rank others wait for, stragglers
+// (the resilience issue builds on this); restarts across several nodes.
 #pragma once
 
 #include <string>
@@ -24,6 +26,12 @@ struct LaunchOptions {
   std::vector<std::string> args;  // the tenax subcommand and its arguments, e.g. {"train", ...}
   double kill_grace_s = 5.0;
   int max_restarts = 0;
+  // Hang detection from the ranks' heartbeats (core/heartbeat.h): no rank finishing a step for
+  // max(hang_timeout_s, hang_factor x the median observed step time) is a hang; before the first
+  // step completes, startup_timeout_s applies instead.
+  double hang_timeout_s = 300;
+  double hang_factor = 10;
+  double startup_timeout_s = 900;
   std::string inject;        // fault spec passed to the ranks (core/fault_injection.h)
   std::string goodput_file;  // where to write the failure/restart record (JSON); empty: none
 };

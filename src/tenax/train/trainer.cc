@@ -10,6 +10,7 @@
 #include "tenax/config/config.h"
 #include "tenax/core/fault_injection.h"
 #include "tenax/core/fs.h"
+#include "tenax/core/heartbeat.h"
 #include "tenax/core/log.h"
 #include "tenax/data/loader.h"
 #include "tenax/data/source.h"
@@ -300,6 +301,7 @@ Result<TrainSummary> Train(const Config& config) {
             tokens_per_step);
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start));
 
+  Heartbeat(env.rank, progress.step);  // set up: the launcher's clock for this rank starts
   double train_seconds = 0;
   int64_t steps_timed = 0;
   parallel::CommStats step_comm;  // collectives issued inside training steps only
@@ -405,6 +407,7 @@ Result<TrainSummary> Train(const Config& config) {
     for (auto& p : model.params()) p.tensor.mutable_grad() = at::Tensor();
     for (auto& p : trained) p.tensor.mutable_grad() = at::Tensor();
     progress.step = step;
+    Heartbeat(env.rank, step);
     progress.data_position = loader.position();
     progress.tokens_seen += tokens_per_step;
 
