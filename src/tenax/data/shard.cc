@@ -34,18 +34,6 @@ T Get(const uint8_t* p, size_t off) {
   return v;
 }
 
-inline uint32_t LoadToken(const uint8_t* base, uint32_t width, int64_t i) {
-  const uint8_t* p = base + static_cast<size_t>(i) * width;
-  if (width == 2) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-  }
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 std::string Redo(const std::string& path) {
   return " (" + path + " is damaged or was not written by tenax; delete it and re-run "
          "`tenax prepare`, or delete the data cache folder to rebuild a built-in source)";

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,20 @@ Status WriteShard(FileSystem& fs, const std::string& path, const std::vector<uin
 // A validated, memory-mapped shard. Immutable after Open, so concurrent reads are safe.
 // Invariants: token_width() is 2 or 4; the file holds exactly 64 + num_tokens * width bytes;
 // when opened with verify_tokens, every id is < vocab_size.
+// Token i of a little-endian array of `width`-byte tokens (2 or 4) at `base`; memcpy because
+// mapped token data need not be aligned.
+inline uint32_t LoadToken(const uint8_t* base, uint32_t width, int64_t i) {
+  const uint8_t* p = base + static_cast<size_t>(i) * width;
+  if (width == 2) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  }
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
 class ShardReader {
  public:
   // verify_tokens scans every id once (about 1 GB/s): an out-of-range id would otherwise surface

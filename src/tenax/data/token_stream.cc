@@ -37,15 +37,7 @@ TokenStream TokenStream::FromVector(std::vector<uint32_t> tokens, uint32_t vocab
 
 uint32_t TokenStream::at(int64_t i) const {
   TENAX_CHECK(i >= 0 && i < size_);
-  const uint8_t* p = data_ + static_cast<size_t>(i) * width_;
-  if (width_ == 2) {
-    uint16_t v;
-    std::memcpy(&v, p, 2);
-    return v;
-  }
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+  return LoadToken(data_, width_, i);
 }
 
 void TokenStream::Read(int64_t start, int64_t count, int64_t* out) const {
