@@ -25,6 +25,26 @@ struct CommStats {
   int64_t broadcast_bytes = 0;
   int64_t p2p_bytes = 0;
   int64_t calls = 0;
+
+  CommStats& operator+=(const CommStats& o) {
+    all_reduce_bytes += o.all_reduce_bytes;
+    all_gather_bytes += o.all_gather_bytes;
+    reduce_scatter_bytes += o.reduce_scatter_bytes;
+    broadcast_bytes += o.broadcast_bytes;
+    p2p_bytes += o.p2p_bytes;
+    calls += o.calls;
+    return *this;
+  }
+  CommStats operator-(const CommStats& o) const {
+    CommStats d = *this;
+    d.all_reduce_bytes -= o.all_reduce_bytes;
+    d.all_gather_bytes -= o.all_gather_bytes;
+    d.reduce_scatter_bytes -= o.reduce_scatter_bytes;
+    d.broadcast_bytes -= o.broadcast_bytes;
+    d.p2p_bytes -= o.p2p_bytes;
+    d.calls -= o.calls;
+    return d;
+  }
 };
 
 class Communicator {

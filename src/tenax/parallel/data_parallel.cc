@@ -5,6 +5,7 @@
 #include <map>
 
 #include "tenax/core/check.h"
+#include "tenax/parallel/gradients.h"
 
 namespace tenax::parallel {
 
@@ -109,14 +110,11 @@ double DataParallel::ClipGradNorm(double max_norm) {
   }
   if (sharded()) shard_.AllReduceSum(sumsq);  // replicas hold identical shards
   const double total = std::sqrt(sumsq.item<double>());
-  if (max_norm > 0) {
-    const double coef = max_norm / (total + 1e-6);
-    if (coef < 1.0) {
-      for (const auto& p : opt_params_) {
-        if (p.tensor.grad().defined()) p.tensor.grad().mul_(coef);
-      }
-    }
+  std::vector<at::Tensor> grads;
+  for (const auto& p : opt_params_) {
+    if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
   }
+  ClipToMaxNorm(grads, total, max_norm);
   return total;
 }
 

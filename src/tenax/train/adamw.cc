@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "tenax/parallel/gradients.h"
+
 namespace tenax::train {
 
 AdamW::AdamW(const OptimizerOptions& options, const std::vector<model::NamedTensor>& params,
@@ -84,14 +86,11 @@ double ClipGradNorm(const std::vector<model::NamedTensor>& params, double max_no
   }
   if (norms.empty()) return 0.0;
   const double total = at::stack(norms).norm(2).item<double>();
-  if (max_norm > 0) {
-    const double coef = max_norm / (total + 1e-6);
-    if (coef < 1.0) {
-      for (const auto& p : params) {
-        if (p.tensor.grad().defined()) p.tensor.grad().mul_(coef);
-      }
-    }
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
   }
+  parallel::ClipToMaxNorm(grads, total, max_norm);
   return total;
 }
 

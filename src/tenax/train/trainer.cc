@@ -18,6 +18,7 @@
 #include "tenax/parallel/communicator.h"
 #include "tenax/parallel/data_parallel.h"
 #include "tenax/parallel/dist_env.h"
+#include "tenax/parallel/gradients.h"
 #include "tenax/parallel/mesh.h"
 #include "tenax/parallel/pipeline.h"
 #include "tenax/parallel/tensor_parallel_model.h"
@@ -69,17 +70,11 @@ Result<TrainProgress> Resume(const Config& c, ckpt::CheckpointStore& store,
   return RestoreTrainCheckpoint(other, where.second, target);
 }
 
-// Bytes this rank moved through every group, so far.
-parallel::CommStats TotalStats(std::initializer_list<const parallel::Communicator*> groups) {
+// Bytes this rank moved through every group it belongs to (null entries: groups not in use).
+parallel::CommStats TotalStats(const std::vector<const parallel::Communicator*>& groups) {
   parallel::CommStats t;
   for (const auto* g : groups) {
-    const auto& s = g->stats();
-    t.all_reduce_bytes += s.all_reduce_bytes;
-    t.all_gather_bytes += s.all_gather_bytes;
-    t.reduce_scatter_bytes += s.reduce_scatter_bytes;
-    t.broadcast_bytes += s.broadcast_bytes;
-    t.p2p_bytes += s.p2p_bytes;
-    t.calls += s.calls;
+    if (g != nullptr) t += g->stats();
   }
   return t;
 }
@@ -305,9 +300,8 @@ Result<TrainSummary> Train(const Config& config) {
   double train_seconds = 0;
   int64_t steps_timed = 0;
   parallel::CommStats step_comm;  // collectives issued inside training steps only
-  auto all_groups = {static_cast<const parallel::Communicator*>(&world),
-                     static_cast<const parallel::Communicator*>(shard_group.get()),
-                     static_cast<const parallel::Communicator*>(replicate_group.get())};
+  const std::vector<const parallel::Communicator*> all_groups = {
+      &world, shard_group.get(), replicate_group.get(), tp_group.get(), pp_group.get()};
   for (int64_t step = progress.step + 1; step <= last_step; ++step) {
     MaybeInjectFault(env.rank, step);  // tests of recovery (tenax launch --inject)
     const auto t0 = Clock::now();
@@ -334,66 +328,40 @@ Result<TrainSummary> Train(const Config& config) {
     double loss = loss_sum.item<double>() / static_cast<double>(t.grad_accum_steps);
     double grad_norm;
     if (pipeline) {
-      at::NoGradGuard no_grad;
-      const auto& owned = pipeline->owned_params();
       std::vector<at::Tensor> grads;
-      for (size_t i : owned) grads.push_back(model.params()[i].tensor.grad().reshape({-1}));
-      at::Tensor flat = at::cat(grads);
-      // Accumulated micro-steps each back-propagated a batch mean: average them. Then DDP.
-      flat.div_(static_cast<double>(t.grad_accum_steps * replicate_group->size()));
-      if (replicate_group->size() > 1) replicate_group->AllReduceSum(flat);
-      int64_t off = 0;
+      for (size_t i : pipeline->owned_params()) grads.push_back(model.params()[i].tensor.grad());
+      // Accumulated micro-steps each back-propagated a batch mean: average them, and over DDP.
+      parallel::AllReduceGradients(grads, *replicate_group,
+                                   static_cast<double>(t.grad_accum_steps * replicate_group->size()));
       at::Tensor sumsq = at::zeros({1}, at::kDouble);
-      for (size_t i : owned) {
-        at::Tensor g = model.params()[i].tensor.grad();
-        g.copy_(flat.narrow(0, off, g.numel()).view_as(g));
-        off += g.numel();
+      for (size_t i : pipeline->owned_params()) {
         // Count each parameter once: tied embeddings are owned by the first and last stage.
-        if (pp_owner[i] == pp_group->rank()) sumsq += g.to(at::kDouble).pow(2).sum().cpu();
+        if (pp_owner[i] == pp_group->rank()) {
+          sumsq += model.params()[i].tensor.grad().to(at::kDouble).pow(2).sum().cpu();
+        }
       }
       pp_group->AllReduceSum(sumsq);
       grad_norm = std::sqrt(sumsq.item<double>());
-      const double coef = t.max_norm / (grad_norm + 1e-6);
-      if (t.max_norm > 0 && coef < 1.0) {
-        for (size_t i : owned) model.params()[i].tensor.grad().mul_(coef);
-      }
-      at::Tensor l = at::full({1}, loss, at::kDouble);
-      world.AllReduceSum(l);
-      loss = l.item<double>() / env.world;
+      parallel::ClipToMaxNorm(grads, grad_norm, t.max_norm);
     } else if (tpm) {
       tpm->FinishGradients();
-      if (replicate_group->size() > 1) {
-        // DDP across replicas of the TP group: one flat all-reduce of the local shards' grads.
-        at::NoGradGuard no_grad;
-        std::vector<at::Tensor> flat;
-        for (auto& p : trained) flat.push_back(p.tensor.grad().reshape({-1}));
-        at::Tensor all = at::cat(flat);
-        replicate_group->AllReduceSum(all);
-        all.div_(replicate_group->size());
-        int64_t off = 0;
-        for (auto& p : trained) {
-          p.tensor.grad().copy_(all.narrow(0, off, p.tensor.numel()).view_as(p.tensor));
-          off += p.tensor.numel();
-        }
-      }
+      std::vector<at::Tensor> grads;
+      for (auto& p : trained) grads.push_back(p.tensor.grad());
+      // DDP across replicas of the TP group.
+      parallel::AllReduceGradients(grads, *replicate_group, replicate_group->size());
       grad_norm = std::sqrt(tpm->GradNormSquared());
-      const double coef = t.max_norm / (grad_norm + 1e-6);
-      if (t.max_norm > 0 && coef < 1.0) {
-        at::NoGradGuard no_grad;
-        for (auto& p : trained) p.tensor.grad().mul_(coef);
-      }
-      at::Tensor l = at::full({1}, loss, at::kDouble);
-      world.AllReduceSum(l);
-      loss = l.item<double>() / env.world;
+      parallel::ClipToMaxNorm(grads, grad_norm, t.max_norm);
     } else if (dp) {
       dp->ReduceGradients();
       dp->Release();
       grad_norm = dp->ClipGradNorm(t.max_norm);
+    } else {
+      grad_norm = ClipGradNorm(model.params(), t.max_norm);
+    }
+    if (env.distributed()) {  // the step's loss: mean over ranks (TP/PP ranks agree already)
       at::Tensor l = at::full({1}, loss, at::kDouble);
       world.AllReduceSum(l);
       loss = l.item<double>() / env.world;
-    } else {
-      grad_norm = ClipGradNorm(model.params(), t.max_norm);
     }
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       if (reporter) reporter->Finish();
@@ -412,11 +380,7 @@ Result<TrainSummary> Train(const Config& config) {
     progress.tokens_seen += tokens_per_step;
 
     const double dt = Seconds(Clock::now() - t0);
-    const parallel::CommStats comm1 = TotalStats(all_groups);
-    step_comm.all_reduce_bytes += comm1.all_reduce_bytes - comm0.all_reduce_bytes;
-    step_comm.all_gather_bytes += comm1.all_gather_bytes - comm0.all_gather_bytes;
-    step_comm.reduce_scatter_bytes += comm1.reduce_scatter_bytes - comm0.reduce_scatter_bytes;
-    step_comm.p2p_bytes += comm1.p2p_bytes - comm0.p2p_bytes;
+    step_comm += TotalStats(all_groups) - comm0;
     train_seconds += dt;
     ++steps_timed;
     summary.final_loss = loss;
