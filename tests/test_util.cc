@@ -6,10 +6,8 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <stdexcept>
 
 namespace tenax::testing {
 namespace {
@@ -18,19 +16,6 @@ std::string Env(const char* name, const char* fallback) {
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 }  // namespace
-
-TempDir::TempDir() {
-  std::string tmpl = "/tmp/tenax-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  if (std::getenv("TENAX_KEEP_TEST_DIRS") == nullptr) {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-}
 
 std::string SourceDir() { return Env("TENAX_SOURCE_DIR", TENAX_SOURCE_DIR_DEFAULT); }
 std::string TenaxBinary() { return Env("TENAX_BINARY", TENAX_BINARY_DEFAULT); }

@@ -7,25 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tenax/core/temp_dir.h"  // TempDir
+
 namespace tenax::testing {
 
 struct CommandResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together
-};
-
-// A fresh folder under /tmp, removed by the destructor unless TENAX_KEEP_TEST_DIRS is set.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
 };
 
 std::string SourceDir();     // $TENAX_SOURCE_DIR

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "tenax/data/test_tmpdir.h"
+#include "tenax/core/temp_dir.h"
 
 namespace tenax::data {
 namespace {

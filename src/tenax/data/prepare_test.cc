@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tenax/data/test_tmpdir.h"
+#include "tenax/core/temp_dir.h"
 
 namespace tenax::data {
 namespace {

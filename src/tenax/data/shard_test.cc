@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "tenax/data/test_tmpdir.h"
+#include "tenax/core/temp_dir.h"
 #include "tenax/data/token_stream.h"
 
 namespace tenax::data {

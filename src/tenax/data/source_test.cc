@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tenax/data/prepare.h"
-#include "tenax/data/test_tmpdir.h"
+#include "tenax/core/temp_dir.h"
 
 namespace tenax::data {
 namespace {

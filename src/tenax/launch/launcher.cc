@@ -1,8 +1,6 @@
 #include "tenax/launch/launcher.h"
 
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 #include "tenax/core/heartbeat.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
+#include "tenax/core/net.h"
 
 namespace tenax::launch {
 namespace {
@@ -28,18 +27,6 @@ namespace {
 volatile sig_atomic_t g_forward_signal = 0;  // set by the handler, read by the wait loop
 void OnSignal(int sig) { g_forward_signal = sig; }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 std::string Describe(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
@@ -255,7 +242,7 @@ Result<int> Launch(const LaunchOptions& o) {
   int result = 0;
   for (int gen = 0;; ++gen) {
     // A fresh store port each generation: the old one may linger in TIME_WAIT.
-    const int port = fixed_port > 0 ? fixed_port : FreePort();
+    const int port = fixed_port > 0 ? fixed_port : FreeTcpPort();
     GenerationResult g = RunGeneration(o, gen, host, port, exe);
     generations.push_back({{"generation", gen},
                            {"start_s", g.start_s - t0},

@@ -3,35 +3,20 @@
 // that every rank exits 0. Workers assert with gtest as usual.
 #pragma once
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
 #include <vector>
 
-namespace tenax::parallel::testing {
+#include "tenax/core/net.h"
 
-// A TCP port that was free a moment ago (bind to port 0, read it back).
-inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
+namespace tenax::parallel::testing {
 
 // Runs `world` copies of this test binary running `worker_filter`; returns their exit codes.
 inline std::vector<int> RunRanks(int world, const std::string& worker_filter,
                                  const std::vector<std::string>& extra_env = {}) {
-  const int port = FreePort();
+  const int port = FreeTcpPort();
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     pid_t pid = ::fork();

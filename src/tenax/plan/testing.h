@@ -8,6 +8,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/fs.h"
+#include "tenax/core/temp_dir.h"
 
 namespace tenax::plan::testing {
 
@@ -25,26 +26,6 @@ inline std::vector<std::string> HardwareDirs() {
   return {JoinPath(SourceDir(), "configs/hardware")};
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/tenax_plan_test_XXXXXX";
-    TENAX_CHECK(::mkdtemp(tmpl) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() { (void)LocalFs().RemoveAll(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return JoinPath(path_, name); }
-  std::string Write(const std::string& name, const std::string& text) const {
-    TENAX_CHECK(LocalFs().WriteFileAtomic(Join(name), text).ok());
-    return Join(name);
-  }
-
- private:
-  std::string path_;
-};
+using tenax::testing::TempDir;  // core/temp_dir.h
 
 }  // namespace tenax::plan::testing
