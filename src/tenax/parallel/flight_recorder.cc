@@ -1,0 +1,438 @@
+#include "tenax/parallel/flight_recorder.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <set>
+
+#include "tenax/core/check.h"
+#include "tenax/core/log.h"
+
+namespace tenax::parallel {
+namespace {
+
+double NowUnix() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+nlohmann::json RecordJson(const CollectiveRecord& r) {
+  return {{"id", r.id},
+          {"op", r.op},
+          {"group", r.group},
+          {"seq", r.seq},
+          {"bytes", r.bytes},
+          {"shape", r.shape},
+          {"state", StateName(r.state)},
+          {"enqueued_unix", r.enqueued_unix},
+          {"started_unix", r.started_unix},
+          {"completed_unix", r.completed_unix},
+          {"step", r.step},
+          {"phase", r.phase}};
+}
+
+// The signal handler's only state: the write end of the active watchdog's pipe. A handler cannot
+// reach an object, so this one global is unavoidable; -1 when no watchdog handles SIGUSR1.
+std::atomic<int> g_dump_pipe{-1};
+struct sigaction g_previous_action;
+
+void OnSigusr1(int) {
+  const int saved = errno;
+  const int fd = g_dump_pipe.load();
+  if (fd >= 0) {
+    const char c = 'd';
+    (void)!::write(fd, &c, 1);  // async-signal-safe; a full pipe already means "dump"
+  }
+  errno = saved;
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+}  // namespace
+
+const char* StateName(CollectiveState s) {
+  switch (s) {
+    case CollectiveState::kEnqueued: return "enqueued";
+    case CollectiveState::kStarted: return "started";
+    case CollectiveState::kCompleted: return "completed";
+  }
+  return "?";
+}
+
+FlightRecorder::FlightRecorder(int rank, size_t capacity)
+    : rank_(rank), capacity_(std::max<size_t>(capacity, 1)), phase_since_unix_(NowUnix()) {}
+
+void FlightRecorder::RegisterGroup(std::string_view group, std::vector<int> global_ranks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::sort(global_ranks.begin(), global_ranks.end());
+  groups_[std::string(group)].ranks = std::move(global_ranks);
+}
+
+uint64_t FlightRecorder::Add(std::string_view op, std::string_view group, int64_t bytes,
+                             std::string shape, CollectiveState state) {
+  const double now = NowUnix();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = groups_.find(group);
+  if (it == groups_.end()) it = groups_.emplace(std::string(group), GroupInfo{}).first;
+  GroupInfo& g = it->second;
+  CollectiveRecord r;
+  r.id = next_id_++;
+  r.op = std::string(op);
+  r.group = std::string(group);
+  r.seq = g.next_seq++;
+  r.bytes = bytes;
+  r.shape = std::move(shape);
+  r.state = state;
+  r.enqueued_unix = now;
+  if (state == CollectiveState::kStarted) {
+    r.started_unix = now;
+    g.last_started_seq = r.seq;
+  }
+  r.step = step_;
+  r.phase = phase_;
+  if (ring_.size() == capacity_) ring_.pop_front();
+  ring_.push_back(std::move(r));
+  return ring_.back().id;
+}
+
+uint64_t FlightRecorder::Begin(std::string_view op, std::string_view group, int64_t bytes,
+                               std::string shape) {
+  return Add(op, group, bytes, std::move(shape), CollectiveState::kStarted);
+}
+
+uint64_t FlightRecorder::Enqueue(std::string_view op, std::string_view group, int64_t bytes,
+                                 std::string shape) {
+  return Add(op, group, bytes, std::move(shape), CollectiveState::kEnqueued);
+}
+
+CollectiveRecord* FlightRecorder::Find(uint64_t id) {
+  // Ids increase along the ring, so the position follows from the front's id.
+  if (ring_.empty() || id < ring_.front().id) return nullptr;
+  const uint64_t offset = id - ring_.front().id;
+  return offset < ring_.size() ? &ring_[offset] : nullptr;
+}
+
+void FlightRecorder::Start(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CollectiveRecord* r = Find(id);
+  if (r == nullptr || r->state != CollectiveState::kEnqueued) return;
+  r->state = CollectiveState::kStarted;
+  r->started_unix = NowUnix();
+  GroupInfo& g = groups_[r->group];
+  g.last_started_seq = std::max(g.last_started_seq, r->seq);
+}
+
+void FlightRecorder::End(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CollectiveRecord* r = Find(id);
+  if (r == nullptr || r->state == CollectiveState::kCompleted) return;
+  const double now = NowUnix();
+  if (r->started_unix == 0) r->started_unix = now;
+  r->state = CollectiveState::kCompleted;
+  r->completed_unix = now;
+  GroupInfo& g = groups_[r->group];
+  g.last_started_seq = std::max(g.last_started_seq, r->seq);
+  g.last_completed_seq = std::max(g.last_completed_seq, r->seq);
+}
+
+void FlightRecorder::SetPhase(int64_t step, std::string_view phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = step;
+  if (phase_ != phase) {
+    phase_ = std::string(phase);
+    phase_since_unix_ = NowUnix();
+  }
+}
+
+std::optional<CollectiveRecord> FlightRecorder::OldestPending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& r : ring_) {
+    if (r.state != CollectiveState::kCompleted) return r;
+  }
+  return std::nullopt;
+}
+
+std::vector<CollectiveRecord> FlightRecorder::Records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {ring_.begin(), ring_.end()};
+}
+
+nlohmann::json FlightRecorder::ToJson(std::string_view reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json collectives = nlohmann::json::array();
+  for (const auto& r : ring_) collectives.push_back(RecordJson(r));
+  nlohmann::json groups = nlohmann::json::object();
+  for (const auto& [name, g] : groups_) {
+    groups[name] = {{"ranks", g.ranks},
+                    {"last_started_seq", g.last_started_seq},
+                    {"last_completed_seq", g.last_completed_seq}};
+  }
+  return {{"format", "tenax-flight-record"},
+          {"format_version", 1},
+          {"rank", rank_},
+          {"pid", static_cast<int64_t>(::getpid())},
+          {"reason", std::string(reason)},
+          {"dumped_unix", NowUnix()},
+          {"step", step_},
+          {"phase", phase_},
+          {"phase_since_unix", phase_since_unix_},
+          {"groups", groups},
+          {"collectives", collectives}};
+}
+
+Status FlightRecorder::Dump(FileSystem& fs, const std::string& path,
+                            std::string_view reason) const {
+  const std::string parent = ParentDir(path);
+  if (!parent.empty()) TENAX_RETURN_IF_ERROR(fs.CreateDirs(parent));
+  return fs.WriteFileAtomic(path, ToJson(reason).dump(1) + "\n");
+}
+
+std::string FlightRecordPath(const std::string& dir, int rank) {
+  return JoinPath(dir, fmt::format("flight-rank{:05d}.json", rank));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+FlightRecorderWatchdog::FlightRecorderWatchdog(FlightRecorder& recorder, FileSystem& fs,
+                                               WatchdogOptions options)
+    : recorder_(recorder), fs_(fs), options_(std::move(options)) {
+  TENAX_CHECK(::pipe2(pipe_, O_CLOEXEC | O_NONBLOCK) == 0);
+  if (options_.handle_sigusr1) {
+    int expected = -1;
+    // Two handlers would race for one signal: a bug in the caller.
+    TENAX_CHECK(g_dump_pipe.compare_exchange_strong(expected, pipe_[1]));
+    struct sigaction sa {};
+    sa.sa_handler = OnSigusr1;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // interrupted syscalls in the training threads resume
+    TENAX_CHECK(::sigaction(SIGUSR1, &sa, &g_previous_action) == 0);
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+FlightRecorderWatchdog::~FlightRecorderWatchdog() {
+  if (options_.handle_sigusr1) {
+    (void)::sigaction(SIGUSR1, &g_previous_action, nullptr);
+    g_dump_pipe.store(-1);
+  }
+  const char quit = 'q';
+  (void)!::write(pipe_[1], &quit, 1);
+  thread_.join();
+  ::close(pipe_[0]);
+  ::close(pipe_[1]);
+}
+
+void FlightRecorderWatchdog::DumpNow(std::string_view reason) {
+  Status st = recorder_.Dump(fs_, options_.dump_path, reason);
+  if (!st.ok()) {
+    log::Error("flight recorder: could not write {}: {}", options_.dump_path, st.message());
+    return;
+  }
+  dumps_.fetch_add(1);
+  log::Warn("flight recorder: dumped the last collectives to {} ({})", options_.dump_path, reason);
+}
+
+void FlightRecorderWatchdog::Loop() {
+  const int timeout_ms = static_cast<int>(std::max<int64_t>(options_.poll_interval.count(), 1));
+  while (true) {
+    pollfd p{pipe_[0], POLLIN, 0};
+    const int ready = ::poll(&p, 1, timeout_ms);
+    if (ready > 0) {
+      char buf[64];
+      const ssize_t n = ::read(pipe_[0], buf, sizeof(buf));
+      bool quit = false, dump = false;
+      for (ssize_t i = 0; i < n; ++i) {
+        quit |= buf[i] == 'q';
+        dump |= buf[i] == 'd';
+      }
+      if (quit) return;
+      if (dump) DumpNow("SIGUSR1");
+    }
+    if (options_.collective_timeout.count() <= 0) continue;
+    std::optional<CollectiveRecord> oldest = recorder_.OldestPending();
+    if (!oldest || oldest->id == timed_out_id_) continue;
+    const double since = oldest->started_unix > 0 ? oldest->started_unix : oldest->enqueued_unix;
+    const double age_s = std::chrono::duration<double>(std::chrono::system_clock::now()
+                                                           .time_since_epoch())
+                             .count() -
+                         since;
+    const double limit_s =
+        std::chrono::duration<double>(options_.collective_timeout).count();
+    if (age_s < limit_s) continue;
+    timed_out_id_ = oldest->id;
+    DumpNow("collective timeout");
+    if (options_.on_timeout) {
+      options_.on_timeout(*oldest);
+    } else {
+      log::Error(
+          "collective timeout: {} on group {} (seq {}, {} bytes, issued in step {} {}) has not "
+          "completed after {:.0f} s (limit {:.0f} s); flight record in {}; exiting with code {} "
+          "so the launcher restarts the job",
+          oldest->op, oldest->group, oldest->seq, oldest->bytes, oldest->step, oldest->phase,
+          age_s, limit_s, options_.dump_path, kCollectiveTimeoutExitCode);
+      // Other threads are blocked inside the collective: no destructor could finish.
+      std::_Exit(kCollectiveTimeoutExitCode);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::string FlightAnalysis::Summary() const {
+  std::string s;
+  for (const auto& f : findings) s += f + "\n";
+  if (!waited_on.empty()) {
+    s += fmt::format("verdict: the other ranks are waiting for rank(s) {}", RankList(waited_on));
+  } else {
+    s += "verdict: no single rank is behind (see the findings above)";
+  }
+  return s;
+}
+
+FlightAnalysis AnalyzeFlightRecords(const std::vector<nlohmann::json>& dumps) {
+  FlightAnalysis out;
+  const int world = static_cast<int>(dumps.size());
+  auto present = [&](int r) { return r >= 0 && r < world && dumps[r].is_object(); };
+  for (int r = 0; r < world; ++r) {
+    if (!present(r)) out.absent.push_back(r);
+  }
+  if (!out.absent.empty()) {
+    out.findings.push_back(fmt::format(
+        "rank(s) {} left no flight record: crashed, or too stuck to handle SIGUSR1",
+        RankList(out.absent)));
+  }
+
+  // Per rank: the collectives it is inside (pending), and per group the last started seq.
+  struct Pending { std::string op; int64_t seq; double since; };
+  std::vector<std::map<std::string, Pending>> pending(world);  // rank -> group -> oldest pending
+  std::vector<std::map<std::string, int64_t>> started(world);  // rank -> group -> last started
+  std::map<std::string, std::set<int>> members;
+  for (int r = 0; r < world; ++r) {
+    members["world"].insert(r);
+    if (!present(r)) continue;
+    const nlohmann::json& d = dumps[r];
+    const nlohmann::json groups = d.value("groups", nlohmann::json::object());
+    for (const auto& [name, g] : groups.items()) {
+      started[r][name] = g.value("last_started_seq", int64_t{0});
+      members[name].insert(r);
+      for (int m : g.value("ranks", std::vector<int>{})) members[name].insert(m);
+    }
+    const double dumped = d.value("dumped_unix", 0.0);
+    for (const auto& c : d.value("collectives", nlohmann::json::array())) {
+      if (c.value("state", std::string()) == "completed") continue;
+      const std::string group = c.value("group", std::string());
+      if (pending[r].count(group)) continue;  // keep the oldest: that is what blocks the rank
+      const double since = c.value("started_unix", 0.0) > 0 ? c.value("started_unix", 0.0)
+                                                             : c.value("enqueued_unix", 0.0);
+      pending[r][group] = {c.value("op", std::string()), c.value("seq", int64_t{0}),
+                           dumped > 0 ? dumped - since : 0.0};
+      // An enqueued op still counts as reached: the rank issued it.
+      started[r][group] = std::max(started[r][group], c.value("seq", int64_t{0}));
+    }
+  }
+  auto where = [&](int r) {
+    const nlohmann::json& d = dumps[r];
+    std::string s = fmt::format("in step {}, phase {}", d.value("step", int64_t{0}),
+                                d.value("phase", std::string("?")));
+    if (pending[r].empty()) return s + ", not in any collective";
+    for (const auto& [g, p] : pending[r]) {
+      s += fmt::format(", blocked in {} seq {} on group {}", p.op, p.seq, g);
+    }
+    return s;
+  };
+
+  std::set<int> behind_all;
+  for (const auto& [group, ranks] : members) {
+    int64_t blocked_seq = 0;
+    for (int r : ranks) {
+      if (!present(r)) continue;
+      auto it = pending[r].find(group);
+      if (it != pending[r].end()) blocked_seq = std::max(blocked_seq, it->second.seq);
+    }
+    if (blocked_seq == 0) continue;  // nobody is stuck in this group
+    std::vector<int> waiting, behind;
+    std::set<std::string> ops;
+    double longest = 0;
+    for (int r : ranks) {
+      if (!present(r)) {
+        if (r < world) behind.push_back(r);
+        continue;
+      }
+      auto it = pending[r].find(group);
+      if (it != pending[r].end() && it->second.seq == blocked_seq) {
+        waiting.push_back(r);
+        ops.insert(it->second.op);
+        longest = std::max(longest, it->second.since);
+      } else if (started[r].count(group) == 0 || started[r][group] < blocked_seq) {
+        behind.push_back(r);
+      }
+    }
+    std::string line = fmt::format("group {} (ranks {}): rank(s) {} wait in {} seq {} ({:.1f} s "
+                                   "before the dump)",
+                                   group, RankList({ranks.begin(), ranks.end()}),
+                                   RankList(waiting), *ops.begin(), blocked_seq, longest);
+    if (ops.size() > 1) {
+      std::string all;
+      for (const auto& o : ops) all += (all.empty() ? "" : "/") + o;
+      line += fmt::format("; ranks disagree on the op at this seq ({}): collectives were "
+                          "issued in different orders",
+                          all);
+    }
+    for (int r : behind) {
+      if (!present(r)) {
+        line += fmt::format("; rank {} left no record", r);
+      } else {
+        line += fmt::format("; rank {} has not reached it (last started seq {}) and is {}", r,
+                            started[r].count(group) ? started[r][group] : 0, where(r));
+      }
+      behind_all.insert(r);
+    }
+    if (behind.empty()) line += "; every member is inside it (a transport problem, not a straggler)";
+    out.findings.push_back(line);
+  }
+  // The ranks everyone ultimately waits for: behind and not blocked themselves. A rank that is
+  // behind because it waits in another group points at that group's stragglers instead.
+  for (int r : behind_all) {
+    if (!present(r) || pending[r].empty()) out.waited_on.push_back(r);
+  }
+  if (out.waited_on.empty() && !behind_all.empty()) {
+    out.waited_on.assign(behind_all.begin(), behind_all.end());
+    out.findings.push_back(fmt::format(
+        "rank(s) {} are behind but blocked in other groups: a cycle, i.e. ranks issued "
+        "collectives in different orders",
+        RankList(out.waited_on)));
+  }
+  return out;
+}
+
+Result<std::vector<nlohmann::json>> ReadFlightRecords(FileSystem& fs, const std::string& dir,
+                                                      int world_size) {
+  std::vector<nlohmann::json> dumps(static_cast<size_t>(std::max(world_size, 0)));
+  for (int r = 0; r < world_size; ++r) {
+    const std::string path = FlightRecordPath(dir, r);
+    Result<std::string> text = fs.ReadFile(path);
+    if (!text.ok()) {
+      if (text.status().code() == StatusCode::kNotFound) continue;
+      return text.status();
+    }
+    nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || j.value("format", std::string()) != "tenax-flight-record") {
+      return DataError(path + " is not a tenax flight record");
+    }
+    dumps[r] = std::move(j);
+  }
+  return dumps;
+}
+
+}  // namespace tenax::parallel

@@ -1,0 +1,172 @@
+// Flight recorder for collectives (docs/flight_recorder.md): each rank keeps a ring buffer of
+// its last N collectives (op, process group, bytes, shape, per-group sequence number, state,
+// timestamps) and where the trainer is in the step (step number and phase). On a hang every rank
+// dumps it as JSON; AnalyzeFlightRecords reads all ranks' dumps and names the rank or ranks the
+// others are waiting for. A watchdog thread also turns a collective that runs longer than a
+// timeout into a dump, an error naming op/group/seq, and exit code kCollectiveTimeoutExitCode.
+//
+// Deliberately free of libtorch: the launcher can read and analyze dumps without it.
+// Non-goals: recording tensor contents; aborting a stuck collective in place (Gloo cannot be
+// cancelled; the process exits and the launcher restarts the job from the last checkpoint).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "tenax/core/fs.h"
+#include "tenax/core/status.h"
+
+namespace tenax::parallel {
+
+// Exit code of a rank whose watchdog saw a collective time out (restart helps; see
+// docs/flight_recorder.md and docs/exit_codes.md).
+inline constexpr int kCollectiveTimeoutExitCode = 9;
+
+enum class CollectiveState { kEnqueued, kStarted, kCompleted };
+const char* StateName(CollectiveState s);
+
+struct CollectiveRecord {
+  uint64_t id = 0;    // recorder-wide, increasing
+  std::string op;     // "all_reduce", "all_gather", "broadcast", "send", ...
+  std::string group;  // process-group name ("world", "dp_shard", "tp", ...)
+  int64_t seq = 0;    // 1-based, per group: equal on every rank for the same collective
+  int64_t bytes = 0;  // payload on this rank
+  std::string shape;  // optional, e.g. "[4096, 4096] f32"
+  CollectiveState state = CollectiveState::kEnqueued;
+  double enqueued_unix = 0, started_unix = 0, completed_unix = 0;  // 0: not yet
+  int64_t step = 0;   // the trainer's position when the collective was issued
+  std::string phase;
+};
+
+// Thread safety: every method may be called from any thread (Gloo work can complete on its own
+// threads). Cost per collective: one mutex and a few small strings.
+class FlightRecorder {
+ public:
+  explicit FlightRecorder(int rank, size_t capacity = 512);
+  FlightRecorder(const FlightRecorder&) = delete;
+  FlightRecorder& operator=(const FlightRecorder&) = delete;
+
+  int rank() const { return rank_; }
+  // Global ranks of a group, recorded in dumps so the analysis knows who should participate.
+  // Optional: without it a group's members are the ranks whose dumps mention it ("world" is
+  // always every rank).
+  void RegisterGroup(std::string_view group, std::vector<int> global_ranks);
+  // A collective that starts now (blocking ops). Returns the id to pass to End.
+  uint64_t Begin(std::string_view op, std::string_view group, int64_t bytes,
+                 std::string shape = {});
+  // Non-blocking ops: Enqueue when issued, Start when the backend begins it, End when done.
+  uint64_t Enqueue(std::string_view op, std::string_view group, int64_t bytes,
+                   std::string shape = {});
+  void Start(uint64_t id);
+  void End(uint64_t id);  // unknown ids (evicted from the ring) are ignored
+  // Where the trainer is: "forward", "backward", "optimizer", "checkpoint", "eval", ...
+  void SetPhase(int64_t step, std::string_view phase);
+
+  // The oldest collective started (or enqueued) but not completed, if any.
+  std::optional<CollectiveRecord> OldestPending() const;
+  std::vector<CollectiveRecord> Records() const;  // oldest first
+  // The dump: {"format": "tenax-flight-record", "rank", "step", "phase", "collectives": [...],
+  // "groups": {name: {"ranks", "last_started_seq", "last_completed_seq"}}, "reason", ...}.
+  nlohmann::json ToJson(std::string_view reason) const;
+  // Writes ToJson atomically (temp file + rename) to `path`.
+  Status Dump(FileSystem& fs, const std::string& path, std::string_view reason) const;
+
+ private:
+  struct GroupInfo {
+    std::vector<int> ranks;  // empty: not registered
+    int64_t next_seq = 1;
+    int64_t last_started_seq = 0;
+    int64_t last_completed_seq = 0;
+  };
+  uint64_t Add(std::string_view op, std::string_view group, int64_t bytes, std::string shape,
+               CollectiveState state);
+  CollectiveRecord* Find(uint64_t id);  // requires mu_
+
+  // Constant after construction.
+  const int rank_;
+  const size_t capacity_;
+
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  std::deque<CollectiveRecord> ring_;
+  std::map<std::string, GroupInfo, std::less<>> groups_;
+  uint64_t next_id_ = 1;
+  int64_t step_ = 0;
+  std::string phase_ = "setup";
+  double phase_since_unix_ = 0;
+};
+
+// The file a rank dumps to inside `dir`: flight-rankRRRRR.json.
+std::string FlightRecordPath(const std::string& dir, int rank);
+
+struct WatchdogOptions {
+  std::string dump_path;  // where dumps go (FlightRecordPath)
+  // A collective pending longer than this is a timeout; zero disables the check.
+  std::chrono::milliseconds collective_timeout{0};
+  std::chrono::milliseconds poll_interval{std::chrono::seconds(1)};
+  // Install a SIGUSR1 handler that requests a dump (the launcher's "dump now").
+  bool handle_sigusr1 = true;
+  // Runs on the watchdog thread after the timeout dump. Default: log::Error naming the
+  // collective, then std::_Exit(kCollectiveTimeoutExitCode) (the one documented exit in library
+  // code: other threads are stuck inside the collective, so nothing can unwind normally).
+  std::function<void(const CollectiveRecord&)> on_timeout;
+};
+
+// Owns the thread that dumps on SIGUSR1 and watches for collective timeouts. The signal handler
+// only writes a byte to a self-pipe (async-signal-safe); the thread does the dump. At most one
+// watchdog with handle_sigusr1 may exist per process (the handler's pipe is process-global,
+// which a signal handler forces); the destructor restores the previous handler.
+class FlightRecorderWatchdog {
+ public:
+  FlightRecorderWatchdog(FlightRecorder& recorder, FileSystem& fs, WatchdogOptions options);
+  ~FlightRecorderWatchdog();
+  FlightRecorderWatchdog(const FlightRecorderWatchdog&) = delete;
+  FlightRecorderWatchdog& operator=(const FlightRecorderWatchdog&) = delete;
+
+  int dumps() const { return dumps_.load(); }  // dumps written so far
+
+ private:
+  void Loop();
+  void DumpNow(std::string_view reason);
+
+  // Constant after construction.
+  FlightRecorder& recorder_;
+  FileSystem& fs_;
+  const WatchdogOptions options_;
+  int pipe_[2] = {-1, -1};  // [0] read by the thread; [1] written by the handler and destructor
+
+  std::atomic<int> dumps_{0};
+  uint64_t timed_out_id_ = 0;  // thread-only: the collective already reported
+  std::thread thread_;         // last: starts after everything above is ready
+};
+
+// What the ranks' dumps say about a hang.
+struct FlightAnalysis {
+  std::vector<int> waited_on;  // the rank(s) the others wait for, ascending
+  std::vector<int> absent;     // ranks without a dump (crashed, or too stuck to dump)
+  std::vector<std::string> findings;  // one human-readable line per observation
+  std::string Summary() const;        // findings joined, ending with the verdict
+};
+
+// `dumps[r]` is rank r's dump (null when it has none). For each group: the newest sequence
+// number some member is blocked in; members that have not started it are behind. The verdict
+// names the ranks that are behind and not themselves blocked in a collective (stuck outside
+// one, e.g. in a long backward or a dead loop), plus ranks that left no dump.
+FlightAnalysis AnalyzeFlightRecords(const std::vector<nlohmann::json>& dumps);
+
+// Reads FlightRecordPath(dir, r) for r in [0, world_size); a missing file is a null entry.
+Result<std::vector<nlohmann::json>> ReadFlightRecords(FileSystem& fs, const std::string& dir,
+                                                      int world_size);
+
+}  // namespace tenax::parallel
