@@ -153,6 +153,7 @@ void AsyncCheckpointWriter::Loop() {
 Status AsyncCheckpointWriter::Write(const CheckpointSnapshot& s) {
   // The writer thread's own store: CheckpointStore is not thread-safe.
   CheckpointStore store(fs_, folder_);
+  if (options_.before_write) TENAX_RETURN_IF_ERROR(options_.before_write(s));
   if (s.world_size == 1) {
     TENAX_RETURN_IF_ERROR(store.Prepare(s.step));
     TENAX_RETURN_IF_ERROR(store.WriteFiles(s.step, s.files));

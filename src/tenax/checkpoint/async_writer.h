@@ -21,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -55,6 +56,9 @@ struct AsyncWriterOptions {
   // How long rank 0 waits for the other ranks' markers before giving up on the step.
   std::chrono::milliseconds peer_timeout{std::chrono::minutes(10)};
   std::chrono::milliseconds poll_interval{20};
+  // Runs on the writer thread before the snapshot's files are written, e.g. to keep memory
+  // replicas (MemoryReplica::Put) off the training thread. An error fails the save.
+  std::function<Status(const CheckpointSnapshot&)> before_write;
 };
 
 // A save that finished: on rank 0 committed and verified, elsewhere this rank's part written.

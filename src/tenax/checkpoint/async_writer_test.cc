@@ -84,6 +84,27 @@ TEST(AsyncWriterTest, SecondSubmitWaitsForTheFirstAndBothCommitInOrder) {
   EXPECT_EQ(*committed, (std::vector<int64_t>{1, 2, 3}));
 }
 
+TEST(AsyncWriterTest, BeforeWriteHookRunsOnTheWriterAndCanFailTheSave) {
+  testing::TempDir tmp;
+  const std::string root = tmp / "shm";
+  std::vector<int64_t> seen;
+  AsyncWriterOptions o;
+  o.before_write = [&](const CheckpointSnapshot& s) -> Status {
+    seen.push_back(s.step);  // read by the test only after Wait(): ordered by the writer's mutex
+    if (s.step == 2) return IoError("replica folder full");
+    return Status::Ok();
+  };
+  AsyncCheckpointWriter w(LocalFs(), tmp / "ckpt", o);
+  ASSERT_TRUE(w.Submit(Single(1)).ok());
+  ASSERT_TRUE(w.Wait().ok());
+  ASSERT_TRUE(w.Submit(Single(2)).ok());
+  Status st = w.Wait();
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("replica folder full"), std::string::npos) << st.message();
+  EXPECT_EQ(seen, (std::vector<int64_t>{1, 2}));
+  EXPECT_FALSE(LocalFs().Exists(tmp / "ckpt/step_00000002"));  // nothing written for step 2
+}
+
 TEST(AsyncWriterTest, PrunesAfterEachVerifiedCommit) {
   testing::TempDir tmp;
   const std::string folder = tmp / "ckpt";
