@@ -123,6 +123,12 @@ struct Recompute : public torch::autograd::Function<Recompute> {
 
 }  // namespace
 
+at::Tensor RecomputeInBackward(const std::function<at::Tensor(const at::Tensor&)>* fn,
+                               const at::Tensor& x) {
+  return Recompute::apply(x, reinterpret_cast<int64_t>(fn));
+}
+
+
 void Llama::SetActivationCheckpoint(const std::string& mode) {
   TENAX_CHECK(mode == "none" || mode == "selective" || mode == "full");
   checkpoint_every_ = mode == "full" ? 1 : mode == "selective" ? 2 : 0;

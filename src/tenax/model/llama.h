@@ -35,6 +35,12 @@ struct NamedTensor {
   at::Tensor tensor;
 };
 
+// Activation checkpointing of one block (reentrant, like torch.utils.checkpoint with
+// use_reentrant=True): runs (*fn)(x) without recording a graph, keeps only x, and re-runs (*fn)
+// with gradients on during backward. `fn` must stay valid until the backward has run.
+at::Tensor RecomputeInBackward(const std::function<at::Tensor(const at::Tensor&)>* fn,
+                               const at::Tensor& x);
+
 class Llama {
  public:
   // Allocates the parameters on `device` (fp32), deterministically initialised from `seed`:

@@ -1,6 +1,8 @@
 #define TENAX_COMPAT_C10D
 #include "tenax/parallel/communicator.h"
 
+#include <chrono>
+
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -33,7 +35,7 @@ class C10dCommunicator final : public Communicator {
 
   void AllReduceSum(at::Tensor& t) override {
     std::vector<at::Tensor> v{t};
-    group_->allreduce(v)->wait();
+    Wait(group_->allreduce(v));
     stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
@@ -42,7 +44,7 @@ class C10dCommunicator final : public Communicator {
     std::vector<at::Tensor> in{shard.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int i = 0; i < size_; ++i) out[0].push_back(at::empty_like(in[0]));
-    group_->allgather(out, in)->wait();
+    Wait(group_->allgather(out, in));
     stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
     ++stats_.calls;
     return at::cat(out[0]);
@@ -55,13 +57,13 @@ class C10dCommunicator final : public Communicator {
     ++stats_.calls;
     if (compat::HasNativeReduceScatter(*group_)) {
       at::Tensor out = at::empty({chunk}, in.options());
-      group_->_reduce_scatter_base(out, in)->wait();
+      Wait(group_->_reduce_scatter_base(out, in));
       return out;
     }
     // alltoall: rank r receives every rank's r-th chunk, then sums them locally.
     at::Tensor out = at::empty_like(in);
     std::vector<int64_t> splits;
-    group_->alltoall_base(out, in, splits, splits)->wait();
+    Wait(group_->alltoall_base(out, in, splits, splits));
     return out.view({size_, chunk}).sum(0);
   }
 
@@ -69,28 +71,84 @@ class C10dCommunicator final : public Communicator {
     std::vector<at::Tensor> v{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
-    group_->broadcast(v, opts)->wait();
+    Wait(group_->broadcast(v, opts));
     stats_.broadcast_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
 
-  void Barrier() override { group_->barrier()->wait(); }
+  void Barrier() override { Wait(group_->barrier()); }
 
   void Send(const at::Tensor& t, int peer, int tag) override {
     std::vector<at::Tensor> v{t.contiguous()};
-    group_->send(v, peer, tag)->wait();
+    Wait(group_->send(v, peer, tag));
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
   void Recv(at::Tensor& t, int peer, int tag) override {
     TENAX_CHECK(t.is_contiguous());
     std::vector<at::Tensor> v{t};
-    group_->recv(v, peer, tag)->wait();
+    Wait(group_->recv(v, peer, tag));
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
 
+  PendingCollective AllGatherAsync(const at::Tensor& shard) override {
+    std::vector<at::Tensor> in{shard.contiguous()};
+    auto out = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
+    for (int i = 0; i < size_; ++i) (*out)[0].push_back(at::empty_like(in[0]));
+    auto work = group_->allgather(*out, in);
+    stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
+    ++stats_.calls;
+    return PendingCollective([work, out, in] {
+      work->wait();
+      return at::cat((*out)[0]);
+    });
+  }
+
+  PendingCollective ReduceScatterSumAsync(const at::Tensor& full) override {
+    const int64_t chunk = full.numel() / size_;
+    at::Tensor in = full.contiguous();
+    stats_.reduce_scatter_bytes += static_cast<int64_t>(in.nbytes()) / size_ * (size_ - 1);
+    ++stats_.calls;
+    if (compat::HasNativeReduceScatter(*group_)) {
+      at::Tensor out = at::empty({chunk}, in.options());
+      auto work = group_->_reduce_scatter_base(out, in);
+      return PendingCollective([work, out, in] {
+        work->wait();
+        return out;
+      });
+    }
+    at::Tensor out = at::empty_like(in);
+    std::vector<int64_t> splits;
+    auto work = group_->alltoall_base(out, in, splits, splits);
+    const int n = size_;
+    return PendingCollective([work, out, in, n, chunk] {
+      work->wait();
+      return out.view({n, chunk}).sum(0);
+    });
+  }
+
+  PendingCollective AllReduceSumAsync(at::Tensor t) override {
+    std::vector<at::Tensor> v{t};
+    auto work = group_->allreduce(v);
+    stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
+    ++stats_.calls;
+    return PendingCollective([work, t] {
+      work->wait();
+      return t;
+    });
+  }
+
  private:
+  // Blocks on `work`, counting the time in stats_.wait_s (the trainer subtracts it from a step's
+  // time to get its compute time, which finds stragglers).
+  template <class W>
+  void Wait(const W& work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work->wait();
+    stats_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   c10::intrusive_ptr<compat::C10dGroup> group_;
   int rank_, size_;
 };

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@ struct CommStats {
   int64_t broadcast_bytes = 0;
   int64_t p2p_bytes = 0;
   int64_t calls = 0;
+  double wait_s = 0;  // seconds blocked waiting for collectives to complete
 
   CommStats& operator+=(const CommStats& o) {
     all_reduce_bytes += o.all_reduce_bytes;
@@ -33,6 +35,7 @@ struct CommStats {
     broadcast_bytes += o.broadcast_bytes;
     p2p_bytes += o.p2p_bytes;
     calls += o.calls;
+    wait_s += o.wait_s;
     return *this;
   }
   CommStats operator-(const CommStats& o) const {
@@ -43,8 +46,26 @@ struct CommStats {
     d.broadcast_bytes -= o.broadcast_bytes;
     d.p2p_bytes -= o.p2p_bytes;
     d.calls -= o.calls;
+    d.wait_s -= o.wait_s;
     return d;
   }
+};
+
+// A collective in flight (non-blocking variants below). Wait() blocks until the local result is
+// ready and returns it; call it exactly once, from the thread that issued the collective.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  explicit PendingCollective(std::function<at::Tensor()> finish) : finish_(std::move(finish)) {}
+  bool pending() const { return static_cast<bool>(finish_); }
+  at::Tensor Wait() {
+    auto f = std::move(finish_);
+    finish_ = nullptr;
+    return f ? f() : at::Tensor();
+  }
+
+ private:
+  std::function<at::Tensor()> finish_;
 };
 
 class Communicator {
@@ -63,6 +84,21 @@ class Communicator {
   // dtype on `peer` with the same tag.
   virtual void Send(const at::Tensor& t, int peer, int tag = 0) = 0;
   virtual void Recv(at::Tensor& t, int peer, int tag = 0) = 0;
+  // Non-blocking variants (the backend runs them on its own threads; results as above). The
+  // defaults run the blocking version; c10d groups override them. Same-order contract: issue order
+  // counts, not wait order.
+  virtual PendingCollective AllGatherAsync(const at::Tensor& shard) {
+    at::Tensor r = AllGather(shard);
+    return PendingCollective([r] { return r; });
+  }
+  virtual PendingCollective ReduceScatterSumAsync(const at::Tensor& full) {
+    at::Tensor r = ReduceScatterSum(full);
+    return PendingCollective([r] { return r; });
+  }
+  virtual PendingCollective AllReduceSumAsync(at::Tensor t) {  // in place; Wait returns t
+    AllReduceSum(t);
+    return PendingCollective([t] { return t; });
+  }
   const CommStats& stats() const { return stats_; }
 
  protected:

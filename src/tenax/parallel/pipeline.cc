@@ -46,7 +46,7 @@ size_t Slot(const PipelinePlan& plan, ActionKind kind, int mb, int chunk) {
 
 }  // namespace
 
-Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(model::Llama& model,
+Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(StageModel& model,
                                                                    Communicator& comm,
                                                                    PipelineOptions options) {
   TENAX_ASSIGN_OR_RETURN(PipelinePlan plan,
@@ -64,7 +64,7 @@ Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(model::Llama&
   return ex;
 }
 
-PipelineExecutor::PipelineExecutor(model::Llama& model, Communicator& comm,
+PipelineExecutor::PipelineExecutor(StageModel& model, Communicator& comm,
                                    PipelineOptions options, PipelinePlan plan,
                                    std::vector<LayerRange> stage_layers)
     : model_(model),
@@ -121,12 +121,9 @@ void PipelineExecutor::RunCompute(StepState& st, const Action& a) {
       st.inputs[f] = input;
       h = input;
     }
-    h = model_.Blocks(h, layers.begin, layers.end);  // (B / m, T, C)
+    h = model_.Blocks(h, layers.begin, layers.end);  // (B / m, T / tp, C)
     if (stage == S - 1) {
-      at::Tensor logits = model_.Head(h);  // (B / m, T, V) fp32
-      at::Tensor loss = at::cross_entropy_loss(
-          logits.reshape({-1, logits.size(-1)}),
-          st.targets[static_cast<size_t>(a.microbatch)].reshape({-1}));  // ()
+      at::Tensor loss = model_.HeadLoss(h, st.targets[static_cast<size_t>(a.microbatch)]);  // ()
       st.outputs[f] = loss;
       at::Tensor l = loss.detach().to(at::kDouble);
       st.loss_sum = st.loss_sum.defined() ? st.loss_sum + l : l;
@@ -191,7 +188,9 @@ void PipelineExecutor::RunStep(StepState& st) {
         break;
       }
       case StepType::kRecv: {
-        at::Tensor buf = at::empty({st.rows, st.seq, model_.spec().dim}, act);  // (B / m, T, C)
+        // (B / m, T / tp, C): with tensor parallelism each rank passes its sequence shard.
+        at::Tensor buf =
+            at::empty({st.rows, st.seq / model_.sequence_shards(), model_.spec().dim}, act);
         comm_.Recv(buf, e.peer, e.tag);
         st.inbox[Slot(plan_, e.action.kind, e.action.microbatch, e.action.chunk)] = buf;
         break;
@@ -283,6 +282,48 @@ Result<PipelineStepResult> PipelineExecutor::Step(const at::Tensor& tokens,
   if (!status.ok()) return status;
   result.timeline = std::move(st.timeline);
   return result;
+}
+
+Result<double> PipelineExecutor::EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) {
+  if (tokens.dim() != 2 || targets.sizes() != tokens.sizes()) {
+    return InvalidArgument("pipeline evaluation: tokens and targets must both be (batch, seq)");
+  }
+  const int me = comm_.rank(), S = plan_.num_stages();
+  const int last = plan_.RankOf(S - 1);
+  // Tags above every tag Step uses (activations, then the tied-embedding pair).
+  const int tag0 = 2 * S * plan_.microbatches + 2;
+  double loss = 0;
+  Status status = TorchCall("pipeline evaluation", [&] {
+    at::NoGradGuard no_grad;
+    const at::TensorOptions act =
+        at::TensorOptions().dtype(options_.compute_dtype).device(model_.device());
+    at::Tensor h;
+    // Stages in order: each rank's stages come in increasing order, so the blocking pairs below
+    // form one chain and cannot deadlock.
+    for (int s = 0; s < S; ++s) {
+      const int owner = plan_.RankOf(s);
+      if (owner != me) continue;
+      if (s == 0) {
+        h = model_.Embed(tokens, options_.compute_dtype);
+      } else if (plan_.RankOf(s - 1) != me) {
+        h = at::empty({tokens.size(0), tokens.size(1) / model_.sequence_shards(), model_.spec().dim},
+                      act);
+        comm_.Recv(h, plan_.RankOf(s - 1), tag0 + s);
+      }
+      const LayerRange& layers = stage_layers_[static_cast<size_t>(s)];
+      h = model_.Blocks(h, layers.begin, layers.end);
+      if (s == S - 1) {
+        loss = model_.HeadLoss(h, targets).item<double>();
+      } else if (plan_.RankOf(s + 1) != me) {
+        comm_.Send(h.contiguous(), plan_.RankOf(s + 1), tag0 + s + 1);
+      }
+    }
+    at::Tensor l = at::full({1}, loss, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
+    comm_.Broadcast(l, last);
+    loss = l.item<double>();
+  });
+  if (!status.ok()) return status;
+  return loss;
 }
 
 }  // namespace tenax::parallel

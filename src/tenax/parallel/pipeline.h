@@ -30,6 +30,7 @@
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/parallel/pipeline_schedule.h"
+#include "tenax/parallel/stage_model.h"
 
 namespace tenax::parallel {
 
@@ -78,7 +79,7 @@ class PipelineExecutor {
  public:
   // Validates the layout (schedule vs p, m, v; layers divisible by p * v) and builds the plan.
   // `model` and `comm` (the pipeline group; rank = pipeline rank) must outlive the executor.
-  static Result<std::unique_ptr<PipelineExecutor>> Create(model::Llama& model, Communicator& comm,
+  static Result<std::unique_ptr<PipelineExecutor>> Create(StageModel& model, Communicator& comm,
                                                           PipelineOptions options);
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -92,6 +93,9 @@ class PipelineExecutor {
   // Errors: InvalidArgument for bad shapes (before any communication); Internal when libtorch or
   // the communicator fails mid-step, after which the ranks are out of step and the job must stop.
   Result<PipelineStepResult> Step(const at::Tensor& tokens, const at::Tensor& targets);
+  // Forward only (no graph): the mean loss of (tokens, targets) on every rank. The stages run in
+  // order, each receiving from the previous one; collective over the pipeline group.
+  Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets);
 
   const PipelinePlan& plan() const { return plan_; }
   // Layers [begin, end) of this rank's chunk c, for c in [0, v).
@@ -105,14 +109,14 @@ class PipelineExecutor {
  private:
   struct StepState;
 
-  PipelineExecutor(model::Llama& model, Communicator& comm, PipelineOptions options,
+  PipelineExecutor(StageModel& model, Communicator& comm, PipelineOptions options,
                    PipelinePlan plan, std::vector<LayerRange> stage_layers);
   void RunCompute(StepState& st, const Action& a);
   void RunStep(StepState& st);
   void SumTiedEmbeddingGrad(const at::Tensor& grad_before);
 
   // Constant after construction.
-  model::Llama& model_;
+  StageModel& model_;
   Communicator& comm_;
   const PipelineOptions options_;
   const PipelinePlan plan_;

@@ -92,7 +92,8 @@ void RunCase(Communicator& comm, const Case& c) {
   opt.schedule = c.schedule;
   opt.microbatches = c.microbatches;
   opt.virtual_stages = c.virtual_stages;
-  auto ex = PipelineExecutor::Create(model, comm, opt);
+  LlamaStage stage(model);
+  auto ex = PipelineExecutor::Create(stage, comm, opt);
   ASSERT_TRUE(ex.ok()) << ex.status().ToString();
   PipelineExecutor& pipe = **ex;
 
@@ -181,7 +182,8 @@ TEST(PipelineWorker, DISABLED_MatchesSingleProcess) {
     opt.schedule = ScheduleKind::kInterleaved1F1B;
     opt.microbatches = 2;
     opt.virtual_stages = 2;
-    auto ex = PipelineExecutor::Create(m, world, opt);
+    LlamaStage stage(m);
+    auto ex = PipelineExecutor::Create(stage, world, opt);
     ASSERT_TRUE(ex.ok());
     EXPECT_EQ((*ex)->OwningRanks("tok_embeddings.weight"), std::vector<int>{0});
     EXPECT_EQ((*ex)->OwningRanks("layers.1.attention.wq.weight"), std::vector<int>{1});
@@ -295,7 +297,8 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
       const int ms = (a.kind == ActionKind::kForward ? 50 : 100) / v;
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     };
-    auto ex = PipelineExecutor::Create(model, world, opt);
+    LlamaStage stage(model);
+    auto ex = PipelineExecutor::Create(stage, world, opt);
     ASSERT_TRUE(ex.ok()) << ex.status().ToString();
     const PipelinePlan& plan = (*ex)->plan();
     const double formula =
@@ -371,7 +374,8 @@ TEST(Pipeline, InvalidInputsAreErrors) {
   opt.schedule = ScheduleKind::kInterleaved1F1B;
   opt.microbatches = 2;
   opt.virtual_stages = 4;
-  auto bad = PipelineExecutor::Create(model, *comm, opt);
+  LlamaStage stage(model);
+  auto bad = PipelineExecutor::Create(stage, *comm, opt);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("model.n_layers (6) is not divisible"), std::string::npos)
       << bad.status().message();
@@ -379,7 +383,8 @@ TEST(Pipeline, InvalidInputsAreErrors) {
   opt.virtual_stages = 2;
   opt.microbatches = 4;
   model::Llama even(SmallSpec(4, false), 7, at::Device(at::kCPU));
-  auto ex = PipelineExecutor::Create(even, *comm, opt);
+  LlamaStage even_stage(even);
+  auto ex = PipelineExecutor::Create(even_stage, *comm, opt);
   ASSERT_TRUE(ex.ok()) << ex.status().ToString();
   auto [tokens, targets] = Batch(6, 40, 1);
   auto res = (*ex)->Step(tokens, targets);

@@ -145,15 +145,19 @@ const at::Tensor& Param(const ParamMap& params, const std::string& name) {
 }  // namespace
 
 at::Tensor CopyToTensorParallel(const at::Tensor& x, Communicator& tp) {
+  if (tp.size() == 1) return x;
   return CopyToFn::apply(x, CommHandle(tp));
 }
 at::Tensor ReduceFromTensorParallel(const at::Tensor& x, Communicator& tp) {
+  if (tp.size() == 1) return x;
   return ReduceFromFn::apply(x, CommHandle(tp));
 }
 at::Tensor GatherSequence(const at::Tensor& x, Communicator& tp) {
+  if (tp.size() == 1) return x;  // no sequence parallelism: the identity, without copies
   return GatherSequenceFn::apply(x, CommHandle(tp));
 }
 at::Tensor ReduceScatterSequence(const at::Tensor& x, Communicator& tp) {
+  if (tp.size() == 1) return x;
   return ReduceScatterSequenceFn::apply(x, CommHandle(tp));
 }
 
@@ -232,56 +236,86 @@ std::vector<model::NamedTensor> Unshard(const std::vector<model::NamedTensor>& l
   return full;
 }
 
+at::Tensor TensorParallelEmbed(const at::Tensor& table, const at::Tensor& tokens, Communicator& tp,
+                               at::ScalarType compute_dtype) {
+  TENAX_CHECK(tokens.dim() == 2);
+  const int64_t n = tp.size(), t = tokens.size(1);
+  TENAX_CHECK_MSG(t % n == 0, "sequence length not divisible by the TP degree");
+  // The embedding runs on the full sequence (the weight is replicated and every rank has the
+  // tokens), then each rank keeps its shard. narrow's backward scatters the shard's gradient into
+  // zeros, so the embedding gradient is this shard's contribution only, like the norms'.
+  at::Tensor h = at::embedding(table, tokens).to(compute_dtype);  // (B, T, C)
+  return n == 1 ? h : h.narrow(1, tp.rank() * (t / n), t / n);    // (B, T/tp, C)
+}
+
+at::Tensor TensorParallelBlock(const ModelSpec& spec, const TensorParallelLayer& l,
+                               Communicator& tp, const at::Tensor& h_in,
+                               const model::RopeTable& rope) {
+  const int64_t n = tp.size();
+  const int64_t local_heads = spec.n_heads / n, local_kv_heads = spec.n_kv_heads / n;
+  TENAX_CHECK(l.wq.size(0) == local_heads * spec.head_dim());
+  at::Tensor h = h_in;                                                           // (B, T/tp, C)
+  at::Tensor x = GatherSequence(model::RmsNorm(h, l.attention_norm, spec.norm_eps), tp);  // (B, T, C)
+  at::Tensor a = model::Attention(x, l.wq, l.wk, l.wv, l.wo,  // wk, wv (K/tp*D, C); wo (C, H/tp*D)
+                                  local_heads, local_kv_heads, rope);  // (B, T, C) partial
+  h = h + ReduceScatterSequence(a, tp);                                // (B, T/tp, C)
+  x = GatherSequence(model::RmsNorm(h, l.ffn_norm, spec.norm_eps), tp);  // (B, T, C)
+  at::Tensor f = model::FeedForward(x, l.w1, l.w2, l.w3);  // w1, w3 (F/tp, C); w2 (C, F/tp)
+  return h + ReduceScatterSequence(f, tp);                 // (B, T/tp, C)
+}
+
+at::Tensor TensorParallelHeadLoss(const ModelSpec& spec, const at::Tensor& norm,
+                                  const at::Tensor& output, Communicator& tp, const at::Tensor& h,
+                                  const at::Tensor& targets) {
+  const int64_t n = tp.size(), t = targets.size(1);
+  at::Tensor logits = model::Linear(model::RmsNorm(h, norm, spec.norm_eps), output);  // (B, T/tp, V)
+  if (logits.scalar_type() != at::kDouble) logits = logits.to(at::kFloat);
+  at::Tensor local_targets =
+      n == 1 ? targets : targets.narrow(1, tp.rank() * (t / n), t / n);  // (B, T/tp)
+  at::Tensor local_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                                 local_targets.reshape({-1}));  // ()
+  if (n == 1) return local_loss;
+  // Every shard holds B*T/tp tokens, so the full mean is the mean of the shard means. Each rank
+  // differentiates its own term local_loss / tp (the backward of the all-reduce is the identity),
+  // and the terms of all ranks add up to the full loss.
+  return ReduceFromTensorParallel(local_loss / static_cast<double>(n), tp);
+}
+
+TensorParallelLayer TensorParallelLayerOf(const std::vector<model::NamedTensor>& params,
+                                          int64_t layer) {
+  const std::string l = fmt::format("layers.{}.", layer);
+  TensorParallelLayer out;
+  std::pair<const char*, at::Tensor*> fields[] = {
+      {"attention_norm.weight", &out.attention_norm}, {"attention.wq.weight", &out.wq},
+      {"attention.wk.weight", &out.wk},               {"attention.wv.weight", &out.wv},
+      {"attention.wo.weight", &out.wo},               {"ffn_norm.weight", &out.ffn_norm},
+      {"feed_forward.w1.weight", &out.w1},            {"feed_forward.w2.weight", &out.w2},
+      {"feed_forward.w3.weight", &out.w3}};
+  for (const auto& p : params) {
+    if (p.name.compare(0, l.size(), l) != 0) continue;
+    for (auto& [suffix, field] : fields) {
+      if (p.name.compare(l.size(), std::string::npos, suffix) == 0) *field = p.tensor;
+    }
+  }
+  for (auto& [suffix, field] : fields) TENAX_CHECK_MSG(field->defined(), (l + suffix).c_str());
+  return out;
+}
+
 at::Tensor TensorParallelLoss(const ModelSpec& spec,
                               const std::vector<model::NamedTensor>& local_params, Communicator& tp,
                               const at::Tensor& tokens, const at::Tensor& targets,
                               const model::RopeTable& rope, at::ScalarType compute_dtype) {
   TENAX_CHECK(tokens.dim() == 2 && targets.sizes() == tokens.sizes());
-  const int64_t n = tp.size(), r = tp.rank();
-  const int64_t t = tokens.size(1);
-  TENAX_CHECK_MSG(t % n == 0, "sequence length not divisible by the TP degree");
-  TENAX_CHECK(rope.cos.size(0) >= t);
-  const int64_t shard = t / n;
-  const int64_t local_heads = spec.n_heads / n, local_kv_heads = spec.n_kv_heads / n;
+  TENAX_CHECK(rope.cos.size(0) >= tokens.size(1));
   ParamMap p;
   for (const auto& np : local_params) p.emplace(np.name, np.tensor);
-
-  // The embedding runs on the full sequence (the weight is replicated and every rank has the
-  // tokens), then each rank keeps its shard. narrow's backward scatters the shard's gradient into
-  // zeros, so the embedding gradient is this shard's contribution only, like the norms'.
-  at::Tensor h = at::embedding(Param(p, "tok_embeddings.weight"), tokens)
-                     .to(compute_dtype)             // (B, T, C)
-                     .narrow(1, r * shard, shard);  // (B, T/tp, C)
+  at::Tensor h = TensorParallelEmbed(Param(p, "tok_embeddings.weight"), tokens, tp, compute_dtype);
   for (int64_t i = 0; i < spec.n_layers; ++i) {
-    const std::string l = fmt::format("layers.{}.", i);
-    const at::Tensor& wq = Param(p, l + "attention.wq.weight");  // (H/tp*D, C)
-    TENAX_CHECK(wq.size(0) == local_heads * spec.head_dim());
-    at::Tensor x = GatherSequence(
-        model::RmsNorm(h, Param(p, l + "attention_norm.weight"), spec.norm_eps), tp);  // (B, T, C)
-    at::Tensor a = model::Attention(x, wq, Param(p, l + "attention.wk.weight"),  // (K/tp*D, C)
-                                    Param(p, l + "attention.wv.weight"),         // (K/tp*D, C)
-                                    Param(p, l + "attention.wo.weight"),         // (C, H/tp*D)
-                                    local_heads, local_kv_heads, rope);  // (B, T, C) partial
-    h = h + ReduceScatterSequence(a, tp);                                // (B, T/tp, C)
-    x = GatherSequence(model::RmsNorm(h, Param(p, l + "ffn_norm.weight"), spec.norm_eps),
-                       tp);                                                       // (B, T, C)
-    at::Tensor f = model::FeedForward(x, Param(p, l + "feed_forward.w1.weight"),  // (F/tp, C)
-                                      Param(p, l + "feed_forward.w2.weight"),     // (C, F/tp)
-                                      Param(p, l + "feed_forward.w3.weight"));    // (F/tp, C)
-    h = h + ReduceScatterSequence(f, tp);                                         // (B, T/tp, C)
+    h = TensorParallelBlock(spec, TensorParallelLayerOf(local_params, i), tp, h, rope);
   }
   const at::Tensor& out_w = spec.tie_embeddings ? Param(p, "tok_embeddings.weight")
                                                 : Param(p, "output.weight");  // (V, C)
-  at::Tensor logits = model::Linear(model::RmsNorm(h, Param(p, "norm.weight"), spec.norm_eps),
-                                    out_w);  // (B, T/tp, V)
-  if (logits.scalar_type() != at::kDouble) logits = logits.to(at::kFloat);
-  at::Tensor local_targets = targets.narrow(1, r * shard, shard);  // (B, T/tp)
-  at::Tensor local_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                                 local_targets.reshape({-1}));  // ()
-  // Every shard holds B*T/tp tokens, so the full mean is the mean of the shard means. Each rank
-  // differentiates its own term local_loss / tp (the backward of the all-reduce is the identity),
-  // and the terms of all ranks add up to the full loss.
-  return ReduceFromTensorParallel(local_loss / static_cast<double>(n), tp);
+  return TensorParallelHeadLoss(spec, Param(p, "norm.weight"), out_w, tp, h, targets);
 }
 
 void AllReduceReplicatedGrads(const std::vector<model::NamedTensor>& local_params,

@@ -86,6 +86,25 @@ std::vector<model::NamedTensor> Unshard(const std::vector<model::NamedTensor>& l
                                         const std::vector<ShardSpec>& specs, Communicator& tp);
 
 // ---- Forward pass. ----
+// The pieces of the TP forward, for pipeline stages and FSDP units (ShardedLlama): with tp of
+// size 1 they are exactly model::Llama's Embed, Block and Head + cross-entropy (no copies).
+// One block's local weights (shapes as produced by ShardForTensorParallel).
+struct TensorParallelLayer {
+  at::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+};
+TensorParallelLayer TensorParallelLayerOf(const std::vector<model::NamedTensor>& params,
+                                          int64_t layer);
+// tokens (B, T) -> this rank's sequence shard of the embedded tokens (B, T/tp, C).
+at::Tensor TensorParallelEmbed(const at::Tensor& table, const at::Tensor& tokens, Communicator& tp,
+                               at::ScalarType compute_dtype);
+// (B, T/tp, C) -> (B, T/tp, C); `rope` covers the full sequence T.
+at::Tensor TensorParallelBlock(const ModelSpec& spec, const TensorParallelLayer& layer,
+                               Communicator& tp, const at::Tensor& h, const model::RopeTable& rope);
+// Final norm, output projection and the mean cross-entropy of the full (B, T) batch (targets are
+// the full (B, T); every rank gets the same value).
+at::Tensor TensorParallelHeadLoss(const ModelSpec& spec, const at::Tensor& norm,
+                                  const at::Tensor& output, Communicator& tp, const at::Tensor& h,
+                                  const at::Tensor& targets);
 // Mean next-token cross-entropy of the whole (B, T) batch computed by the TP group, with
 // gradients flowing into `local_params` (as produced by ShardForTensorParallel). tokens and
 // targets (B, T) int64, identical on every TP rank; `rope` covers at least T positions

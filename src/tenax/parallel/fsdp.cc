@@ -1,0 +1,389 @@
+#include "tenax/parallel/fsdp.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tenax/core/check.h"
+
+namespace tenax::parallel {
+namespace {
+
+// Freeing and re-allocating a storage under tensors that autograd has saved. StorageImpl's
+// set_data_ptr_noswap / set_nbytes / allocator are the same in libtorch 1.13 and 2.x.
+void FreeStorage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+void AllocateStorage(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+// A fresh tensor over `t`'s storage with its own version counter: writing through it does not
+// bump the counter that autograd checks on the saved parameter views.
+at::Tensor Alias(const at::Tensor& t) {
+  return at::empty({0}, t.options()).set_(t.storage(), 0, {t.numel()}, {1});
+}
+
+}  // namespace
+
+struct Fsdp::Unit {
+  std::string name;          // "root" or "layers.<i>"
+  std::vector<int> params;   // model params() indices, in params() order
+  FlatLayout layout;
+  std::vector<std::pair<int64_t, int64_t>> tp_replicated;  // shard-local ranges summed over TP
+  bool hooked = false;       // per-parameter gradient hooks collect a bucket
+  // Sharded mode only:
+  at::Tensor shard;          // (shard_size) fp32 master copy, an autograd leaf
+  at::Tensor full;           // (padded) gathered buffer; storage freed while resharded
+  std::vector<at::Tensor> leaves;  // views of full, the model's parameters
+  bool gathered = false;
+  PendingCollective gather;  // prefetch in flight
+  at::Tensor bucket;         // (padded) gradients collected by hooks in this backward
+  int grads_seen = 0;
+  std::vector<PendingCollective> reductions;  // reduce-scatters in flight
+};
+
+Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
+           FsdpOptions options)
+    : model_(model), shard_(shard), replicate_(replicate), options_(options) {
+  auto& params = model_.params();
+  const int64_t n_layers = model_.spec().n_layers;
+  unit_of_layer_.assign(static_cast<size_t>(n_layers), -1);
+  units_.push_back(std::make_unique<Unit>());
+  units_[0]->name = "root";
+  std::map<int64_t, int> unit_by_layer;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& name = params[i].name;
+    if (name.rfind("layers.", 0) != 0) {
+      units_[0]->params.push_back(static_cast<int>(i));
+      continue;
+    }
+    const int64_t layer = std::stoll(name.substr(7));
+    auto it = unit_by_layer.find(layer);
+    if (it == unit_by_layer.end()) {
+      it = unit_by_layer.emplace(layer, static_cast<int>(units_.size())).first;
+      units_.push_back(std::make_unique<Unit>());
+      units_.back()->name = fmt::format("layers.{}", layer);
+      unit_of_layer_[static_cast<size_t>(layer)] = it->second;
+    }
+    units_[static_cast<size_t>(it->second)]->params.push_back(static_cast<int>(i));
+  }
+
+  at::NoGradGuard no_grad;
+  const auto& specs = model_.shard_specs();
+  const bool tp_split = model_.tp().size() > 1;
+  for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = *units_[k];
+    std::vector<model::NamedTensor> entries;
+    for (int i : u.params) entries.push_back(params[static_cast<size_t>(i)]);
+    u.layout = MakeFlatLayout(entries, shard_.size());
+    if (tp_split) {  // ranges of this rank's shard (or of everything, unsharded) replicated over TP
+      const int64_t lo = sharded() ? shard_.rank() * u.layout.shard_size : 0;
+      const int64_t hi = sharded() ? lo + u.layout.shard_size : u.layout.total;
+      for (size_t e = 0; e < u.params.size(); ++e) {
+        if (specs[static_cast<size_t>(u.params[e])].dim >= 0) continue;
+        const auto& en = u.layout.entries[e];
+        const int64_t b = std::max(lo, en.offset), end = std::min(hi, en.offset + en.numel);
+        if (b < end) u.tp_replicated.push_back({b - lo, end - b});
+      }
+    }
+    if (!sharded()) continue;
+    std::vector<at::Tensor> flat;
+    for (const auto& e : entries) flat.push_back(e.tensor.detach().reshape({-1}));
+    at::Tensor all = flat.empty() ? at::zeros({0}, at::TensorOptions().device(model_.device()))
+                                  : at::cat(flat);
+    all = at::constant_pad_nd(all, {0, u.layout.padded - u.layout.total});
+    u.shard = all.narrow(0, shard_.rank() * u.layout.shard_size, u.layout.shard_size).clone();
+    u.shard.set_requires_grad(true);
+    u.full = at::empty({u.layout.padded}, u.shard.options().requires_grad(false));
+    u.hooked = options_.reshard_after_forward && k > 0;
+    for (size_t e = 0; e < u.params.size(); ++e) {
+      const auto& en = u.layout.entries[e];
+      // Views of one buffer; each is its own autograd leaf so it collects its own gradient.
+      at::Tensor leaf = u.full.narrow(0, en.offset, en.numel).view(en.shape).detach();
+      leaf.set_requires_grad(true);
+      if (u.hooked) {
+        Unit* up = &u;
+        leaf.register_hook([this, up, e](const at::Tensor& g) { OnParamGrad(*up, e, g); });
+      }
+      params[static_cast<size_t>(u.params[e])].tensor = leaf;
+      u.leaves.push_back(leaf);
+    }
+    u.gathered = true;
+    Reshard(u);
+    if (u.layout.total > 0) opt_params_.push_back({"fsdp." + u.name, u.shard});
+  }
+  if (!sharded()) opt_params_ = params;
+}
+
+Fsdp::~Fsdp() {
+  // Collectives still in flight must finish before their buffers go away.
+  for (auto& u : units_) {
+    if (u->gather.pending()) u->gather.Wait();
+    for (auto& r : u->reductions) r.Wait();
+  }
+}
+
+const FlatLayout& Fsdp::layout(int unit) const { return units_.at(static_cast<size_t>(unit))->layout; }
+const std::vector<int>& Fsdp::param_indices(int unit) const {
+  return units_.at(static_cast<size_t>(unit))->params;
+}
+
+std::vector<at::Tensor> Fsdp::decay_masks() const {
+  if (!sharded()) return {};
+  std::vector<at::Tensor> masks;
+  for (const auto& u : units_) {
+    if (u->layout.total == 0) continue;  // not among optimizer_params()
+    at::Tensor mask = at::zeros({u->layout.padded}, at::kFloat);
+    for (const auto& e : u->layout.entries) {
+      if (e.shape.size() >= 2) mask.narrow(0, e.offset, e.numel).fill_(1.0);
+    }
+    masks.push_back(mask.narrow(0, shard_.rank() * u->layout.shard_size, u->layout.shard_size)
+                        .clone()
+                        .to(u->shard.device()));
+  }
+  return masks;
+}
+
+int Fsdp::UnitOfLayer(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(unit_of_layer_.size())) return -1;
+  return unit_of_layer_[static_cast<size_t>(layer)];
+}
+
+void Fsdp::StartGather(Unit& u) {
+  if (u.gathered || u.gather.pending() || u.layout.padded == 0) return;
+  u.gather = shard_.AllGatherAsync(u.shard.detach());
+}
+
+void Fsdp::EnsureGathered(Unit& u) {
+  if (!sharded() || u.gathered) return;
+  if (u.layout.padded > 0) {
+    StartGather(u);
+    at::Tensor g = u.gather.Wait();  // (padded)
+    at::NoGradGuard no_grad;
+    AllocateStorage(u.full, static_cast<size_t>(u.layout.padded) * u.full.element_size());
+    Alias(u.full).copy_(g);
+  }
+  u.gathered = true;
+}
+
+void Fsdp::Reshard(Unit& u) {
+  if (!sharded() || !u.gathered) return;
+  if (u.layout.padded > 0) FreeStorage(u.full);
+  u.gathered = false;
+}
+
+void Fsdp::BeginStep() {
+  if (!sharded()) return;
+  // Issue the first block's gather before waiting for the root's, so they overlap.
+  if (units_.size() > 1) StartGather(*units_[1]);
+  EnsureGathered(*units_[0]);
+  if (!options_.reshard_after_forward) {
+    for (auto& u : units_) StartGather(*u);
+    for (auto& u : units_) EnsureGathered(*u);
+  }
+}
+
+void Fsdp::BeforeBlock(int64_t layer) {
+  const int k = UnitOfLayer(layer);
+  if (!sharded() || k < 0) return;
+  EnsureGathered(*units_[static_cast<size_t>(k)]);
+  const int next = UnitOfLayer(layer + 1);
+  if (options_.prefetch && next >= 0) StartGather(*units_[static_cast<size_t>(next)]);
+}
+
+void Fsdp::AfterBlock(int64_t layer, const at::Tensor& output) {
+  const int k = UnitOfLayer(layer);
+  if (!sharded() || k < 0 || !options_.reshard_after_forward) return;
+  Unit& u = *units_[static_cast<size_t>(k)];
+  if (output.requires_grad() && at::GradMode::is_enabled()) {
+    // Fires when the gradient of the block's output is complete: just before its backward.
+    output.register_hook([this, layer](const at::Tensor&) {
+      EnsureGathered(*units_[static_cast<size_t>(UnitOfLayer(layer))]);
+      const int prev = UnitOfLayer(layer - 1);
+      if (options_.prefetch && prev >= 0) StartGather(*units_[static_cast<size_t>(prev)]);
+    });
+  }
+  // The last block's backward comes first: keep it (torchtitan does the same).
+  const bool last_held = k == static_cast<int>(units_.size()) - 1;
+  if (!(last_held && at::GradMode::is_enabled())) Reshard(u);
+}
+
+void Fsdp::OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad) {
+  at::NoGradGuard no_grad;
+  if (!u.bucket.defined()) u.bucket = at::zeros({u.layout.padded}, grad.options());
+  const auto& e = u.layout.entries[entry];
+  u.bucket.narrow(0, e.offset, e.numel).add_(grad.reshape({-1}));
+  if (++u.grads_seen < static_cast<int>(u.params.size())) return;
+  // Every parameter of the block has its gradient: its backward is done.
+  u.reductions.push_back(shard_.ReduceScatterSumAsync(u.bucket));
+  u.bucket = at::Tensor();
+  u.grads_seen = 0;
+  for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();  // the bucket has them
+  Reshard(u);
+}
+
+void Fsdp::ReduceFromGrads(Unit& u) {
+  at::NoGradGuard no_grad;
+  if (u.layout.padded == 0) return;
+  std::vector<at::Tensor> grads;
+  for (size_t e = 0; e < u.params.size(); ++e) {
+    const at::Tensor& p = model_.params()[static_cast<size_t>(u.params[e])].tensor;
+    at::Tensor g = p.grad();
+    grads.push_back(g.defined() ? g.reshape({-1}) : at::zeros({p.numel()}, p.options()));
+  }
+  at::Tensor flat = at::constant_pad_nd(at::cat(grads), {0, u.layout.padded - u.layout.total});
+  u.reductions.push_back(shard_.ReduceScatterSumAsync(flat));
+  for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();
+}
+
+void Fsdp::WaitReduction(Unit& u) {
+  for (auto& r : u.reductions) {
+    at::Tensor g = r.Wait();
+    if (u.shard.grad().defined()) {
+      u.shard.mutable_grad().add_(g);
+    } else {
+      u.shard.mutable_grad() = g;
+    }
+  }
+  u.reductions.clear();
+}
+
+void Fsdp::FinishStep() {
+  at::NoGradGuard no_grad;
+  const double scale = 1.0 / dp_degree();
+  Communicator& tp = model_.tp();
+  if (!sharded()) {
+    // DDP: one bucket per unit, all issued before the first wait.
+    std::vector<std::pair<Unit*, PendingCollective>> inflight;
+    for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
+      Unit& u = **it;
+      if (u.layout.total == 0) continue;
+      std::vector<at::Tensor> grads;
+      for (int i : u.params) {
+        const at::Tensor& p = model_.params()[static_cast<size_t>(i)].tensor;
+        at::Tensor g = p.grad();
+        grads.push_back(g.defined() ? g.reshape({-1}) : at::zeros({p.numel()}, p.options()));
+      }
+      inflight.push_back({&u, replicate_.AllReduceSumAsync(at::cat(grads))});
+    }
+    for (auto& [u, pending] : inflight) {
+      at::Tensor flat = pending.Wait();
+      flat.mul_(scale);
+      for (size_t e = 0; e < u->params.size(); ++e) {
+        const auto& en = u->layout.entries[e];
+        model_.params()[static_cast<size_t>(u->params[e])].tensor.mutable_grad() =
+            flat.narrow(0, en.offset, en.numel).view(en.shape);
+      }
+    }
+    if (tp.size() > 1) model_.FinishGradients();
+    return;
+  }
+  for (auto& u : units_) {
+    TENAX_CHECK_MSG(u->grads_seen == 0, ("partial gradients in FSDP unit " + u->name).c_str());
+  }
+  // Hooked units issued their reduce-scatters during backward; the others go now, last first.
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
+    if (!(*it)->hooked) ReduceFromGrads(**it);
+  }
+  std::vector<PendingCollective> across;  // HSDP: shard gradients summed over replicas
+  for (auto& u : units_) {
+    WaitReduction(*u);
+    if (!u->shard.grad().defined()) u->shard.mutable_grad() = at::zeros_like(u->shard);
+    if (replicate_.size() > 1) across.push_back(replicate_.AllReduceSumAsync(u->shard.grad()));
+  }
+  for (auto& a : across) a.Wait();
+  for (auto& u : units_) u->shard.mutable_grad().mul_(scale);
+  if (tp.size() > 1) {
+    // Replicated-over-TP parameters: each TP rank holds its sequence shard's contribution.
+    std::vector<at::Tensor> parts;
+    for (auto& u : units_) {
+      for (auto [b, n] : u->tp_replicated) parts.push_back(u->shard.grad().narrow(0, b, n));
+    }
+    if (!parts.empty()) {
+      at::Tensor bucket = at::cat(parts);
+      tp.AllReduceSum(bucket);
+      int64_t off = 0;
+      for (auto& p : parts) {
+        p.copy_(bucket.narrow(0, off, p.numel()));
+        off += p.numel();
+      }
+    }
+  }
+  for (auto& u : units_) {
+    for (auto& leaf : u->leaves) leaf.mutable_grad() = at::Tensor();
+    Reshard(*u);
+  }
+}
+
+void Fsdp::GatherAll() {
+  for (auto& u : units_) StartGather(*u);
+  for (auto& u : units_) EnsureGathered(*u);
+}
+
+void Fsdp::ReleaseAll() {
+  for (auto& u : units_) Reshard(*u);
+}
+
+at::Tensor Fsdp::ShardOf(int k, const std::vector<model::NamedTensor>& full,
+                         const std::string& prefix) const {
+  const Unit& u = *units_.at(static_cast<size_t>(k));
+  std::map<std::string, at::Tensor> by_name;
+  for (const auto& t : full) by_name[t.name] = t.tensor;
+  std::vector<at::Tensor> flat;
+  for (size_t e = 0; e < u.params.size(); ++e) {
+    const ShardSpec& s = model_.shard_specs()[static_cast<size_t>(u.params[e])];
+    auto it = by_name.find(prefix + s.name);
+    TENAX_CHECK_MSG(it != by_name.end(), (prefix + s.name).c_str());
+    at::Tensor t = it->second;
+    if (s.dim >= 0) t = t.narrow(s.dim, s.begin, s.end - s.begin);
+    flat.push_back(t.reshape({-1}).to(at::kFloat));
+  }
+  at::Tensor all = flat.empty() ? at::zeros({0}, at::kFloat) : at::cat(flat);
+  all = at::constant_pad_nd(all, {0, u.layout.padded - u.layout.total});
+  const int64_t lo = sharded() ? shard_.rank() * u.layout.shard_size : 0;
+  return all.narrow(0, lo, sharded() ? u.layout.shard_size : u.layout.total).clone();
+}
+
+void Fsdp::LoadFull(const std::vector<model::NamedTensor>& full_params) {
+  at::NoGradGuard no_grad;
+  for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = *units_[k];
+    at::Tensor flat = ShardOf(static_cast<int>(k), full_params);
+    if (sharded()) {
+      u.shard.copy_(flat);
+      continue;
+    }
+    for (size_t e = 0; e < u.params.size(); ++e) {
+      const auto& en = u.layout.entries[e];
+      model_.params()[static_cast<size_t>(u.params[e])].tensor.copy_(
+          flat.narrow(0, en.offset, en.numel).view(en.shape));
+    }
+  }
+}
+
+std::vector<Fsdp::Slice> Fsdp::Slices(int k, const at::Tensor& flat) const {
+  const Unit& u = *units_.at(static_cast<size_t>(k));
+  std::vector<Slice> out;
+  const int64_t lo = sharded() ? shard_.rank() * u.layout.shard_size : 0;
+  const int64_t hi = sharded() ? lo + u.layout.shard_size : u.layout.total;
+  for (size_t e = 0; e < u.params.size(); ++e) {
+    const auto& en = u.layout.entries[e];
+    const int64_t b = std::max(lo, en.offset), end = std::min(hi, en.offset + en.numel);
+    if (b >= end) continue;
+    out.push_back({u.params[e], b - en.offset, end - en.offset, flat.narrow(0, b - lo, end - b)});
+  }
+  return out;
+}
+
+int64_t Fsdp::ResidentStateBytes() const {
+  int64_t elements = 0;
+  for (const auto& u : units_) elements += sharded() ? u->layout.shard_size : u->layout.total;
+  return 4 * elements * static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace tenax::parallel

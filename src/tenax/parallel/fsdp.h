@@ -1,0 +1,130 @@
+// Data parallelism over this rank's part of the model (a ShardedLlama, i.e. after tensor and
+// pipeline parallelism), along the mesh's two data axes:
+//   replicate only (DDP): every rank keeps its parameters; gradients are all-reduced in one
+//                         bucket per unit (issued back to back, waited together).
+//   shard (FSDP/ZeRO-3):  parameters are grouped in units (one per transformer block, plus a root
+//                         unit with the embedding, final norm and output). Each unit's parameters
+//                         form one flat fp32 vector, padded to a multiple of the shard degree and
+//                         split into equal contiguous shards; between steps a rank holds only its
+//                         shard of parameters, gradients and optimizer state.
+//                         Forward: a block's unit is all-gathered just before the block runs
+//                         (the next block's gather is issued first, so it overlaps this block's
+//                         compute) and freed right after (reshard_after_forward).
+//                         Backward: a hook on the block's output fires when its gradient arrives,
+//                         i.e. just before the block's backward; it re-gathers the unit (waiting
+//                         for the prefetch issued one block earlier) and prefetches the previous
+//                         block's unit. Hooks on the unit's parameters collect their gradients
+//                         into a bucket; when the last one arrives the bucket's reduce-scatter is
+//                         issued (non-blocking) and the unit is freed, so the reduction overlaps
+//                         the backward of the blocks below. FinishStep waits for them all.
+//                         The root unit stays gathered through the step (it is used at both ends).
+//                         Without reshard_after_forward (pipeline parallelism: each micro-batch
+//                         would re-gather) every unit is gathered once per step and reduced at
+//                         the end.
+//   both (HSDP):          sharded within a replica; gradient shards all-reduced across replicas.
+// Averaging: every rank's loss is a mean over an equal number of tokens, so the global mean's
+// gradient is the sum of the ranks' gradients divided by the data-parallel degree.
+// Tensor parallelism: parameters replicated over TP (norms, embedding, output) get partial
+// gradients on each TP rank; FinishStep sums them over the TP group (on the shards).
+//
+// Memory: gathered buffers are released by freeing their storage while autograd still refers to
+// the parameter views, and re-filled in place for backward (the same trick as PyTorch FSDP).
+// Contract: every rank of the shard/replicate groups calls the methods in the same order and runs
+// the same forward/backward sequence (hooks issue collectives).
+// Thread safety: one training thread.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tenax/parallel/communicator.h"
+#include "tenax/parallel/data_parallel.h"
+#include "tenax/parallel/sharded_llama.h"
+
+namespace tenax::parallel {
+
+struct FsdpOptions {
+  bool reshard_after_forward = true;  // per-block gather/free; false for pipeline stages
+  bool prefetch = true;               // issue the next unit's all-gather one block early
+};
+
+class Fsdp final : public BlockHooks {
+ public:
+  // `shard` and `replicate`: this rank's groups along the two data axes (size 1 = absent).
+  // Takes the model's current parameters (identical across the data-parallel ranks) as the
+  // starting point and, when sharded, frees them. All references must outlive this object.
+  Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, FsdpOptions options);
+  ~Fsdp() override;
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
+  bool sharded() const { return shard_.size() > 1; }
+  int shard_rank() const { return shard_.rank(); }
+  int shard_count() const { return shard_.size(); }
+  int replica_index() const { return replicate_.rank(); }
+  int dp_degree() const { return shard_.size() * replicate_.size(); }
+
+  // Units: 0 is the root (may be empty on middle pipeline stages), then one per held block.
+  struct Unit;
+  int num_units() const { return static_cast<int>(units_.size()); }
+  const FlatLayout& layout(int unit) const;
+  // The model's params() index of each entry of layout(unit).
+  const std::vector<int>& param_indices(int unit) const;
+
+  // The tensors the optimizer updates: one flat shard per unit ("fsdp.<unit>", sharded) or the
+  // model's own parameters (DDP).
+  std::vector<model::NamedTensor>& optimizer_params() { return opt_params_; }
+  // Per-element weight-decay masks for optimizer_params() (sharded only; empty otherwise).
+  std::vector<at::Tensor> decay_masks() const;
+
+  void BeginStep();   // before the step's first forward
+  void FinishStep();  // after the step's last backward: averaged gradients in optimizer_params()
+  void GatherAll();   // every unit gathered (evaluation, checkpoint conversion)
+  void ReleaseAll();  // ... and freed again
+
+  // Flat shard of unit `u` (sharded) built from full-model tensors named like the model's params
+  // (each is cut with the TP shard spec first) or "<prefix><param>" for optimizer state.
+  at::Tensor ShardOf(int u, const std::vector<model::NamedTensor>& full,
+                     const std::string& prefix = "") const;
+  void LoadFull(const std::vector<model::NamedTensor>& full_params);
+  // This rank's [begin, end) of each entry's flattened local (TP-shard) elements in `flat`
+  // (unit u's shard or a tensor of its shape).
+  struct Slice {
+    int param = 0;  // model params() index
+    int64_t begin = 0, end = 0;
+    at::Tensor values;  // 1-D
+  };
+  std::vector<Slice> Slices(int u, const at::Tensor& flat) const;
+
+  // Bytes of parameters + gradients + AdamW state (2 tensors) this rank holds between steps.
+  int64_t ResidentStateBytes() const;
+
+  // BlockHooks (called by the model).
+  void BeforeBlock(int64_t layer) override;
+  void AfterBlock(int64_t layer, const at::Tensor& output) override;
+
+ private:
+  void StartGather(Unit& u);
+  void EnsureGathered(Unit& u);
+  void Reshard(Unit& u);
+  void OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad);
+  void ReduceFromGrads(Unit& u);  // issue the reduction of the unit's accumulated .grad
+  void WaitReduction(Unit& u);
+  int UnitOfLayer(int64_t layer) const;
+
+  // Constant after construction.
+  ShardedLlama& model_;
+  Communicator& shard_;
+  Communicator& replicate_;
+  const FsdpOptions options_;
+  std::vector<int> unit_of_layer_;  // [layer] -> unit or -1
+
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<model::NamedTensor> opt_params_;
+  bool in_step_ = false;
+};
+
+}  // namespace tenax::parallel

@@ -1,0 +1,102 @@
+// This rank's part of a Llama 3 model under tensor and pipeline parallelism: the TP shards
+// (tensor_parallel.h) of the layers this rank's pipeline stages run, plus the embedding and/or
+// the head when its stages include the first and/or the last. Nothing else is allocated, so
+// parameter memory shrinks as 1 / (tp x pp). With tp = 1 and every layer owned it computes exactly
+// what model::Llama computes (same operations, no extra copies), which the tests check bitwise.
+//
+// Activation checkpointing (none | selective | full) works inside TP blocks: the recomputation
+// re-issues the block's sequence collectives in backward, in the same order on every TP rank.
+// FSDP attaches BlockHooks to gather a block's parameters just before it runs and to learn when
+// its backward starts (parallel/fsdp.h). Parameters are looked up by index at every call, so FSDP
+// may swap params()[i].tensor between calls.
+//
+// Contract: the ranks of the TP group call every method in the same order with equal shapes.
+// Non-goals: vocabulary-parallel embedding/output (replicated over TP), context parallelism.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tenax/config/model_spec.h"
+#include "tenax/model/layers.h"
+#include "tenax/model/llama.h"
+#include "tenax/parallel/communicator.h"
+#include "tenax/parallel/stage_model.h"
+#include "tenax/parallel/tensor_parallel.h"
+
+namespace tenax::parallel {
+
+// Which parts of the model this rank runs.
+struct Ownership {
+  std::vector<bool> layers;  // [n_layers]
+  bool embed = true;         // tok_embeddings (stage 0)
+  bool head = true;          // norm + output (last stage; a tied output reuses tok_embeddings)
+  static Ownership All(const ModelSpec& spec);
+};
+
+// Called around every block's forward (FSDP). `output` requires grad when a backward will run.
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  virtual void BeforeBlock(int64_t layer) = 0;
+  virtual void AfterBlock(int64_t layer, const at::Tensor& output) = 0;
+};
+
+class ShardedLlama final : public StageModel {
+ public:
+  // `full`: the whole model's parameters (canonical names; identical on every rank, any device).
+  // Only the owned ones are copied (and TP-split) onto `device`; `tp` must outlive this object.
+  ShardedLlama(const ModelSpec& spec, const std::vector<model::NamedTensor>& full, Communicator& tp,
+               Ownership ownership, const at::Device& device);
+  ShardedLlama(const ShardedLlama&) = delete;
+  ShardedLlama& operator=(const ShardedLlama&) = delete;
+
+  const ModelSpec& spec() const override { return spec_; }
+  const at::Device& device() const override { return device_; }
+  std::vector<model::NamedTensor>& params() override { return params_; }
+  // Parallel to params(): where each local tensor sits in the full one.
+  const std::vector<ShardSpec>& shard_specs() const { return specs_; }
+  const Ownership& ownership() const { return own_; }
+  Communicator& tp() { return tp_; }
+  int64_t sequence_shards() const override { return tp_.size(); }
+  // Index into params() of `name`, or -1 when this rank does not hold it.
+  int IndexOf(const std::string& name) const;
+
+  void SetActivationCheckpoint(const std::string& mode);  // none | selective | full
+  void SetHooks(BlockHooks* hooks) { hooks_ = hooks; }
+
+  at::Tensor Embed(const at::Tensor& tokens, at::ScalarType compute_dtype) override;
+  at::Tensor Blocks(const at::Tensor& h, int64_t begin, int64_t end) override;
+  at::Tensor HeadLoss(const at::Tensor& h, const at::Tensor& targets) override;
+  // The whole forward + loss; requires owning everything (no pipeline).
+  at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets, at::ScalarType dtype);
+
+  // After backward without FSDP: replicated parameters' gradients are partial sums over the
+  // sequence shards; this sums them over the TP group (FSDP does it on its shards instead).
+  void FinishGradients();
+
+ private:
+  at::Tensor Block(int64_t layer, const at::Tensor& h);
+  const model::RopeTable& Rope(int64_t seq_len);
+
+  // Constant after construction.
+  const ModelSpec spec_;
+  Communicator& tp_;
+  const Ownership own_;
+  const at::Device device_;
+  std::vector<ShardSpec> specs_;                      // parallel to params_
+  std::vector<std::vector<int>> layer_index_;         // [layer] -> 9 indices into params_, or empty
+  int embed_index_ = -1, norm_index_ = -1, output_index_ = -1;
+  std::vector<std::function<at::Tensor(const at::Tensor&)>> block_fns_;  // [layer], for recompute
+
+  std::vector<model::NamedTensor> params_;
+  model::RopeTable rope_;  // cached for the longest sequence seen
+  int64_t rope_len_ = 0;
+  int checkpoint_every_ = 0;  // recompute block i when (i + 1) % this == 0; 0: never
+  BlockHooks* hooks_ = nullptr;
+};
+
+}  // namespace tenax::parallel
