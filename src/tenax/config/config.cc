@@ -68,6 +68,19 @@ class Section {
     if (auto v = n->value<double>()) *out = *v;  // integers are accepted as numbers
     else Error(key, *n, "a number");
   }
+  // An integer, or the string "auto" (sets *is_auto and leaves *out alone).
+  void GetIntOrAuto(const char* key, int64_t* out, bool* is_auto) {
+    const toml::node* n = Find(key);
+    if (!n) return;
+    if (auto v = n->value_exact<int64_t>()) {
+      *out = *v;
+      *is_auto = false;
+    } else if (auto str = n->value_exact<std::string>(); str && *str == "auto") {
+      *is_auto = true;
+    } else {
+      Error(key, *n, "an integer or \"auto\"");
+    }
+  }
   void Get(const char* key, bool* out) {
     const toml::node* n = Find(key);
     if (!n) return;
@@ -304,11 +317,14 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   Section& k = section("checkpoint");
   k.Get("enable", &c->checkpoint.enable);
   k.Get("folder", &c->checkpoint.folder);
-  k.Get("interval", &c->checkpoint.interval);
+  k.GetIntOrAuto("interval", &c->checkpoint.interval, &c->checkpoint.interval_auto);
+  k.Get("failure_rate_per_hour", &c->checkpoint.failure_rate_per_hour);
+  k.Get("async", &c->checkpoint.async);
   k.Get("keep_latest", &c->checkpoint.keep_latest);
   k.Get("resume", &c->checkpoint.resume);
   k.Positive("interval", c->checkpoint.interval);
   k.NonNegative("keep_latest", c->checkpoint.keep_latest);
+  k.Positive("failure_rate_per_hour", c->checkpoint.failure_rate_per_hour);
   k.Check(!c->checkpoint.resume.empty(), "resume", "\"\"", "latest, none, or a checkpoint path");
 
   Section& x = section("metrics");
@@ -428,13 +444,18 @@ std::string ConfigToToml(const Config& c) {
                                  {"folder", c.checkpoint.folder},
                                  {"interval", c.checkpoint.interval},
                                  {"keep_latest", c.checkpoint.keep_latest},
-                                 {"resume", c.checkpoint.resume}}},
+                                 {"resume", c.checkpoint.resume},
+                                 {"failure_rate_per_hour", c.checkpoint.failure_rate_per_hour},
+                                 {"async", c.checkpoint.async}}},
       {"metrics", toml::table{{"log_interval", c.metrics.log_interval},
                               {"eval_interval", c.metrics.eval_interval},
                               {"eval_tokens", c.metrics.eval_tokens},
                               {"tensorboard", c.metrics.tensorboard},
                               {"progress", c.metrics.progress}}},
   };
+  if (c.checkpoint.interval_auto) {
+    root.get("checkpoint")->as_table()->insert_or_assign("interval", "auto");
+  }
   std::ostringstream os;
   os << root << "\n";
   return os.str();

@@ -101,6 +101,16 @@ struct CheckpointOptions {
   bool enable = true;
   std::string folder = "checkpoints";  // relative to the run folder unless absolute
   int64_t interval = 100;               // steps; the final step is always saved
+  // interval = "auto": Young/Daly optimum from the measured checkpoint cost and the failure rate
+  // (train/checkpoint_interval.h); `interval` is then only the interval until the first save
+  // has been measured.
+  bool interval_auto = false;
+  // Prior failure rate of the whole job (failures per hour) for interval = "auto"; updated with
+  // the failures observed in the run (restarts by the launcher).
+  double failure_rate_per_hour = 0.05;
+  // Write checkpoints in the background: training blocks only while state is copied to host
+  // memory (checkpoint/async_writer.h).
+  bool async = false;
   int64_t keep_latest = 3;              // 0 keeps all
   std::string resume = "latest";        // latest | none | PATH to a step folder
 };
