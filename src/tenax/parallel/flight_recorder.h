@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -105,6 +106,29 @@ class FlightRecorder {
   int64_t step_ = 0;
   std::string phase_ = "setup";
   double phase_since_unix_ = 0;
+};
+
+// Records one blocking collective for the lifetime of the scope: Begin on construction, End on
+// destruction, except when an exception is unwinding (a collective that threw did not complete,
+// and the record must say so). A null recorder records nothing. Lets a communicator method
+// record itself with one line:  CollectiveScope rec(recorder_, "all_reduce", name_, t.nbytes());
+class CollectiveScope {
+ public:
+  CollectiveScope(FlightRecorder* recorder, std::string_view op, std::string_view group,
+                  int64_t bytes)
+      : recorder_(recorder),
+        id_(recorder ? recorder->Begin(op, group, bytes) : 0),
+        exceptions_(std::uncaught_exceptions()) {}
+  ~CollectiveScope() {
+    if (recorder_ != nullptr && std::uncaught_exceptions() == exceptions_) recorder_->End(id_);
+  }
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+
+ private:
+  FlightRecorder* const recorder_;
+  const uint64_t id_;
+  const int exceptions_;
 };
 
 // The file a rank dumps to inside `dir`: flight-rankRRRRR.json.

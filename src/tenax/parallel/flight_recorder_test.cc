@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <future>
+#include <stdexcept>
 #include <thread>
 
 #include "tenax/core/temp_dir.h"
@@ -81,6 +82,22 @@ TEST(FlightRecorderTest, ConcurrentBeginEndFromManyThreadsKeepsSequencesDense) {
     EXPECT_EQ(r[i].seq, static_cast<int64_t>(i) + 1);
     EXPECT_EQ(r[i].state, CollectiveState::kCompleted);
   }
+}
+
+TEST(FlightRecorderTest, CollectiveScopeEndsUnlessAnExceptionEscapes) {
+  FlightRecorder rec(0);
+  { CollectiveScope ok(&rec, "all_reduce", "world", 16); }
+  try {
+    CollectiveScope failing(&rec, "all_gather", "world", 32);
+    throw std::runtime_error("gloo timeout");
+  } catch (const std::runtime_error&) {
+  }
+  { CollectiveScope nothing(nullptr, "barrier", "world", 0); }  // no recorder: no-op
+  std::vector<CollectiveRecord> r = rec.Records();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].state, CollectiveState::kCompleted);
+  EXPECT_EQ(r[1].state, CollectiveState::kStarted);  // threw: still pending in the record
+  EXPECT_EQ(r[1].bytes, 32);
 }
 
 TEST(FlightRecorderTest, DumpWritesParsableJson) {
