@@ -65,8 +65,11 @@ std::string SerializeSlices(const std::vector<TensorSlice>& slices) {
   std::map<std::string, std::string> metadata{{"format", "tenax-sharded"}};
   for (const auto& s : slices) {
     tensors.push_back({s.name, s.values});
-    metadata[s.name] =
-        nlohmann::json({{"shape", s.full_shape}, {"begin", s.begin}, {"end", s.end}}).dump();
+    nlohmann::json j = {{"shape", s.full_shape}, {"begin", s.begin}, {"end", s.end}};
+    if (s.block_dim >= 0) {
+      j["block"] = {{"dim", s.block_dim}, {"begin", s.block_begin}, {"end", s.block_end}};
+    }
+    metadata[s.name] = j.dump();
   }
   return SerializeTensors(tensors, metadata);
 }
@@ -87,19 +90,35 @@ Result<std::vector<NamedTensor>> AssembleTensors(
       auto meta = f->metadata().find(t.name);
       std::vector<int64_t> shape = t.tensor.sizes().vec();
       int64_t begin = 0, end = t.tensor.numel();
+      int block_dim = -1;
+      int64_t block_begin = 0, block_end = 0;
       if (meta != f->metadata().end()) {
         try {
           auto j = nlohmann::json::parse(meta->second);
           shape = j.at("shape").get<std::vector<int64_t>>();
           begin = j.at("begin").get<int64_t>();
           end = j.at("end").get<int64_t>();
+          if (j.contains("block")) {
+            block_dim = j["block"].at("dim").get<int>();
+            block_begin = j["block"].at("begin").get<int64_t>();
+            block_end = j["block"].at("end").get<int64_t>();
+          }
         } catch (const nlohmann::json::exception& e) {
           return DataError(f->label() + ": bad slice metadata for " + t.name + ": " + e.what());
         }
       }
       int64_t numel = 1;
       for (int64_t d : shape) numel *= d;
-      if (begin < 0 || end > numel || end - begin != t.tensor.numel()) {
+      int64_t space = numel;  // elements the slice indexes into
+      if (block_dim >= 0) {
+        if (block_dim >= static_cast<int>(shape.size()) || block_begin < 0 ||
+            block_end > shape[static_cast<size_t>(block_dim)] || block_begin >= block_end) {
+          return DataError(fmt::format("{}: block of {} does not fit its shape", f->label(),
+                                       t.name));
+        }
+        space = numel / shape[static_cast<size_t>(block_dim)] * (block_end - block_begin);
+      }
+      if (begin < 0 || end > space || end - begin != t.tensor.numel()) {
         return DataError(fmt::format("{}: slice [{}, {}) of {} does not fit its shape", f->label(),
                                      begin, end, t.name));
       }
@@ -113,6 +132,21 @@ Result<std::vector<NamedTensor>> AssembleTensors(
       } else if (p.shape != shape) {
         return DataError(fmt::format("{}: {} has shape {} here but {} elsewhere", f->label(),
                                      t.name, fmt::join(shape, "x"), fmt::join(p.shape, "x")));
+      }
+      if (block_dim >= 0) {
+        // Positions in the full tensor of the block's flattened elements [begin, end).
+        at::Tensor pos = at::arange(numel, at::kLong)
+                             .view(shape)
+                             .narrow(block_dim, block_begin, block_end - block_begin)
+                             .reshape({-1})
+                             .narrow(0, begin, end - begin);
+        if (p.seen.index_select(0, pos).any().item<bool>()) {
+          return DataError(fmt::format("{}: slices of {} overlap", f->label(), t.name));
+        }
+        p.seen.index_fill_(0, pos, true);
+        p.flat.index_copy_(0, pos, t.tensor.reshape({-1}).to(p.flat.scalar_type()));
+        p.covered += end - begin;
+        continue;
       }
       if (p.seen.narrow(0, begin, end - begin).any().item<bool>()) {
         return DataError(fmt::format("{}: slices of {} overlap", f->label(), t.name));

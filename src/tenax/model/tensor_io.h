@@ -21,13 +21,18 @@ Result<std::vector<NamedTensor>> ReadTensors(const ckpt::SafetensorsFile& file);
 
 // Sharded files (docs/checkpoint_format.md, "Sharded tensors"): each tensor stored in a rank's
 // file is the 1-D slice [begin, end) of the named tensor's flattened elements; the file's
-// metadata maps the tensor name to {"shape": [...], "begin": b, "end": e}.
+// metadata maps the tensor name to {"shape": [...], "begin": b, "end": e}. With tensor
+// parallelism the slice is taken from a block of the tensor instead: metadata
+// "block": {"dim": d, "begin": b, "end": e} means [begin, end) indexes the flattened
+// full.narrow(d, b, e - b) (row-major), e.g. an FSDP shard of a column-parallel TP shard.
 struct TensorSlice {
   std::string name;
   std::vector<int64_t> full_shape;
   int64_t begin = 0;
   int64_t end = 0;
   at::Tensor values;  // 1-D
+  int block_dim = -1;  // -1: the slice indexes the whole tensor
+  int64_t block_begin = 0, block_end = 0;
 };
 std::string SerializeSlices(const std::vector<TensorSlice>& slices);
 // Reassembles full tensors from the slices in `files` (any number of ranks, any split); every

@@ -129,6 +129,10 @@ Fsdp::~Fsdp() {
 }
 
 const FlatLayout& Fsdp::layout(int unit) const { return units_.at(static_cast<size_t>(unit))->layout; }
+const std::string& Fsdp::unit_name(int unit) const {
+  return units_.at(static_cast<size_t>(unit))->name;
+}
+at::Tensor Fsdp::unit_shard(int unit) const { return units_.at(static_cast<size_t>(unit))->shard; }
 const std::vector<int>& Fsdp::param_indices(int unit) const {
   return units_.at(static_cast<size_t>(unit))->params;
 }

@@ -71,6 +71,8 @@ class Fsdp final : public BlockHooks {
   struct Unit;
   int num_units() const { return static_cast<int>(units_.size()); }
   const FlatLayout& layout(int unit) const;
+  const std::string& unit_name(int unit) const;  // "root" or "layers.<i>"
+  at::Tensor unit_shard(int unit) const;          // this rank's flat shard (sharded only)
   // The model's params() index of each entry of layout(unit).
   const std::vector<int>& param_indices(int unit) const;
 

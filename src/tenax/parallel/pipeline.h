@@ -81,6 +81,9 @@ class PipelineExecutor {
   // `model` and `comm` (the pipeline group; rank = pipeline rank) must outlive the executor.
   static Result<std::unique_ptr<PipelineExecutor>> Create(StageModel& model, Communicator& comm,
                                                           PipelineOptions options);
+  // A whole model::Llama as the stage model (held by the executor).
+  static Result<std::unique_ptr<PipelineExecutor>> Create(model::Llama& model, Communicator& comm,
+                                                          PipelineOptions options);
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
@@ -116,6 +119,7 @@ class PipelineExecutor {
   void SumTiedEmbeddingGrad(const at::Tensor& grad_before);
 
   // Constant after construction.
+  std::unique_ptr<StageModel> owned_stage_;  // set by the model::Llama overload
   StageModel& model_;
   Communicator& comm_;
   const PipelineOptions options_;

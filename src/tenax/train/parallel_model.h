@@ -1,0 +1,104 @@
+// This rank's model under the configured layout, built as one ordered recipe (torchtitan's
+// apply_llama), with the reason for each step's place:
+//   1. tensor parallel   ShardedLlama keeps this rank's TP shard of the layers it runs: the
+//                        shapes every later step sees are the local ones.
+//   2. pipeline          the layers of this rank's stages (chunks c * p + r), the embedding on
+//                        stage 0 and the head on the last; nothing else is allocated.
+//   3. act. checkpoint   inside the blocks, so recomputation also re-runs TP collectives.
+//   4. data parallel     Fsdp over what remains (per-block units; DDP when the shard degree is
+//                        1); last, because it shards the local tensors steps 1-2 produced.
+// Every combination whose product is the world size works (3D: replicate x shard x pp x tp).
+// The step: BeginStep, ForwardBackward per accumulated micro-batch, FinishStep (all gradient
+// reductions), ClipGradNorm, then the optimizer on optimizer_params().
+// Checkpoints: every rank of the first replica writes its own pieces (1-D slices of TP blocks);
+// parameters replicated over TP are written by TP rank 0 only, a tied embedding by stage 0 only.
+// Contract: every rank calls every method in the same order (collectives).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tenax/config/model_spec.h"
+#include "tenax/config/options.h"
+#include "tenax/core/status.h"
+#include "tenax/model/llama.h"
+#include "tenax/model/tensor_io.h"
+#include "tenax/parallel/communicator.h"
+#include "tenax/parallel/fsdp.h"
+#include "tenax/parallel/mesh.h"
+#include "tenax/parallel/pipeline.h"
+#include "tenax/parallel/sharded_llama.h"
+
+namespace tenax::train {
+
+struct ParallelGroups {  // this rank's group along each mesh axis (size 1 when absent)
+  parallel::Communicator* world = nullptr;
+  parallel::Communicator* replicate = nullptr;
+  parallel::Communicator* shard = nullptr;
+  parallel::Communicator* pp = nullptr;
+  parallel::Communicator* tp = nullptr;
+};
+
+class ParallelModel {
+ public:
+  // `full`: the initial parameters of the whole model (same on every rank; only the parts this
+  // rank holds are copied). The groups must outlive the object.
+  static Result<std::unique_ptr<ParallelModel>> Create(const ModelSpec& spec,
+                                                       const std::vector<model::NamedTensor>& full,
+                                                       ParallelGroups groups,
+                                                       const ParallelismOptions& options,
+                                                       const at::Device& device,
+                                                       at::ScalarType compute_dtype);
+  ParallelModel(const ParallelModel&) = delete;
+  ParallelModel& operator=(const ParallelModel&) = delete;
+
+  std::vector<model::NamedTensor>& optimizer_params() { return fsdp_->optimizer_params(); }
+  std::vector<at::Tensor> decay_masks() const { return fsdp_->decay_masks(); }
+  int64_t ResidentStateBytes() const { return fsdp_->ResidentStateBytes(); }
+
+  void BeginStep();
+  // One micro-batch (B, T) of this data-parallel rank: forward and backward; returns its mean
+  // loss (every rank of the TP/PP group gets the same number). Gradients are scaled by
+  // 1 / micro_batches so the step's gradient is the mean over them.
+  Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
+                                 int micro_batches);
+  void FinishStep();
+  // Global L2 norm of the averaged gradients (every element of the model counted once), then
+  // all of them scaled to max_norm (0: no clipping).
+  double ClipGradNorm(double max_norm);
+  void ZeroGrad();
+
+  // Forward only: mean loss of (tokens, targets) (every rank of the TP/PP group gets it).
+  Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets);
+  void EndEval();  // frees what evaluation gathered
+
+  // Checkpoint pieces this rank writes (empty when another rank writes the same values).
+  std::vector<model::TensorSlice> ParamPieces();
+  // Optimizer state (AdamW::StateTensors() over optimizer_params()) as pieces named
+  // "<state>.<param>".
+  std::vector<model::TensorSlice> StatePieces(const std::vector<model::NamedTensor>& state);
+  // Sets the parameters from full tensors (any source layout).
+  void LoadFull(const std::vector<model::NamedTensor>& full_params);
+  // Optimizer state for optimizer_params() from full "<state>.<param>" tensors.
+  std::vector<model::NamedTensor> ShardState(const std::vector<model::NamedTensor>& full_state,
+                                             const std::vector<std::string>& prefixes);
+
+ private:
+  ParallelModel() = default;
+  bool Writes(int param) const;    // does this rank write parameter `param`'s pieces?
+  double CopiesWeight(int param) const;  // 1 / (ranks of the TP/PP group holding its values)
+
+  ModelSpec spec_;
+  ParallelGroups groups_;
+  at::ScalarType compute_dtype_ = at::kFloat;
+  std::vector<std::vector<int64_t>> full_shapes_;  // [param] global shape
+  std::unique_ptr<parallel::ShardedLlama> model_;
+  std::unique_ptr<parallel::PipelineExecutor> pipeline_;
+  std::unique_ptr<parallel::Fsdp> fsdp_;
+  int micro_batches_ = 1;
+};
+
+}  // namespace tenax::train
