@@ -202,22 +202,70 @@ TEST_F(ParallelE2E, InterleavedPipelineMatchesSingleRank) {
                    Losses(*dir_ / "ref4/metrics.jsonl"));
 }
 
-TEST_F(ParallelE2E, UnsupportedCombinationsSayWhatToUse) {
-  auto r = RunTenax("launch --nproc-per-node 4 -- " +
-                        Args(*dir_, "tpfsdp", 4, 2, "--set parallelism.tensor_parallel=2"),
+// 2D combinations on 4 ranks: FSDP over TP shards (with activation checkpointing inside the TP
+// blocks), TP x PP, and FSDP over pipeline stages. Each matches the single-rank losses.
+TEST_F(ParallelE2E, TwoDimensionalCombinationsMatchSingleRank) {
+  struct Case {
+    std::string name, flags, layout;
+    int local_batch;
+  };
+  const std::vector<Case> cases = {
+      {"fsdp2tp2",
+       "--set parallelism.tensor_parallel=2 --set parallelism.data_parallel_shard=2 "
+       "--set parallelism.activation_checkpoint=full",
+       "dp_replicate 1 x dp_shard 2 x pp 1 x tp 2", 4},
+      {"tp2pp2",
+       "--set parallelism.tensor_parallel=2 --set parallelism.pipeline_parallel=2 "
+       "--set parallelism.data_parallel_shard=1 --set parallelism.microbatches=2",
+       "dp_replicate 1 x dp_shard 1 x pp 2 x tp 2", 8},
+      {"fsdp2pp2",
+       "--set parallelism.pipeline_parallel=2 --set parallelism.data_parallel_shard=2 "
+       "--set parallelism.microbatches=2",
+       "dp_replicate 1 x dp_shard 2 x pp 2 x tp 1", 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto r = RunTenax("launch --nproc-per-node 4 -- " +
+                          Args(*dir_, c.name, c.local_batch, 20, c.flags),
+                      dir_->path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(c.layout), std::string::npos) << r.output;
+    ExpectSameLosses(Losses(*dir_ / (c.name + "/metrics.jsonl")), reference_);
+  }
+}
+
+// 3D on 8 ranks: FSDP 2 x PP 2 x TP 2 (Llama 3 405B's recipe in miniature). Its step-10
+// checkpoint (every rank's own pieces: FSDP slices of TP blocks of its stage's layers) resumes
+// as TP 2 x PP 2 on 4 ranks, and the losses continue the single-rank run.
+TEST_F(ParallelE2E, ThreeDimensionalLayoutMatchesAndReshards) {
+  auto r = RunTenax("launch --nproc-per-node 8 -- " +
+                        Args(*dir_, "3d", 4, 20,
+                             "--set parallelism.tensor_parallel=2 "
+                             "--set parallelism.pipeline_parallel=2 "
+                             "--set parallelism.data_parallel_shard=2 "
+                             "--set parallelism.microbatches=2 --set training.stop_at=10"),
                     dir_->path());
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("combine tensor_parallel with data_parallel_replicate"),
-            std::string::npos)
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp_replicate 1 x dp_shard 2 x pp 2 x tp 2"), std::string::npos)
       << r.output;
-  auto pp = RunTenax("launch --nproc-per-node 4 -- " +
-                         Args(*dir_, "pp", 4, 2, "--set parallelism.pipeline_parallel=2 "
-                                                 "--set parallelism.microbatches=2"),
-                     dir_->path());
-  EXPECT_EQ(pp.exit_code, 2) << pp.output;
-  EXPECT_NE(pp.output.find("set data_parallel_shard = 1 and tensor_parallel = 1"),
-            std::string::npos)
-      << pp.output;
+  ExpectSameLosses(Losses(*dir_ / "3d/metrics.jsonl"),
+                   std::vector<double>(reference_.begin(), reference_.begin() + 10));
+  const std::string ckpt = *dir_ / "3d/checkpoints/step_00000010";
+  for (int rank = 0; rank < 8; ++rank) {
+    EXPECT_TRUE(fs::exists(ckpt + "/model-rank0000" + std::to_string(rank) + "-of-00008.safetensors"))
+        << "rank " << rank << " wrote no shard";
+  }
+  auto tp_pp = RunTenax("launch --nproc-per-node 4 -- " +
+                            Args(*dir_, "3d_to_tppp", 8, 20,
+                                 "--set parallelism.tensor_parallel=2 "
+                                 "--set parallelism.pipeline_parallel=2 "
+                                 "--set parallelism.data_parallel_shard=1 "
+                                 "--set parallelism.microbatches=2 --set checkpoint.resume=" +
+                                     ckpt),
+                        dir_->path());
+  ASSERT_EQ(tp_pp.exit_code, 0) << tp_pp.output;
+  ExpectSameLosses(Losses(*dir_ / "3d_to_tppp/metrics.jsonl"),
+                   std::vector<double>(reference_.begin() + 10, reference_.end()));
 }
 
 // Save with FSDP 4, resume on one rank and as HSDP 2x2: the same losses as the uninterrupted

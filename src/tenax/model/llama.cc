@@ -179,6 +179,23 @@ at::Tensor Llama::Loss(const at::Tensor& tokens, const at::Tensor& targets,
 }
 
 Status Llama::LoadParams(const std::vector<NamedTensor>& values) {
+  TENAX_RETURN_IF_ERROR(CheckParams(values));
+  std::map<std::string, const at::Tensor*> given;
+  for (const auto& v : values) given.emplace(v.name, &v.tensor);
+  at::NoGradGuard no_grad;
+  for (auto& p : params_) p.tensor.copy_(*given.at(p.name));
+  return Status::Ok();
+}
+
+void Llama::ReleaseParams() {
+  std::vector<at::Tensor> empty;
+  for (const auto& p : params_) {
+    empty.push_back(at::zeros({}, p.tensor.options().requires_grad(false)).expand(p.tensor.sizes()));
+  }
+  ReplaceParams(empty);
+}
+
+Status Llama::CheckParams(const std::vector<NamedTensor>& values) const {
   std::map<std::string, const at::Tensor*> given;
   for (const auto& v : values) {
     if (!given.emplace(v.name, &v.tensor).second) {
@@ -205,8 +222,6 @@ Status Llama::LoadParams(const std::vector<NamedTensor>& values) {
       if (!known) return DataError("unexpected tensor '" + name + "' for this model shape");
     }
   }
-  at::NoGradGuard no_grad;
-  for (auto& p : params_) p.tensor.copy_(*given.at(p.name));
   return Status::Ok();
 }
 

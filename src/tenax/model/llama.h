@@ -78,6 +78,12 @@ class Llama {
   // Copies `values` (name -> tensor, any device/dtype convertible to fp32) into the parameters;
   // every parameter must be present with the right shape, and no extra names are allowed.
   Status LoadParams(const std::vector<NamedTensor>& values);
+  // LoadParams' checks alone: every parameter present once with the right shape, nothing extra.
+  Status CheckParams(const std::vector<NamedTensor>& values) const;
+  // Frees the parameters' memory, keeping their names and shapes (zero-stride placeholders):
+  // the model then only serves as a shape reference (distributed training holds its part in
+  // parallel::ShardedLlama).
+  void ReleaseParams();
   // Makes `tensors` (same order and shapes as params()) the parameters. Used when parameters are
   // rematerialised (FSDP gathers, finite-difference tests).
   void ReplaceParams(const std::vector<at::Tensor>& tensors);

@@ -30,6 +30,17 @@ at::Tensor Alias(const at::Tensor& t) {
 
 }  // namespace
 
+FlatLayout MakeFlatLayout(const std::vector<model::NamedTensor>& params, int shards) {
+  FlatLayout l;
+  for (const auto& p : params) {
+    l.entries.push_back({p.name, p.tensor.sizes().vec(), l.total, p.tensor.numel()});
+    l.total += p.tensor.numel();
+  }
+  l.padded = (l.total + shards - 1) / shards * shards;
+  l.shard_size = l.padded / shards;
+  return l;
+}
+
 struct Fsdp::Unit {
   std::string name;          // "root" or "layers.<i>"
   std::vector<int> params;   // model params() indices, in params() order

@@ -41,10 +41,24 @@
 #include <vector>
 
 #include "tenax/parallel/communicator.h"
-#include "tenax/parallel/data_parallel.h"
 #include "tenax/parallel/sharded_llama.h"
 
 namespace tenax::parallel {
+
+// Where each parameter of a unit sits in its flat vector.
+struct FlatLayout {
+  struct Entry {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t offset = 0;  // into the flat vector
+    int64_t numel = 0;
+  };
+  std::vector<Entry> entries;
+  int64_t total = 0;       // sum of numel
+  int64_t padded = 0;      // total rounded up to a multiple of the shard degree
+  int64_t shard_size = 0;  // padded / shard degree
+};
+FlatLayout MakeFlatLayout(const std::vector<model::NamedTensor>& params, int shards);
 
 struct FsdpOptions {
   bool reshard_after_forward = true;  // per-block gather/free; false for pipeline stages

@@ -10,20 +10,4 @@ void ClipToMaxNorm(const std::vector<at::Tensor>& grads, double norm, double max
   for (const at::Tensor& g : grads) g.mul_(coef);
 }
 
-void AllReduceGradients(const std::vector<at::Tensor>& grads, Communicator& group,
-                        double divisor) {
-  if (grads.empty() || (group.size() == 1 && divisor == 1.0)) return;  // nothing to do
-  at::NoGradGuard no_grad;
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& g : grads) flat.push_back(g.reshape({-1}));
-  at::Tensor all = at::cat(flat);
-  if (group.size() > 1) group.AllReduceSum(all);
-  all.div_(divisor);
-  int64_t offset = 0;
-  for (const at::Tensor& g : grads) {
-    g.copy_(all.narrow(0, offset, g.numel()).view_as(g));
-    offset += g.numel();
-  }
-}
-
 }  // namespace tenax::parallel

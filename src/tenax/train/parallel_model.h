@@ -58,6 +58,7 @@ class ParallelModel {
   std::vector<model::NamedTensor>& optimizer_params() { return fsdp_->optimizer_params(); }
   std::vector<at::Tensor> decay_masks() const { return fsdp_->decay_masks(); }
   int64_t ResidentStateBytes() const { return fsdp_->ResidentStateBytes(); }
+  int replicas() const { return groups_.replicate->size(); }
 
   void BeginStep();
   // One micro-batch (B, T) of this data-parallel rank: forward and backward; returns its mean

@@ -3,9 +3,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "tenax/config/model_spec_json.h"
+#include "tenax/core/check.h"
+#include "tenax/core/fault_injection.h"
 #include "tenax/core/log.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/model/tensor_io.h"
@@ -44,93 +47,44 @@ Result<at::Tensor> FromHex(const std::string& hex) {
 
 }  // namespace
 
-namespace {
 
-// Renames the optimizer's flat-shard state ("exp_avg.flat_shard") into per-parameter slices
-// ("exp_avg.<param>") so the file reads like the unsharded layout.
-std::vector<model::TensorSlice> StateSlices(const parallel::DataParallel& dp,
-                                            const std::vector<model::NamedTensor>& state) {
-  std::vector<model::TensorSlice> out;
-  const auto& entries = dp.layout().entries;
-  for (const auto& s : state) {
-    const std::string prefix = s.name.substr(0, s.name.find('.') + 1);  // "exp_avg."
-    for (auto& sl : dp.Slices(s.tensor)) {
-      std::vector<int64_t> shape;
-      for (const auto& e : entries) {
-        if (e.name == sl.name) shape = e.shape;
-      }
-      out.push_back({prefix + sl.name, shape, sl.begin, sl.end, sl.values});
+
+Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& progress,
+                                                         TrainTarget& target,
+                                                         const std::string& config_toml,
+                                                         const std::string& attempt) {
+  ckpt::CheckpointSnapshot snap;
+  snap.step = progress.step;
+  snap.rank = target.world ? target.world->rank() : 0;
+  snap.world_size = target.world ? target.world->size() : 1;
+  snap.layout = target.layout;
+  snap.extra = {{"kind", "training"}};
+  snap.attempt = attempt;
+  const int rank = snap.rank;
+  auto& files = snap.files;
+  auto& expected = snap.expected_files;
+  if (target.parallel != nullptr) {
+    // Ranks of the first replica each write their pieces (replicate is the outermost mesh axis,
+    // so they are ranks 0 .. writers - 1).
+    const int writers = snap.world_size / target.parallel->replicas();
+    for (int r = 0; r < writers; ++r) {
+      expected.push_back(model::RankFileName("model", r, snap.world_size));
+      expected.push_back(model::RankFileName("optimizer", r, snap.world_size));
     }
-  }
-  return out;
-}
-
-std::vector<model::TensorSlice> ParamSlices(const parallel::DataParallel& dp,
-                                            const at::Tensor& shard) {
-  std::vector<model::TensorSlice> out;
-  for (auto& sl : dp.Slices(shard)) {
-    std::vector<int64_t> shape;
-    for (const auto& e : dp.layout().entries) {
-      if (e.name == sl.name) shape = e.shape;
-    }
-    out.push_back({sl.name, shape, sl.begin, sl.end, sl.values});
-  }
-  return out;
-}
-
-}  // namespace
-
-Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& progress,
-                           TrainTarget& target, const std::string& config_toml) {
-  const int rank = target.world ? target.world->rank() : 0;
-  const int world = target.world ? target.world->size() : 1;
-  const bool sharded = target.dp != nullptr && target.dp->sharded();
-  if (target.before_save) target.before_save();
-  auto barrier = [&] {
-    if (target.world) target.world->Barrier();
-  };
-  // Rank 0 clears leftovers of an interrupted save of this step before anyone writes.
-  Status prepared = rank == 0 ? store.Prepare(progress.step) : Status::Ok();
-  barrier();
-  TENAX_RETURN_IF_ERROR(prepared);
-
-  std::vector<std::pair<std::string, std::string>> files;
-  std::vector<std::string> expected;
-  if (sharded) {
-    const int n = target.dp->shard_count();
-    for (int s = 0; s < n; ++s) {
-      expected.push_back(model::RankFileName("model", s, n));
-      expected.push_back(model::RankFileName("optimizer", s, n));
-    }
-    // Replicas hold identical shards: the first replica writes them.
-    if (target.dp->replica_index() == 0) {
-      const int s = target.dp->shard_rank();
-      files.push_back({model::RankFileName("model", s, n),
-                       model::SerializeSlices(ParamSlices(
-                           *target.dp, target.dp->optimizer_params()[0].tensor.detach()))});
-      files.push_back({model::RankFileName("optimizer", s, n),
+    if (rank < writers) {
+      files.push_back({model::RankFileName("model", rank, snap.world_size),
+                       model::SerializeSlices(target.parallel->ParamPieces())});
+      files.push_back({model::RankFileName("optimizer", rank, snap.world_size),
                        model::SerializeSlices(
-                           StateSlices(*target.dp, target.optimizer.StateTensors()))});
-    }
-  } else if (target.tp != nullptr) {
-    expected = {model::kModelFile, model::kOptimizerFile};
-    // Collective over each TP group (every replica gathers; rank 0 writes).
-    auto params = target.tp->FullParams();
-    auto state = target.tp->FullState(target.optimizer.StateTensors());
-    if (rank == 0) {
-      files.push_back({model::kModelFile, model::SerializeTensors(params, {{"format", "tenax"}})});
-      files.push_back(
-          {model::kOptimizerFile, model::SerializeTensors(state, {{"format", "tenax"}})});
+                           target.parallel->StatePieces(target.optimizer.StateTensors()))});
     }
   } else {
     expected = {model::kModelFile, model::kOptimizerFile};
-    if (rank == 0) {
-      files.push_back({model::kModelFile,
-                       model::SerializeTensors(target.model.params(), {{"format", "tenax"}})});
-      files.push_back({model::kOptimizerFile,
-                       model::SerializeTensors(target.optimizer.StateTensors(),
-                                               {{"format", "tenax"}})});
-    }
+    files.push_back({model::kModelFile,
+                     model::SerializeTensors(target.model.params(), {{"format", "tenax"}})});
+    files.push_back({model::kOptimizerFile,
+                     model::SerializeTensors(target.optimizer.StateTensors(),
+                                             {{"format", "tenax"}})});
   }
   expected.push_back(model::kTrainStateFile);
   if (rank == 0) {
@@ -147,21 +101,48 @@ Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& pr
     };
     files.push_back({model::kTrainStateFile, state.dump(2)});
   }
-  Status wrote = files.empty() ? Status::Ok() : store.WriteFiles(progress.step, files);
+  return snap;
+}
+
+Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
+                            parallel::Communicator* world) {
+  const int64_t step = snap.step;
+  auto barrier = [&] {
+    if (world) world->Barrier();
+  };
+  // Rank 0 clears leftovers of an interrupted save of this step before anyone writes.
+  Status prepared = snap.rank == 0 ? store.Prepare(step) : Status::Ok();
+  barrier();
+  TENAX_RETURN_IF_ERROR(prepared);
+  Status wrote = snap.files.empty() ? Status::Ok() : store.WriteFiles(step, snap.files);
+  if (wrote.ok()) {  // --inject ckpt-fail / kill-in-ckpt
+    wrote = CheckpointFault(snap.rank, step, CheckpointPhase::kWritten, store.StepDir(step));
+  }
   // Every rank learns whether every rank wrote before rank 0 commits.
   at::Tensor failed = at::full({1}, wrote.ok() ? 0.0f : 1.0f, at::kFloat);
-  if (target.world) target.world->AllReduceSum(failed);
+  if (world) world->AllReduceSum(failed);
   TENAX_RETURN_IF_ERROR(wrote);
   if (failed.item<float>() > 0) {
     return IoError("another rank failed to write its part of checkpoint step " +
-                   std::to_string(progress.step) + "; the checkpoint was not committed");
+                   std::to_string(step) + "; the checkpoint was not committed");
   }
   Status committed = Status::Ok();
-  if (rank == 0) {
-    committed = store.Commit(progress.step, target.layout, {{"kind", "training"}}, expected, world);
+  if (snap.rank == 0) {
+    committed = store.Commit(step, snap.layout, snap.extra, snap.expected_files, snap.world_size);
+    if (committed.ok()) {  // --inject ckpt-corrupt
+      committed =
+          CheckpointFault(snap.rank, step, CheckpointPhase::kCommitted, store.StepDir(step));
+    }
   }
   barrier();
   return committed;
+}
+
+Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& progress,
+                           TrainTarget& target, const std::string& config_toml) {
+  TENAX_ASSIGN_OR_RETURN(ckpt::CheckpointSnapshot snap,
+                         SnapshotTrainCheckpoint(progress, target, config_toml));
+  return WriteTrainCheckpoint(store, snap, target.world);
 }
 
 Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64_t step,
@@ -181,16 +162,10 @@ Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64
         ckpt.dir, have.name, have.dim, have.n_layers, have.vocab_size, want.name, want.dim,
         want.n_layers, want.vocab_size));
   }
-  const bool sharded = target.dp != nullptr && target.dp->sharded();
-  if (target.tp != nullptr) {
-    TENAX_RETURN_IF_ERROR(model.LoadParams(ckpt.params).WithContext(ckpt.dir));  // validates
-    target.tp->LoadFull(ckpt.params);
-  } else if (sharded) {
-    // Validate names and shapes through the model first (it checks every tensor).
-    target.dp->Gather();
-    TENAX_RETURN_IF_ERROR(model.LoadParams(ckpt.params).WithContext(ckpt.dir));
-    target.dp->Release();
-    target.dp->LoadFull(ckpt.params);
+  // Names and shapes are checked against the full model's before anything is loaded.
+  TENAX_RETURN_IF_ERROR(model.CheckParams(ckpt.params).WithContext(ckpt.dir));
+  if (target.parallel != nullptr) {
+    target.parallel->LoadFull(ckpt.params);
   } else {
     TENAX_RETURN_IF_ERROR(model.LoadParams(ckpt.params).WithContext(ckpt.dir));
   }
@@ -207,22 +182,20 @@ Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64
     p.data_position = s.at("data").at("position").get<int64_t>();
     p.tokens_seen = s.at("tokens_seen").get<int64_t>();
     const int64_t opt_step = s.at("optimizer_step").get<int64_t>();
-    if (sharded) {
-      std::vector<model::NamedTensor> shards;
-      for (const char* prefix : {"exp_avg.", "exp_avg_sq."}) {
-        std::vector<model::NamedTensor> by_param;
+    if (target.parallel != nullptr) {
+      std::vector<std::string> prefixes = {"exp_avg.", "exp_avg_sq."};
+      std::vector<model::NamedTensor> as_params;  // validated like parameters, per prefix
+      for (const auto& prefix : prefixes) {
+        as_params.clear();
         for (const auto& t : state) {
-          if (t.name.rfind(prefix, 0) == 0) by_param.push_back({t.name.substr(std::strlen(prefix)), t.tensor});
+          if (t.name.rfind(prefix, 0) == 0) as_params.push_back({t.name.substr(prefix.size()), t.tensor});
         }
-        if (by_param.size() != model.params().size()) {
-          return DataError(ckpt.dir + ": optimizer state is incomplete (" + prefix + "*)");
-        }
-        shards.push_back({std::string(prefix) + "flat_shard", target.dp->ShardOf(by_param)});
+        TENAX_RETURN_IF_ERROR(
+            model.CheckParams(as_params).WithContext(ckpt.dir + ": optimizer state " + prefix + "*"));
       }
-      TENAX_RETURN_IF_ERROR(target.optimizer.LoadState(shards, opt_step).WithContext(ckpt.dir));
-    } else if (target.tp != nullptr) {
       TENAX_RETURN_IF_ERROR(
-          target.optimizer.LoadState(target.tp->Shard(state), opt_step).WithContext(ckpt.dir));
+          target.optimizer.LoadState(target.parallel->ShardState(state, prefixes), opt_step)
+              .WithContext(ckpt.dir));
     } else {
       TENAX_RETURN_IF_ERROR(target.optimizer.LoadState(state, opt_step).WithContext(ckpt.dir));
     }
@@ -233,6 +206,133 @@ Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64
     return DataError(ckpt.dir + "/train_state.json is incomplete: " + e.what());
   }
   return p;
+}
+
+TrainCheckpointer::TrainCheckpointer(Setup setup, ckpt::CheckpointStore& store,
+                                     parallel::Communicator* world)
+    : setup_(std::move(setup)), store_(store), world_(world) {
+  if (!setup_.replica_root.empty()) {
+    replica_ = std::make_unique<ckpt::MemoryReplica>(LocalFs(), setup_.replica_root, setup_.rank,
+                                                     setup_.world_size);
+  }
+  if (setup_.options.async) {
+    ckpt::AsyncWriterOptions o;
+    o.keep_latest = setup_.options.keep_latest;  // only the committing rank prunes
+    if (replica_) {
+      // Copies into tmpfs happen on the writer thread, not in the training step.
+      o.before_write = [r = replica_.get()](const ckpt::CheckpointSnapshot& s) {
+        return r->Put(s.step, s.files);
+      };
+    }
+    writer_ = std::make_unique<ckpt::AsyncCheckpointWriter>(LocalFs(), setup_.folder, o);
+  }
+}
+
+TrainCheckpointer::~TrainCheckpointer() = default;
+
+void TrainCheckpointer::RepairFromReplicas() {
+  if (replica_) {
+    Result<std::vector<int64_t>> steps = store_.ListCommitted();
+    if (steps.ok() && !steps->empty()) {
+      Result<std::vector<std::string>> repaired = replica_->RepairStorage(store_, steps->back());
+      if (!repaired.ok()) {
+        if (repaired.status().code() != StatusCode::kNotFound) {
+          log::Warn("memory replica not used: {}", repaired.status().message());
+        }
+      } else if (!repaired->empty()) {
+        log::Warn("restored {} file(s) of checkpoint step {} from the memory replica",
+                  repaired->size(), steps->back());
+      }
+    }
+  }
+  // Nobody verifies the newest checkpoint before every rank has repaired its part.
+  if (world_) world_->Barrier();
+}
+
+Status TrainCheckpointer::Start(int64_t resume_step) {
+  IntervalPolicyOptions o;
+  o.automatic = setup_.options.interval_auto;
+  o.interval = setup_.options.interval;
+  o.total_steps = setup_.total_steps;
+  o.prior_rate_per_hour = setup_.options.failure_rate_per_hour;
+  o.observed = setup_.observed;
+  policy_.emplace(o, resume_step);
+  if (!writer_) return Status::Ok();
+  // Markers found by the async protocol must come from this run (async_writer.h).
+  Status st = setup_.rank == 0 && setup_.options.enable
+                  ? ckpt::RemoveUncommittedAfter(LocalFs(), setup_.folder, resume_step)
+                  : Status::Ok();
+  if (world_) world_->Barrier();
+  return st;
+}
+
+void TrainCheckpointer::RecordStepTime(double seconds) {
+  TENAX_CHECK(policy_.has_value());
+  policy_->RecordStepTime(seconds);
+}
+
+bool TrainCheckpointer::Due(int64_t step, bool last) const {
+  TENAX_CHECK(policy_.has_value());
+  return setup_.options.enable && (last || policy_->ShouldSave(step));
+}
+
+Result<std::vector<std::string>> TrainCheckpointer::Save(const TrainProgress& progress,
+                                                         TrainTarget& target,
+                                                         const std::string& config_toml,
+                                                         double process_elapsed_s) {
+  TENAX_CHECK(policy_.has_value());
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<std::string> lines;
+  TENAX_ASSIGN_OR_RETURN(ckpt::CheckpointSnapshot snap,
+                         SnapshotTrainCheckpoint(progress, target, config_toml, setup_.attempt));
+  if (writer_) {
+    // Blocks only while a previous save is still being written (one in flight).
+    TENAX_RETURN_IF_ERROR(writer_->Submit(std::move(snap)));
+  } else {
+    TENAX_RETURN_IF_ERROR(WriteTrainCheckpoint(store_, snap, world_));
+    if (replica_) TENAX_RETURN_IF_ERROR(replica_->Put(snap.step, snap.files));
+    last_committed_ = progress.step;
+    if (setup_.rank == 0) TENAX_RETURN_IF_ERROR(store_.Prune(setup_.options.keep_latest));
+    lines.push_back(fmt::format("saved checkpoint {} in {:.2f}s", store_.StepDir(progress.step),
+                                std::chrono::duration<double>(Clock::now() - t0).count()));
+  }
+  const double blocking_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const int64_t before = policy_->interval();
+  policy_->RecordSave(progress.step, blocking_s, process_elapsed_s);
+  if (setup_.options.interval_auto && world_ != nullptr) {
+    // Saving is collective: every rank must use rank 0's interval.
+    at::Tensor interval = at::full({1}, policy_->interval(), at::kLong);
+    world_->Broadcast(interval, 0);
+    policy_->AdoptInterval(interval.item<int64_t>());
+  }
+  if (policy_->interval() != before) {
+    lines.push_back(fmt::format("checkpoint interval {} -> {} steps (Young/Daly optimum for {})",
+                                before, policy_->interval(), policy_->Explain()));
+  }
+  for (auto& l : Drain()) lines.push_back(std::move(l));
+  return lines;
+}
+
+Result<std::vector<std::string>> TrainCheckpointer::Finish() {
+  if (!writer_) return std::vector<std::string>{};
+  Status st = writer_->Wait();
+  std::vector<std::string> lines = Drain();
+  if (!st.ok()) return st;
+  return lines;
+}
+
+std::vector<std::string> TrainCheckpointer::Drain() {
+  std::vector<std::string> lines;
+  if (!writer_) return lines;
+  for (const ckpt::CompletedSave& done : writer_->TakeCompleted()) {
+    if (!done.committed) continue;  // ranks other than 0 only wrote their part
+    last_committed_ = done.step;
+    lines.push_back(fmt::format("saved checkpoint {} in the background ({:.2f}s to write, commit "
+                                "and verify)",
+                                store_.StepDir(done.step), done.seconds));
+  }
+  return lines;
 }
 
 }  // namespace tenax::train

@@ -12,15 +12,21 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "tenax/checkpoint/async_writer.h"
+#include "tenax/checkpoint/memory_replica.h"
 #include "tenax/checkpoint/store.h"
+#include "tenax/config/options.h"
 #include "tenax/core/status.h"
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
-#include "tenax/parallel/data_parallel.h"
-#include "tenax/parallel/tensor_parallel_model.h"
 #include "tenax/train/adamw.h"
+#include "tenax/train/parallel_model.h"
+#include "tenax/train/checkpoint_interval.h"
 
 namespace tenax::train {
 
@@ -30,22 +36,36 @@ struct TrainProgress {
   int64_t tokens_seen = 0;
 };
 
-// What is being saved or restored. `dp` and `world` are null for a single process.
+// What is being saved or restored. `parallel` and `world` are null for a single process.
 struct TrainTarget {
-  model::Llama& model;
+  model::Llama& model;  // the full model (single process) or the shape reference (distributed)
   AdamW& optimizer;
-  parallel::DataParallel* dp = nullptr;
+  // Distributed: this rank's part of the model; every rank of the first data-parallel replica
+  // writes its own pieces (model-/optimizer-rankRRRRR-of-NNNNN.safetensors, NNNNN = world size).
+  ParallelModel* parallel = nullptr;
   parallel::Communicator* world = nullptr;
-  // Tensor parallel: checkpoints hold full tensors gathered over the TP group (single-file
-  // layout), so any layout can read them.
-  parallel::TensorParallelModel* tp = nullptr;
   nlohmann::json layout = nlohmann::json::object();  // recorded in the manifest
-  // Called (collectively) before anything is written, e.g. to bring pipeline stages' parameters
-  // to every rank.
-  std::function<void()> before_save;
 };
 
-// Collective when distributed: every rank calls it; rank 0 prepares and commits.
+// A save is two steps, so synchronous and asynchronous saves share one file format:
+//   SnapshotTrainCheckpoint   copies this rank's state into host memory (serialized files); the
+//                             only part that blocks training when saving asynchronously
+//   WriteTrainCheckpoint      the synchronous multi-rank commit protocol (barriers), or
+//   ckpt::AsyncCheckpointWriter::Submit(snapshot)   the same files written in the background
+//
+// Collective when distributed (before_save, the TP gathers): every rank calls it. `attempt`
+// identifies the run attempt for the asynchronous marker protocol (async_writer.h).
+Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& progress,
+                                                         TrainTarget& target,
+                                                         const std::string& config_toml,
+                                                         const std::string& attempt = {});
+// Collective when `world` is set: rank 0 prepares, every rank writes its files, rank 0 commits
+// once all wrote (docs/checkpoint_format.md, "Several processes").
+Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
+                            parallel::Communicator* world);
+
+// SnapshotTrainCheckpoint + WriteTrainCheckpoint: collective when distributed; every rank calls
+// it; rank 0 prepares and commits.
 Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& progress,
                            TrainTarget& target, const std::string& config_toml);
 
@@ -53,5 +73,64 @@ Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& pr
 // (import-hf) starts a fresh optimizer and data stream at step 0.
 Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64_t step,
                                              TrainTarget& target);
+
+// The trainer's checkpointing in one place: when to save (fixed or "auto" interval), how (sync,
+// or async with the marker protocol), memory replicas, pruning. Every method that may save is
+// collective when distributed: all ranks call it at the same steps.
+// Thread safety: the trainer's thread only (the async writer has its own thread inside).
+class TrainCheckpointer {
+ public:
+  struct Setup {
+    CheckpointOptions options;  // the [checkpoint] section
+    int64_t total_steps = 1;    // training.steps
+    std::string folder;         // the checkpoint folder (CheckpointStore's)
+    // tmpfs folder for memory replicas (e.g. /dev/shm/tenax-<job name>); empty disables them.
+    std::string replica_root;
+    int rank = 0;
+    int world_size = 1;
+    std::string attempt;        // TENAX_RESTART_COUNT ("0" when unset)
+    ObservedFailures observed;  // ReadObservedFailuresFromEnv()
+  };
+  // `store` is the trainer's (main-thread) store of `setup.folder`; `world` null for one process.
+  TrainCheckpointer(Setup setup, ckpt::CheckpointStore& store, parallel::Communicator* world);
+  ~TrainCheckpointer();  // an async save still waiting for other ranks is abandoned (see
+                         // AsyncCheckpointWriter); call Finish() to keep it
+  TrainCheckpointer(const TrainCheckpointer&) = delete;
+  TrainCheckpointer& operator=(const TrainCheckpointer&) = delete;
+
+  // Before resuming (collective): repairs this rank's files of the newest committed checkpoint
+  // from a memory replica when they are missing or damaged. Never fails the run: without a
+  // usable replica storage is used as it is.
+  void RepairFromReplicas();
+  // After resuming, before the first save (collective): with async saves rank 0 removes
+  // uncommitted step folders newer than `resume_step`, then a barrier. Starts the interval count.
+  Status Start(int64_t resume_step);
+  void RecordStepTime(double seconds);
+  // Whether `step` is saved (`last`: the final step, always saved).
+  bool Due(int64_t step, bool last) const;
+  // Saves `progress.step` (collective). Sync: writes, commits and (rank 0) prunes before
+  // returning. Async: blocks only for the snapshot, returns the previous async save's error if it
+  // failed. Then updates the interval ("auto"; rank 0's is broadcast). Returns log lines for the
+  // reporter (saves completed, interval changes).
+  Result<std::vector<std::string>> Save(const TrainProgress& progress, TrainTarget& target,
+                                        const std::string& config_toml, double process_elapsed_s);
+  // Waits for an async save in flight; its error, if any. Returns log lines like Save.
+  Result<std::vector<std::string>> Finish();
+  // Newest step this rank knows is committed (rank 0: verified); nullopt before the first.
+  std::optional<int64_t> last_committed() const { return last_committed_; }
+  // The interval policy; valid after Start.
+  const CheckpointIntervalPolicy& policy() const { return *policy_; }
+
+ private:
+  std::vector<std::string> Drain();  // completed async saves -> log lines
+
+  const Setup setup_;
+  ckpt::CheckpointStore& store_;
+  parallel::Communicator* const world_;
+  std::optional<CheckpointIntervalPolicy> policy_;  // set by Start
+  std::unique_ptr<ckpt::MemoryReplica> replica_;
+  std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;  // null: synchronous saves
+  std::optional<int64_t> last_committed_;
+};
 
 }  // namespace tenax::train

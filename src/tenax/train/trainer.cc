@@ -16,16 +16,14 @@
 #include "tenax/data/source.h"
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
-#include "tenax/parallel/data_parallel.h"
 #include "tenax/parallel/dist_env.h"
 #include "tenax/parallel/gradients.h"
 #include "tenax/parallel/mesh.h"
-#include "tenax/parallel/pipeline.h"
-#include "tenax/parallel/tensor_parallel_model.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
 #include "tenax/train/evaluate.h"
 #include "tenax/train/lr_schedule.h"
+#include "tenax/train/parallel_model.h"
 #include "tenax/train/reporter.h"
 #include "tenax/train/train_checkpoint.h"
 
@@ -123,24 +121,6 @@ Result<TrainSummary> Train(const Config& config) {
                          parallel::Mesh::Create(config.parallelism, env.world, spec, t));
   const int tp_degree = mesh.degree(parallel::Axis::kTensor);
   const int pp_degree = mesh.degree(parallel::Axis::kPipeline);
-  if (pp_degree > 1 && (tp_degree > 1 || mesh.degree(parallel::Axis::kShard) > 1)) {
-    return InvalidArgument(fmt::format(
-        "{}: pipeline_parallel is supported alone or with data_parallel_replicate so far, not "
-        "with tensor_parallel or data_parallel_shard > 1; set data_parallel_shard = 1 and "
-        "tensor_parallel = 1",
-        mesh.Describe()));
-  }
-  if (tp_degree > 1 && mesh.degree(parallel::Axis::kShard) > 1) {
-    return InvalidArgument(fmt::format(
-        "{}: tensor_parallel with data_parallel_shard > 1 (FSDP over TP shards) is not supported "
-        "yet; combine tensor_parallel with data_parallel_replicate and set "
-        "data_parallel_shard = 1",
-        mesh.Describe()));
-  }
-  if (tp_degree > 1 && config.parallelism.activation_checkpoint != "none") {
-    return InvalidArgument("activation_checkpoint with tensor_parallel > 1 is not supported yet; "
-                           "set parallelism.activation_checkpoint = \"none\"");
-  }
   const ParamCounts counts = CountParams(spec);
   const FlopsPerToken flops = TrainingFlopsPerToken(spec, t.seq_len);
 
@@ -173,62 +153,35 @@ Result<TrainSummary> Train(const Config& config) {
   // Same seed on every rank: identical initial weights, no broadcast needed.
   model::Llama model(spec, config.job.seed, device.device);
   model.SetActivationCheckpoint(config.parallelism.activation_checkpoint);
-  std::unique_ptr<parallel::DataParallel> dp;
-  std::unique_ptr<parallel::Communicator> tp_group;
-  std::unique_ptr<parallel::TensorParallelModel> tpm;
-  std::unique_ptr<parallel::Communicator> pp_group;
-  std::unique_ptr<parallel::PipelineExecutor> pipeline;
-  if (pp_degree > 1) {
-    TENAX_ASSIGN_OR_RETURN(
-        pp_group, groups->NewGroup("pp", mesh.GroupOf(env.rank, parallel::Axis::kPipeline)));
-    parallel::PipelineOptions po;
-    TENAX_ASSIGN_OR_RETURN(po.schedule,
-                           parallel::ParseScheduleKind(config.parallelism.pipeline_schedule));
-    po.microbatches = static_cast<int>(config.parallelism.microbatches);
-    po.virtual_stages = static_cast<int>(config.parallelism.virtual_stages);
-    po.compute_dtype = device.compute_dtype;
-    TENAX_ASSIGN_OR_RETURN(pipeline, parallel::PipelineExecutor::Create(model, *pp_group, po));
-  } else if (tp_degree > 1) {
+  // Distributed: this rank's part of the model under the layout (train/parallel_model.h). The
+  // full model then only serves as the shape reference (its tensors are released).
+  std::unique_ptr<parallel::Communicator> tp_group, pp_group;
+  std::unique_ptr<ParallelModel> pm;
+  if (env.distributed()) {
     TENAX_ASSIGN_OR_RETURN(tp_group,
                            groups->NewGroup("tp", mesh.GroupOf(env.rank, parallel::Axis::kTensor)));
-    tpm = std::make_unique<parallel::TensorParallelModel>(spec, model.params(), *tp_group,
-                                                          device.device);
-  } else if (env.distributed()) {
-    dp = std::make_unique<parallel::DataParallel>(model, *shard_group, *replicate_group);
+    TENAX_ASSIGN_OR_RETURN(
+        pp_group, groups->NewGroup("pp", mesh.GroupOf(env.rank, parallel::Axis::kPipeline)));
+    ParallelGroups pg{&world, replicate_group.get(), shard_group.get(), pp_group.get(),
+                      tp_group.get()};
+    TENAX_ASSIGN_OR_RETURN(pm, ParallelModel::Create(spec, model.params(), pg, config.parallelism,
+                                                     device.device, device.compute_dtype));
+    model.ReleaseParams();
   }
-  // Pipeline: every rank holds the whole model but trains only its stages' parameters. Before
-  // evaluation and checkpoints, each parameter (and its optimizer state) is broadcast from its
-  // first owner so every rank, and the checkpoint, sees the trained values.
-  std::vector<int> pp_owner;  // first owning pipeline rank of each parameter
-  if (pipeline) {
-    for (const auto& p : model.params()) pp_owner.push_back(pipeline->OwningRanks(p.name).at(0));
-  }
-  std::vector<model::NamedTensor>& trained =
-      tpm ? tpm->params() : dp ? dp->optimizer_params() : model.params();
-  AdamW optimizer(config.optimizer, trained, dp ? dp->decay_masks() : std::vector<at::Tensor>{});
-  TrainTarget target{model, optimizer, dp.get(), env.distributed() ? &world : nullptr,
-                     tpm.get(),
+  std::vector<model::NamedTensor>& trained = pm ? pm->optimizer_params() : model.params();
+  AdamW optimizer(config.optimizer, trained, pm ? pm->decay_masks() : std::vector<at::Tensor>{});
+  TrainTarget target{model, optimizer, pm.get(), env.distributed() ? &world : nullptr,
                      {{"world_size", env.world},
                       {"data_parallel_replicate", mesh.degree(parallel::Axis::kReplicate)},
                       {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
                       {"tensor_parallel", tp_degree},
                       {"pipeline_parallel", pp_degree},
-                      {"sharding", dp && dp->sharded() ? "flat-slices" : "none"}},
-                     /*before_save=*/{}};
-  auto sync_pipeline = [&] {
-    if (!pipeline) return;
-    at::NoGradGuard no_grad;
-    auto state = optimizer.StateTensors();  // exp_avg.* then exp_avg_sq.*, per parameter
-    for (size_t i = 0; i < model.params().size(); ++i) {
-      at::Tensor p = model.params()[i].tensor.detach();
-      pp_group->Broadcast(p, pp_owner[i]);
-      pp_group->Broadcast(state[2 * i].tensor, pp_owner[i]);
-      pp_group->Broadcast(state[2 * i + 1].tensor, pp_owner[i]);
-    }
-  };
-  target.before_save = sync_pipeline;
+                      {"sharding", pm ? "rank-pieces" : "none"}}};
   auto loss_of = [&](const at::Tensor& x, const at::Tensor& y) {
-    return tpm ? tpm->Loss(x, y, device.compute_dtype) : model.Loss(x, y, device.compute_dtype);
+    if (!pm) return model.Loss(x, y, device.compute_dtype);
+    auto l = pm->EvalLoss(x, y);
+    if (!l.ok()) log::Error("evaluation: {}", l.status().ToString());
+    return at::full({}, l.ok() ? *l : std::nan(""), at::kFloat);
   };
   log::Info("model: {} with {} parameters, {} training FLOP/token at seq_len {}; device {} ({})",
             spec.name, FormatParams(static_cast<double>(counts.total)),
@@ -238,16 +191,18 @@ Result<TrainSummary> Train(const Config& config) {
   int64_t local_numel = 0;
   for (const auto& p : trained) local_numel += p.tensor.numel();
   log::Info("parameters + gradients + optimizer state per rank: {} bytes",
-            dp ? dp->ResidentStateBytes() : 4 * local_numel * static_cast<int64_t>(sizeof(float)));
+            pm ? pm->ResidentStateBytes() : 4 * local_numel * static_cast<int64_t>(sizeof(float)));
   const std::string ckpt_dir = CheckpointFolder(config, summary.run_dir);
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir));
   ckpt::CheckpointStore store(LocalFs(), ckpt_dir);
   TENAX_ASSIGN_OR_RETURN(TrainProgress progress, Resume(config, store, target));
   if (env.distributed()) world.Barrier();  // every rank has read before anyone moves folders
+  int set_aside = 0;  // checkpoints skipped by the resume (reported to the launcher)
   if (config.checkpoint.enable && lead) {
     // Checkpoints newer than where training restarts (damaged ones that resume skipped, or a
     // deliberate resume from an older path) would collide with the steps about to be saved.
     TENAX_ASSIGN_OR_RETURN(std::vector<std::string> moved, store.SetAsideNewerThan(progress.step));
+    set_aside = static_cast<int>(moved.size());
     for (const auto& m : moved) {
       log::Warn("moved {} aside: training restarts at step {}", m, progress.step);
     }
@@ -296,7 +251,8 @@ Result<TrainSummary> Train(const Config& config) {
             tokens_per_step);
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start));
 
-  Heartbeat(env.rank, progress.step);  // set up: the launcher's clock for this rank starts
+  HeartbeatWriter beats(env.rank);  // progress, timings and phase for `tenax launch`
+  beats.Ready(progress.step, set_aside, summary.run_dir);  // set up: the launcher's clock for this rank starts
   double train_seconds = 0;
   int64_t steps_timed = 0;
   parallel::CommStats step_comm;  // collectives issued inside training steps only
@@ -307,57 +263,35 @@ Result<TrainSummary> Train(const Config& config) {
     const auto t0 = Clock::now();
     const parallel::CommStats comm0 = TotalStats(all_groups);
     const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
-    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device.device));
-    if (dp) dp->Gather();
-    for (int64_t micro = 0; micro < t.grad_accum_steps && pipeline; ++micro) {
+    double loss_sum = 0;
+    if (pm) pm->BeginStep();
+    for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
       data::Batch b = loader.Next();
-      TENAX_ASSIGN_OR_RETURN(
-          parallel::PipelineStepResult r,
-          pipeline->Step(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
-                         BatchTensor(b.targets, b.batch, b.seq_len, device.device)));
-      loss_sum += r.loss;
-    }
-    for (int64_t micro = 0; micro < t.grad_accum_steps && !pipeline; ++micro) {
-      data::Batch b = loader.Next();
-      at::Tensor loss = loss_of(BatchTensor(b.inputs, b.batch, b.seq_len, device.device),
-                                BatchTensor(b.targets, b.batch, b.seq_len, device.device));
-      // Each micro-batch holds the same number of tokens, so the mean of means is the mean.
-      (loss / static_cast<double>(t.grad_accum_steps)).backward();
-      loss_sum += loss.detach();
-    }
-    double loss = loss_sum.item<double>() / static_cast<double>(t.grad_accum_steps);
-    double grad_norm;
-    if (pipeline) {
-      std::vector<at::Tensor> grads;
-      for (size_t i : pipeline->owned_params()) grads.push_back(model.params()[i].tensor.grad());
-      // Accumulated micro-steps each back-propagated a batch mean: average them, and over DDP.
-      parallel::AllReduceGradients(grads, *replicate_group,
-                                   static_cast<double>(t.grad_accum_steps * replicate_group->size()));
-      at::Tensor sumsq = at::zeros({1}, at::kDouble);
-      for (size_t i : pipeline->owned_params()) {
-        // Count each parameter once: tied embeddings are owned by the first and last stage.
-        if (pp_owner[i] == pp_group->rank()) {
-          sumsq += model.params()[i].tensor.grad().to(at::kDouble).pow(2).sum().cpu();
-        }
+      const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device.device);
+      const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device.device);
+      if (pm) {
+        TENAX_ASSIGN_OR_RETURN(double l,
+                               pm->ForwardBackward(x, y, static_cast<int>(t.grad_accum_steps)));
+        loss_sum += l;
+        continue;
       }
-      pp_group->AllReduceSum(sumsq);
-      grad_norm = std::sqrt(sumsq.item<double>());
-      parallel::ClipToMaxNorm(grads, grad_norm, t.max_norm);
-    } else if (tpm) {
-      tpm->FinishGradients();
-      std::vector<at::Tensor> grads;
-      for (auto& p : trained) grads.push_back(p.tensor.grad());
-      // DDP across replicas of the TP group.
-      parallel::AllReduceGradients(grads, *replicate_group, replicate_group->size());
-      grad_norm = std::sqrt(tpm->GradNormSquared());
-      parallel::ClipToMaxNorm(grads, grad_norm, t.max_norm);
-    } else if (dp) {
-      dp->ReduceGradients();
-      dp->Release();
-      grad_norm = dp->ClipGradNorm(t.max_norm);
+      at::Tensor l = model.Loss(x, y, device.compute_dtype);
+      // Each micro-batch holds the same number of tokens, so the mean of means is the mean.
+      (l / static_cast<double>(t.grad_accum_steps)).backward();
+      loss_sum += l.item<double>();
+    }
+    // --inject slow / hang: before the gradient collectives, with this step's compute so far.
+    BeforeGradientReduce(env.rank, step,
+                         Seconds(Clock::now() - t0) - (TotalStats(all_groups) - comm0).wait_s);
+    double loss = loss_sum / static_cast<double>(t.grad_accum_steps);
+    double grad_norm;
+    if (pm) {
+      pm->FinishStep();  // every gradient reduction of the layout
+      grad_norm = pm->ClipGradNorm(t.max_norm);
     } else {
       grad_norm = ClipGradNorm(model.params(), t.max_norm);
     }
+    if (PoisonLoss(env.rank, step)) loss = std::nan("");  // --inject nan
     if (env.distributed()) {  // the step's loss: mean over ranks (TP/PP ranks agree already)
       at::Tensor l = at::full({1}, loss, at::kDouble);
       world.AllReduceSum(l);
@@ -365,6 +299,13 @@ Result<TrainSummary> Train(const Config& config) {
     }
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
       if (reporter) reporter->Finish();
+      beats.NonFinite(step);
+      if (t.on_nonfinite == "restart") {
+        return Unavailable(fmt::format(
+            "step {}: loss = {}, gradient norm = {}; training.on_nonfinite = \"restart\": exiting "
+            "so that the launcher restarts from the last good checkpoint",
+            step, loss, grad_norm));
+      }
       return Numerical(fmt::format(
           "step {}: loss = {}, gradient norm = {}; training diverged. Lower optimizer.lr (now "
           "{}), raise lr_scheduler.warmup_steps or lower training.max_norm, then resume from the "
@@ -372,17 +313,18 @@ Result<TrainSummary> Train(const Config& config) {
           step, loss, grad_norm, config.optimizer.lr, ckpt_dir));
     }
     optimizer.Step(lr);
-    for (auto& p : model.params()) p.tensor.mutable_grad() = at::Tensor();
+    if (pm) pm->ZeroGrad();
     for (auto& p : trained) p.tensor.mutable_grad() = at::Tensor();
     progress.step = step;
-    Heartbeat(env.rank, step);
     progress.data_position = loader.position();
     progress.tokens_seen += tokens_per_step;
 
     const double dt = Seconds(Clock::now() - t0);
-    step_comm += TotalStats(all_groups) - comm0;
+    const parallel::CommStats step_delta = TotalStats(all_groups) - comm0;
+    step_comm += step_delta;
     train_seconds += dt;
     ++steps_timed;
+    beats.StepDone(step, dt, dt - step_delta.wait_s, static_cast<double>(tokens_per_step) / dt);
     summary.final_loss = loss;
     StepMetrics m;
     m.step = step;
@@ -403,16 +345,15 @@ Result<TrainSummary> Train(const Config& config) {
       TENAX_RETURN_IF_ERROR(reporter->LogStep(m));
     }
     if ((config.metrics.eval_interval > 0 && step % config.metrics.eval_interval == 0) || last) {
-      if (dp) dp->Gather();
-      sync_pipeline();
       EvalResult ev =
           DistributedEval(loss_of, val_loader, device.device, world, env.world / mesh.dp());
-      if (dp) dp->Release();
+      if (pm) pm->EndEval();
       summary.final_val_loss = ev.loss;
       if (reporter) TENAX_RETURN_IF_ERROR(reporter->LogEval(step, ev.loss, ev.tokens));
     }
     if (config.checkpoint.enable && (step % config.checkpoint.interval == 0 || last)) {
       const auto c0 = Clock::now();
+      beats.CheckpointBegin(step);
       TENAX_RETURN_IF_ERROR(SaveTrainCheckpoint(store, progress, target, config_toml));
       summary.checkpoint_dir = store.StepDir(step);
       if (lead) {
@@ -420,6 +361,7 @@ Result<TrainSummary> Train(const Config& config) {
         reporter->Message(fmt::format("saved checkpoint {} in {:.2f}s", summary.checkpoint_dir,
                                       Seconds(Clock::now() - c0)));
       }
+      beats.CheckpointDone(step, Seconds(Clock::now() - c0));
     }
   }
   if (reporter) reporter->Finish();
