@@ -102,7 +102,16 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
         if (b < end) u.tp_replicated.push_back({b - lo, end - b});
       }
     }
-    if (!sharded()) continue;
+    u.hooked = options_.reshard_after_forward && k > 0;
+    if (!sharded()) {
+      // DDP: the block's bucket is all-reduced as soon as its gradients exist (hooks below).
+      for (size_t e = 0; e < u.params.size() && u.hooked; ++e) {
+        Unit* up = &u;
+        params[static_cast<size_t>(u.params[e])].tensor.register_hook(
+            [this, up, e](const at::Tensor& g) { OnParamGrad(*up, e, g); });
+      }
+      continue;
+    }
     std::vector<at::Tensor> flat;
     for (const auto& e : entries) flat.push_back(e.tensor.detach().reshape({-1}));
     at::Tensor all = flat.empty() ? at::zeros({0}, at::TensorOptions().device(model_.device()))
@@ -111,7 +120,6 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
     u.shard = all.narrow(0, shard_.rank() * u.layout.shard_size, u.layout.shard_size).clone();
     u.shard.set_requires_grad(true);
     u.full = at::empty({u.layout.padded}, u.shard.options().requires_grad(false));
-    u.hooked = options_.reshard_after_forward && k > 0;
     for (size_t e = 0; e < u.params.size(); ++e) {
       const auto& en = u.layout.entries[e];
       // Views of one buffer; each is its own autograd leaf so it collects its own gradient.
@@ -235,9 +243,14 @@ void Fsdp::OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad) {
   u.bucket.narrow(0, e.offset, e.numel).add_(grad.reshape({-1}));
   if (++u.grads_seen < static_cast<int>(u.params.size())) return;
   // Every parameter of the block has its gradient: its backward is done.
+  u.grads_seen = 0;
+  if (!sharded()) {
+    u.reductions.push_back(replicate_.AllReduceSumAsync(u.bucket));
+    u.bucket = at::Tensor();
+    return;
+  }
   u.reductions.push_back(shard_.ReduceScatterSumAsync(u.bucket));
   u.bucket = at::Tensor();
-  u.grads_seen = 0;
   for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();  // the bucket has them
   Reshard(u);
 }
@@ -273,11 +286,30 @@ void Fsdp::FinishStep() {
   const double scale = 1.0 / dp_degree();
   Communicator& tp = model_.tp();
   if (!sharded()) {
-    // DDP: one bucket per unit, all issued before the first wait.
+    // DDP: hooked units' buckets are in flight since their backward; the others (the root, or
+    // every unit of a pipeline stage) go now, one bucket per unit, all issued before any wait.
+    for (auto& u : units_) {
+      TENAX_CHECK_MSG(u->grads_seen == 0, ("partial gradients in DDP unit " + u->name).c_str());
+    }
     std::vector<std::pair<Unit*, PendingCollective>> inflight;
     for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
       Unit& u = **it;
       if (u.layout.total == 0) continue;
+      if (u.hooked) {
+        // Micro-batches of an accumulated step each reduced their own bucket: sum them.
+        at::Tensor sum;
+        for (auto& r : u.reductions) {
+          at::Tensor g = r.Wait();
+          sum = sum.defined() ? sum.add_(g) : g;
+        }
+        u.reductions.clear();
+        if (!sum.defined()) {
+          sum = at::zeros({u.layout.padded},
+                          model_.params()[static_cast<size_t>(u.params[0])].tensor.options());
+        }
+        inflight.push_back({&u, PendingCollective([sum] { return sum; })});
+        continue;
+      }
       std::vector<at::Tensor> grads;
       for (int i : u.params) {
         const at::Tensor& p = model_.params()[static_cast<size_t>(i)].tensor;

@@ -1,7 +1,8 @@
 // Data parallelism over this rank's part of the model (a ShardedLlama, i.e. after tensor and
 // pipeline parallelism), along the mesh's two data axes:
 //   replicate only (DDP): every rank keeps its parameters; gradients are all-reduced in one
-//                         bucket per unit (issued back to back, waited together).
+//                         bucket per unit, issued from gradient hooks as soon as the block's
+//                         backward is done (overlapping the blocks below), waited in FinishStep.
 //   shard (FSDP/ZeRO-3):  parameters are grouped in units (one per transformer block, plus a root
 //                         unit with the embedding, final norm and output). Each unit's parameters
 //                         form one flat fp32 vector, padded to a multiple of the shard degree and
