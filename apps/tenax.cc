@@ -178,12 +178,29 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--max-restarts", launch_options.max_restarts,
                          "restart all ranks from the newest good checkpoint up to this many times");
   launch_cmd->add_option("--inject", launch_options.inject,
-                         "fault injection for tests: crash:rank=R:step=S[:how=kill|exit]");
+                         "fault injection for tests, e.g. crash:rank=R:step=S, "
+                         "slow:rank=R:factor=F, nan:rank=R:step=S (docs/launcher_protocol.md)");
   launch_cmd->add_option("--hang-timeout", launch_options.hang_timeout_s,
                          "seconds without progress before a hang is declared (a floor; default "
                          "300, or 10x the median step time if longer)");
   launch_cmd->add_option("--goodput-file", launch_options.goodput_file,
-                         "write failures and restarts as JSON here");
+                         "write the goodput report (time split, failures) here; default: "
+                         "goodput.json in the run folder");
+  launch_cmd->add_option("--spares", launch_options.spares,
+                         "standby processes started in advance to take a failed slot's rank");
+  launch_cmd->add_option("--quarantine-after", launch_options.quarantine_after,
+                         "failures of one slot before it is quarantined (default 2)");
+  launch_cmd->add_option("--status-file", launch_options.status_file,
+                         "rewrite the launch state as JSON here about once a second");
+  launch_cmd->add_option("--metrics-port", launch_options.metrics_port,
+                         "serve Prometheus metrics at http://HOST:PORT/metrics");
+  launch_cmd->add_option("--straggler-factor", launch_options.straggler_factor,
+                         "a rank computing this many times the median of the others is slow "
+                         "(default 1.5)");
+  launch_cmd->add_option("--straggler-steps", launch_options.straggler_steps,
+                         "slow for this many consecutive steps: a straggler (default 3)");
+  launch_cmd->add_flag("--replace-stragglers", launch_options.replace_stragglers,
+                       "treat a straggler as a failed slot (restart, spare takes over)");
   launch_cmd->add_option("command", launch_options.args, "the tenax command to run, after --");
 
   auto run_plan = plan::AddCommands(app);

@@ -1,11 +1,21 @@
-// Recovery through `tenax launch --max-restarts`: injected crashes, automatic restart from the
-// newest good checkpoint, and the same final weights as an uninterrupted run (bit for bit on
-// CPU), with the failure recorded in the goodput file. Also: inputs that a restart cannot fix
-// stop at once, and a job out of restarts stops with a report instead of looping.
+// Recovery through `tenax launch --max-restarts`, one test per injected fault kind (crash by step
+// and by time, hang inside a collective, NaN loss, failed / corrupted checkpoint write, kill in
+// the middle of a checkpoint): the run reaches its final step, its final weights equal those of
+// an uninterrupted run bit for bit (CPU), no committed step is lost, and goodput.json records the
+// failure with its kind and timings. Also: hot spares and quarantine, stragglers, the status file
+// and the Prometheus endpoint, and inputs that a restart cannot fix.
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "tenax/core/net.h"
 #include "test_util.h"
 
 namespace tenax::testing {
@@ -33,6 +43,48 @@ class ResilienceE2E : public ::testing::Test {
     return ReadFile(*dir_ / (run + "/checkpoints/step_00000012/model-rank0000" +
                              std::to_string(shard) + "-of-00002.safetensors"));
   }
+  // Launches `name` with `flags` and `--inject inject`; expects success, bitwise-equal final
+  // weights, and returns goodput.json (the default one in the run folder).
+  static nlohmann::json Recover(const std::string& name, const std::string& flags,
+                                const std::string& inject, const std::string& extra = "",
+                                std::string* output = nullptr) {
+    auto r = RunTenax("launch --nproc-per-node 2 --max-restarts 3 " + flags + " --inject " +
+                          inject + " -- " + Train(*dir_, name, extra),
+                      dir_->path());
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_FALSE(Final(name, 0).empty()) << r.output;
+    // Bitwise-equal final weights (EXPECT_TRUE: do not print megabytes on a mismatch).
+    EXPECT_TRUE(Final(name, 0) == Final("clean", 0)) << name;
+    EXPECT_TRUE(Final(name, 1) == Final("clean", 1)) << name;
+    if (output != nullptr) *output = r.output;
+    const std::string path = *dir_ / (name + "/goodput.json");
+    EXPECT_TRUE(std::filesystem::exists(path)) << r.output;
+    auto report = nlohmann::json::parse(ReadFile(path));
+    EXPECT_EQ(report["exit_code"], 0);
+    EXPECT_EQ(report["step"], 12);
+    return report;
+  }
+  // The one failure of `report`: its kind, rank, and timings that add up.
+  static void ExpectFailure(const nlohmann::json& report, const std::string& kind, int rank) {
+    ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+    const auto& f = report["failures"][0];
+    EXPECT_EQ(f["kind"], kind) << report.dump(2);
+    if (rank >= 0) EXPECT_EQ(f["rank"], rank) << report.dump(2);
+    EXPECT_EQ(report["failures_by_kind"][kind], 1) << report.dump(2);
+    EXPECT_GE(f["detection_s"].get<double>(), 0.0);
+    EXPECT_GT(f["recovery_s"].get<double>(), 0.0) << report.dump(2);
+    EXPECT_LT(f["time_s"].get<double>(), report["wall_s"].get<double>());
+    const auto& t = report["time_s"];
+    const double sum = t["productive"].get<double>() + t["checkpoint"].get<double>() +
+                       t["lost"].get<double>() + t["detection"].get<double>() +
+                       t["restart"].get<double>() + t["idle"].get<double>();
+    EXPECT_NEAR(sum, report["wall_s"].get<double>(), 0.05) << report.dump(2);
+    EXPECT_GT(t["productive"].get<double>(), 0.0);
+    EXPECT_GT(t["restart"].get<double>(), 0.0);
+    const double ratio = report["effective_training_ratio"].get<double>();
+    EXPECT_GT(ratio, 0.0);
+    EXPECT_LT(ratio, 1.0);
+  }
   static TempDir* dir_;
 };
 TempDir* ResilienceE2E::dir_ = nullptr;
@@ -51,37 +103,134 @@ TEST_F(ResilienceE2E, CrashedRankIsRestartedAndTrainingEndsIdentical) {
               std::string::npos)
         << r.output;
     // Bit-identical final weights: the restart lost no step and changed none.
-    EXPECT_EQ(Final(name, 0), Final("clean", 0)) << how;
-    EXPECT_EQ(Final(name, 1), Final("clean", 1)) << how;
+    EXPECT_TRUE(Final(name, 0) == Final("clean", 0)) << how;
+    EXPECT_TRUE(Final(name, 1) == Final("clean", 1)) << how;
     auto report = nlohmann::json::parse(ReadFile(goodput));
     EXPECT_EQ(report["exit_code"], 0);
     EXPECT_EQ(report["restarts"], 1);
     ASSERT_EQ(report["failures"].size(), 1u);
     EXPECT_EQ(report["failures"][0]["rank"], 1);
     EXPECT_EQ(report["failures"][0]["exit_code"], how == "kill" ? 137 : 1);
-    EXPECT_GT(report["wall_s"].get<double>(), report["failures"][0]["time_s"].get<double>());
+    EXPECT_EQ(report["failures"][0]["resumed_from"], 6);
+    EXPECT_EQ(report["steps_redone"], 1);  // step 7 ran twice; step 8 never finished
+    ExpectFailure(report, "crash", 1);
   }
 }
 
-// A rank that stops making progress (stuck, not dead): the launcher sees no heartbeat for the
-// hang timeout, stops everyone, restarts, and the run ends identical to the clean one.
+TEST_F(ResilienceE2E, CrashAtAWallTime) {
+  // One second after the launch started: during set-up or the first steps, whatever the load.
+  auto report = Recover("crash_time", "", "crash:rank=0:time=1:how=exit:code=9");
+  ExpectFailure(report, "crash", 0);
+  EXPECT_EQ(report["failures"][0]["exit_code"], 9);
+}
+
+// A rank that stops making progress inside a collective (stuck, not dead): the launcher sees no
+// heartbeat for the hang timeout, stops everyone, restarts, and the run ends identical.
 TEST_F(ResilienceE2E, HungRankIsDetectedAndRestarted) {
-  const std::string goodput = *dir_ / "hang.json";
-  auto r = RunTenax("launch --nproc-per-node 2 --max-restarts 1 --hang-timeout 3 "
-                    "--goodput-file " + goodput + " --inject hang:rank=1:step=8 -- " +
-                        Train(*dir_, "hang"),
-                    dir_->path());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("launch: hang: no rank finished a step"), std::string::npos)
-      << r.output;
-  EXPECT_EQ(Final("hang", 0), Final("clean", 0));
-  EXPECT_EQ(Final("hang", 1), Final("clean", 1));
-  auto report = nlohmann::json::parse(ReadFile(goodput));
-  ASSERT_EQ(report["failures"].size(), 1u);
-  EXPECT_EQ(report["failures"][0]["kind"], "hang");
+  std::string out;
+  auto report = Recover("hang", "--hang-timeout 3", "hang:rank=1:step=8", "", &out);
+  EXPECT_NE(out.find("launch: hang: no rank finished a step"), std::string::npos) << out;
+  EXPECT_NE(out.find("hang at step 8 before the gradient all-reduce"), std::string::npos) << out;
+  ExpectFailure(report, "hang", -1);
   const double detection = report["failures"][0]["detection_s"].get<double>();
   EXPECT_GE(detection, 3.0);
-  EXPECT_LT(detection, 10.0);
+  EXPECT_LT(detection, 60.0);
+  EXPECT_GE(report["time_s"]["detection"].get<double>(), 3.0);
+}
+
+// A NaN loss with training.on_nonfinite = "restart": exit code 8, restart from step 6, and the
+// rerun (the fault was transient) is the uninterrupted trajectory.
+TEST_F(ResilienceE2E, NanLossRestartsFromTheLastCheckpoint) {
+  auto report = Recover("nan_restart", "", "nan:rank=1:step=8", "--set training.on_nonfinite=restart");
+  ExpectFailure(report, "nonfinite", -1);
+  EXPECT_EQ(report["failures"][0]["exit_code"], 8);
+  EXPECT_EQ(report["failures"][0]["resumed_from"], 6);
+  // The default stops: divergence is not restartable.
+  auto stop = RunTenax("launch --nproc-per-node 2 --max-restarts 2 --inject nan:rank=0:step=2 -- " +
+                           Train(*dir_, "nonfinite_stop"),
+                       dir_->path());
+  EXPECT_EQ(stop.exit_code, 7) << stop.output;
+  EXPECT_NE(stop.output.find("not restarting"), std::string::npos) << stop.output;
+}
+
+TEST_F(ResilienceE2E, FailedCheckpointWriteIsRetriedFromTheOneBefore) {
+  std::string out;
+  auto report = Recover("ckpt_fail", "", "ckpt-fail:step=9", "", &out);
+  ExpectFailure(report, "checkpoint-write", -1);
+  EXPECT_EQ(report["failures"][0]["exit_code"], 5);
+  EXPECT_EQ(report["failures"][0]["resumed_from"], 6);
+  EXPECT_NE(out.find("injected I/O error"), std::string::npos) << out;
+}
+
+// Step 9's checkpoint is committed, then damaged; a crash at step 11 makes the restart resume,
+// which must detect the damage and fall back to step 6.
+TEST_F(ResilienceE2E, CorruptedCheckpointIsSkippedAtResume) {
+  std::string out;
+  auto report =
+      Recover("ckpt_corrupt", "", "ckpt-corrupt:step=9,crash:rank=1:step=11", "", &out);
+  EXPECT_NE(out.find("skipping checkpoint step 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("resuming from " + *dir_ / "ckpt_corrupt/checkpoints/step_00000006"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(report["failures"].size(), 2u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "crash");
+  EXPECT_EQ(report["failures"][0]["resumed_from"], 6);
+  EXPECT_EQ(report["failures"][1]["kind"], "corrupt-checkpoint");
+  EXPECT_EQ(report["failures_by_kind"]["corrupt-checkpoint"], 1);
+  EXPECT_EQ(report["steps_redone"], 4);  // 7..10
+}
+
+TEST_F(ResilienceE2E, KillWhileWritingACheckpoint) {
+  auto report = Recover("kill_in_ckpt", "", "kill-in-ckpt:rank=0:step=9");
+  ExpectFailure(report, "crash-in-checkpoint", 0);
+  EXPECT_EQ(report["failures"][0]["exit_code"], 137);
+  EXPECT_EQ(report["failures"][0]["resumed_from"], 6);
+  // The half-written step 9 was cleared and written again; the run ends committed.
+  EXPECT_TRUE(
+      std::filesystem::exists(*dir_ / "kill_in_ckpt/checkpoints/step_00000012/COMMITTED"));
+}
+
+TEST_F(ResilienceE2E, SpareTakesTheFailedSlot) {
+  std::string out;
+  auto report = Recover("spare", "--spares 1", "crash:rank=1:step=8", "", &out);
+  ExpectFailure(report, "crash", 1);
+  EXPECT_EQ(report["failures"][0]["slot"], 1);
+  EXPECT_EQ(report["failures"][0]["replacement_slot"], 2);
+  EXPECT_NE(out.find("slot 1 excluded; the spare in slot 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank@slot: 0@slot0 1@slot2"), std::string::npos) << out;
+}
+
+// Slot 1 fails, its rank moves to spare slot 2 and slot 1 becomes the spare; then slot 2 fails
+// (rank 1 back to slot 1), then slot 1 fails a second time: quarantined, the run continues on
+// slot 2 and finishes identical.
+TEST_F(ResilienceE2E, RepeatedFailuresQuarantineASlotAndTheRunContinuesOnSpares) {
+  std::string out;
+  auto report = Recover("quarantine", "--spares 1",
+                        "crash:rank=1:step=4,crash:rank=1:step=7:gen=1,crash:rank=1:step=11:gen=2",
+                        "", &out);
+  EXPECT_EQ(report["restarts"], 3);
+  ASSERT_EQ(report["failures"].size(), 3u);
+  EXPECT_EQ(report["failures"][0]["slot"], 1);
+  EXPECT_EQ(report["failures"][1]["slot"], 2);
+  EXPECT_EQ(report["failures"][2]["slot"], 1);
+  EXPECT_EQ(report["failures"][2]["replacement_slot"], 2);
+  EXPECT_EQ(report["failures_by_kind"]["crash"], 3);
+  EXPECT_NE(out.find("slot 1 failed 2 time(s): quarantined"), std::string::npos) << out;
+}
+
+TEST_F(ResilienceE2E, NoSpareLeftStopsWithAReport) {
+  auto r = RunTenax("launch --nproc-per-node 2 --max-restarts 5 --spares 1 --quarantine-after 1 "
+                    "--inject crash:rank=1:step=4,crash:rank=1:step=5:gen=1 -- " +
+                        Train(*dir_, "no_spare"),
+                    dir_->path());
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("local rank 1 has nowhere to run: its slot 2 is quarantined after 1 "
+                          "failure(s) and no spare is left (quarantined slots: 1, 2"),
+            std::string::npos)
+      << r.output;
+  auto report = nlohmann::json::parse(ReadFile(*dir_ / "no_spare/goodput.json"));
+  EXPECT_EQ(report["exit_code"], 137);
+  EXPECT_EQ(report["failures"].size(), 2u);
 }
 
 TEST_F(ResilienceE2E, NoRestartsLeftStopsWithAReport) {
@@ -92,6 +241,87 @@ TEST_F(ResilienceE2E, NoRestartsLeftStopsWithAReport) {
   EXPECT_EQ(r.exit_code, 137) << r.output;
   EXPECT_NE(r.output.find("no restarts left (1 used)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 failure(s) and 1 restart(s)"), std::string::npos) << r.output;
+}
+
+// Rank 1 computes 4x longer per step from step 2: reported by rank and host; slowness alone is
+// not a failure, so the run is otherwise untouched.
+TEST_F(ResilienceE2E, StragglerIsReportedByRankAndHost) {
+  std::string out;
+  auto r = RunTenax("launch --nproc-per-node 2 --inject slow:rank=1:factor=4:from=2 -- " +
+                        Train(*dir_, "slow"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("launch: straggler: rank 1 on "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("launch: straggler: rank 0"), std::string::npos) << r.output;
+  EXPECT_TRUE(Final("slow", 0) == Final("clean", 0));
+  auto report = nlohmann::json::parse(ReadFile(*dir_ / "slow/goodput.json"));
+  ASSERT_EQ(report["stragglers"].size(), 1u) << report.dump(2);
+  const auto& s = report["stragglers"][0];
+  EXPECT_EQ(s["rank"], 1);
+  EXPECT_FALSE(s["host"].get<std::string>().empty());
+  EXPECT_GT(s["compute_s"].get<double>(), 1.5 * s["median_s"].get<double>());
+  EXPECT_EQ(report["failures"].size(), 0u);
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    ::send(fd, req.data(), req.size(), 0);
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, n);
+  }
+  ::close(fd);
+  return out;
+}
+
+// The status file and the Prometheus endpoint, read while the run is going.
+TEST_F(ResilienceE2E, StatusFileAndMetricsDuringARun) {
+  const int port = FreeTcpPort();
+  const std::string status = *dir_ / "status.json";
+  CommandResult r;
+  std::thread run([&] {
+    r = RunTenax("launch --nproc-per-node 2 --spares 1 --status-file " + status +
+                     " --metrics-port " + std::to_string(port) +
+                     " --inject slow:rank=0:factor=25 -- " +
+                     Train(*dir_, "monitored", "--set training.steps=40 "
+                                               "--set checkpoint.interval=20"),
+                 dir_->path());
+  });
+  nlohmann::json seen;
+  std::string metrics;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (!std::filesystem::exists(status)) continue;
+    auto j = nlohmann::json::parse(ReadFile(status), nullptr, false);
+    if (j.is_object() && j["step"].get<int64_t>() > 0 && j["step"].get<int64_t>() < 40 &&
+        j["ranks_alive"] == 2) {
+      seen = j;
+      metrics = HttpGet(port, "/metrics");
+      break;
+    }
+  }
+  run.join();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(seen.is_object()) << "never saw a running status; " << r.output;
+  EXPECT_EQ(seen["ranks"].size(), 2u);
+  EXPECT_EQ(seen["restarts"], 0);
+  EXPECT_EQ(seen["spares_ready"], 1) << seen.dump(2);
+  EXPECT_GT(seen["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_NE(metrics.find("200 OK"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\ntenax_ranks_alive 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("\ntenax_restarts_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tenax_effective_training_ratio"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tenax_time_seconds{bucket=\"productive\"}"), std::string::npos);
+  auto last = nlohmann::json::parse(ReadFile(status));
+  EXPECT_EQ(last["step"], 40);
+  EXPECT_EQ(last["ranks_alive"], 0);
 }
 
 TEST_F(ResilienceE2E, BadInputIsNotRestarted) {
@@ -107,6 +337,10 @@ TEST_F(ResilienceE2E, BadInputIsNotRestarted) {
   EXPECT_EQ(spec.exit_code, 2) << spec.output;
   EXPECT_NE(spec.output.find("a crash needs rank=R and step=S"), std::string::npos)
       << spec.output;
+  auto slow = RunTenax("launch --nproc-per-node 2 --inject slow:rank=1 -- " + Train(*dir_, "s"),
+                       dir_->path());
+  EXPECT_EQ(slow.exit_code, 2) << slow.output;
+  EXPECT_NE(slow.output.find("a slow needs factor=F"), std::string::npos) << slow.output;
 }
 
 }  // namespace

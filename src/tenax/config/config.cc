@@ -288,6 +288,7 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   t.Get("device", &c->training.device, {"auto", "cpu", "cuda"});
   t.Get("threads", &c->training.threads);
   t.Get("stop_at", &c->training.stop_at);
+  t.Get("on_nonfinite", &c->training.on_nonfinite, {"stop", "restart"});
   t.Positive("steps", c->training.steps);
   t.Positive("local_batch_size", c->training.local_batch_size);
   t.Positive("seq_len", c->training.seq_len);
@@ -430,7 +431,8 @@ std::string ConfigToToml(const Config& c) {
                                {"max_norm", c.training.max_norm},
                                {"mixed_precision", c.training.mixed_precision},
                                {"device", c.training.device}, {"threads", c.training.threads},
-                               {"stop_at", c.training.stop_at}}},
+                               {"stop_at", c.training.stop_at},
+                               {"on_nonfinite", c.training.on_nonfinite}}},
       {"parallelism",
        toml::table{{"data_parallel_replicate", c.parallelism.data_parallel_replicate},
                    {"data_parallel_shard", c.parallelism.data_parallel_shard},

@@ -81,6 +81,10 @@ struct TrainingOptions {
   // Stop (after checkpointing) once this step is done; the schedule still spans `steps`. For
   // time-boxed jobs: the next run with resume = "latest" continues the same trajectory. 0 = off.
   int64_t stop_at = 0;
+  // A NaN/Inf loss or gradient norm: "stop" (exit code 7: lower the learning rate) or "restart"
+  // (exit code 8, so `tenax launch --max-restarts` resumes from the last good checkpoint; for
+  // transient faults such as a flipped bit, the rerun is bitwise the uninterrupted trajectory).
+  std::string on_nonfinite = "stop";
 };
 
 // How the world of ranks is laid out (torchtitan's names). The product of the degrees must equal

@@ -1,32 +1,134 @@
 #include "tenax/core/heartbeat.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 namespace tenax {
+namespace {
 
-void Heartbeat(int rank, int64_t step) {
-  const char* dir = std::getenv("TENAX_HEARTBEAT_DIR");
-  if (dir == nullptr || *dir == '\0') return;
-  const std::string path = std::string(dir) + "/rank-" + std::to_string(rank);
+constexpr size_t kRecentSteps = 16;  // enough for the launcher's 4 polls per second to miss none
+
+double WallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void WriteBeatFile(const std::string& dir, int rank, const std::string& text) {
+  const std::string path = dir + "/rank-" + std::to_string(rank);
   const std::string tmp = path + ".tmp";
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << step << " " << std::to_string(now) << "\n";
+    out << text;
   }
   std::rename(tmp.c_str(), path.c_str());
 }
 
+std::string HeartbeatDir() {
+  const char* dir = std::getenv("TENAX_HEARTBEAT_DIR");
+  return (dir == nullptr) ? "" : dir;
+}
+
+}  // namespace
+
+void Heartbeat(int rank, int64_t step) {
+  const std::string dir = HeartbeatDir();
+  if (dir.empty()) return;
+  WriteBeatFile(dir, rank, nlohmann::json{{"step", step}, {"wall_s", WallNow()}}.dump() + "\n");
+}
+
 std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   std::ifstream in(dir + "/rank-" + std::to_string(rank));
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("step")) return std::nullopt;
   Beat b;
-  if (!(in >> b.step >> b.wall_s)) return std::nullopt;
+  b.step = j.value("step", int64_t{0});
+  b.wall_s = j.value("wall_s", 0.0);
+  b.phase = j.value("phase", std::string("train"));
+  b.generation = j.value("generation", 0);
+  b.pid = j.value("pid", 0);
+  b.host = j.value("host", std::string());
+  b.resume_step = j.value("resume_step", int64_t{0});
+  b.set_aside = j.value("set_aside", 0);
+  b.run_dir = j.value("run_dir", std::string());
+  b.steps_s = j.value("steps_s", 0.0);
+  b.checkpoint_s = j.value("checkpoint_s", 0.0);
+  b.step_s = j.value("step_s", 0.0);
+  b.compute_s = j.value("compute_s", 0.0);
+  b.tokens_per_s = j.value("tokens_per_s", 0.0);
+  if (j.contains("recent") && j["recent"].is_array()) {
+    for (const auto& r : j["recent"]) {
+      if (r.is_array() && r.size() == 2) b.recent.emplace_back(r[0].get<int64_t>(), r[1].get<double>());
+    }
+  }
   return b;
+}
+
+HeartbeatWriter::HeartbeatWriter(int rank) : rank_(rank), dir_(HeartbeatDir()) {
+  if (dir_.empty()) return;
+  const char* gen = std::getenv("TENAX_RESTART_COUNT");
+  beat_.generation = gen ? std::atoi(gen) : 0;
+  beat_.pid = static_cast<int>(::getpid());
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) == 0) beat_.host = host;
+}
+
+void HeartbeatWriter::Ready(int64_t resume_step, int set_aside, const std::string& run_dir) {
+  beat_.run_dir = run_dir;
+  beat_.resume_step = resume_step;
+  beat_.set_aside = set_aside;
+  Write(resume_step, "ready");
+}
+
+void HeartbeatWriter::StepDone(int64_t step, double step_s, double compute_s,
+                               double tokens_per_s) {
+  beat_.steps_s += step_s;
+  beat_.step_s = step_s;
+  beat_.compute_s = compute_s;
+  beat_.tokens_per_s = tokens_per_s;
+  recent_.emplace_back(step, compute_s);
+  if (recent_.size() > kRecentSteps) recent_.pop_front();
+  Write(step, "train");
+}
+
+void HeartbeatWriter::CheckpointBegin(int64_t step) { Write(step, "checkpoint"); }
+
+void HeartbeatWriter::CheckpointDone(int64_t step, double seconds) {
+  beat_.checkpoint_s += seconds;
+  Write(step, "train");
+}
+
+void HeartbeatWriter::NonFinite(int64_t step) { Write(step, "nonfinite"); }
+
+void HeartbeatWriter::Write(int64_t step, const char* phase) {
+  if (dir_.empty()) return;
+  nlohmann::json recent = nlohmann::json::array();
+  for (const auto& [s, c] : recent_) recent.push_back({s, c});
+  const nlohmann::json j = {{"step", step},
+                            {"wall_s", WallNow()},
+                            {"phase", phase},
+                            {"generation", beat_.generation},
+                            {"pid", beat_.pid},
+                            {"host", beat_.host},
+                            {"resume_step", beat_.resume_step},
+                            {"set_aside", beat_.set_aside},
+                            {"run_dir", beat_.run_dir},
+                            {"steps_s", beat_.steps_s},
+                            {"checkpoint_s", beat_.checkpoint_s},
+                            {"step_s", beat_.step_s},
+                            {"compute_s", beat_.compute_s},
+                            {"tokens_per_s", beat_.tokens_per_s},
+                            {"recent", recent}};
+  WriteBeatFile(dir_, rank_, j.dump() + "\n");
 }
 
 }  // namespace tenax

@@ -1,21 +1,67 @@
-// Progress heartbeats from ranks to the launcher: after every step a rank overwrites
-// $TENAX_HEARTBEAT_DIR/rank-R with "STEP WALL_SECONDS" (temp file + rename, no fsync: losing a
-// beat on a machine crash is harmless, a torn one is not). The launcher reads the files to tell
-// a hang (no rank progresses) from a slow step. Absent variable: beats are no-ops.
+// Progress heartbeats from ranks to the launcher. A rank overwrites $TENAX_HEARTBEAT_DIR/rank-R
+// with one JSON object (temp file + rename, no fsync: losing a beat on a machine crash is
+// harmless, a torn one is not) when it is ready to train, after every step and around every
+// checkpoint. The launcher reads the files to tell a hang (no rank progresses) from a slow step,
+// to find stragglers (per-step compute time, without the time blocked in collectives) and to
+// split the wall time for goodput.json (cumulative step and checkpoint seconds, the step a
+// generation resumed from). Absent variable: beats are no-ops.
+// Non-goals: a network transport (one node shares a folder; other nodes keep their own).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tenax {
 
+// Minimal beat (step and time only), kept for callers without the writer below.
 void Heartbeat(int rank, int64_t step);
 
 struct Beat {
   int64_t step = 0;
   double wall_s = 0;  // the rank's clock (seconds since the epoch)
+  // "ready" (set up, about to train), "train" (a step finished), "checkpoint" (writing one),
+  // "nonfinite" (the loss or gradient became NaN/Inf; the rank is about to exit).
+  std::string phase = "train";
+  int generation = 0;        // TENAX_RESTART_COUNT of the writer
+  int pid = 0;
+  std::string host;
+  int64_t resume_step = 0;   // the step this process started training after
+  int set_aside = 0;         // damaged or newer checkpoints moved aside at resume (rank 0)
+  std::string run_dir;       // the run folder (job.dump_folder/job.name)
+  double steps_s = 0;        // cumulative seconds inside training steps, this process
+  double checkpoint_s = 0;   // cumulative seconds writing checkpoints, this process
+  double step_s = 0;         // the last step
+  double compute_s = 0;      // the last step without the time blocked in collectives
+  double tokens_per_s = 0;   // the last step, global tokens
+  std::vector<std::pair<int64_t, double>> recent;  // (step, compute_s) of the last few steps
 };
 std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank);
+
+// Writes the rich beats of one rank. Not thread-safe; one per rank process.
+class HeartbeatWriter {
+ public:
+  explicit HeartbeatWriter(int rank);  // reads TENAX_HEARTBEAT_DIR and TENAX_RESTART_COUNT
+  HeartbeatWriter(const HeartbeatWriter&) = delete;
+  HeartbeatWriter& operator=(const HeartbeatWriter&) = delete;
+
+  // `run_dir`: the run folder, where the launcher writes goodput.json by default.
+  void Ready(int64_t resume_step, int set_aside, const std::string& run_dir);
+  void StepDone(int64_t step, double step_s, double compute_s, double tokens_per_s);
+  void CheckpointBegin(int64_t step);
+  void CheckpointDone(int64_t step, double seconds);
+  void NonFinite(int64_t step);
+
+ private:
+  void Write(int64_t step, const char* phase);
+
+  int rank_;
+  std::string dir_;  // empty: beats off
+  Beat beat_;
+  std::deque<std::pair<int64_t, double>> recent_;
+};
 
 }  // namespace tenax

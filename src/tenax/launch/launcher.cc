@@ -4,22 +4,27 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <thread>
 
-#include <nlohmann/json.hpp>
+extern char** environ;
 
 #include <fmt/format.h>
-
-#include <algorithm>
-#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "tenax/core/fault_injection.h"
-#include "tenax/core/heartbeat.h"
 #include "tenax/core/fs.h"
+#include "tenax/core/heartbeat.h"
 #include "tenax/core/log.h"
 #include "tenax/core/net.h"
+#include "tenax/launch/goodput.h"
+#include "tenax/launch/monitor.h"
+#include "tenax/launch/spares.h"
+#include "tenax/launch/stragglers.h"
 
 namespace tenax::launch {
 namespace {
@@ -27,6 +32,7 @@ namespace {
 volatile sig_atomic_t g_forward_signal = 0;  // set by the handler, read by the wait loop
 void OnSignal(int sig) { g_forward_signal = sig; }
 
+constexpr double kPollS = 0.02;  // the wait loop's period: the detection latency of a crash
 
 std::string Describe(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
@@ -45,152 +51,385 @@ double Now() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
+double WallNow() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// What a failed rank was doing, from its exit code and its last beat's phase.
+std::string Classify(int code, const std::string& phase) {
+  if (phase == "nonfinite") return "nonfinite";
+  if (phase == "checkpoint") return code == 5 ? "checkpoint-write" : "crash-in-checkpoint";
+  if (phase == "setup") return "setup";
+  if (code == 5) return "io-error";
+  return "crash";
+}
+
+// Kinds that say the slot (the machine) is at fault, so its rank moves to a spare.
+bool BlamesSlot(const std::string& kind) {
+  return kind == "crash" || kind == "crash-in-checkpoint" || kind == "hang" ||
+         kind == "straggler" || kind == "setup";
+}
 
 struct GenerationResult {
   int exit_code = 0;
-  int failed_rank = -1;
-  std::string cause;
-  double start_s = 0, end_s = 0;
+  int failed_local = -1;
+  std::string kind, cause, host;
   bool interrupted = false;  // the launcher itself was told to stop
-  double detection_s = 0;    // hangs: how long the job was silent before the launcher acted
+  double detected_s = 0;     // launch clock
+  double detection_s = 0;
 };
 
-GenerationResult RunGeneration(const LaunchOptions& o, int generation, const std::string& host,
-                               int port, const char* exe) {
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, std::string host, int fixed_port, std::string exe)
+      : o_(o), host_(std::move(host)), fixed_port_(fixed_port), exe_(std::move(exe)),
+        t0_(Now()), wall0_(WallNow()),
+        stragglers_(o.nproc_per_node, o.straggler_factor, o.straggler_steps) {}
+
+  Result<int> Run();
+
+ private:
+  int Rank(int local) const { return o_.node_rank * o_.nproc_per_node + local; }
+  double Elapsed() const { return Now() - t0_; }
+  Result<pid_t> Spawn(int slot, int read_fd);
+  GenerationResult RunGeneration(int gen);
+  void Publish(int gen, bool force);
+
+  const LaunchOptions& o_;
+  const std::string host_;
+  const int fixed_port_;
+  const std::string exe_;
+  const double t0_, wall0_;
+  std::string hb_dir_;
+  std::unique_ptr<SlotTable> slots_;
+  std::unique_ptr<Monitor> monitor_;
+  Goodput goodput_;
+  StragglerDetector stragglers_;
+  std::vector<Beat> beats_;  // newest beat per local rank, this generation
+  int straggler_count_ = 0;
+};
+
+Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
+  // Everything the child needs is prepared here: after fork only async-signal-safe calls are
+  // allowed (the metrics thread may hold the allocator's lock).
+  const int fd = ::dup(read_fd);  // without O_CLOEXEC: survives the exec; closed here after fork
+  if (fd < 0) return IoError(std::string("dup: ") + std::strerror(errno));
+  std::vector<std::string> env = {
+      "TENAX_STANDBY_FD=" + std::to_string(fd), "TENAX_SLOT=" + std::to_string(slot),
+      "LOCAL_WORLD_SIZE=" + std::to_string(o_.nproc_per_node),
+      fmt::format("TENAX_LAUNCH_TIME={:.3f}", wall0_)};
+  if (!hb_dir_.empty()) env.push_back("TENAX_HEARTBEAT_DIR=" + hb_dir_);
+  if (!o_.inject.empty()) env.push_back("TENAX_INJECT=" + o_.inject);
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    const bool ours = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
+      return x.compare(0, key.size() + 1, key + "=") == 0;
+    });
+    if (!ours) env.push_back(kv);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv{const_cast<char*>(exe_.c_str())};
+  for (const auto& a : o_.args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores it; a rank should not
+    ::execve(exe_.c_str(), argv.data(), envp.data());
+    static const char msg[] = "tenax launch: exec of the tenax binary failed\n";
+    [[maybe_unused]] auto n = ::write(2, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  ::close(fd);
+  if (pid < 0) return Internal(std::string("fork failed: ") + std::strerror(errno));
+  return pid;
+}
+
+void Supervisor::Publish(int gen, bool force) {
+  if (!monitor_) return;
+  nlohmann::json ranks = nlohmann::json::array();
+  int alive = 0;
+  for (int local = 0; local < o_.nproc_per_node; ++local) {
+    const int slot = slots_->SlotOf(local);
+    const SlotProcess& p = slots_->process(slot);
+    const bool up = p.pid > 0 && p.local == local;
+    alive += up;
+    const Beat& b = beats_[local];
+    ranks.push_back({{"rank", Rank(local)}, {"slot", slot}, {"pid", up ? p.pid : -1},
+                     {"alive", up}, {"step", b.step}, {"phase", b.phase}, {"host", b.host},
+                     {"tokens_per_s", b.tokens_per_s}});
+  }
+  const double wall = Elapsed();
+  nlohmann::json status = {{"time_s", wall},
+                           {"generation", gen},
+                           {"ranks_alive", alive},
+                           {"ranks", ranks},
+                           {"step", goodput_.step()},
+                           {"tokens_per_s", goodput_.tokens_per_s()},
+                           {"restarts", goodput_.restarts()},
+                           {"failures", goodput_.failure_count()},
+                           {"spares_ready", slots_->ReadySpares()},
+                           {"quarantined_slots", slots_->QuarantinedSlots()},
+                           {"stragglers", straggler_count_},
+                           {"goodput", goodput_.Report(wall, 0)}};
+  monitor_->Update(status, force);
+}
+
+GenerationResult Supervisor::RunGeneration(int gen) {
   GenerationResult g;
-  g.start_s = Now();
-  const int world = o.nproc_per_node * o.nnodes;
-  // Heartbeats: a fresh folder per generation, read every 250 ms.
-  std::string hb_dir = "/tmp/tenax-heartbeat-XXXXXX";
-  const bool watching = ::mkdtemp(hb_dir.data()) != nullptr;
-  std::vector<int64_t> last_step(o.nproc_per_node, -1);
+  const int n = o_.nproc_per_node;
+  const int world = n * o_.nnodes;
+  // A fresh store port each generation: the old one may linger in TIME_WAIT.
+  const int port = fixed_port_ > 0 ? fixed_port_ : FreeTcpPort();
+  goodput_.GenerationStarted(gen, Elapsed());
+  stragglers_.Reset();
+  beats_.assign(n, Beat{});
+  for (int local = 0; local < n; ++local) {
+    std::error_code ec;
+    std::filesystem::remove(hb_dir_ + "/rank-" + std::to_string(Rank(local)), ec);
+  }
+  for (int local = 0; local < n; ++local) {
+    Status st = slots_->Assign(
+        local, fmt::format("RANK={} WORLD_SIZE={} LOCAL_RANK={} LOCAL_WORLD_SIZE={} "
+                           "MASTER_ADDR={} MASTER_PORT={} TENAX_RESTART_COUNT={}",
+                           Rank(local), world, local, n, host_, port, gen));
+    if (!st.ok()) {
+      log::Error("launch: {}", st.message());
+      g.exit_code = 1;
+      g.failed_local = local;
+      g.kind = "setup";
+      g.cause = st.message();
+      g.detected_s = Elapsed();
+      slots_->SignalRanks(SIGKILL);
+      break;
+    }
+  }
+  std::string where;
+  for (int local = 0; local < n; ++local) {
+    where += fmt::format("{}{}@slot{}", local ? " " : "", Rank(local), slots_->SlotOf(local));
+  }
+  log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{}; rank@slot: {})", gen,
+            Rank(0), Rank(n - 1), world, host_, port, where);
+  // Refill the spare pool after the ranks got their processes: they must not wait for it.
+  if (Status st = slots_->FillStandbys(); !st.ok()) {
+    log::Warn("launch: could not start a standby process: {}", st.message());
+  }
+
+  std::vector<int64_t> last_step(n, -1);
   double last_progress = Now();  // launcher clock of the newest step change on any rank
   double last_check = 0;
   bool any_step_done = false;
-  std::vector<double> intervals;  // seconds between step completions (rank 0 of this node)
-  std::vector<pid_t> pids(o.nproc_per_node, -1);
-  for (int local = 0; local < o.nproc_per_node; ++local) {
-    const int rank = o.node_rank * o.nproc_per_node + local;
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      g.exit_code = 1;
-      g.cause = std::string("fork failed: ") + std::strerror(errno);
-      return g;
-    }
-    if (pid == 0) {
-      ::setenv("RANK", std::to_string(rank).c_str(), 1);
-      ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      ::setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node).c_str(), 1);
-      ::setenv("MASTER_ADDR", host.c_str(), 1);
-      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      ::setenv("TENAX_RESTART_COUNT", std::to_string(generation).c_str(), 1);
-      if (watching) ::setenv("TENAX_HEARTBEAT_DIR", hb_dir.c_str(), 1);
-      if (!o.inject.empty()) ::setenv("TENAX_INJECT", o.inject.c_str(), 1);
-      std::vector<char*> argv{const_cast<char*>(exe)};
-      for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(exe, argv.data());
-      std::fprintf(stderr, "tenax launch: exec %s failed: %s\n", exe, std::strerror(errno));
-      ::_exit(127);
-    }
-    pids[local] = pid;
-  }
-  log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{})", generation,
-            o.node_rank * o.nproc_per_node, (o.node_rank + 1) * o.nproc_per_node - 1, world, host,
-            port);
-  int alive = o.nproc_per_node;
-  bool stopping = false;
-  std::chrono::steady_clock::time_point kill_at;
-  auto stop_all = [&](int sig) {
-    for (pid_t p : pids) {
-      if (p > 0) ::kill(p, sig);
-    }
-  };
+  std::vector<double> intervals;  // seconds between step completions (local rank 0)
+  bool stopping = g.exit_code != 0;
+  auto kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(3600);
   auto begin_stop = [&](int sig) {
-    stop_all(sig);
+    slots_->SignalRanks(sig);
     stopping = true;
     kill_at = std::chrono::steady_clock::now() +
-              std::chrono::milliseconds(static_cast<int>(o.kill_grace_s * 1000));
+              std::chrono::milliseconds(static_cast<int>(o_.kill_grace_s * 1000));
   };
-  while (alive > 0) {
+  if (stopping) begin_stop(SIGKILL);
+  while (slots_->RanksAlive() > 0) {
     if (g_forward_signal != 0 && !stopping) {
       log::Info("launch: received signal {}, stopping all ranks", int(g_forward_signal));
       g.exit_code = 128 + g_forward_signal;
       g.interrupted = true;
       begin_stop(g_forward_signal);
     }
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      int local = -1;
-      for (int i = 0; i < o.nproc_per_node; ++i) {
-        if (pids[i] == pid) local = i;
+    // Reap everything that ended since the last poll; among several failures in one poll the
+    // root cause is likelier the one killed by a signal (its peers then fail in collectives).
+    int failed_local = -1, failed_status = 0;
+    for (int status = 0;;) {
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      const SlotTable::ReapedProcess r = slots_->Reaped(pid);
+      if (r.slot < 0) continue;
+      if (r.local < 0) {
+        log::Warn("launch: the standby process {} in slot {} {} before it was needed", pid,
+                  r.slot, Describe(status));
+        continue;
       }
-      if (local < 0) continue;
-      pids[local] = -1;
-      --alive;
-      const int rank = o.node_rank * o.nproc_per_node + local;
       const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-      if (failed && !stopping) {
-        log::Error("launch: rank {} {}; stopping the other {} rank(s) on this node", rank,
-                   Describe(status), alive);
-        g.exit_code = ExitCode(status);
-        g.failed_rank = rank;
-        g.cause = Describe(status);
-        begin_stop(SIGTERM);
+      if (!failed || stopping) continue;
+      const bool signalled = !WIFEXITED(status);
+      if (failed_local < 0 || (signalled && WIFEXITED(failed_status))) {
+        failed_local = r.local;
+        failed_status = status;
       }
-      continue;
     }
-    if (watching && !stopping && Now() - last_check > 0.25) {
+    if (failed_local >= 0) {
+      auto beat = ReadHeartbeat(hb_dir_, Rank(failed_local));  // the newest phase
+      const bool current = beat && beat->generation == gen;
+      g.exit_code = ExitCode(failed_status);
+      g.failed_local = failed_local;
+      g.kind = Classify(g.exit_code, current ? beat->phase : std::string("setup"));
+      g.cause = "rank " + std::to_string(Rank(failed_local)) + " " + Describe(failed_status);
+      g.host = current ? beat->host : "";
+      g.detected_s = Elapsed();
+      g.detection_s = kPollS;
+      log::Error("launch: rank {} {} ({}); stopping the other {} rank(s) on this node",
+                 Rank(failed_local), Describe(failed_status), g.kind, slots_->RanksAlive());
+      begin_stop(SIGTERM);
+    }
+    if (!stopping && Now() - last_check > 0.25) {
       last_check = Now();
-      for (int i = 0; i < o.nproc_per_node; ++i) {
-        auto beat = ReadHeartbeat(hb_dir, o.node_rank * o.nproc_per_node + i);
-        if (!beat || beat->step == last_step[i]) continue;
+      for (int i = 0; i < n; ++i) {
+        auto beat = ReadHeartbeat(hb_dir_, Rank(i));
+        if (!beat || beat->generation != gen) continue;
+        beats_[i] = *beat;
+        stragglers_.Add(i, beat->recent);
+        if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), WallNow());
+        if (beat->step == last_step[i]) continue;
         if (i == 0 && last_step[0] >= 0) intervals.push_back(Now() - last_progress);
         any_step_done = any_step_done || last_step[i] >= 0;
         last_step[i] = beat->step;
         last_progress = Now();
       }
-      double timeout = o.startup_timeout_s;
+      for (const Straggler& s : stragglers_.Evaluate()) {
+        ++straggler_count_;
+        const int slot = slots_->SlotOf(s.local);
+        log::Warn("launch: straggler: rank {} on {} (slot {}) computed {:.3f}s per step against "
+                  "a median of {:.3f}s for {} steps in a row (step {})",
+                  Rank(s.local), beats_[s.local].host, slot, s.compute_s, s.median_s,
+                  o_.straggler_steps, s.step);
+        goodput_.AddStraggler({{"time_s", Elapsed()}, {"generation", gen},
+                               {"rank", Rank(s.local)}, {"slot", slot},
+                               {"host", beats_[s.local].host}, {"step", s.step},
+                               {"compute_s", s.compute_s}, {"median_s", s.median_s}});
+        if (o_.replace_stragglers && !stopping) {
+          g.exit_code = 125;
+          g.failed_local = s.local;
+          g.kind = "straggler";
+          g.cause = fmt::format("rank {} straggles ({:.3f}s vs median {:.3f}s)", Rank(s.local),
+                                s.compute_s, s.median_s);
+          g.host = beats_[s.local].host;
+          g.detected_s = Elapsed();
+          g.detection_s = 0;
+          begin_stop(SIGTERM);
+        }
+      }
+      double timeout = o_.startup_timeout_s;
       if (any_step_done && !intervals.empty()) {
         std::vector<double> sorted = intervals;
         std::sort(sorted.begin(), sorted.end());
-        timeout = std::max(o.hang_timeout_s, o.hang_factor * sorted[sorted.size() / 2]);
+        timeout = std::max(o_.hang_timeout_s, o_.hang_factor * sorted[sorted.size() / 2]);
       }
       const double quiet = Now() - last_progress;
-      if (quiet > timeout) {
+      if (!stopping && quiet > timeout) {
         std::string steps;
-        for (int i = 0; i < o.nproc_per_node; ++i) {
-          steps += fmt::format("{}rank {} at step {}", i ? ", " : "",
-                               o.node_rank * o.nproc_per_node + i, last_step[i]);
+        for (int i = 0; i < n; ++i) {
+          steps += fmt::format("{}rank {} at step {}", i ? ", " : "", Rank(i), last_step[i]);
         }
         log::Error("launch: hang: no rank finished a step for {:.1f}s (timeout {:.1f}s); {}; "
                    "stopping all ranks",
                    quiet, timeout, steps);
         g.exit_code = 124;
+        g.kind = "hang";
         g.cause = fmt::format("hang: no progress for {:.1f}s", quiet);
+        g.detected_s = Elapsed();
         g.detection_s = quiet;
         // The lowest step is the likeliest culprit; equal steps leave it undetermined.
         const auto low = std::min_element(last_step.begin(), last_step.end());
         if (std::count(last_step.begin(), last_step.end(), *low) == 1) {
-          g.failed_rank = o.node_rank * o.nproc_per_node + static_cast<int>(low - last_step.begin());
+          g.failed_local = static_cast<int>(low - last_step.begin());
+          g.host = beats_[g.failed_local].host;
         }
         begin_stop(SIGTERM);
       }
+      Publish(gen, false);
     }
     if (stopping && std::chrono::steady_clock::now() > kill_at) {
-      stop_all(SIGKILL);
+      slots_->SignalRanks(SIGKILL);
       kill_at = std::chrono::steady_clock::time_point::max();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::duration<double>(kPollS));
   }
-  g.end_s = Now();
-  if (watching) {
-    std::error_code ec;
-    std::filesystem::remove_all(hb_dir, ec);
+  // The last beats (the final step, a checkpoint) may have come after the last poll.
+  for (int i = 0; i < n; ++i) {
+    auto beat = ReadHeartbeat(hb_dir_, Rank(i));
+    if (!beat || beat->generation != gen) continue;
+    beats_[i] = *beat;
+    if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), WallNow());
   }
+  goodput_.GenerationEnded(Elapsed(), g.exit_code);
   return g;
+}
+
+Result<int> Supervisor::Run() {
+  hb_dir_ = "/tmp/tenax-heartbeat-XXXXXX";
+  if (::mkdtemp(hb_dir_.data()) == nullptr) {
+    return IoError(std::string("cannot create a heartbeat folder in /tmp: ") +
+                   std::strerror(errno));
+  }
+  TENAX_ASSIGN_OR_RETURN(monitor_, Monitor::Start(o_.status_file, o_.metrics_port));
+  slots_ = std::make_unique<SlotTable>(
+      o_.nproc_per_node, o_.spares, o_.quarantine_after,
+      [this](int slot, int fd) { return Spawn(slot, fd); });
+  int result = 0;
+  for (int gen = 0;; ++gen) {
+    GenerationResult g = RunGeneration(gen);
+    result = g.exit_code;
+    if (g.exit_code == 0 || g.interrupted) break;
+    FailureRecord f;
+    f.time_s = g.detected_s;
+    f.generation = gen;
+    f.rank = g.failed_local >= 0 ? Rank(g.failed_local) : -1;
+    f.slot = g.failed_local >= 0 ? slots_->SlotOf(g.failed_local) : -1;
+    f.host = g.host;
+    f.kind = g.kind;
+    f.cause = g.cause;
+    f.exit_code = g.exit_code;
+    f.detection_s = g.detection_s;
+    goodput_.AddFailure(f);
+    if (!Restartable(g.exit_code)) {
+      log::Error("launch: exit code {} means the input must be fixed (docs/exit_codes.md); "
+                 "not restarting",
+                 g.exit_code);
+      break;
+    }
+    if (gen >= o_.max_restarts) {
+      if (o_.max_restarts > 0) {
+        log::Error("launch: no restarts left ({} used); stopping with exit code {}",
+                   o_.max_restarts, g.exit_code);
+      }
+      break;
+    }
+    if (f.slot >= 0 && BlamesSlot(g.kind)) {
+      Result<int> moved = slots_->Exclude(f.slot);
+      if (!moved.ok()) {
+        log::Error("launch: cannot restart: {}; stopping with exit code {}",
+                   moved.status().message(), g.exit_code);
+        break;
+      }
+      if (*moved != f.slot) goodput_.SetReplacement(*moved);
+    }
+    log::Info("launch: restart {} of {}: all ranks start again from the newest good checkpoint",
+              gen + 1, o_.max_restarts);
+  }
+  const double wall = Elapsed();
+  const nlohmann::json report = goodput_.Report(wall, result);
+  log::Info("launch: {} in {:.1f}s with {} failure(s) and {} restart(s)",
+            result == 0 ? "finished" : "failed", wall, goodput_.failure_count(),
+            goodput_.restarts());
+  log::Info("launch: {}", Goodput::Summary(report));
+  Publish(goodput_.restarts(), true);
+  std::string path = o_.goodput_file;
+  if (path.empty() && !goodput_.run_dir().empty() && o_.node_rank == 0) {
+    path = JoinPath(goodput_.run_dir(), "goodput.json");
+  }
+  if (!path.empty()) {
+    TENAX_RETURN_IF_ERROR(LocalFs().WriteFileAtomic(path, report.dump(2) + "\n"));
+    log::Info("launch: goodput report written to {}", path);
+  }
+  slots_.reset();  // releases the spares
+  monitor_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(hb_dir_, ec);
+  if (result != 0) log::Error("launch: the job failed (exit code {})", result);
+  return result;
 }
 
 }  // namespace
@@ -209,6 +448,18 @@ Result<int> Launch(const LaunchOptions& o) {
     return InvalidArgument("--max-restarts with --nnodes > 1 is not supported yet (restarts need "
                            "a rendezvous across nodes); use one node or restart the job "
                            "from your scheduler");
+  }
+  if (o.spares < 0) return InvalidArgument("--spares must be >= 0");
+  if (o.spares > 0 && o.nnodes > 1) {
+    return InvalidArgument("--spares with --nnodes > 1 is not supported yet (spares are local "
+                           "slots of a single-node job)");
+  }
+  if (o.quarantine_after < 1) return InvalidArgument("--quarantine-after must be >= 1");
+  if (o.straggler_factor <= 1 || o.straggler_steps < 1) {
+    return InvalidArgument("--straggler-factor must be > 1 and --straggler-steps >= 1");
+  }
+  if (o.metrics_port < 0 || o.metrics_port > 65535) {
+    return InvalidArgument("--metrics-port must be a TCP port (1..65535), or 0 for none");
   }
   if (!o.inject.empty()) TENAX_RETURN_IF_ERROR(ParseFaults(o.inject).status());
   std::string host = "127.0.0.1";
@@ -235,58 +486,10 @@ Result<int> Launch(const LaunchOptions& o) {
   sa.sa_handler = OnSignal;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);  // a standby that died must not kill the launcher on Assign
 
-  const double t0 = Now();
-  nlohmann::json failures = nlohmann::json::array();
-  nlohmann::json generations = nlohmann::json::array();
-  int result = 0;
-  for (int gen = 0;; ++gen) {
-    // A fresh store port each generation: the old one may linger in TIME_WAIT.
-    const int port = fixed_port > 0 ? fixed_port : FreeTcpPort();
-    GenerationResult g = RunGeneration(o, gen, host, port, exe);
-    generations.push_back({{"generation", gen},
-                           {"start_s", g.start_s - t0},
-                           {"end_s", g.end_s - t0},
-                           {"exit_code", g.exit_code}});
-    result = g.exit_code;
-    if (g.exit_code == 0 || g.interrupted) break;
-    failures.push_back({{"time_s", g.end_s - t0},
-                        {"generation", gen},
-                        {"rank", g.failed_rank},
-                        {"kind", g.exit_code == 124 ? "hang" : "crash"},
-                        {"cause", g.cause},
-                        {"detection_s", g.detection_s},
-                        {"exit_code", g.exit_code}});
-    if (!Restartable(g.exit_code)) {
-      log::Error("launch: exit code {} means the input must be fixed (docs/exit_codes.md); "
-                 "not restarting",
-                 g.exit_code);
-      break;
-    }
-    if (gen >= o.max_restarts) {
-      if (o.max_restarts > 0) {
-        log::Error("launch: no restarts left ({} used); stopping with exit code {}",
-                   o.max_restarts, g.exit_code);
-      }
-      break;
-    }
-    log::Info("launch: restart {} of {}: all ranks start again from the newest good checkpoint",
-              gen + 1, o.max_restarts);
-  }
-  const double wall = Now() - t0;
-  log::Info("launch: {} in {:.1f}s with {} failure(s) and {} restart(s)",
-            result == 0 ? "finished" : "failed", wall, failures.size(),
-            generations.size() - 1);
-  if (!o.goodput_file.empty()) {
-    nlohmann::json report = {{"wall_s", wall},
-                             {"exit_code", result},
-                             {"restarts", generations.size() - 1},
-                             {"generations", generations},
-                             {"failures", failures}};
-    TENAX_RETURN_IF_ERROR(LocalFs().WriteFileAtomic(o.goodput_file, report.dump(2) + "\n"));
-  }
-  if (result != 0) log::Error("launch: the job failed (exit code {})", result);
-  return result;
+  Supervisor supervisor(o, host, fixed_port, exe);
+  return supervisor.Run();
 }
 
 }  // namespace tenax::launch

@@ -7,8 +7,11 @@
 // (bad config, missing or damaged input, divergence: docs/exit_codes.md).
 // Hangs: ranks write heartbeats after every step; when no rank progresses for longer than the
 // hang timeout the launcher stops the generation (cause "hang", restartable).
-// Non-goals here: hot spares, flight records naming the rank others wait for, stragglers
-// (the resilience issue builds on this); restarts across several nodes.
+// Hot spares (--spares K, spares.h): standby processes started in advance take the rank of a
+// failed slot; a slot failing --quarantine-after times is quarantined. Stragglers are found from
+// the beats' compute times (stragglers.h). Goodput (goodput.h) is written to goodput.json in the
+// run folder; the live state goes to --status-file and --metrics-port (monitor.h).
+// Non-goals here: flight records naming the rank others wait for; restarts across several nodes.
 #pragma once
 
 #include <string>
@@ -33,7 +36,16 @@ struct LaunchOptions {
   double hang_factor = 10;
   double startup_timeout_s = 900;
   std::string inject;        // fault spec passed to the ranks (core/fault_injection.h)
-  std::string goodput_file;  // where to write the failure/restart record (JSON); empty: none
+  // goodput.json (goodput.h); empty: <run folder>/goodput.json when the ranks report a run
+  // folder (`tenax train` does), on node 0.
+  std::string goodput_file;
+  int spares = 0;            // standby processes started in advance (--nnodes 1 only)
+  int quarantine_after = 2;  // failures of one slot before it is quarantined
+  std::string status_file;   // live state as JSON, rewritten about once a second; empty: none
+  int metrics_port = 0;      // Prometheus text at http://HOST:PORT/metrics; 0: none
+  double straggler_factor = 1.5;  // compute time over the median of the other ranks ...
+  int straggler_steps = 3;        // ... for this many consecutive steps: a straggler
+  bool replace_stragglers = false;  // treat a straggler as a failure of its slot
 };
 
 // Returns the job's exit code: 0 when every rank succeeded, else the first failure's code
