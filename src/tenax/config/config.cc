@@ -307,6 +307,9 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   pa.Get("virtual_stages", &po.virtual_stages);
   pa.Get("microbatches", &po.microbatches);
   pa.Get("activation_checkpoint", &po.activation_checkpoint, {"none", "selective", "full"});
+  pa.Get("collective_timeout_s", &po.collective_timeout_s);
+  pa.Check(po.collective_timeout_s >= 0, "collective_timeout_s",
+           std::to_string(po.collective_timeout_s), ">= 0 seconds (0 disables the watchdog)");
   pa.Positive("data_parallel_replicate", po.data_parallel_replicate);
   pa.Check(po.data_parallel_shard == -1 || po.data_parallel_shard > 0, "data_parallel_shard",
            std::to_string(po.data_parallel_shard), "-1 (the rest of the world) or > 0");
@@ -441,7 +444,8 @@ std::string ConfigToToml(const Config& c) {
                    {"pipeline_schedule", c.parallelism.pipeline_schedule},
                    {"virtual_stages", c.parallelism.virtual_stages},
                    {"microbatches", c.parallelism.microbatches},
-                   {"activation_checkpoint", c.parallelism.activation_checkpoint}}},
+                   {"activation_checkpoint", c.parallelism.activation_checkpoint},
+                   {"collective_timeout_s", c.parallelism.collective_timeout_s}}},
       {"checkpoint", toml::table{{"enable", c.checkpoint.enable},
                                  {"folder", c.checkpoint.folder},
                                  {"interval", c.checkpoint.interval},

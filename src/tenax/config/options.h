@@ -99,6 +99,9 @@ struct ParallelismOptions {
   int64_t virtual_stages = 1;
   int64_t microbatches = 1;
   std::string activation_checkpoint = "none";  // none | selective | full
+  // A collective still pending after this many seconds dumps the flight record and ends the
+  // rank with exit code 9 (restartable; docs/flight_recorder.md). 0: never.
+  double collective_timeout_s = 600;
 };
 
 struct CheckpointOptions {

@@ -9,6 +9,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/torch_compat.h"
+#include "tenax/parallel/flight_recorder.h"
 
 namespace tenax::parallel {
 namespace {
@@ -34,6 +35,7 @@ class C10dCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void AllReduceSum(at::Tensor& t) override {
+    CollectiveScope rec(recorder_, "all_reduce", name_, static_cast<int64_t>(t.nbytes()));
     std::vector<at::Tensor> v{t};
     Wait(group_->allreduce(v));
     stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
@@ -41,6 +43,7 @@ class C10dCommunicator final : public Communicator {
   }
 
   at::Tensor AllGather(const at::Tensor& shard) override {
+    CollectiveScope rec(recorder_, "all_gather", name_, static_cast<int64_t>(shard.nbytes()));
     std::vector<at::Tensor> in{shard.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int i = 0; i < size_; ++i) out[0].push_back(at::empty_like(in[0]));
@@ -51,6 +54,7 @@ class C10dCommunicator final : public Communicator {
   }
 
   at::Tensor ReduceScatterSum(const at::Tensor& full) override {
+    CollectiveScope rec(recorder_, "reduce_scatter", name_, static_cast<int64_t>(full.nbytes()));
     const int64_t chunk = full.numel() / size_;
     at::Tensor in = full.contiguous();
     stats_.reduce_scatter_bytes += static_cast<int64_t>(in.nbytes()) / size_ * (size_ - 1);
@@ -68,6 +72,7 @@ class C10dCommunicator final : public Communicator {
   }
 
   void Broadcast(at::Tensor& t, int root) override {
+    CollectiveScope rec(recorder_, "broadcast", name_, static_cast<int64_t>(t.nbytes()));
     std::vector<at::Tensor> v{t};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
@@ -76,15 +81,20 @@ class C10dCommunicator final : public Communicator {
     ++stats_.calls;
   }
 
-  void Barrier() override { Wait(group_->barrier()); }
+  void Barrier() override {
+    CollectiveScope rec(recorder_, "barrier", name_, 0);
+    Wait(group_->barrier());
+  }
 
   void Send(const at::Tensor& t, int peer, int tag) override {
+    CollectiveScope rec(recorder_, "send", name_, static_cast<int64_t>(t.nbytes()));
     std::vector<at::Tensor> v{t.contiguous()};
     Wait(group_->send(v, peer, tag));
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
   void Recv(at::Tensor& t, int peer, int tag) override {
+    CollectiveScope rec(recorder_, "recv", name_, static_cast<int64_t>(t.nbytes()));
     TENAX_CHECK(t.is_contiguous());
     std::vector<at::Tensor> v{t};
     Wait(group_->recv(v, peer, tag));
@@ -99,8 +109,10 @@ class C10dCommunicator final : public Communicator {
     auto work = group_->allgather(*out, in);
     stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
     ++stats_.calls;
-    return PendingCollective([work, out, in] {
+    auto done = Track("all_gather", static_cast<int64_t>(shard.nbytes()));
+    return PendingCollective([work, out, in, done] {
       work->wait();
+      done();
       return at::cat((*out)[0]);
     });
   }
@@ -113,8 +125,10 @@ class C10dCommunicator final : public Communicator {
     if (compat::HasNativeReduceScatter(*group_)) {
       at::Tensor out = at::empty({chunk}, in.options());
       auto work = group_->_reduce_scatter_base(out, in);
-      return PendingCollective([work, out, in] {
+      auto done = Track("reduce_scatter", static_cast<int64_t>(in.nbytes()));
+      return PendingCollective([work, out, in, done] {
         work->wait();
+        done();
         return out;
       });
     }
@@ -122,8 +136,10 @@ class C10dCommunicator final : public Communicator {
     std::vector<int64_t> splits;
     auto work = group_->alltoall_base(out, in, splits, splits);
     const int n = size_;
-    return PendingCollective([work, out, in, n, chunk] {
+    auto done = Track("reduce_scatter", static_cast<int64_t>(in.nbytes()));
+    return PendingCollective([work, out, in, n, chunk, done] {
       work->wait();
+      done();
       return out.view({n, chunk}).sum(0);
     });
   }
@@ -133,13 +149,24 @@ class C10dCommunicator final : public Communicator {
     auto work = group_->allreduce(v);
     stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
-    return PendingCollective([work, t] {
+    auto done = Track("all_reduce", static_cast<int64_t>(t.nbytes()));
+    return PendingCollective([work, t, done] {
       work->wait();
+      done();
       return t;
     });
   }
 
  private:
+  // Records a non-blocking collective as issued now; the returned function marks it completed.
+  std::function<void()> Track(const char* op, int64_t bytes) {
+    if (recorder_ == nullptr) return [] {};
+    FlightRecorder* rec = recorder_;
+    const uint64_t id = rec->Enqueue(op, name_, bytes);
+    rec->Start(id);  // Gloo starts it on its own thread right away
+    return [rec, id] { rec->End(id); };
+  }
+
   // Blocks on `work`, counting the time in stats_.wait_s (the trainer subtracts it from a step's
   // time to get its compute time, which finds stragglers).
   template <class W>

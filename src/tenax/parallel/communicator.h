@@ -19,6 +19,8 @@
 
 namespace tenax::parallel {
 
+class FlightRecorder;  // parallel/flight_recorder.h
+
 struct CommStats {
   int64_t all_reduce_bytes = 0;      // payload per rank
   int64_t all_gather_bytes = 0;      // bytes received per rank
@@ -100,9 +102,16 @@ class Communicator {
     return PendingCollective([t] { return t; });
   }
   const CommStats& stats() const { return stats_; }
+  // Records every collective of this group under `name` (parallel/flight_recorder.h); null: off.
+  void SetFlightRecorder(FlightRecorder* recorder, std::string name) {
+    recorder_ = recorder;
+    name_ = std::move(name);
+  }
 
  protected:
   CommStats stats_;
+  FlightRecorder* recorder_ = nullptr;
+  std::string name_ = "world";
 };
 
 // A group of one: every collective is the identity (single-process training).

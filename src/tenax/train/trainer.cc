@@ -17,6 +17,7 @@
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/parallel/dist_env.h"
+#include "tenax/parallel/flight_recorder.h"
 #include "tenax/parallel/gradients.h"
 #include "tenax/parallel/mesh.h"
 #include "tenax/train/adamw.h"
@@ -149,6 +150,31 @@ Result<TrainSummary> Train(const Config& config) {
   if (env.distributed()) {
     log::Info("rank {} of {} ({}), layout {}", env.rank, env.world, env.source, mesh.Describe());
   }
+  // Flight recorder: this rank's last collectives in every group, dumped when the launcher
+  // signals a hang (SIGUSR1) or when one runs past parallelism.collective_timeout_s
+  // (docs/flight_recorder.md). Dumps go to the launcher's folder for this generation if any.
+  std::unique_ptr<parallel::FlightRecorder> flight;
+  std::unique_ptr<parallel::FlightRecorderWatchdog> watchdog;
+  auto record = [&](parallel::Communicator* c, const char* name, parallel::Axis axis) {
+    if (c == nullptr || flight == nullptr) return;
+    c->SetFlightRecorder(flight.get(), name);
+    flight->RegisterGroup(name, mesh.GroupOf(env.rank, axis));
+  };
+  if (env.distributed()) {
+    flight = std::make_unique<parallel::FlightRecorder>(env.rank);
+    const char* beat_dir = std::getenv("TENAX_HEARTBEAT_DIR");
+    const std::string dump_dir =
+        beat_dir != nullptr ? std::string(beat_dir) : JoinPath(summary.run_dir, "flight");
+    TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(dump_dir));
+    parallel::WatchdogOptions wo;
+    wo.dump_path = parallel::FlightRecordPath(dump_dir, env.rank);
+    wo.collective_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(config.parallelism.collective_timeout_s * 1000));
+    watchdog = std::make_unique<parallel::FlightRecorderWatchdog>(*flight, LocalFs(), wo);
+    world.SetFlightRecorder(flight.get(), "world");
+    record(shard_group.get(), "dp_shard", parallel::Axis::kShard);
+    record(replicate_group.get(), "dp_replicate", parallel::Axis::kReplicate);
+  }
 
   // Same seed on every rank: identical initial weights, no broadcast needed.
   model::Llama model(spec, config.job.seed, device.device);
@@ -162,6 +188,8 @@ Result<TrainSummary> Train(const Config& config) {
                            groups->NewGroup("tp", mesh.GroupOf(env.rank, parallel::Axis::kTensor)));
     TENAX_ASSIGN_OR_RETURN(
         pp_group, groups->NewGroup("pp", mesh.GroupOf(env.rank, parallel::Axis::kPipeline)));
+    record(tp_group.get(), "tp", parallel::Axis::kTensor);
+    record(pp_group.get(), "pp", parallel::Axis::kPipeline);
     ParallelGroups pg{&world, replicate_group.get(), shard_group.get(), pp_group.get(),
                       tp_group.get()};
     TENAX_ASSIGN_OR_RETURN(pm, ParallelModel::Create(spec, model.params(), pg, config.parallelism,
@@ -264,6 +292,7 @@ Result<TrainSummary> Train(const Config& config) {
     const parallel::CommStats comm0 = TotalStats(all_groups);
     const double lr = LearningRate(config.lr_scheduler, config.optimizer.lr, step, t.steps);
     double loss_sum = 0;
+    if (flight) flight->SetPhase(step, "forward_backward");
     if (pm) pm->BeginStep();
     for (int64_t micro = 0; micro < t.grad_accum_steps; ++micro) {
       data::Batch b = loader.Next();
@@ -285,6 +314,7 @@ Result<TrainSummary> Train(const Config& config) {
                          Seconds(Clock::now() - t0) - (TotalStats(all_groups) - comm0).wait_s);
     double loss = loss_sum / static_cast<double>(t.grad_accum_steps);
     double grad_norm;
+    if (flight) flight->SetPhase(step, "gradient_reduction");
     if (pm) {
       pm->FinishStep();  // every gradient reduction of the layout
       grad_norm = pm->ClipGradNorm(t.max_norm);
@@ -345,6 +375,7 @@ Result<TrainSummary> Train(const Config& config) {
       TENAX_RETURN_IF_ERROR(reporter->LogStep(m));
     }
     if ((config.metrics.eval_interval > 0 && step % config.metrics.eval_interval == 0) || last) {
+      if (flight) flight->SetPhase(step, "eval");
       EvalResult ev =
           DistributedEval(loss_of, val_loader, device.device, world, env.world / mesh.dp());
       if (pm) pm->EndEval();
@@ -354,6 +385,7 @@ Result<TrainSummary> Train(const Config& config) {
     if (config.checkpoint.enable && (step % config.checkpoint.interval == 0 || last)) {
       const auto c0 = Clock::now();
       beats.CheckpointBegin(step);
+      if (flight) flight->SetPhase(step, "checkpoint");
       TENAX_RETURN_IF_ERROR(SaveTrainCheckpoint(store, progress, target, config_toml));
       summary.checkpoint_dir = store.StepDir(step);
       if (lead) {
