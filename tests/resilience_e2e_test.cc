@@ -125,13 +125,17 @@ TEST_F(ResilienceE2E, CrashAtAWallTime) {
 }
 
 // A rank that stops making progress inside a collective (stuck, not dead): the launcher sees no
-// heartbeat for the hang timeout, stops everyone, restarts, and the run ends identical.
+// heartbeat for the hang timeout, has every rank dump its flight record, names the rank the others
+// wait for (both ranks show the same step, so heartbeats alone cannot), stops everyone, restarts,
+// and the run ends identical.
 TEST_F(ResilienceE2E, HungRankIsDetectedAndRestarted) {
   std::string out;
   auto report = Recover("hang", "--hang-timeout 3", "hang:rank=1:step=8", "", &out);
   EXPECT_NE(out.find("launch: hang: no rank finished a step"), std::string::npos) << out;
   EXPECT_NE(out.find("hang at step 8 before the gradient all-reduce"), std::string::npos) << out;
-  ExpectFailure(report, "hang", -1);
+  EXPECT_NE(out.find("launch: flight records:"), std::string::npos) << out;
+  EXPECT_NE(out.find("the others wait for rank 1"), std::string::npos) << out;
+  ExpectFailure(report, "hang", 1);
   const double detection = report["failures"][0]["detection_s"].get<double>();
   EXPECT_GE(detection, 3.0);
   EXPECT_LT(detection, 60.0);

@@ -25,6 +25,7 @@ extern char** environ;
 #include "tenax/launch/monitor.h"
 #include "tenax/launch/spares.h"
 #include "tenax/launch/stragglers.h"
+#include "tenax/parallel/flight_recorder.h"
 
 namespace tenax::launch {
 namespace {
@@ -95,6 +96,9 @@ class Supervisor {
   Result<pid_t> Spawn(int slot, int read_fd);
   GenerationResult RunGeneration(int gen);
   void Publish(int gen, bool force);
+  // On a hang: every rank dumps its flight record (SIGUSR1); returns the local rank the others
+  // wait for, or -1 when the records do not single one out.
+  int AnalyzeHang(int n);
 
   const LaunchOptions& o_;
   const std::string host_;
@@ -109,6 +113,36 @@ class Supervisor {
   std::vector<Beat> beats_;  // newest beat per local rank, this generation
   int straggler_count_ = 0;
 };
+
+int Supervisor::AnalyzeHang(int n) {
+  if (hb_dir_.empty()) return -1;
+  std::error_code ec;
+  for (int i = 0; i < n; ++i) {
+    std::filesystem::remove(parallel::FlightRecordPath(hb_dir_, Rank(i)), ec);  // stale dumps
+  }
+  slots_->SignalRanks(SIGUSR1);
+  // Each rank's watchdog thread dumps within its poll interval, even when the training thread
+  // is stuck; give them a few seconds.
+  for (int tries = 0; tries < 50; ++tries) {
+    int have = 0;
+    for (int i = 0; i < n; ++i) {
+      have += std::filesystem::exists(parallel::FlightRecordPath(hb_dir_, Rank(i))) ? 1 : 0;
+    }
+    if (have == n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::vector<nlohmann::json> dumps;
+  for (int i = 0; i < n; ++i) {
+    auto text = LocalFs().ReadFile(parallel::FlightRecordPath(hb_dir_, Rank(i)));
+    nlohmann::json j;
+    if (text.ok()) j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    dumps.push_back(j.is_discarded() ? nlohmann::json() : j);
+  }
+  if (o_.node_rank != 0 || o_.nnodes != 1) return -1;  // other nodes' ranks are not here
+  const parallel::FlightAnalysis a = parallel::AnalyzeFlightRecords(dumps);
+  log::Error("launch: flight records: {}", a.Summary());
+  return a.waited_on.size() == 1 ? a.waited_on[0] : -1;
+}
 
 Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
   // Everything the child needs is prepared here: after fork only async-signal-safe calls are
@@ -336,6 +370,14 @@ GenerationResult Supervisor::RunGeneration(int gen) {
         if (std::count(last_step.begin(), last_step.end(), *low) == 1) {
           g.failed_local = static_cast<int>(low - last_step.begin());
           g.host = beats_[g.failed_local].host;
+        }
+        // Flight records say more: ask every rank to dump its last collectives and name the
+        // rank(s) the others wait for (docs/flight_recorder.md).
+        const int culprit = AnalyzeHang(n);
+        if (culprit >= 0) {
+          g.failed_local = culprit;
+          g.host = beats_[culprit].host;
+          g.cause += fmt::format("; flight records: the others wait for rank {}", Rank(culprit));
         }
         begin_stop(SIGTERM);
       }

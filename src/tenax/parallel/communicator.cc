@@ -109,10 +109,9 @@ class C10dCommunicator final : public Communicator {
     auto work = group_->allgather(*out, in);
     stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
     ++stats_.calls;
-    auto done = Track("all_gather", static_cast<int64_t>(shard.nbytes()));
-    return PendingCollective([work, out, in, done] {
+    Track("all_gather", static_cast<int64_t>(shard.nbytes()), work);
+    return PendingCollective([work, out, in] {
       work->wait();
-      done();
       return at::cat((*out)[0]);
     });
   }
@@ -125,10 +124,9 @@ class C10dCommunicator final : public Communicator {
     if (compat::HasNativeReduceScatter(*group_)) {
       at::Tensor out = at::empty({chunk}, in.options());
       auto work = group_->_reduce_scatter_base(out, in);
-      auto done = Track("reduce_scatter", static_cast<int64_t>(in.nbytes()));
-      return PendingCollective([work, out, in, done] {
+      Track("reduce_scatter", static_cast<int64_t>(in.nbytes()), work);
+      return PendingCollective([work, out, in] {
         work->wait();
-        done();
         return out;
       });
     }
@@ -136,10 +134,9 @@ class C10dCommunicator final : public Communicator {
     std::vector<int64_t> splits;
     auto work = group_->alltoall_base(out, in, splits, splits);
     const int n = size_;
-    auto done = Track("reduce_scatter", static_cast<int64_t>(in.nbytes()));
-    return PendingCollective([work, out, in, n, chunk, done] {
+    Track("reduce_scatter", static_cast<int64_t>(in.nbytes()), work);
+    return PendingCollective([work, out, in, n, chunk] {
       work->wait();
-      done();
       return out.view({n, chunk}).sum(0);
     });
   }
@@ -149,22 +146,24 @@ class C10dCommunicator final : public Communicator {
     auto work = group_->allreduce(v);
     stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
-    auto done = Track("all_reduce", static_cast<int64_t>(t.nbytes()));
-    return PendingCollective([work, t, done] {
+    Track("all_reduce", static_cast<int64_t>(t.nbytes()), work);
+    return PendingCollective([work, t] {
       work->wait();
-      done();
       return t;
     });
   }
 
  private:
-  // Records a non-blocking collective as issued now; the returned function marks it completed.
-  std::function<void()> Track(const char* op, int64_t bytes) {
-    if (recorder_ == nullptr) return [] {};
+  // Records a non-blocking collective as issued now and completed when the backend finishes it
+  // (the work's future callback, on the backend's thread), not when the caller waits: a rank
+  // that issued it and then got stuck elsewhere must not look like it waits inside it.
+  template <class W>
+  void Track(const char* op, int64_t bytes, const W& work) {
+    if (recorder_ == nullptr) return;
     FlightRecorder* rec = recorder_;
     const uint64_t id = rec->Enqueue(op, name_, bytes);
     rec->Start(id);  // Gloo starts it on its own thread right away
-    return [rec, id] { rec->End(id); };
+    work->getFuture()->addCallback([rec, id](c10::ivalue::Future&) { rec->End(id); });
   }
 
   // Blocks on `work`, counting the time in stats_.wait_s (the trainer subtracts it from a step's
