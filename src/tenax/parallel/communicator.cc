@@ -110,8 +110,8 @@ class C10dCommunicator final : public Communicator {
     stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
     ++stats_.calls;
     Track("all_gather", static_cast<int64_t>(shard.nbytes()), work);
-    return PendingCollective([work, out, in] {
-      work->wait();
+    return PendingCollective([this, work, out, in] {
+      Wait(work);
       return at::cat((*out)[0]);
     });
   }
@@ -125,8 +125,8 @@ class C10dCommunicator final : public Communicator {
       at::Tensor out = at::empty({chunk}, in.options());
       auto work = group_->_reduce_scatter_base(out, in);
       Track("reduce_scatter", static_cast<int64_t>(in.nbytes()), work);
-      return PendingCollective([work, out, in] {
-        work->wait();
+      return PendingCollective([this, work, out, in] {
+        Wait(work);
         return out;
       });
     }
@@ -135,8 +135,8 @@ class C10dCommunicator final : public Communicator {
     auto work = group_->alltoall_base(out, in, splits, splits);
     const int n = size_;
     Track("reduce_scatter", static_cast<int64_t>(in.nbytes()), work);
-    return PendingCollective([work, out, in, n, chunk] {
-      work->wait();
+    return PendingCollective([this, work, out, in, n, chunk] {
+      Wait(work);
       return out.view({n, chunk}).sum(0);
     });
   }
@@ -147,8 +147,8 @@ class C10dCommunicator final : public Communicator {
     stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
     Track("all_reduce", static_cast<int64_t>(t.nbytes()), work);
-    return PendingCollective([work, t] {
-      work->wait();
+    return PendingCollective([this, work, t] {
+      Wait(work);
       return t;
     });
   }
