@@ -362,13 +362,14 @@ TEST_F(ParallelE2E, DeadRankEndsTheJobNamingIt) {
     ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  // Wait until training runs, then SIGKILL rank 1 (found by its RANK=1 environment).
+  // Wait until training runs, then SIGKILL rank 1 (slot 1: the launcher assigns ranks to slots in
+  // order at the first start; found by its TENAX_SLOT=1 environment).
   std::string victim;
   for (int i = 0; i < 300 && victim.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (ReadFile(log).find("step 2/") == std::string::npos) continue;
     victim = RunCommand("for p in $(pgrep -f 'job[.]name=dead'); do "
-                        "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1 && "
+                        "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx TENAX_SLOT=1 && "
                         "echo $p; done | head -1").output;
   }
   ASSERT_FALSE(victim.empty()) << ReadFile(log);

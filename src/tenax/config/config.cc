@@ -324,6 +324,7 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   k.GetIntOrAuto("interval", &c->checkpoint.interval, &c->checkpoint.interval_auto);
   k.Get("failure_rate_per_hour", &c->checkpoint.failure_rate_per_hour);
   k.Get("async", &c->checkpoint.async);
+  k.Get("memory_replicas", &c->checkpoint.memory_replicas);
   k.Get("keep_latest", &c->checkpoint.keep_latest);
   k.Get("resume", &c->checkpoint.resume);
   k.Positive("interval", c->checkpoint.interval);
@@ -452,7 +453,8 @@ std::string ConfigToToml(const Config& c) {
                                  {"keep_latest", c.checkpoint.keep_latest},
                                  {"resume", c.checkpoint.resume},
                                  {"failure_rate_per_hour", c.checkpoint.failure_rate_per_hour},
-                                 {"async", c.checkpoint.async}}},
+                                 {"async", c.checkpoint.async},
+                                 {"memory_replicas", c.checkpoint.memory_replicas}}},
       {"metrics", toml::table{{"log_interval", c.metrics.log_interval},
                               {"eval_interval", c.metrics.eval_interval},
                               {"eval_tokens", c.metrics.eval_tokens},

@@ -26,6 +26,7 @@
 #include "tenax/train/lr_schedule.h"
 #include "tenax/train/parallel_model.h"
 #include "tenax/train/reporter.h"
+#include "tenax/train/checkpoint_interval.h"
 #include "tenax/train/train_checkpoint.h"
 
 namespace tenax::train {
@@ -223,6 +224,21 @@ Result<TrainSummary> Train(const Config& config) {
   const std::string ckpt_dir = CheckpointFolder(config, summary.run_dir);
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir));
   ckpt::CheckpointStore store(LocalFs(), ckpt_dir);
+  // Saves (sync or async), the interval (fixed or "auto"), memory replicas and pruning.
+  TrainCheckpointer::Setup cs;
+  cs.options = config.checkpoint;
+  cs.total_steps = t.steps;
+  cs.folder = ckpt_dir;
+  if (config.checkpoint.memory_replicas && env.distributed()) {
+    cs.replica_root = "/dev/shm/tenax-" + config.job.name;
+  }
+  cs.rank = env.rank;
+  cs.world_size = env.world;
+  const char* attempt = std::getenv("TENAX_RESTART_COUNT");
+  cs.attempt = attempt != nullptr ? attempt : "0";
+  cs.observed = ReadObservedFailuresFromEnv();
+  TrainCheckpointer checkpointer(cs, store, env.distributed() ? &world : nullptr);
+  if (config.checkpoint.enable) checkpointer.RepairFromReplicas();
   TENAX_ASSIGN_OR_RETURN(TrainProgress progress, Resume(config, store, target));
   if (env.distributed()) world.Barrier();  // every rank has read before anyone moves folders
   int set_aside = 0;  // checkpoints skipped by the resume (reported to the launcher)
@@ -236,6 +252,7 @@ Result<TrainSummary> Train(const Config& config) {
     }
   }
 
+  TENAX_RETURN_IF_ERROR(checkpointer.Start(progress.step));
   if (env.distributed()) world.Barrier();
   // Each data-parallel rank reads its own block of every global batch (data/loader.h).
   TENAX_ASSIGN_OR_RETURN(data::BatchLoader loader,
@@ -353,6 +370,7 @@ Result<TrainSummary> Train(const Config& config) {
     const parallel::CommStats step_delta = TotalStats(all_groups) - comm0;
     step_comm += step_delta;
     train_seconds += dt;
+    checkpointer.RecordStepTime(dt);
     ++steps_timed;
     beats.StepDone(step, dt, dt - step_delta.wait_s, static_cast<double>(tokens_per_step) / dt);
     summary.final_loss = loss;
@@ -382,20 +400,27 @@ Result<TrainSummary> Train(const Config& config) {
       summary.final_val_loss = ev.loss;
       if (reporter) TENAX_RETURN_IF_ERROR(reporter->LogEval(step, ev.loss, ev.tokens));
     }
-    if (config.checkpoint.enable && (step % config.checkpoint.interval == 0 || last)) {
+    if (checkpointer.Due(step, last)) {
       const auto c0 = Clock::now();
       beats.CheckpointBegin(step);
       if (flight) flight->SetPhase(step, "checkpoint");
-      TENAX_RETURN_IF_ERROR(SaveTrainCheckpoint(store, progress, target, config_toml));
-      summary.checkpoint_dir = store.StepDir(step);
-      if (lead) {
-        TENAX_RETURN_IF_ERROR(store.Prune(config.checkpoint.keep_latest));
-        reporter->Message(fmt::format("saved checkpoint {} in {:.2f}s", summary.checkpoint_dir,
-                                      Seconds(Clock::now() - c0)));
+      TENAX_ASSIGN_OR_RETURN(std::vector<std::string> lines,
+                             checkpointer.Save(progress, target, config_toml,
+                                               Seconds(Clock::now() - t_start)));
+      for (const auto& l : lines) {
+        if (reporter) reporter->Message(l);
       }
-      beats.CheckpointDone(step, Seconds(Clock::now() - c0));
+      beats.CheckpointDone(step, Seconds(Clock::now() - c0));  // the blocking part
     }
   }
+  {
+    // An asynchronous save still in flight must be committed before the run counts as done.
+    TENAX_ASSIGN_OR_RETURN(std::vector<std::string> lines, checkpointer.Finish());
+    for (const auto& l : lines) {
+      if (reporter) reporter->Message(l);
+    }
+  }
+  if (checkpointer.last_committed()) summary.checkpoint_dir = store.StepDir(*checkpointer.last_committed());
   if (reporter) reporter->Finish();
   if (env.distributed() && steps_timed > 0) {
     const double n = static_cast<double>(steps_timed);
