@@ -106,9 +106,7 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
     if (!sharded()) {
       // DDP: the block's bucket is all-reduced as soon as its gradients exist (hooks below).
       for (size_t e = 0; e < u.params.size() && u.hooked; ++e) {
-        Unit* up = &u;
-        params[static_cast<size_t>(u.params[e])].tensor.register_hook(
-            [this, up, e](const at::Tensor& g) { OnParamGrad(*up, e, g); });
+        HookGrad(u, e, params[static_cast<size_t>(u.params[e])].tensor);
       }
       continue;
     }
@@ -125,10 +123,7 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
       // Views of one buffer; each is its own autograd leaf so it collects its own gradient.
       at::Tensor leaf = u.full.narrow(0, en.offset, en.numel).view(en.shape).detach();
       leaf.set_requires_grad(true);
-      if (u.hooked) {
-        Unit* up = &u;
-        leaf.register_hook([this, up, e](const at::Tensor& g) { OnParamGrad(*up, e, g); });
-      }
+      if (u.hooked) HookGrad(u, e, leaf);
       params[static_cast<size_t>(u.params[e])].tensor = leaf;
       u.leaves.push_back(leaf);
     }
@@ -137,6 +132,11 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
     if (u.layout.total > 0) opt_params_.push_back({"fsdp." + u.name, u.shard});
   }
   if (!sharded()) opt_params_ = params;
+}
+
+void Fsdp::HookGrad(Unit& u, size_t entry, const at::Tensor& param) {
+  Unit* up = &u;
+  param.register_hook([this, up, entry](const at::Tensor& g) { OnParamGrad(*up, entry, g); });
 }
 
 Fsdp::~Fsdp() {
@@ -255,17 +255,20 @@ void Fsdp::OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad) {
   Reshard(u);
 }
 
-void Fsdp::ReduceFromGrads(Unit& u) {
-  at::NoGradGuard no_grad;
-  if (u.layout.padded == 0) return;
+at::Tensor Fsdp::FlatGrads(const Unit& u) const {
   std::vector<at::Tensor> grads;
-  for (size_t e = 0; e < u.params.size(); ++e) {
-    const at::Tensor& p = model_.params()[static_cast<size_t>(u.params[e])].tensor;
+  for (int i : u.params) {
+    const at::Tensor& p = model_.params()[static_cast<size_t>(i)].tensor;
     at::Tensor g = p.grad();
     grads.push_back(g.defined() ? g.reshape({-1}) : at::zeros({p.numel()}, p.options()));
   }
-  at::Tensor flat = at::constant_pad_nd(at::cat(grads), {0, u.layout.padded - u.layout.total});
-  u.reductions.push_back(shard_.ReduceScatterSumAsync(flat));
+  return at::constant_pad_nd(at::cat(grads), {0, u.layout.padded - u.layout.total});
+}
+
+void Fsdp::ReduceFromGrads(Unit& u) {
+  at::NoGradGuard no_grad;
+  if (u.layout.padded == 0) return;
+  u.reductions.push_back(shard_.ReduceScatterSumAsync(FlatGrads(u)));
   for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();
 }
 
@@ -310,13 +313,7 @@ void Fsdp::FinishStep() {
         inflight.push_back({&u, PendingCollective([sum] { return sum; })});
         continue;
       }
-      std::vector<at::Tensor> grads;
-      for (int i : u.params) {
-        const at::Tensor& p = model_.params()[static_cast<size_t>(i)].tensor;
-        at::Tensor g = p.grad();
-        grads.push_back(g.defined() ? g.reshape({-1}) : at::zeros({p.numel()}, p.options()));
-      }
-      inflight.push_back({&u, replicate_.AllReduceSumAsync(at::cat(grads))});
+      inflight.push_back({&u, replicate_.AllReduceSumAsync(FlatGrads(u))});
     }
     for (auto& [u, pending] : inflight) {
       at::Tensor flat = pending.Wait();

@@ -127,7 +127,9 @@ class Fsdp final : public BlockHooks {
   void StartGather(Unit& u);
   void EnsureGathered(Unit& u);
   void Reshard(Unit& u);
+  void HookGrad(Unit& u, size_t entry, const at::Tensor& param);  // OnParamGrad on each gradient
   void OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad);
+  at::Tensor FlatGrads(const Unit& u) const;  // (padded) the unit's .grad, zeros where absent
   void ReduceFromGrads(Unit& u);  // issue the reduction of the unit's accumulated .grad
   void WaitReduction(Unit& u);
   int UnitOfLayer(int64_t layer) const;

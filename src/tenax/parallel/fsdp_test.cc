@@ -23,21 +23,6 @@
 namespace tenax::parallel {
 namespace {
 
-ModelSpec SmallSpec(bool tied) {
-  ModelSpec s;
-  s.name = "fsdp-test";
-  s.dim = 32;
-  s.n_layers = 3;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  s.ffn_hidden_dim = 48;
-  s.vocab_size = 40;
-  s.max_seq_len = 16;
-  s.init_std = 0.2;
-  s.tie_embeddings = tied;
-  return s;
-}
-
 // (rows, T) tokens and next-token targets of one deterministic random stream.
 std::pair<at::Tensor, at::Tensor> Batch(int64_t rows, int64_t seq, int64_t vocab, uint64_t seed) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
@@ -49,7 +34,7 @@ TEST(ShardedLlama, SameAsLlamaBitwise) {
   for (bool tied : {false, true}) {
     for (const char* ac : {"none", "full"}) {
       SCOPED_TRACE(std::string(ac) + (tied ? " tied" : " untied"));
-      const ModelSpec spec = SmallSpec(tied);
+      const ModelSpec spec = testing::SmallLlamaSpec(3, tied);
       model::Llama ref(spec, 7, at::Device(at::kCPU));
       auto local = MakeLocalCommunicator();
       ShardedLlama sl(spec, ref.params(), *local, Ownership::All(spec), at::Device(at::kCPU));
@@ -94,7 +79,7 @@ TEST(FsdpWorker, DISABLED_MatchesGlobalBatch) {
   auto rg = (*groups)->NewGroup("rep", rep_ranks);
   ASSERT_TRUE(tpg.ok() && sg.ok() && rg.ok());
 
-  const ModelSpec spec = SmallSpec(tied);
+  const ModelSpec spec = testing::SmallLlamaSpec(3, tied);
   const int dp = rep * shard, dp_index = p * shard + s;
   constexpr int64_t kRows = 2, kSeq = 8;
   // Two micro-batches per rank; the reference sees all of them at once.

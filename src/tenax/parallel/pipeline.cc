@@ -64,16 +64,6 @@ Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(StageModel& m
   return ex;
 }
 
-Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(model::Llama& model,
-                                                                   Communicator& comm,
-                                                                   PipelineOptions options) {
-  auto stage = std::make_unique<LlamaStage>(model);
-  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<PipelineExecutor> ex,
-                         Create(*stage, comm, std::move(options)));
-  ex->owned_stage_ = std::move(stage);  // model_ refers to it; it now lives as long as ex
-  return ex;
-}
-
 PipelineExecutor::PipelineExecutor(StageModel& model, Communicator& comm,
                                    PipelineOptions options, PipelinePlan plan,
                                    std::vector<LayerRange> stage_layers)

@@ -1,16 +1,16 @@
-// Pipeline-parallel execution of model::Llama: the layers are split evenly into p * v model
+// Pipeline-parallel execution of a StageModel (stage_model.h): the layers are split evenly into p * v model
 // stages (stage 0 also embeds the tokens, the last stage also runs the head and the loss), rank r
 // of the pipeline group runs chunks c = 0..v-1 holding stages c * p + r, and one Step runs a
 // PipelinePlan (pipeline_schedule.h) over m micro-batches of a (B, T) batch, passing activations
 // forward and their gradients backward with blocking Send/Recv.
 //
-// Every rank holds the whole model (same seed), but only the parameters of its own stages take
-// part in its forward and backward, so only those get gradients (OwnedParams). A tied output
+// The stage model may hold the whole model (LlamaStage, in tests: only the parameters of the
+// rank's own stages then get gradients, owned_params()) or only the rank's stages
+// (ShardedLlama, in training; train/parallel_model.h combines it with TP and FSDP). A tied output
 // projection is owned by the first and the last stage; Step sums its two halves so both ranks
 // hold the full gradient.
 //
-// Non-goals: combining with FSDP/TP (the lead's apply_llama wires groups together), freeing
-// other stages' parameters, activation memory beyond what the schedule holds, overlapping
+// Non-goals: activation memory beyond what the schedule holds, overlapping
 // communication with compute (sends and receives block; BuildPrograms in pipeline_schedule.h
 // orders them so that they cannot deadlock).
 //
@@ -81,9 +81,6 @@ class PipelineExecutor {
   // `model` and `comm` (the pipeline group; rank = pipeline rank) must outlive the executor.
   static Result<std::unique_ptr<PipelineExecutor>> Create(StageModel& model, Communicator& comm,
                                                           PipelineOptions options);
-  // A whole model::Llama as the stage model (held by the executor).
-  static Result<std::unique_ptr<PipelineExecutor>> Create(model::Llama& model, Communicator& comm,
-                                                          PipelineOptions options);
   ~PipelineExecutor();
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
@@ -119,7 +116,6 @@ class PipelineExecutor {
   void SumTiedEmbeddingGrad(const at::Tensor& grad_before);
 
   // Constant after construction.
-  std::unique_ptr<StageModel> owned_stage_;  // set by the model::Llama overload
   StageModel& model_;
   Communicator& comm_;
   const PipelineOptions options_;

@@ -28,21 +28,6 @@
 namespace tenax::parallel {
 namespace {
 
-ModelSpec SmallSpec(int64_t layers, bool tied) {
-  ModelSpec s;
-  s.name = "pipeline-test";
-  s.dim = 32;
-  s.n_layers = layers;
-  s.n_heads = 4;
-  s.n_kv_heads = 2;
-  s.ffn_hidden_dim = 48;
-  s.vocab_size = 40;
-  s.max_seq_len = 8;
-  s.init_std = 0.2;
-  s.tie_embeddings = tied;
-  return s;
-}
-
 // The same batch on every rank: drawn from a seeded CPU generator.
 std::pair<at::Tensor, at::Tensor> Batch(int64_t batch, int64_t vocab, uint64_t seed) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
@@ -81,7 +66,7 @@ std::vector<Action> ComputeOrder(const StepTimeline& t) {
 // zeros elsewhere) so every rank can check all of them.
 void RunCase(Communicator& comm, const Case& c) {
   SCOPED_TRACE(Describe(c, comm.size()));
-  const ModelSpec spec = SmallSpec(c.layers, c.tied);
+  const ModelSpec spec = testing::SmallLlamaSpec(c.layers, c.tied);
   model::Llama ref(spec, 7, at::Device(at::kCPU));
   model::Llama model(spec, 7, at::Device(at::kCPU));
   auto [tokens, targets] = Batch(c.batch, spec.vocab_size, 11);
@@ -177,7 +162,7 @@ TEST(PipelineWorker, DISABLED_MatchesSingleProcess) {
   // Ownership as documented: with p = 2, v = 2 and 4 layers, stage s = layer s lives on rank
   // s % 2; the embedding on rank 0, the final norm and output projection on the last rank.
   if (world.size() == 2) {
-    model::Llama m(SmallSpec(4, false), 7, at::Device(at::kCPU));
+    model::Llama m(testing::SmallLlamaSpec(4, false), 7, at::Device(at::kCPU));
     PipelineOptions opt;
     opt.schedule = ScheduleKind::kInterleaved1F1B;
     opt.microbatches = 2;
@@ -282,7 +267,7 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
                                                    {K::kInterleaved1F1B, 8, 2}}) {
     SCOPED_TRACE(std::string(ScheduleName(c.schedule)) + " m=" + std::to_string(c.m) +
                  " v=" + std::to_string(c.v));
-    const ModelSpec spec = SmallSpec(8, false);
+    const ModelSpec spec = testing::SmallLlamaSpec(8, false);
     model::Llama model(spec, 7, at::Device(at::kCPU));
     auto [tokens, targets] = Batch(8, spec.vocab_size, 11);
     bool inject = false;
@@ -369,7 +354,7 @@ TEST(Pipeline, SingleRankInterleavedMatchesSingleProcess) {
 
 TEST(Pipeline, InvalidInputsAreErrors) {
   auto comm = MakeLocalCommunicator();
-  model::Llama model(SmallSpec(6, false), 7, at::Device(at::kCPU));
+  model::Llama model(testing::SmallLlamaSpec(6, false), 7, at::Device(at::kCPU));
   PipelineOptions opt;
   opt.schedule = ScheduleKind::kInterleaved1F1B;
   opt.microbatches = 2;
@@ -382,7 +367,7 @@ TEST(Pipeline, InvalidInputsAreErrors) {
 
   opt.virtual_stages = 2;
   opt.microbatches = 4;
-  model::Llama even(SmallSpec(4, false), 7, at::Device(at::kCPU));
+  model::Llama even(testing::SmallLlamaSpec(4, false), 7, at::Device(at::kCPU));
   LlamaStage even_stage(even);
   auto ex = PipelineExecutor::Create(even_stage, *comm, opt);
   ASSERT_TRUE(ex.ok()) << ex.status().ToString();

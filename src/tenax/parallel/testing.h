@@ -9,9 +9,28 @@
 #include <string>
 #include <vector>
 
+#include "tenax/config/model_spec.h"
 #include "tenax/core/net.h"
 
 namespace tenax::parallel::testing {
+
+// A Llama small enough for several CPU ranks (GQA: 4 query heads, 2 kv heads; TP 2 splits it),
+// sequences up to 8 tokens; init_std 0.2 keeps gradients far from zero so comparisons mean
+// something.
+inline ModelSpec SmallLlamaSpec(int64_t layers, bool tied) {
+  ModelSpec s;
+  s.name = "parallel-test";
+  s.dim = 32;
+  s.n_layers = layers;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.ffn_hidden_dim = 48;
+  s.vocab_size = 40;
+  s.max_seq_len = 8;
+  s.init_std = 0.2;
+  s.tie_embeddings = tied;
+  return s;
+}
 
 // Runs `world` copies of this test binary running `worker_filter`; returns their exit codes.
 inline std::vector<int> RunRanks(int world, const std::string& worker_filter,

@@ -18,7 +18,6 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   m->spec_ = spec;
   m->groups_ = g;
   m->compute_dtype_ = compute_dtype;
-  for (const auto& [name, shape] : model::Llama::ParamShapes(spec)) m->full_shapes_.push_back(shape);
   // 1-2. TP shards of this pipeline rank's layers.
   parallel::Ownership own = parallel::Ownership::All(spec);
   const int p = g.pp->size(), r = g.pp->rank();
@@ -35,6 +34,9 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     own.head = r == p - 1;
   }
   m->model_ = std::make_unique<parallel::ShardedLlama>(spec, full, *g.tp, own, device);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, shape] : model::Llama::ParamShapes(spec)) shapes[name] = shape;
+  for (const auto& sp : m->model_->shard_specs()) m->full_shapes_.push_back(shapes.at(sp.name));
   // 3. Activation checkpointing.
   m->model_->SetActivationCheckpoint(options.activation_checkpoint);
   if (p > 1) {
@@ -52,6 +54,13 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   fo.reshard_after_forward = p == 1;
   m->fsdp_ = std::make_unique<parallel::Fsdp>(*m->model_, *g.shard, *g.replicate, fo);
   m->model_->SetHooks(m->fsdp_.get());
+  // Per-element weights of each flat shard for the gradient norm: 1 / copies of the values.
+  for (int u = 0; u < m->fsdp_->num_units() && m->fsdp_->sharded(); ++u) {
+    if (m->fsdp_->layout(u).total == 0) continue;  // not an optimizer parameter
+    at::Tensor w = at::zeros({m->fsdp_->layout(u).shard_size}, at::kDouble);
+    for (auto& sl : m->fsdp_->Slices(u, w)) sl.values.fill_(m->CopiesWeight(sl.param));
+    m->norm_weights_.push_back(w);
+  }
   return m;
 }
 
@@ -103,23 +112,11 @@ double ParallelModel::ClipGradNorm(double max_norm) {
   at::Tensor sumsq = at::zeros({1}, at::kDouble);
   std::vector<at::Tensor> grads;
   if (fsdp_->sharded()) {
-    int k = 0;
-    for (int u = 0; u < fsdp_->num_units(); ++u) {
-      const parallel::FlatLayout& l = fsdp_->layout(u);
-      if (l.total == 0) continue;
-      at::Tensor g = optimizer_params()[static_cast<size_t>(k++)].tensor.grad();
+    for (size_t k = 0; k < optimizer_params().size(); ++k) {
+      at::Tensor g = optimizer_params()[k].tensor.grad();
       if (!g.defined()) continue;
       grads.push_back(g);
-      // Per-element weights over this rank's shard: 1 / copies of each parameter's values.
-      const int64_t lo = fsdp_->shard_rank() * l.shard_size;
-      at::Tensor w = at::zeros({l.shard_size}, at::kDouble);
-      const auto& idx = fsdp_->param_indices(u);
-      for (size_t e = 0; e < l.entries.size(); ++e) {
-        const int64_t b = std::max(lo, l.entries[e].offset);
-        const int64_t end = std::min(lo + l.shard_size, l.entries[e].offset + l.entries[e].numel);
-        if (b < end) w.narrow(0, b - lo, end - b).fill_(CopiesWeight(idx[e]));
-      }
-      sumsq += (g.to(at::kDouble).cpu().pow(2) * w).sum();
+      sumsq += (g.to(at::kDouble).cpu().pow(2) * norm_weights_[k]).sum();
     }
   } else {
     for (size_t i = 0; i < model_->params().size(); ++i) {
@@ -166,65 +163,39 @@ model::TensorSlice Piece(const std::string& name, const std::vector<int64_t>& fu
 
 }  // namespace
 
+void ParallelModel::AppendPieces(const std::string& prefix, const std::string& opt_name,
+                                 const at::Tensor& values, std::vector<model::TensorSlice>* out) {
+  const auto& specs = model_->shard_specs();
+  auto add = [&](int i, int64_t begin, int64_t end, const at::Tensor& v) {
+    if (!Writes(i)) return;
+    const auto& sp = specs[static_cast<size_t>(i)];
+    out->push_back(Piece(prefix + sp.name, full_shapes_[static_cast<size_t>(i)], sp, begin, end, v));
+  };
+  if (fsdp_->sharded()) {  // opt_name is "fsdp.<unit>": slices of the unit's flat shard
+    for (int u = 0; u < fsdp_->num_units(); ++u) {
+      if ("fsdp." + fsdp_->unit_name(u) != opt_name) continue;
+      for (auto& sl : fsdp_->Slices(u, values.detach())) add(sl.param, sl.begin, sl.end, sl.values);
+    }
+    return;
+  }
+  const int i = model_->IndexOf(opt_name);  // DDP: the parameter itself
+  TENAX_CHECK_MSG(i >= 0, opt_name.c_str());
+  add(i, 0, values.numel(), values);
+}
+
 std::vector<model::TensorSlice> ParallelModel::ParamPieces() {
   std::vector<model::TensorSlice> out;
-  const auto& specs = model_->shard_specs();
-  auto full_shape = [&](int i) {
-    const std::string& name = specs[static_cast<size_t>(i)].name;
-    size_t k = 0;
-    for (const auto& [n, shape] : model::Llama::ParamShapes(spec_)) {
-      if (n == name) return full_shapes_[k];
-      ++k;
-    }
-    TENAX_CHECK_MSG(false, name.c_str());
-    return full_shapes_[0];
-  };
-  if (fsdp_->sharded()) {
-    for (int u = 0; u < fsdp_->num_units(); ++u) {
-      if (fsdp_->layout(u).total == 0) continue;
-      for (auto& sl : fsdp_->Slices(u, fsdp_->unit_shard(u).detach())) {
-        if (!Writes(sl.param)) continue;
-        out.push_back(Piece(specs[static_cast<size_t>(sl.param)].name, full_shape(sl.param),
-                            specs[static_cast<size_t>(sl.param)], sl.begin, sl.end, sl.values));
-      }
-    }
-    return out;
-  }
-  for (size_t i = 0; i < model_->params().size(); ++i) {
-    if (!Writes(static_cast<int>(i))) continue;
-    const at::Tensor& t = model_->params()[i].tensor;
-    out.push_back(Piece(specs[i].name, full_shape(static_cast<int>(i)), specs[i], 0, t.numel(), t));
-  }
+  for (const auto& o : optimizer_params()) AppendPieces("", o.name, o.tensor, &out);
   return out;
 }
 
 std::vector<model::TensorSlice> ParallelModel::StatePieces(
     const std::vector<model::NamedTensor>& state) {
+  // State tensors are named "<state>.<optimizer param>" and laid out like that parameter.
   std::vector<model::TensorSlice> out;
-  // The parameters' pieces say where each slice goes; the state tensors have the same layout.
-  const auto& specs = model_->shard_specs();
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& [n, shape] : model::Llama::ParamShapes(spec_)) shapes[n] = shape;
   for (const auto& s : state) {
     const size_t dot = s.name.find('.');
-    const std::string prefix = s.name.substr(0, dot + 1), opt_name = s.name.substr(dot + 1);
-    if (fsdp_->sharded()) {
-      for (int u = 0; u < fsdp_->num_units(); ++u) {
-        if ("fsdp." + fsdp_->unit_name(u) != opt_name) continue;
-        for (auto& sl : fsdp_->Slices(u, s.tensor.detach())) {
-          if (!Writes(sl.param)) continue;
-          const auto& sp = specs[static_cast<size_t>(sl.param)];
-          out.push_back(Piece(prefix + sp.name, shapes.at(sp.name), sp, sl.begin, sl.end,
-                              sl.values));
-        }
-      }
-      continue;
-    }
-    const int i = model_->IndexOf(opt_name);
-    TENAX_CHECK_MSG(i >= 0, s.name.c_str());
-    if (!Writes(i)) continue;
-    const auto& sp = specs[static_cast<size_t>(i)];
-    out.push_back(Piece(s.name, shapes.at(sp.name), sp, 0, s.tensor.numel(), s.tensor));
+    AppendPieces(s.name.substr(0, dot + 1), s.name.substr(dot + 1), s.tensor, &out);
   }
   return out;
 }

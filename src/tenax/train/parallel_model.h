@@ -90,15 +90,20 @@ class ParallelModel {
  private:
   ParallelModel() = default;
   bool Writes(int param) const;    // does this rank write parameter `param`'s pieces?
+  // Pieces of `values`, a tensor laid out like optimizer parameter `opt_name`, named
+  // "<prefix><param>" (the parameters this rank writes).
+  void AppendPieces(const std::string& prefix, const std::string& opt_name,
+                    const at::Tensor& values, std::vector<model::TensorSlice>* out);
   double CopiesWeight(int param) const;  // 1 / (ranks of the TP/PP group holding its values)
 
   ModelSpec spec_;
   ParallelGroups groups_;
   at::ScalarType compute_dtype_ = at::kFloat;
-  std::vector<std::vector<int64_t>> full_shapes_;  // [param] global shape
+  std::vector<std::vector<int64_t>> full_shapes_;  // [model_->params() index] global shape
   std::unique_ptr<parallel::ShardedLlama> model_;
   std::unique_ptr<parallel::PipelineExecutor> pipeline_;
   std::unique_ptr<parallel::Fsdp> fsdp_;
+  std::vector<at::Tensor> norm_weights_;  // sharded: [optimizer param] (shard_size) fp64
   int micro_batches_ = 1;
 };
 
