@@ -154,14 +154,17 @@ Status AsyncCheckpointWriter::Write(const CheckpointSnapshot& s) {
   // The writer thread's own store: CheckpointStore is not thread-safe.
   CheckpointStore store(fs_, folder_);
   if (options_.before_write) TENAX_RETURN_IF_ERROR(options_.before_write(s));
+  const std::string dir = store.StepDir(s.step);
   if (s.world_size == 1) {
     TENAX_RETURN_IF_ERROR(store.Prepare(s.step));
     TENAX_RETURN_IF_ERROR(store.WriteFiles(s.step, s.files));
+    if (options_.after_files) TENAX_RETURN_IF_ERROR(options_.after_files(s, dir));
   } else {
     // No Prepare: another rank may already be writing this step; RemoveUncommittedAfter did its
     // cleaning before the run's first save.
     if (!s.files.empty()) TENAX_RETURN_IF_ERROR(store.WriteFiles(s.step, s.files));
-    TENAX_RETURN_IF_ERROR(fs_.CreateDirs(store.StepDir(s.step)));
+    TENAX_RETURN_IF_ERROR(fs_.CreateDirs(dir));
+    if (options_.after_files) TENAX_RETURN_IF_ERROR(options_.after_files(s, dir));
     // After the data files: the marker promises they are durable.
     TENAX_RETURN_IF_ERROR(
         fs_.WriteFileAtomic(JoinPath(store.StepDir(s.step), MarkerFileName(s.rank)), MarkerText(s)));
@@ -171,6 +174,7 @@ Status AsyncCheckpointWriter::Write(const CheckpointSnapshot& s) {
   TENAX_RETURN_IF_ERROR(store.Commit(s.step, s.layout, s.extra, s.expected_files, s.world_size));
   // Counts only once it verifies: every file read back against the manifest just written.
   TENAX_RETURN_IF_ERROR(store.Verify(s.step));
+  if (options_.after_commit) TENAX_RETURN_IF_ERROR(options_.after_commit(s, dir));
   if (options_.keep_latest > 0) TENAX_RETURN_IF_ERROR(store.Prune(options_.keep_latest));
   return Status::Ok();
 }

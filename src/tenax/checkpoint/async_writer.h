@@ -59,6 +59,12 @@ struct AsyncWriterOptions {
   // Runs on the writer thread before the snapshot's files are written, e.g. to keep memory
   // replicas (MemoryReplica::Put) off the training thread. An error fails the save.
   std::function<Status(const CheckpointSnapshot&)> before_write;
+  // Run on the writer thread with the step folder: `after_files` once this rank's data files are
+  // written (before its marker, or before the commit with one rank), `after_commit` on rank 0
+  // once the step is committed and verified. An error fails the save. The trainer hangs fault
+  // injection here (--inject ckpt-fail / kill-in-ckpt / ckpt-corrupt), as in synchronous saves.
+  std::function<Status(const CheckpointSnapshot&, const std::string& step_dir)> after_files;
+  std::function<Status(const CheckpointSnapshot&, const std::string& step_dir)> after_commit;
 };
 
 // A save that finished: on rank 0 committed and verified, elsewhere this rank's part written.

@@ -287,5 +287,42 @@ TEST(AsyncWriterTest, RemoveUncommittedAfterKeepsCommittedAndOlder) {
   EXPECT_TRUE(RemoveUncommittedAfter(LocalFs(), tmp / "absent", 0).ok());
 }
 
+
+// The fault-injection hooks: `after_files` runs once the data files are written and before the
+// commit (its error fails the save, the step stays uncommitted, the older one is intact);
+// `after_commit` runs once the step is committed and verified.
+TEST(AsyncWriterTest, HooksRunAfterTheFilesAndAfterTheVerifiedCommit) {
+  testing::TempDir tmp;
+  const std::string folder = tmp / "ckpt";
+  std::vector<std::string> calls;
+  AsyncWriterOptions o;
+  o.after_files = [&](const CheckpointSnapshot& s, const std::string& dir) -> Status {
+    // The files are there, the commit is not.
+    EXPECT_TRUE(LocalFs().Exists(JoinPath(dir, "model.safetensors")));
+    EXPECT_FALSE(LocalFs().Exists(JoinPath(dir, kCommitFile)));
+    calls.push_back("files " + std::to_string(s.step));
+    if (s.step == 2) return IoError("injected");
+    return Status::Ok();
+  };
+  o.after_commit = [&](const CheckpointSnapshot& s, const std::string& dir) -> Status {
+    EXPECT_TRUE(LocalFs().Exists(JoinPath(dir, kCommitFile)));
+    calls.push_back("commit " + std::to_string(s.step));
+    return Status::Ok();
+  };
+  AsyncCheckpointWriter w(LocalFs(), folder, o);
+  ASSERT_TRUE(w.Submit(Single(1)).ok());
+  ASSERT_TRUE(w.Wait().ok());
+  ASSERT_TRUE(w.Submit(Single(2)).ok());
+  const Status st = w.Wait();
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("injected"), std::string::npos) << st.message();
+  EXPECT_EQ(calls, (std::vector<std::string>{"files 1", "commit 1", "files 2"}));
+  CheckpointStore store(LocalFs(), folder);
+  Result<std::vector<int64_t>> committed = store.ListCommitted();
+  ASSERT_TRUE(committed.ok());
+  EXPECT_EQ(*committed, std::vector<int64_t>{1});
+  EXPECT_TRUE(store.Verify(1).ok());
+}
+
 }  // namespace
 }  // namespace tenax::ckpt

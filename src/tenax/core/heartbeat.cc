@@ -57,6 +57,7 @@ std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   b.generation = j.value("generation", 0);
   b.pid = j.value("pid", 0);
   b.host = j.value("host", std::string());
+  b.writing_checkpoint = j.value("writing_checkpoint", int64_t{-1});
   b.resume_step = j.value("resume_step", int64_t{0});
   b.set_aside = j.value("set_aside", 0);
   b.run_dir = j.value("run_dir", std::string());
@@ -109,6 +110,8 @@ void HeartbeatWriter::CheckpointDone(int64_t step, double seconds) {
 
 void HeartbeatWriter::NonFinite(int64_t step) { Write(step, "nonfinite"); }
 
+void HeartbeatWriter::LossSpike(int64_t step) { Write(step, "loss-spike"); }
+
 void HeartbeatWriter::Write(int64_t step, const char* phase) {
   if (dir_.empty()) return;
   nlohmann::json recent = nlohmann::json::array();
@@ -117,6 +120,7 @@ void HeartbeatWriter::Write(int64_t step, const char* phase) {
                             {"wall_s", WallNow()},
                             {"phase", phase},
                             {"generation", beat_.generation},
+                            {"writing_checkpoint", beat_.writing_checkpoint},
                             {"pid", beat_.pid},
                             {"host", beat_.host},
                             {"resume_step", beat_.resume_step},

@@ -24,8 +24,12 @@ struct Beat {
   int64_t step = 0;
   double wall_s = 0;  // the rank's clock (seconds since the epoch)
   // "ready" (set up, about to train), "train" (a step finished), "checkpoint" (writing one),
-  // "nonfinite" (the loss or gradient became NaN/Inf; the rank is about to exit).
+  // "nonfinite" (the loss or gradient became NaN/Inf; the rank is about to exit), "loss-spike"
+  // (training.on_loss_spike = "restart" or "stop"; about to exit).
   std::string phase = "train";
+  // The step an asynchronous checkpoint save is writing in the background, -1 when none (so a
+  // rank that dies while its writer thread writes counts as a crash in a checkpoint).
+  int64_t writing_checkpoint = -1;
   int generation = 0;        // TENAX_RESTART_COUNT of the writer
   int pid = 0;
   std::string host;
@@ -54,6 +58,9 @@ class HeartbeatWriter {
   void CheckpointBegin(int64_t step);
   void CheckpointDone(int64_t step, double seconds);
   void NonFinite(int64_t step);
+  void LossSpike(int64_t step);
+  // Records the step an async save writes in the background (-1: none); sent with the next beat.
+  void SetWritingCheckpoint(int64_t step) { beat_.writing_checkpoint = step; }
 
  private:
   void Write(int64_t step, const char* phase);

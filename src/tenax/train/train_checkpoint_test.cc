@@ -41,7 +41,7 @@ TEST(TrainCheckpointTest, AsyncSaveWritesTheSameFilesAsTheSyncSave) {
   TakeOneStep(model, opt);
   TrainTarget target = SingleProcess(model, opt);
   target.layout = {{"world_size", 1}};
-  const TrainProgress progress{/*step=*/5, /*data_position=*/40, /*tokens_seen=*/1280};
+  const TrainProgress progress{/*step=*/5, /*data_position=*/40, /*tokens_seen=*/1280, {}};
 
   ckpt::CheckpointStore sync_store(LocalFs(), tmp / "sync");
   ASSERT_TRUE(SaveTrainCheckpoint(sync_store, progress, target, "# config").ok());
@@ -113,7 +113,7 @@ void RunCheckpointer(bool async) {
     ckpt.RecordStepTime(0.01);
     if (!ckpt.Due(step, step == 10)) continue;
     Result<std::vector<std::string>> lines =
-        ckpt.Save(TrainProgress{step, step * 4, step * 128}, target, "# config", 1.0);
+        ckpt.Save(TrainProgress{step, step * 4, step * 128, {}}, target, "# config", 1.0);
     ASSERT_TRUE(lines.ok()) << lines.status().message();
     reported += static_cast<int>(lines->size());
     saved.push_back(step);
