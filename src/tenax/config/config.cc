@@ -289,6 +289,13 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   t.Get("threads", &c->training.threads);
   t.Get("stop_at", &c->training.stop_at);
   t.Get("on_nonfinite", &c->training.on_nonfinite, {"stop", "restart"});
+  t.Get("loss_spike_factor", &c->training.loss_spike_factor);
+  t.Get("loss_spike_window", &c->training.loss_spike_window);
+  t.Get("on_loss_spike", &c->training.on_loss_spike, {"warn", "skip", "restart", "stop"});
+  t.Check(c->training.loss_spike_factor == 0 || c->training.loss_spike_factor > 1,
+          "loss_spike_factor", fmt::format("{}", c->training.loss_spike_factor),
+          "0 (off) or greater than 1 (e.g. 3: a loss three times the recent median is a spike)");
+  t.Positive("loss_spike_window", c->training.loss_spike_window);
   t.Positive("steps", c->training.steps);
   t.Positive("local_batch_size", c->training.local_batch_size);
   t.Positive("seq_len", c->training.seq_len);
@@ -436,7 +443,10 @@ std::string ConfigToToml(const Config& c) {
                                {"mixed_precision", c.training.mixed_precision},
                                {"device", c.training.device}, {"threads", c.training.threads},
                                {"stop_at", c.training.stop_at},
-                               {"on_nonfinite", c.training.on_nonfinite}}},
+                               {"on_nonfinite", c.training.on_nonfinite},
+                               {"loss_spike_factor", c.training.loss_spike_factor},
+                               {"loss_spike_window", c.training.loss_spike_window},
+                               {"on_loss_spike", c.training.on_loss_spike}}},
       {"parallelism",
        toml::table{{"data_parallel_replicate", c.parallelism.data_parallel_replicate},
                    {"data_parallel_shard", c.parallelism.data_parallel_shard},

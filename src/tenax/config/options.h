@@ -85,6 +85,18 @@ struct TrainingOptions {
   // (exit code 8, so `tenax launch --max-restarts` resumes from the last good checkpoint; for
   // transient faults such as a flipped bit, the rerun is bitwise the uninterrupted trajectory).
   std::string on_nonfinite = "stop";
+  // Loss spikes: a step whose loss (mean over ranks) exceeds loss_spike_factor x the median loss
+  // of the previous loss_spike_window steps. 0 = off. Detection starts once 8 previous steps (or
+  // the whole window, when smaller) are known; a restarted process starts its window afresh.
+  double loss_spike_factor = 0;
+  int64_t loss_spike_window = 20;
+  // What a spike does: "warn" (log it, apply the update), "skip" (log it, drop the step's update:
+  // the batch is consumed, the weights and the optimizer state stay as they were), "restart"
+  // (exit code 8 so that `tenax launch` rolls back to the newest checkpoint and retries; a spike
+  // that comes back at the same step after the rollback is caused by the data, not a transient
+  // fault, and that step's update is then skipped), "stop" (exit code 7). Every spike is
+  // recorded in <run folder>/loss_spikes.json and in goodput.json.
+  std::string on_loss_spike = "skip";
 };
 
 // How the world of ranks is laid out (torchtitan's names). The product of the degrees must equal

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "tenax/core/check.h"
 
 namespace tenax {
@@ -19,11 +21,12 @@ namespace {
 const char* kGrammar =
     "crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N], hang:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
-    "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S; each may end in :gen=G";
+    "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F]; each "
+    "may end in :gen=G or :gen=all";
 
 bool KnownKind(const std::string& k) {
   return k == "crash" || k == "hang" || k == "slow" || k == "nan" || k == "ckpt-fail" ||
-         k == "ckpt-corrupt" || k == "kill-in-ckpt";
+         k == "ckpt-corrupt" || k == "kill-in-ckpt" || k == "spike";
 }
 
 // The faults of this process's launch generation, parsed once (the spec never changes while a
@@ -38,7 +41,9 @@ const std::vector<Fault>& ActiveFaults() {
     auto parsed = ParseFaults(spec);
     TENAX_CHECK_MSG(parsed.ok(), "TENAX_INJECT is malformed");
     for (const Fault& f : *parsed) {
-      if (f.generation == generation) out.push_back(f);
+      if (f.generation == generation || f.generation == Fault::kEveryGeneration) {
+        out.push_back(f);
+      }
     }
     return out;
   }();
@@ -106,20 +111,26 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       } else if (key == "factor" && f.kind == "slow" && real && x >= 1) {
         f.factor = x;
         have_factor = true;
+      } else if (key == "factor" && f.kind == "spike" && real && x > 1) {
+        f.factor = x;
       } else if (key == "code" && numeric && n > 0 && n < 256) {
         f.code = static_cast<int>(n);
       } else if (key == "gen" && numeric) {
         f.generation = static_cast<int>(n);
+      } else if (key == "gen" && value == "all") {
+        f.generation = Fault::kEveryGeneration;
       } else {
         return InvalidArgument("--inject " + item + ": bad field '" + part +
                                "' (rank=R, step=S >= 1, time=T > 0 (crash), factor=F >= 1 and "
-                               "from=S (slow), how=kill|exit, code=1..255, gen=G)");
+                               "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
+                               "gen=G or gen=all)");
       }
     }
     const bool rank_optional = f.kind == "ckpt-fail" || f.kind == "ckpt-corrupt";
     if (!have_rank && !rank_optional) {
       return InvalidArgument("--inject " + item + ": a " + f.kind + " needs rank=R");
     }
+    if (f.kind == "spike" && f.factor == 1) f.factor = 100;
     if (f.kind == "slow") {
       if (!have_factor) return InvalidArgument("--inject " + item + ": a slow needs factor=F");
       if (!have_step) f.step = 1;
@@ -173,6 +184,17 @@ bool PoisonLoss(int rank, int64_t step) {
     }
   }
   return false;
+}
+
+double LossFactor(int rank, int64_t step) {
+  if (!Enabled()) return 1;
+  for (const Fault& f : ActiveFaults()) {
+    if (f.kind == "spike" && f.rank == rank && f.step == step) {
+      Say(rank, fmt::format("loss x {:g} at step {}", f.factor, step));
+      return f.factor;
+    }
+  }
+  return 1;
 }
 
 Status CheckpointFault(int rank, int64_t step, CheckpointPhase phase,

@@ -3,7 +3,8 @@
 // TENAX_INJECT together with TENAX_RESTART_COUNT and TENAX_LAUNCH_TIME; the trainer and the
 // checkpoint writer call the hooks below at fixed points. A fault fires only in the launch
 // generation it names (default 0, the first), so the restarted job runs clean and reaches the
-// same weights as an uninterrupted run.
+// same weights as an uninterrupted run; gen=all fires in every generation (a fault that a restart
+// does not cure, like a bad batch).
 // Grammar: FAULT[,FAULT...] where
 //   FAULT = crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N][:gen=G]
 //         | hang:rank=R:step=S[:gen=G]            blocks right before the gradient all-reduce
@@ -12,6 +13,8 @@
 //         | ckpt-fail:step=S[:rank=R][:gen=G]      writing checkpoint S fails with an I/O error
 //         | ckpt-corrupt:step=S[:gen=G]            committed checkpoint S gets a flipped byte
 //         | kill-in-ckpt:rank=R:step=S[:gen=G]     SIGKILL after writing S's files, before commit
+//         | spike:rank=R:step=S[:factor=F][:gen=G] rank R's loss at step S is reported F times
+//                                                  larger (default 100; the gradients are not)
 // Every hook is a no-op, one getenv, when TENAX_INJECT is unset.
 // Non-goals: faults in data loading or the network itself (a dead peer is a crash here).
 #pragma once
@@ -25,14 +28,16 @@
 namespace tenax {
 
 struct Fault {
-  std::string kind = "crash";  // crash | hang | slow | nan | ckpt-fail | ckpt-corrupt | kill-in-ckpt
+  // crash | hang | slow | nan | ckpt-fail | ckpt-corrupt | kill-in-ckpt | spike
+  std::string kind = "crash";
   int rank = 0;
   int64_t step = 0;     // 0 with time > 0: a crash at a wall time
   double time_s = 0;    // seconds since the launch started (TENAX_LAUNCH_TIME)
-  double factor = 1;    // slow
+  double factor = 1;    // slow; spike (default 100)
   std::string how = "kill";
   int code = 1;
-  int generation = 0;
+  int generation = 0;  // kEveryGeneration: all of them
+  static constexpr int kEveryGeneration = -1;
 };
 
 Result<std::vector<Fault>> ParseFaults(const std::string& spec);
@@ -48,6 +53,9 @@ void BeforeGradientReduce(int rank, int64_t step, double compute_s);
 
 // True when `nan` asks this rank's loss at `step` to become NaN.
 bool PoisonLoss(int rank, int64_t step);
+
+// The factor `spike` multiplies this rank's reported loss at `step` by (1 when none).
+double LossFactor(int rank, int64_t step);
 
 // Checkpoint faults. kWritten: after this rank wrote its files of `step`, before the commit
 // (`ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank). kCommitted: after rank 0

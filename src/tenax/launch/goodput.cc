@@ -164,6 +164,7 @@ nlohmann::json Goodput::Report(double wall, int exit_code) const {
           {"failures_by_kind", by_kind},
           {"failures", failures},
           {"stragglers", stragglers_},
+          {"loss_spikes", loss_spikes_},
           {"generations", gens}};
 }
 
@@ -203,6 +204,11 @@ std::string Goodput::Summary(const nlohmann::json& r) {
                        s["rank"].get<int>(), s["host"].get<std::string>(),
                        s["compute_s"].get<double>(), s["median_s"].get<double>(),
                        s["step"].get<int64_t>());
+  }
+  for (const auto& s : r.value("loss_spikes", nlohmann::json::array())) {
+    out += fmt::format("  loss spike: step {} loss {:.4g} vs median {:.4g} ({})\n",
+                       s.value("step", int64_t{0}), s.value("loss", 0.0), s.value("median", 0.0),
+                       s.value("action", std::string()));
   }
   return out;
 }

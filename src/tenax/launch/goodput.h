@@ -45,6 +45,8 @@ class Goodput {
   void GenerationEnded(double now, int exit_code);
   void AddFailure(FailureRecord failure);
   void AddStraggler(nlohmann::json straggler) { stragglers_.push_back(std::move(straggler)); }
+  // The trainer's loss-spike record (<run folder>/loss_spikes.json "spikes"), for the report.
+  void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
   void SetReplacement(int slot) {
     if (!failures_.empty()) failures_.back().replacement_slot = slot;
   }
@@ -72,6 +74,7 @@ class Goodput {
   std::vector<Generation> generations_;
   std::vector<FailureRecord> failures_;
   nlohmann::json stragglers_ = nlohmann::json::array();
+  nlohmann::json loss_spikes_ = nlohmann::json::array();
   double tokens_per_s_ = 0;
   std::string run_dir_;
 };

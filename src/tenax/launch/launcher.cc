@@ -58,9 +58,12 @@ double WallNow() {
 }
 
 // What a failed rank was doing, from its exit code and its last beat's phase.
-std::string Classify(int code, const std::string& phase) {
+std::string Classify(int code, const std::string& phase, bool writing_checkpoint) {
   if (phase == "nonfinite") return "nonfinite";
-  if (phase == "checkpoint") return code == 5 ? "checkpoint-write" : "crash-in-checkpoint";
+  if (phase == "loss-spike") return "loss-spike";
+  if (phase == "checkpoint" || (writing_checkpoint && code != 8 && code != 9)) {
+    return code == 5 ? "checkpoint-write" : "crash-in-checkpoint";
+  }
   if (phase == "setup") return "setup";
   if (code == 5) return "io-error";
   return "crash";
@@ -228,8 +231,9 @@ GenerationResult Supervisor::RunGeneration(int gen) {
   for (int local = 0; local < n; ++local) {
     Status st = slots_->Assign(
         local, fmt::format("RANK={} WORLD_SIZE={} LOCAL_RANK={} LOCAL_WORLD_SIZE={} "
-                           "MASTER_ADDR={} MASTER_PORT={} TENAX_RESTART_COUNT={}",
-                           Rank(local), world, local, n, host_, port, gen));
+                           "MASTER_ADDR={} MASTER_PORT={} TENAX_RESTART_COUNT={} "
+                           "TENAX_RUN_ELAPSED_S={:.3f}",
+                           Rank(local), world, local, n, host_, port, gen, Elapsed()));
     if (!st.ok()) {
       log::Error("launch: {}", st.message());
       g.exit_code = 1;
@@ -299,7 +303,8 @@ GenerationResult Supervisor::RunGeneration(int gen) {
       const bool current = beat && beat->generation == gen;
       g.exit_code = ExitCode(failed_status);
       g.failed_local = failed_local;
-      g.kind = Classify(g.exit_code, current ? beat->phase : std::string("setup"));
+      g.kind = Classify(g.exit_code, current ? beat->phase : std::string("setup"),
+                        current && beat->writing_checkpoint >= 0);
       g.cause = "rank " + std::to_string(Rank(failed_local)) + " " + Describe(failed_status);
       g.host = current ? beat->host : "";
       g.detected_s = Elapsed();
@@ -450,6 +455,15 @@ Result<int> Supervisor::Run() {
     }
     log::Info("launch: restart {} of {}: all ranks start again from the newest good checkpoint",
               gen + 1, o_.max_restarts);
+  }
+  if (!goodput_.run_dir().empty()) {  // the trainer's loss-spike record (train/loss_spike.h)
+    auto text = LocalFs().ReadFile(JoinPath(goodput_.run_dir(), "loss_spikes.json"));
+    if (text.ok()) {
+      const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("spikes") && j["spikes"].is_array()) {
+        goodput_.SetLossSpikes(j["spikes"]);
+      }
+    }
   }
   const double wall = Elapsed();
   const nlohmann::json report = goodput_.Report(wall, result);
