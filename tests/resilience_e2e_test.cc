@@ -328,6 +328,111 @@ TEST_F(ResilienceE2E, StatusFileAndMetricsDuringARun) {
   EXPECT_EQ(last["ranks_alive"], 0);
 }
 
+// Loss spikes (training.loss_spike_factor = 3; the injected spike multiplies rank 1's reported
+// loss at step 10 by 100). "restart" with a transient spike: rolled back to step 9, the rerun is
+// normal, and the run ends identical to the uninterrupted one.
+TEST_F(ResilienceE2E, TransientLossSpikeRollsBackAndEndsIdentical) {
+  std::string out;
+  auto report = Recover("spike_restart", "", "spike:rank=1:step=10",
+                        "--set training.loss_spike_factor=3 --set training.on_loss_spike=restart",
+                        &out);
+  ExpectFailure(report, "loss-spike", -1);
+  EXPECT_EQ(report["failures"][0]["exit_code"], 8);
+  EXPECT_EQ(report["failures"][0]["resumed_from"], 9);
+  ASSERT_EQ(report["loss_spikes"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["loss_spikes"][0]["step"], 10);
+  EXPECT_EQ(report["loss_spikes"][0]["action"], "restart");
+  EXPECT_NE(out.find("step 10: loss spike"), std::string::npos) << out;
+  EXPECT_NE(out.find("loss spike: step 10"), std::string::npos) << out;  // the summary line
+}
+
+// A batch that spikes every time (gen=all): "restart" rolls back once, the spike comes back at
+// the same step, and that step's update is skipped; the result equals skipping in place
+// ("skip", no restart) bit for bit, and differs from the uninterrupted run. "warn" changes
+// nothing; "stop" exits 7 and is not restarted.
+TEST_F(ResilienceE2E, LossSpikeThatComesBackIsSkipped) {
+  const std::string detect = "--set training.loss_spike_factor=3 --set training.on_loss_spike=";
+  auto rolled = RunTenax("launch --nproc-per-node 2 --max-restarts 3 "
+                         "--inject spike:rank=1:step=10:gen=all -- " +
+                             Train(*dir_, "spike_data", detect + "restart"),
+                         dir_->path());
+  ASSERT_EQ(rolled.exit_code, 0) << rolled.output;
+  auto report = nlohmann::json::parse(ReadFile(*dir_ / "spike_data/goodput.json"));
+  EXPECT_EQ(report["restarts"], 1);
+  ASSERT_EQ(report["loss_spikes"].size(), 2u) << report.dump(2);
+  EXPECT_EQ(report["loss_spikes"][0]["action"], "restart");
+  EXPECT_EQ(report["loss_spikes"][0]["generation"], 0);
+  EXPECT_EQ(report["loss_spikes"][1]["action"], "skip");
+  EXPECT_EQ(report["loss_spikes"][1]["generation"], 1);
+  EXPECT_EQ(report["loss_spikes"][1]["step"], 10);
+
+  auto skipped = RunTenax("launch --nproc-per-node 2 --inject spike:rank=1:step=10 -- " +
+                              Train(*dir_, "spike_skip", detect + "skip"),
+                          dir_->path());
+  ASSERT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_NE(skipped.output.find("skipping this step's update"), std::string::npos);
+  for (int shard : {0, 1}) {
+    EXPECT_TRUE(Final("spike_data", shard) == Final("spike_skip", shard)) << shard;
+    EXPECT_FALSE(Final("spike_skip", shard) == Final("clean", shard)) << shard;
+  }
+  auto warned = Recover("spike_warn", "", "spike:rank=1:step=10", detect + "warn");
+  EXPECT_EQ(warned["restarts"], 0);
+  ASSERT_EQ(warned["loss_spikes"].size(), 1u);
+  EXPECT_EQ(warned["loss_spikes"][0]["action"], "warn");
+
+  auto stop = RunTenax("launch --nproc-per-node 2 --max-restarts 2 "
+                       "--inject spike:rank=0:step=10 -- " +
+                           Train(*dir_, "spike_stop", detect + "stop"),
+                       dir_->path());
+  EXPECT_EQ(stop.exit_code, 7) << stop.output;
+  EXPECT_NE(stop.output.find("training.on_loss_spike = \"stop\""), std::string::npos)
+      << stop.output;
+  EXPECT_NE(stop.output.find("not restarting"), std::string::npos) << stop.output;
+}
+
+// The checkpoint faults with asynchronous saves (checkpoint.async): the injection fires on the
+// writer thread at the same points as in synchronous saves. A failed background write surfaces at
+// the next save (exit 5, "checkpoint-write"); a rank killed while its writer thread writes counts
+// as a crash in a checkpoint; a checkpoint damaged after its commit is skipped at resume. Each
+// run resumes from step 6 and ends identical.
+TEST_F(ResilienceE2E, CheckpointFaultsWithAsynchronousSaves) {
+  const std::string async = "--set checkpoint.async=true";
+  std::string out;
+  auto fail = Recover("async_ckpt_fail", "", "ckpt-fail:step=9", async, &out);
+  ExpectFailure(fail, "checkpoint-write", -1);
+  EXPECT_EQ(fail["failures"][0]["exit_code"], 5);
+  EXPECT_EQ(fail["failures"][0]["resumed_from"], 6);
+  EXPECT_NE(out.find("injected I/O error"), std::string::npos) << out;
+
+  auto kill = Recover("async_kill_in_ckpt", "", "kill-in-ckpt:rank=0:step=9", async);
+  ExpectFailure(kill, "crash-in-checkpoint", 0);
+  EXPECT_EQ(kill["failures"][0]["exit_code"], 137);
+  EXPECT_EQ(kill["failures"][0]["resumed_from"], 6);
+
+  auto corrupt =
+      Recover("async_ckpt_corrupt", "", "ckpt-corrupt:step=9,crash:rank=1:step=11", async, &out);
+  EXPECT_NE(out.find("skipping checkpoint step 9"), std::string::npos) << out;
+  ASSERT_EQ(corrupt["failures"].size(), 2u) << corrupt.dump(2);
+  EXPECT_EQ(corrupt["failures"][0]["resumed_from"], 6);
+}
+
+// Memory replicas (checkpoint.memory_replicas): after a crash the ranks restore the newest
+// checkpoint from the copies in /dev/shm, not from storage. Step 9's weights file on storage is
+// damaged after its commit, so a restore from storage would fall back to step 6; from RAM the
+// run resumes at step 9 (one step redone) and ends identical. The copies are freed at the end.
+TEST_F(ResilienceE2E, MemoryReplicasRestoreWithoutReadingStorage) {
+  const std::string job = "memory_replica_e2e";
+  std::string out;
+  auto report = Recover(job, "", "ckpt-corrupt:step=9,crash:rank=1:step=11",
+                        "--set checkpoint.memory_replicas=true", &out);
+  EXPECT_NE(out.find("resumed from step 9 out of memory replicas"), std::string::npos) << out;
+  EXPECT_EQ(out.find("skipping checkpoint step 9"), std::string::npos) << out;
+  ExpectFailure(report, "crash", 1);
+  EXPECT_EQ(report["failures"][0]["resumed_from"], 9);
+  EXPECT_EQ(report["steps_redone"], 1);  // step 10
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/tenax-" + job));
+}
+
 TEST_F(ResilienceE2E, BadInputIsNotRestarted) {
   auto r = RunTenax("launch --nproc-per-node 2 --max-restarts 3 -- " +
                         Train(*dir_, "bad", "--set optimizer.lr=-1"),

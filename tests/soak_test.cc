@@ -111,7 +111,8 @@ TEST(Soak, FourRanksAndASpareSurviveRandomFailures) {
   EXPECT_EQ(report["restarts"], plan.size());
   ASSERT_EQ(report["failures"].size(), plan.size()) << report.dump(2);
   for (size_t i = 0; i < plan.size(); ++i) {
-    EXPECT_EQ(report["failures"][i]["kind"], plan[i].kind) << i << ": " << plan[i].spec;
+    EXPECT_EQ(report["failures"][i]["kind"], plan[i].kind)
+        << i << ": " << plan[i].spec << "\n" << report["failures"][i].dump(2) << "\n" << r.output;
     EXPECT_GT(report["failures"][i]["recovery_s"].get<double>(), 0.0) << i;
   }
   for (const auto& [kind, n] : expected_kinds) EXPECT_EQ(report["failures_by_kind"][kind], n);

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -75,14 +77,14 @@ Status MemoryReplica::Put(int64_t step, const NamedFiles& files) {
   return Status::Ok();
 }
 
-Result<NamedFiles> MemoryReplica::ReadCopy(const std::string& path, int64_t step) {
+Result<NamedFiles> MemoryReplica::ReadCopy(const std::string& path, int64_t step, int owner) {
   TENAX_ASSIGN_OR_RETURN(std::string blob, fs_.ReadFile(path));
   const size_t nl = blob.find('\n');
   if (nl == std::string::npos) return DataError(path + ": no replica header");
   nlohmann::json h = nlohmann::json::parse(blob.substr(0, nl), nullptr, false);
   if (h.is_discarded() || h.value("format", std::string()) != kReplicaFormat ||
-      h.value("step", int64_t{-1}) != step || h.value("owner", -1) != rank_) {
-    return DataError(path + ": not this rank's replica of step " + std::to_string(step));
+      h.value("step", int64_t{-1}) != step || h.value("owner", -1) != owner) {
+    return DataError(fmt::format("{}: not rank {}'s replica of step {}", path, owner, step));
   }
   NamedFiles files;
   size_t offset = nl + 1;
@@ -112,7 +114,7 @@ Result<NamedFiles> MemoryReplica::Get(int64_t step, const Manifest& manifest) {
       why += fmt::format("; {} does not exist", path);
       continue;
     }
-    Result<NamedFiles> files = ReadCopy(path, step);
+    Result<NamedFiles> files = ReadCopy(path, step, rank_);
     if (!files.ok()) {
       why += "; " + files.status().message();
       continue;
@@ -132,6 +134,54 @@ Result<NamedFiles> MemoryReplica::Get(int64_t step, const Manifest& manifest) {
   }
   return NotFound(fmt::format("no usable memory replica of rank {}'s files for step {}{}", rank_,
                               step, why));
+}
+
+Result<std::map<std::string, std::string>> MemoryReplica::Gather(int64_t step,
+                                                                const Manifest& manifest) {
+  if (manifest.step != step) {
+    return InvalidArgument(fmt::format("manifest is for step {}, not {}", manifest.step, step));
+  }
+  std::map<std::string, std::string> out;
+  Result<std::vector<std::string>> holders = fs_.ListDir(root_);
+  if (!holders.ok()) return NotFound(root_ + " holds no memory replicas");
+  const std::string suffix = fmt::format("-{}.replica", StepDirName(step));
+  for (const std::string& holder : *holders) {
+    if (holder.rfind("holder-", 0) != 0) continue;
+    Result<std::vector<std::string>> names = fs_.ListDir(JoinPath(root_, holder));
+    if (!names.ok()) continue;
+    for (const std::string& name : *names) {
+      // owner-RRRRR-step_XXXXXXXX.replica
+      if (name.rfind("owner-", 0) != 0 || name.size() <= suffix.size() ||
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        continue;
+      }
+      const int owner = std::atoi(name.substr(6, 5).c_str());
+      Result<NamedFiles> files = ReadCopy(JoinPath(JoinPath(root_, holder), name), step, owner);
+      if (!files.ok()) continue;  // a damaged copy: another holder may have a good one
+      for (auto& [file, bytes] : *files) {
+        auto it = manifest.files.find(file);
+        if (out.count(file) > 0 || it == manifest.files.end() ||
+            it->second.bytes != bytes.size() || it->second.crc32 != Crc32(bytes)) {
+          continue;  // only bytes the committed manifest vouches for
+        }
+        out.emplace(file, std::move(bytes));
+      }
+    }
+  }
+  for (const auto& [file, entry] : manifest.files) {
+    if (out.count(file) == 0) {
+      return NotFound(fmt::format("no memory replica of {} of checkpoint step {} in {}", file,
+                                  step, root_));
+    }
+  }
+  return out;
+}
+
+Status MemoryReplica::DropHeld() {
+  TENAX_RETURN_IF_ERROR(fs_.RemoveAll(HolderDir(root_, rank_)));
+  std::error_code ec;
+  std::filesystem::remove(root_, ec);  // only succeeds once the last holder folder is gone
+  return Status::Ok();
 }
 
 Result<std::vector<std::string>> MemoryReplica::RepairStorage(CheckpointStore& store,

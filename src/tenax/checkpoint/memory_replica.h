@@ -13,12 +13,18 @@
 //
 // Trust: a replica is only ever used for a committed checkpoint whose manifest lists the same
 // sizes and CRC-32s, so a copy from an uncommitted or different save is never restored.
-// Non-goals: loading a rank's shard from RAM without touching storage at all (restore reads the
-// step folder; RepairStorage makes it whole first); more than one peer copy.
+// Restore from RAM: Gather collects every file of a committed checkpoint from the copies in
+// `root` (all owners, any holder), so a restart on the same node(s) loads the checkpoint without
+// reading its data files from storage (only the small manifest and COMMITTED marker are read);
+// when some file has no matching copy, the caller falls back to storage (RepairStorage, then the
+// normal restore).
+// Non-goals: more than one peer copy; fetching copies held on other nodes (Gather sees this
+// node's tmpfs only, so across nodes it succeeds only when every file has a copy here).
 // Thread safety: an instance is not thread-safe; ranks use distinct instances concurrently.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,11 +60,20 @@ class MemoryReplica {
   // rewrote (empty when storage was fine). Call on every rank before resuming.
   Result<std::vector<std::string>> RepairStorage(CheckpointStore& store, int64_t step);
 
+  // Every file `manifest` lists (the committed checkpoint `step`, all ranks' files), from the
+  // copies under `root` whose sizes and CRC-32s match it. NotFound (naming the first file
+  // without a usable copy) when some file has none.
+  Result<std::map<std::string, std::string>> Gather(int64_t step, const Manifest& manifest);
+
+  // Removes the copies this rank holds (its holder folder), and `root` once it is empty. For
+  // the end of a run, after every rank stopped writing copies.
+  Status DropHeld();
+
   // The copy of `owner`'s files for `step` held by `holder`.
   std::string ReplicaPath(int holder, int owner, int64_t step) const;
 
  private:
-  Result<NamedFiles> ReadCopy(const std::string& path, int64_t step);
+  Result<NamedFiles> ReadCopy(const std::string& path, int64_t step, int owner);
 
   // Constant after construction.
   FileSystem& fs_;

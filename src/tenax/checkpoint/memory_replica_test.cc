@@ -126,5 +126,59 @@ TEST(MemoryReplicaTest, SingleRankKeepsOneCopy) {
   EXPECT_EQ(*names, std::vector<std::string>{"holder-00000"});
 }
 
+
+// Restore from RAM: every file of the committed checkpoint from the copies (any holder); a lost
+// or damaged copy is covered by the other holder's; with both copies of a rank gone, NotFound
+// names the file; copies of a different save of the same step are never used.
+TEST(MemoryReplicaTest, GatherCollectsTheWholeCheckpointFromCopies) {
+  testing::TempDir tmp;
+  const std::string root = tmp / "shm";
+  CheckpointStore store(LocalFs(), tmp / "ckpt");
+  SaveAll(store, root, 5);
+  Result<Manifest> m = ReadCommittedManifest(LocalFs(), store, 5);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  MemoryReplica r1(LocalFs(), root, 1, kWorld);
+  auto want = [&] {
+    std::map<std::string, std::string> all;
+    for (int r = 0; r < kWorld; ++r) {
+      for (auto& [name, bytes] : RankFiles(r, 5)) all[name] = bytes;
+    }
+    return all;
+  }();
+  Result<std::map<std::string, std::string>> got = r1.Gather(5, *m);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, want);
+  // Rank 2's own copy lost, its peer copy (held by 3) damaged: the peer copy fails its CRC...
+  ASSERT_TRUE(LocalFs().RemoveAll(r1.ReplicaPath(2, 2, 5)).ok());
+  Result<std::string> blob = LocalFs().ReadFile(r1.ReplicaPath(3, 2, 5));
+  ASSERT_TRUE(blob.ok());
+  std::string damaged = *blob;
+  damaged[damaged.size() - 10] ^= 0x20;
+  ASSERT_TRUE(LocalFs().WriteFileAtomic(r1.ReplicaPath(3, 2, 5), damaged).ok());
+  got = r1.Gather(5, *m);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(got.status().message().find("model-rank2"), std::string::npos)
+      << got.status().message();
+  // ... and a good copy back in one holder is enough.
+  ASSERT_TRUE(LocalFs().WriteFileAtomic(r1.ReplicaPath(3, 2, 5), *blob).ok());
+  got = r1.Gather(5, *m);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, want);
+  // Copies of another save of step 5 (different bytes) do not match the committed manifest.
+  MemoryReplica r0(LocalFs(), root, 0, kWorld);
+  NamedFiles other = RankFiles(0, 5);
+  other[0].second[0] = 'Z';
+  ASSERT_TRUE(r0.Put(5, other).ok());
+  got = r1.Gather(5, *m);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("model-rank0"), std::string::npos);
+  // DropHeld frees a holder's folder, and the root with the last one.
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(MemoryReplica(LocalFs(), root, r, kWorld).DropHeld().ok());
+  }
+  EXPECT_FALSE(LocalFs().Exists(root));
+}
+
 }  // namespace
 }  // namespace tenax::ckpt

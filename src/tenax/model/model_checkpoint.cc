@@ -36,6 +36,10 @@ Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path) {
   TENAX_ASSIGN_OR_RETURN(auto where, ckpt::ResolveCheckpointPath(LocalFs(), path));
   ckpt::CheckpointStore store(LocalFs(), where.first);
   TENAX_ASSIGN_OR_RETURN(ckpt::LoadedCheckpoint loaded, store.Load(where.second));
+  return ModelCheckpointFromFiles(std::move(loaded));
+}
+
+Result<ModelCheckpoint> ModelCheckpointFromFiles(ckpt::LoadedCheckpoint loaded) {
   ModelCheckpoint out;
   out.dir = loaded.dir;
   out.step = loaded.step;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tenax/checkpoint/store.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/core/status.h"
 #include "tenax/model/llama.h"
@@ -38,6 +39,9 @@ std::string RankFileName(const std::string& stem, int rank, int ranks);
 // `path` is a step folder or a checkpoint folder (its newest checkpoint that verifies).
 // Checksums are verified; a damaged file is named in the error.
 Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path);
+// The same from files already read and verified (e.g. gathered from memory replicas); `loaded`
+// needs step, dir (for messages) and files.
+Result<ModelCheckpoint> ModelCheckpointFromFiles(ckpt::LoadedCheckpoint loaded);
 
 // Writes a weights-only checkpoint (step folder committed with a marker) into `folder`.
 Status WriteModelCheckpoint(const std::string& folder, int64_t step, const ModelSpec& spec,

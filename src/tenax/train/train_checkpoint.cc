@@ -99,6 +99,7 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
         {"config", config_toml},
         {"layout", target.layout},
     };
+    if (!progress.loss_history.empty()) state["loss_history"] = progress.loss_history;
     files.push_back({model::kTrainStateFile, state.dump(2)});
   }
   return snap;
@@ -149,6 +150,11 @@ Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64
                                              TrainTarget& target) {
   TENAX_ASSIGN_OR_RETURN(model::ModelCheckpoint ckpt,
                          model::LoadModelCheckpoint(store.StepDir(step)));
+  return RestoreTrainCheckpoint(ckpt, target);
+}
+
+Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
+                                             TrainTarget& target) {
   model::Llama& model = target.model;
   const ModelSpec& want = model.spec();
   const ModelSpec& have = ckpt.spec;
@@ -181,6 +187,7 @@ Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64
     p.step = s.at("step").get<int64_t>();
     p.data_position = s.at("data").at("position").get<int64_t>();
     p.tokens_seen = s.at("tokens_seen").get<int64_t>();
+    if (s.contains("loss_history")) p.loss_history = s["loss_history"].get<std::vector<double>>();
     const int64_t opt_step = s.at("optimizer_step").get<int64_t>();
     if (target.parallel != nullptr) {
       std::vector<std::string> prefixes = {"exp_avg.", "exp_avg_sq."};
@@ -224,11 +231,66 @@ TrainCheckpointer::TrainCheckpointer(Setup setup, ckpt::CheckpointStore& store,
         return r->Put(s.step, s.files);
       };
     }
+    // --inject ckpt-fail / kill-in-ckpt / ckpt-corrupt fire at the same points as in sync saves.
+    o.after_files = [](const ckpt::CheckpointSnapshot& s, const std::string& dir) {
+      return CheckpointFault(s.rank, s.step, CheckpointPhase::kWritten, dir);
+    };
+    o.after_commit = [](const ckpt::CheckpointSnapshot& s, const std::string& dir) {
+      return CheckpointFault(s.rank, s.step, CheckpointPhase::kCommitted, dir);
+    };
     writer_ = std::make_unique<ckpt::AsyncCheckpointWriter>(LocalFs(), setup_.folder, o);
   }
 }
 
 TrainCheckpointer::~TrainCheckpointer() = default;
+
+Result<std::optional<TrainProgress>> TrainCheckpointer::RestoreFromMemory(TrainTarget& target) {
+  // Every rank must take the same path: a rank that cannot gather the checkpoint from RAM makes
+  // every rank use storage.
+  std::optional<model::ModelCheckpoint> ckpt;
+  std::string why = "memory replicas are off";
+  if (replica_) {
+    Result<std::vector<int64_t>> steps = store_.ListCommitted();
+    if (!steps.ok() || steps->empty()) {
+      why = "no committed checkpoint";
+    } else {
+      const int64_t step = steps->back();
+      Result<ckpt::Manifest> manifest = ckpt::ReadCommittedManifest(LocalFs(), store_, step);
+      Result<std::map<std::string, std::string>> files =
+          manifest.ok() ? replica_->Gather(step, *manifest)
+                        : Result<std::map<std::string, std::string>>(manifest.status());
+      if (files.ok()) {
+        ckpt::LoadedCheckpoint loaded;
+        loaded.step = step;
+        loaded.dir = store_.StepDir(step) + " (memory replicas)";
+        loaded.manifest = *manifest;
+        loaded.files = std::move(*files);
+        Result<model::ModelCheckpoint> m = model::ModelCheckpointFromFiles(std::move(loaded));
+        if (m.ok()) {
+          ckpt = std::move(*m);
+        } else {
+          why = m.status().message();
+        }
+      } else {
+        why = files.status().message();
+      }
+    }
+  }
+  at::Tensor missing = at::full({1}, ckpt ? 0.0f : 1.0f, at::kFloat);
+  if (world_) world_->AllReduceSum(missing);
+  if (missing.item<float>() > 0) {
+    if (replica_ && setup_.rank == 0) {
+      log::Info("not restoring from memory replicas ({}): reading the checkpoint from storage",
+                ckpt ? "another rank has no usable copy" : why);
+    }
+    return std::optional<TrainProgress>();
+  }
+  TENAX_ASSIGN_OR_RETURN(TrainProgress p, RestoreTrainCheckpoint(*ckpt, target));
+  log::Info("resumed from step {} out of memory replicas in {}: no checkpoint data read from "
+            "storage",
+            ckpt->step, setup_.replica_root);
+  return std::optional<TrainProgress>(std::move(p));
+}
 
 void TrainCheckpointer::RepairFromReplicas() {
   if (replica_) {
@@ -289,6 +351,7 @@ Result<std::vector<std::string>> TrainCheckpointer::Save(const TrainProgress& pr
   if (writer_) {
     // Blocks only while a previous save is still being written (one in flight).
     TENAX_RETURN_IF_ERROR(writer_->Submit(std::move(snap)));
+    submitted_ = progress.step;
   } else {
     TENAX_RETURN_IF_ERROR(WriteTrainCheckpoint(store_, snap, world_));
     if (replica_) TENAX_RETURN_IF_ERROR(replica_->Put(snap.step, snap.files));
@@ -320,6 +383,18 @@ Result<std::vector<std::string>> TrainCheckpointer::Finish() {
   std::vector<std::string> lines = Drain();
   if (!st.ok()) return st;
   return lines;
+}
+
+void TrainCheckpointer::DropReplicas() {
+  if (!replica_) return;
+  if (world_) world_->Barrier();  // nobody still reads or writes a copy
+  Status st = replica_->DropHeld();
+  if (!st.ok()) log::Warn("could not free the memory replicas: {}", st.message());
+}
+
+std::optional<int64_t> TrainCheckpointer::in_flight() {
+  if (!writer_ || submitted_ < 0 || !writer_->busy()) return std::nullopt;
+  return submitted_;
 }
 
 std::vector<std::string> TrainCheckpointer::Drain() {

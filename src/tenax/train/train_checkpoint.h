@@ -23,6 +23,7 @@
 #include "tenax/config/options.h"
 #include "tenax/core/status.h"
 #include "tenax/model/llama.h"
+#include "tenax/model/model_checkpoint.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/parallel_model.h"
@@ -34,6 +35,8 @@ struct TrainProgress {
   int64_t step = 0;           // optimizer steps completed
   int64_t data_position = 0;  // training windows consumed (data/loader.h)
   int64_t tokens_seen = 0;
+  // The loss-spike detector's window, oldest first (train/loss_spike.h); empty when it is off.
+  std::vector<double> loss_history;
 };
 
 // What is being saved or restored. `parallel` and `world` are null for a single process.
@@ -73,6 +76,9 @@ Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& pr
 // (import-hf) starts a fresh optimizer and data stream at step 0.
 Result<TrainProgress> RestoreTrainCheckpoint(ckpt::CheckpointStore& store, int64_t step,
                                              TrainTarget& target);
+// The same from a checkpoint already read (e.g. from memory replicas).
+Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
+                                             TrainTarget& target);
 
 // The trainer's checkpointing in one place: when to save (fixed or "auto" interval), how (sync,
 // or async with the marker protocol), memory replicas, pruning. Every method that may save is
@@ -102,6 +108,11 @@ class TrainCheckpointer {
   // from a memory replica when they are missing or damaged. Never fails the run: without a
   // usable replica storage is used as it is.
   void RepairFromReplicas();
+  // Before resuming (collective), with memory replicas on: restores the newest committed
+  // checkpoint from the RAM copies (every file must have a copy matching the committed manifest,
+  // on every rank) without reading its data from storage. nullopt: not possible (replicas off,
+  // no committed checkpoint, a copy missing on some rank); then resume from storage as usual.
+  Result<std::optional<TrainProgress>> RestoreFromMemory(TrainTarget& target);
   // After resuming, before the first save (collective): with async saves rank 0 removes
   // uncommitted step folders newer than `resume_step`, then a barrier. Starts the interval count.
   Status Start(int64_t resume_step);
@@ -116,6 +127,10 @@ class TrainCheckpointer {
                                         const std::string& config_toml, double process_elapsed_s);
   // Waits for an async save in flight; its error, if any. Returns log lines like Save.
   Result<std::vector<std::string>> Finish();
+  // At the end of a successful run (collective): frees the RAM the memory replicas hold.
+  void DropReplicas();
+  // The step an async save is writing in the background now; nullopt when none is in flight.
+  std::optional<int64_t> in_flight();
   // Newest step this rank knows is committed (rank 0: verified); nullopt before the first.
   std::optional<int64_t> last_committed() const { return last_committed_; }
   // The interval policy; valid after Start.
@@ -131,6 +146,7 @@ class TrainCheckpointer {
   std::unique_ptr<ckpt::MemoryReplica> replica_;
   std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;  // null: synchronous saves
   std::optional<int64_t> last_committed_;
+  int64_t submitted_ = -1;  // the newest step handed to the async writer
 };
 
 }  // namespace tenax::train

@@ -5,6 +5,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <set>
 
 #include "tenax/checkpoint/store.h"
 #include "tenax/config/config.h"
@@ -23,6 +26,7 @@
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
 #include "tenax/train/evaluate.h"
+#include "tenax/train/loss_spike.h"
 #include "tenax/train/lr_schedule.h"
 #include "tenax/train/parallel_model.h"
 #include "tenax/train/reporter.h"
@@ -238,8 +242,20 @@ Result<TrainSummary> Train(const Config& config) {
   cs.attempt = attempt != nullptr ? attempt : "0";
   cs.observed = ReadObservedFailuresFromEnv();
   TrainCheckpointer checkpointer(cs, store, env.distributed() ? &world : nullptr);
-  if (config.checkpoint.enable) checkpointer.RepairFromReplicas();
-  TENAX_ASSIGN_OR_RETURN(TrainProgress progress, Resume(config, store, target));
+  // With memory replicas the newest checkpoint comes out of RAM when every rank has copies of
+  // every file; otherwise storage, repaired from the copies where they can.
+  std::optional<TrainProgress> from_memory;
+  if (config.checkpoint.enable && config.checkpoint.resume == "latest" &&
+      !cs.replica_root.empty()) {
+    TENAX_ASSIGN_OR_RETURN(from_memory, checkpointer.RestoreFromMemory(target));
+  }
+  TrainProgress progress;
+  if (from_memory) {
+    progress = std::move(*from_memory);
+  } else {
+    if (config.checkpoint.enable) checkpointer.RepairFromReplicas();
+    TENAX_ASSIGN_OR_RETURN(progress, Resume(config, store, target));
+  }
   if (env.distributed()) world.Barrier();  // every rank has read before anyone moves folders
   int set_aside = 0;  // checkpoints skipped by the resume (reported to the launcher)
   if (config.checkpoint.enable && lead) {
@@ -296,6 +312,19 @@ Result<TrainSummary> Train(const Config& config) {
             tokens_per_step);
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start));
 
+  // Loss spikes (training.loss_spike_factor): the window continues from the checkpoint; the
+  // steps that already made a run roll back ("restart") are skipped if they spike again.
+  LossSpikeDetector spikes(t.loss_spike_factor, t.loss_spike_window);
+  spikes.Restore(progress.loss_history);
+  std::set<int64_t> rolled_back;
+  if (spikes.enabled()) {
+    TENAX_ASSIGN_OR_RETURN(std::vector<LossSpikeRecord> seen, ReadLossSpikes(summary.run_dir));
+    for (const auto& r : seen) {
+      if (r.action == "restart") rolled_back.insert(r.step);
+    }
+  }
+  const int generation = cs.attempt.empty() ? 0 : std::atoi(cs.attempt.c_str());
+
   HeartbeatWriter beats(env.rank);  // progress, timings and phase for `tenax launch`
   beats.Ready(progress.step, set_aside, summary.run_dir);  // set up: the launcher's clock for this rank starts
   double train_seconds = 0;
@@ -339,6 +368,7 @@ Result<TrainSummary> Train(const Config& config) {
       grad_norm = ClipGradNorm(model.params(), t.max_norm);
     }
     if (PoisonLoss(env.rank, step)) loss = std::nan("");  // --inject nan
+    loss *= LossFactor(env.rank, step);                    // --inject spike
     if (env.distributed()) {  // the step's loss: mean over ranks (TP/PP ranks agree already)
       at::Tensor l = at::full({1}, loss, at::kDouble);
       world.AllReduceSum(l);
@@ -359,12 +389,53 @@ Result<TrainSummary> Train(const Config& config) {
           "last good checkpoint in {}",
           step, loss, grad_norm, config.optimizer.lr, ckpt_dir));
     }
-    optimizer.Step(lr);
+    bool apply = true;
+    if (const std::optional<double> median = spikes.Check(loss)) {
+      std::string action = t.on_loss_spike;
+      // Back at a step that already made the run roll back: the spike is the data's, not a
+      // transient fault's, so this time the step is skipped.
+      if (action == "restart" && rolled_back.count(step) > 0) action = "skip";
+      log::Warn("step {}: loss spike: {:.4g} is {:.1f}x the median {:.4g} of the last {} steps "
+                "(training.loss_spike_factor = {}); {}",
+                step, loss, loss / *median, *median, spikes.history().size(),
+                t.loss_spike_factor,
+                action == "warn"      ? "applying the update anyway (on_loss_spike = \"warn\")"
+                : action == "skip"    ? "skipping this step's update"
+                : action == "restart" ? "rolling back to the newest checkpoint"
+                                      : "stopping (on_loss_spike = \"stop\")");
+      if (lead) {
+        if (reporter) reporter->Message(fmt::format("loss spike at step {}: {}", step, action));
+        TENAX_RETURN_IF_ERROR(
+            AppendLossSpike(summary.run_dir, {step, loss, *median, action, generation}));
+      }
+      if (env.distributed()) world.Barrier();  // the record is written before anyone exits
+      if (action == "restart" || action == "stop") {
+        if (reporter) reporter->Finish();
+        beats.LossSpike(step);
+        if (action == "restart") {
+          return Unavailable(fmt::format(
+              "step {}: loss spike ({:.4g} against a median of {:.4g}); "
+              "training.on_loss_spike = \"restart\": exiting so that the launcher restarts from "
+              "the newest checkpoint (if the step spikes again, its update is skipped)",
+              step, loss, *median));
+        }
+        return Numerical(fmt::format(
+            "step {}: loss spike ({:.4g} against a median of {:.4g}); training.on_loss_spike = "
+            "\"stop\". Resume from the last good checkpoint in {} with a lower optimizer.lr, or "
+            "set on_loss_spike = \"skip\" to drop such steps",
+            step, loss, *median, ckpt_dir));
+      }
+      apply = action != "skip";
+    } else {
+      spikes.Add(loss);
+    }
+    if (apply) optimizer.Step(lr);
     if (pm) pm->ZeroGrad();
     for (auto& p : trained) p.tensor.mutable_grad() = at::Tensor();
     progress.step = step;
     progress.data_position = loader.position();
     progress.tokens_seen += tokens_per_step;
+    progress.loss_history.assign(spikes.history().begin(), spikes.history().end());
 
     const double dt = Seconds(Clock::now() - t0);
     const parallel::CommStats step_delta = TotalStats(all_groups) - comm0;
@@ -372,6 +443,7 @@ Result<TrainSummary> Train(const Config& config) {
     train_seconds += dt;
     checkpointer.RecordStepTime(dt);
     ++steps_timed;
+    beats.SetWritingCheckpoint(checkpointer.in_flight().value_or(-1));
     beats.StepDone(step, dt, dt - step_delta.wait_s, static_cast<double>(tokens_per_step) / dt);
     summary.final_loss = loss;
     StepMetrics m;
@@ -410,16 +482,24 @@ Result<TrainSummary> Train(const Config& config) {
       for (const auto& l : lines) {
         if (reporter) reporter->Message(l);
       }
+      beats.SetWritingCheckpoint(checkpointer.in_flight().value_or(-1));
       beats.CheckpointDone(step, Seconds(Clock::now() - c0));  // the blocking part
     }
   }
   {
-    // An asynchronous save still in flight must be committed before the run counts as done.
+    // An asynchronous save still in flight must be committed before the run counts as done (and
+    // the error of one that failed surfaces here, in the checkpoint phase).
+    const bool async = config.checkpoint.enable && config.checkpoint.async;
+    const auto c0 = Clock::now();
+    if (async) beats.CheckpointBegin(progress.step);
     TENAX_ASSIGN_OR_RETURN(std::vector<std::string> lines, checkpointer.Finish());
+    beats.SetWritingCheckpoint(-1);
+    if (async) beats.CheckpointDone(progress.step, Seconds(Clock::now() - c0));
     for (const auto& l : lines) {
       if (reporter) reporter->Message(l);
     }
   }
+  checkpointer.DropReplicas();  // the run is complete: storage holds its checkpoints
   if (checkpointer.last_committed()) summary.checkpoint_dir = store.StepDir(*checkpointer.last_committed());
   if (reporter) reporter->Finish();
   if (env.distributed() && steps_timed > 0) {
