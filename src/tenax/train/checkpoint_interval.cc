@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <vector>
 
-#include "tenax/core/log.h"
 #include "tenax/plan/failure.h"
 
 namespace tenax::train {
@@ -98,10 +97,7 @@ bool CheckpointIntervalPolicy::RecordSave(int64_t step, double blocking_seconds,
   const int64_t next = OptimalIntervalSteps(*cost_s_, step_s, rate_per_hour_,
                                             options_.total_steps);
   if (next == interval_) return false;
-  const int64_t before = interval_;
-  interval_ = next;
-  log::Info("checkpoint interval {} -> {} steps (Young/Daly optimum for {})", before, interval_,
-            Explain());
+  interval_ = next;  // the caller logs the change once every rank adopted rank 0's interval
   return true;
 }
 

@@ -60,7 +60,7 @@ class CheckpointIntervalPolicy {
   void RecordStepTime(double seconds);
   // After each save at `step`: the seconds it blocked training, and the seconds since this
   // process started (extends the observed run time). Recomputes the interval (automatic mode)
-  // and logs when it changes. Returns true when it changed.
+  // Returns true when it changed (the caller logs it: TrainCheckpointer::Save).
   bool RecordSave(int64_t step, double blocking_seconds, double process_elapsed_s);
 
   // Multi-rank runs: every rank must save at the same steps (saving is collective), so ranks

@@ -279,7 +279,8 @@ Result<std::optional<TrainProgress>> TrainCheckpointer::RestoreFromMemory(TrainT
   at::Tensor missing = at::full({1}, ckpt ? 0.0f : 1.0f, at::kFloat);
   if (world_) world_->AllReduceSum(missing);
   if (missing.item<float>() > 0) {
-    if (replica_ && setup_.rank == 0) {
+    // A fresh run (nothing committed yet) has nothing to restore: no message.
+    if (replica_ && setup_.rank == 0 && why != "no committed checkpoint") {
       log::Info("not restoring from memory replicas ({}): reading the checkpoint from storage",
                 ckpt ? "another rank has no usable copy" : why);
     }
