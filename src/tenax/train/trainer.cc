@@ -395,16 +395,15 @@ Result<TrainSummary> Train(const Config& config) {
       // Back at a step that already made the run roll back: the spike is the data's, not a
       // transient fault's, so this time the step is skipped.
       if (action == "restart" && rolled_back.count(step) > 0) action = "skip";
-      log::Warn("step {}: loss spike: {:.4g} is {:.1f}x the median {:.4g} of the last {} steps "
-                "(training.loss_spike_factor = {}); {}",
-                step, loss, loss / *median, *median, spikes.history().size(),
-                t.loss_spike_factor,
-                action == "warn"      ? "applying the update anyway (on_loss_spike = \"warn\")"
-                : action == "skip"    ? "skipping this step's update"
-                : action == "restart" ? "rolling back to the newest checkpoint"
-                                      : "stopping (on_loss_spike = \"stop\")");
-      if (lead) {
-        if (reporter) reporter->Message(fmt::format("loss spike at step {}: {}", step, action));
+      if (lead) {  // every rank decides the same (the loss is the mean over ranks); one says it
+        log::Warn("step {}: loss spike: {:.4g} is {:.1f}x the median {:.4g} of the last {} steps "
+                  "(training.loss_spike_factor = {}); {}",
+                  step, loss, loss / *median, *median, spikes.history().size(),
+                  t.loss_spike_factor,
+                  action == "warn"      ? "applying the update anyway (on_loss_spike = \"warn\")"
+                  : action == "skip"    ? "skipping this step's update"
+                  : action == "restart" ? "rolling back to the newest checkpoint"
+                                        : "stopping (on_loss_spike = \"stop\")");
         TENAX_RETURN_IF_ERROR(
             AppendLossSpike(summary.run_dir, {step, loss, *median, action, generation}));
       }
