@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,10 @@ namespace tenax {
 namespace {
 
 Status RunTrain(const std::string& config_path, const std::vector<std::string>& overrides) {
+  // `tenax launch` sends SIGUSR1 ("dump your flight record") to every rank on a hang; a rank
+  // still setting up has no flight recorder to install the handler yet, and the default action
+  // would kill it. Ignored until the recorder's watchdog takes the signal over.
+  std::signal(SIGUSR1, SIG_IGN);
   TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path, overrides));
   TENAX_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(config));
   if (log::Rank() > 0) return Status::Ok();  // rank 0 speaks for the job
