@@ -1,8 +1,10 @@
 // Soak test of recovery: 4 ranks + 1 hot spare under a stream of seeded random failures (crashes
-// by SIGKILL and by exit, NaN losses, failed checkpoint writes, kills in the middle of a
-// checkpoint, a hang), one per launch generation, for a couple of minutes. The run must finish,
-// end with the weights of an uninterrupted run (bitwise, CPU), record every failure in
-// goodput.json and report its effective training time.
+// by SIGKILL and by exit, NaN losses, loss spikes, failed checkpoint writes, kills in the middle
+// of a checkpoint, a hang), one per launch generation, for a couple of minutes, with asynchronous
+// checkpoints and memory replicas on (so restarts restore from RAM and the background writer's
+// commit protocol meets every kind of failure). The run must finish, end with the weights of an
+// uninterrupted run (bitwise, CPU), record every failure in goodput.json and report its effective
+// training time.
 // The failures are placed by step, not by wall time, so that the plan is the same on a loaded
 // machine: each one lands a few steps after the checkpoint the previous restart resumed from.
 #include <gtest/gtest.h>
@@ -14,7 +16,7 @@
 namespace tenax::testing {
 namespace {
 
-constexpr int kSteps = 48;
+constexpr int kSteps = 96;
 constexpr int kInterval = 4;  // checkpoint.interval
 constexpr int kRanks = 4;
 
@@ -27,6 +29,8 @@ std::string Train(const TempDir& dir, const std::string& name) {
          "--set checkpoint.interval=" + std::to_string(kInterval) +
          " --set training.steps=" + std::to_string(kSteps) +
          " --set training.local_batch_size=2 --set training.on_nonfinite=restart "
+         "--set training.loss_spike_factor=3 --set training.on_loss_spike=restart "
+         "--set checkpoint.async=true --set checkpoint.memory_replicas=true "
          "--set job.dump_folder=" + dir.path() + " --set job.name=" + name;
 }
 
@@ -45,7 +49,8 @@ std::vector<Planned> Plan(uint32_t seed) {
   for (int gen = 0;; ++gen) {
     const std::string g = ":gen=" + std::to_string(gen);
     const int rank = pick(0, kRanks - 1);
-    const int kind = pick(0, hung ? 3 : 4);
+    int kind = pick(0, hung ? 4 : 5);
+    if (kind == 5) kind = hung ? 4 : 5;
     // Past at least one new checkpoint, so every generation makes progress.
     const int step = resume + kInterval + pick(1, kInterval);
     const int ckpt_step = (resume / kInterval + 2) * kInterval;  // a checkpoint after a new one
@@ -55,9 +60,13 @@ std::vector<Planned> Plan(uint32_t seed) {
                           ":how=" + (kind == 0 ? "kill" : "exit") + g,
                       "crash"});
       resume = (step - 1) / kInterval * kInterval;
-    } else if (kind == 2) {
+    } else if (kind == 2 || (kind == 4 && step <= 8)) {
       plan.push_back(
           {"nan:rank=" + std::to_string(rank) + ":step=" + std::to_string(step) + g, "nonfinite"});
+      resume = (step - 1) / kInterval * kInterval;
+    } else if (kind == 4) {  // spike detection needs 8 earlier steps
+      plan.push_back({"spike:rank=" + std::to_string(rank) + ":step=" + std::to_string(step) + g,
+                      "loss-spike"});
       resume = (step - 1) / kInterval * kInterval;
     } else if (kind == 3) {
       if (pick(0, 1) == 0) {
@@ -91,7 +100,7 @@ TEST(Soak, FourRanksAndASpareSurviveRandomFailures) {
     inject += (inject.empty() ? "" : ",") + p.spec;
     ++expected_kinds[p.kind];
   }
-  auto clean = RunTenax("launch --nproc-per-node 4 -- " + Train(dir, "clean"), dir.path());
+  auto clean = RunTenax("launch --nproc-per-node 4 -- " + Train(dir, "soak_clean"), dir.path());
   ASSERT_EQ(clean.exit_code, 0) << clean.output;
 
   auto r = RunTenax("launch --nproc-per-node 4 --spares 1 --quarantine-after 100 "
@@ -102,7 +111,7 @@ TEST(Soak, FourRanksAndASpareSurviveRandomFailures) {
   for (int shard = 0; shard < kRanks; ++shard) {
     const std::string file = "/checkpoints/step_000000" + std::to_string(kSteps) +
                              "/model-rank0000" + std::to_string(shard) + "-of-00004.safetensors";
-    const std::string want = ReadFile(dir / ("clean" + file));
+    const std::string want = ReadFile(dir / ("soak_clean" + file));
     ASSERT_FALSE(want.empty());
     EXPECT_TRUE(ReadFile(dir / ("soak" + file)) == want) << "shard " << shard << ", " << inject;
   }

@@ -145,6 +145,15 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
   return out;
 }
 
+bool CrashDue(int rank, int64_t step) {
+  if (!Enabled()) return false;
+  for (const Fault& f : ActiveFaults()) {
+    if (f.kind != "crash" || f.rank != rank) continue;
+    if (f.step == step || (f.time_s > 0 && SecondsSinceLaunch() >= f.time_s)) return true;
+  }
+  return false;
+}
+
 void MaybeInjectFault(int rank, int64_t step) {
   if (!Enabled()) return;
   for (const Fault& f : ActiveFaults()) {

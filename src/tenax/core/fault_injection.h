@@ -45,6 +45,10 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec);
 // Start of every step: crash faults (by step or by time). A bad spec here is a bug (the launcher
 // validated it): it aborts.
 void MaybeInjectFault(int rank, int64_t step);
+// Whether MaybeInjectFault(rank, step) would crash now. The trainer then first lets an
+// asynchronous checkpoint save finish, so that an injected crash is never mistaken for a crash
+// in a checkpoint (the launcher cannot tell which thread was running).
+bool CrashDue(int rank, int64_t step);
 
 // Right before the gradient all-reduce of `step`, after `compute_s` seconds of this step's
 // forward/backward: `slow` sleeps (factor - 1) x compute_s, `hang` blocks forever (the peers then

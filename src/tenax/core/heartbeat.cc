@@ -58,6 +58,7 @@ std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   b.pid = j.value("pid", 0);
   b.host = j.value("host", std::string());
   b.writing_checkpoint = j.value("writing_checkpoint", int64_t{-1});
+  b.exiting = j.value("exiting", 0);
   b.resume_step = j.value("resume_step", int64_t{0});
   b.set_aside = j.value("set_aside", 0);
   b.run_dir = j.value("run_dir", std::string());
@@ -112,8 +113,12 @@ void HeartbeatWriter::NonFinite(int64_t step) { Write(step, "nonfinite"); }
 
 void HeartbeatWriter::LossSpike(int64_t step) { Write(step, "loss-spike"); }
 
+void HeartbeatWriter::Refresh() { Write(last_step_, last_phase_); }
+
 void HeartbeatWriter::Write(int64_t step, const char* phase) {
   if (dir_.empty()) return;
+  last_step_ = step;
+  last_phase_ = phase;
   nlohmann::json recent = nlohmann::json::array();
   for (const auto& [s, c] : recent_) recent.push_back({s, c});
   const nlohmann::json j = {{"step", step},
@@ -121,6 +126,7 @@ void HeartbeatWriter::Write(int64_t step, const char* phase) {
                             {"phase", phase},
                             {"generation", beat_.generation},
                             {"writing_checkpoint", beat_.writing_checkpoint},
+                            {"exiting", beat_.exiting},
                             {"pid", beat_.pid},
                             {"host", beat_.host},
                             {"resume_step", beat_.resume_step},

@@ -30,6 +30,9 @@ struct Beat {
   // The step an asynchronous checkpoint save is writing in the background, -1 when none (so a
   // rank that dies while its writer thread writes counts as a crash in a checkpoint).
   int64_t writing_checkpoint = -1;
+  // The exit code a rank announced just before it exits with its own diagnosis (0: none). Its
+  // peers often die right after it (their collectives lose a partner); this names the cause.
+  int exiting = 0;
   int generation = 0;        // TENAX_RESTART_COUNT of the writer
   int pid = 0;
   std::string host;
@@ -61,9 +64,19 @@ class HeartbeatWriter {
   void LossSpike(int64_t step);
   // Records the step an async save writes in the background (-1: none); sent with the next beat.
   void SetWritingCheckpoint(int64_t step) { beat_.writing_checkpoint = step; }
+  // Rewrites the last beat (same step and phase) with the current fields.
+  void Refresh();
+  // Announces that this rank is about to exit with `code` (see Beat::exiting).
+  void Exiting(int code) {
+    beat_.exiting = code;
+    Refresh();
+  }
 
  private:
   void Write(int64_t step, const char* phase);
+
+  int64_t last_step_ = 0;
+  const char* last_phase_ = "ready";
 
   int rank_;
   std::string dir_;  // empty: beats off

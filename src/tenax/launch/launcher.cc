@@ -277,8 +277,16 @@ GenerationResult Supervisor::RunGeneration(int gen) {
       g.interrupted = true;
       begin_stop(g_forward_signal);
     }
-    // Reap everything that ended since the last poll; among several failures in one poll the
-    // root cause is likelier the one killed by a signal (its peers then fail in collectives).
+    // Reap everything that ended since the last poll. Among several failures in one poll, the
+    // root cause is likelier (1) one killed by a signal from outside (SIGKILL, SIGSEGV, ...),
+    // then (2) one that exited with its own diagnosis (a tenax exit code: a failed checkpoint
+    // write, a NaN, a spike), then (3) the rest: aborts (SIGABRT) and exit 1, which is how peers
+    // die when a collective loses its partner.
+    auto cause_rank = [](int status) {
+      if (WIFSIGNALED(status)) return WTERMSIG(status) == SIGABRT ? 3 : 1;
+      const int code = WEXITSTATUS(status);
+      return code >= 2 && code <= 9 ? 2 : 3;
+    };
     int failed_local = -1, failed_status = 0;
     for (int status = 0;;) {
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -292,25 +300,36 @@ GenerationResult Supervisor::RunGeneration(int gen) {
       }
       const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
       if (!failed || stopping) continue;
-      const bool signalled = !WIFEXITED(status);
-      if (failed_local < 0 || (signalled && WIFEXITED(failed_status))) {
+      if (failed_local < 0 || cause_rank(status) < cause_rank(failed_status)) {
         failed_local = r.local;
         failed_status = status;
+      }
+    }
+    int announced = 0;  // a rank that said why it exits (Beat::exiting) is the cause
+    if (failed_local >= 0) {
+      for (int i = 0; i < n && announced == 0; ++i) {
+        auto b = ReadHeartbeat(hb_dir_, Rank(i));
+        if (b && b->generation == gen && b->exiting > 0) {
+          failed_local = i;
+          announced = b->exiting;
+        }
       }
     }
     if (failed_local >= 0) {
       auto beat = ReadHeartbeat(hb_dir_, Rank(failed_local));  // the newest phase
       const bool current = beat && beat->generation == gen;
-      g.exit_code = ExitCode(failed_status);
+      g.exit_code = announced > 0 ? announced : ExitCode(failed_status);
       g.failed_local = failed_local;
       g.kind = Classify(g.exit_code, current ? beat->phase : std::string("setup"),
                         current && beat->writing_checkpoint >= 0);
-      g.cause = "rank " + std::to_string(Rank(failed_local)) + " " + Describe(failed_status);
+      g.cause = "rank " + std::to_string(Rank(failed_local)) + " " +
+                (announced > 0 ? fmt::format("exited with code {}", announced)
+                               : Describe(failed_status));
       g.host = current ? beat->host : "";
       g.detected_s = Elapsed();
       g.detection_s = kPollS;
-      log::Error("launch: rank {} {} ({}); stopping the other {} rank(s) on this node",
-                 Rank(failed_local), Describe(failed_status), g.kind, slots_->RanksAlive());
+      log::Error("launch: {} ({}); stopping the other {} rank(s) on this node", g.cause, g.kind,
+                 slots_->RanksAlive());
       begin_stop(SIGTERM);
     }
     if (!stopping && Now() - last_check > 0.25) {

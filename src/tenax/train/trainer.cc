@@ -333,6 +333,13 @@ Result<TrainSummary> Train(const Config& config) {
   const std::vector<const parallel::Communicator*> all_groups = {
       &world, shard_group.get(), replicate_group.get(), tp_group.get(), pp_group.get()};
   for (int64_t step = progress.step + 1; step <= last_step; ++step) {
+    if (CrashDue(env.rank, step) && checkpointer.in_flight()) {
+      // An injected crash is a crash, not one in a checkpoint: let a background save finish
+      // first (its error, if any, stays for the next save).
+      (void)checkpointer.Finish();
+      beats.SetWritingCheckpoint(-1);
+      beats.Refresh();
+    }
     MaybeInjectFault(env.rank, step);  // tests of recovery (tenax launch --inject)
     const auto t0 = Clock::now();
     const parallel::CommStats comm0 = TotalStats(all_groups);
@@ -475,10 +482,14 @@ Result<TrainSummary> Train(const Config& config) {
       const auto c0 = Clock::now();
       beats.CheckpointBegin(step);
       if (flight) flight->SetPhase(step, "checkpoint");
-      TENAX_ASSIGN_OR_RETURN(std::vector<std::string> lines,
-                             checkpointer.Save(progress, target, config_toml,
-                                               Seconds(Clock::now() - t_start)));
-      for (const auto& l : lines) {
+      Result<std::vector<std::string>> lines =
+          checkpointer.Save(progress, target, config_toml, Seconds(Clock::now() - t_start));
+      if (!lines.ok()) {
+        // Said before the teardown, which makes the peers fail too: the launcher blames this rank.
+        beats.Exiting(static_cast<int>(lines.status().code()));
+        return lines.status();
+      }
+      for (const auto& l : *lines) {
         if (reporter) reporter->Message(l);
       }
       beats.SetWritingCheckpoint(checkpointer.in_flight().value_or(-1));
@@ -491,10 +502,14 @@ Result<TrainSummary> Train(const Config& config) {
     const bool async = config.checkpoint.enable && config.checkpoint.async;
     const auto c0 = Clock::now();
     if (async) beats.CheckpointBegin(progress.step);
-    TENAX_ASSIGN_OR_RETURN(std::vector<std::string> lines, checkpointer.Finish());
+    Result<std::vector<std::string>> lines = checkpointer.Finish();
+    if (!lines.ok()) {
+      beats.Exiting(static_cast<int>(lines.status().code()));
+      return lines.status();
+    }
     beats.SetWritingCheckpoint(-1);
     if (async) beats.CheckpointDone(progress.step, Seconds(Clock::now() - c0));
-    for (const auto& l : lines) {
+    for (const auto& l : *lines) {
       if (reporter) reporter->Message(l);
     }
   }
