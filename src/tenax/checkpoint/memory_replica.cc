@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tenax/core/crc32.h"
 #include "tenax/core/log.h"
@@ -21,6 +22,28 @@ constexpr int kKeepSteps = 2;
 
 std::string HolderDir(const std::string& root, int holder) {
   return JoinPath(root, fmt::format("holder-{:05d}", holder));
+}
+
+// "owner-RRRRR-step_XXXXXXXX.replica" (ReplicaPath's file name) -> (owner, step).
+struct ReplicaName {
+  int owner;
+  int64_t step;
+};
+std::optional<ReplicaName> ParseReplicaName(const std::string& name) {
+  constexpr size_t kPrefix = 6;  // "owner-"
+  constexpr size_t kSuffix = 8;  // ".replica"
+  const size_t dash = name.find('-', kPrefix);
+  if (name.rfind("owner-", 0) != 0 || dash == std::string::npos || dash == kPrefix ||
+      name.size() <= dash + 1 + kSuffix ||
+      name.compare(name.size() - kSuffix, kSuffix, ".replica") != 0) {
+    return std::nullopt;
+  }
+  const std::string digits = name.substr(kPrefix, dash - kPrefix);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  std::optional<int64_t> step =
+      ParseStepDirName(name.substr(dash + 1, name.size() - dash - 1 - kSuffix));
+  if (!step) return std::nullopt;
+  return ReplicaName{std::atoi(digits.c_str()), *step};
 }
 
 std::string Encode(int64_t step, int owner, const NamedFiles& files) {
@@ -59,15 +82,10 @@ Status MemoryReplica::Put(int64_t step, const NamedFiles& files) {
   // Drop this rank's older copies beyond the newest kKeepSteps.
   for (int holder : {rank_, peer()}) {
     TENAX_ASSIGN_OR_RETURN(std::vector<std::string> names, fs_.ListDir(HolderDir(root_, holder)));
-    const std::string prefix = fmt::format("owner-{:05d}-", rank_);
     std::vector<int64_t> steps;
     for (const auto& n : names) {
-      if (n.rfind(prefix, 0) != 0 || n.size() < prefix.size() + 8 ||
-          n.compare(n.size() - 8, 8, ".replica") != 0) {
-        continue;
-      }
-      const std::string dir_name = n.substr(prefix.size(), n.size() - prefix.size() - 8);
-      if (auto s = ParseStepDirName(dir_name)) steps.push_back(*s);
+      const std::optional<ReplicaName> r = ParseReplicaName(n);
+      if (r && r->owner == rank_) steps.push_back(r->step);
     }
     std::sort(steps.begin(), steps.end());
     for (size_t i = 0; i + kKeepSteps < steps.size(); ++i) {
@@ -144,19 +162,14 @@ Result<std::map<std::string, std::string>> MemoryReplica::Gather(int64_t step,
   std::map<std::string, std::string> out;
   Result<std::vector<std::string>> holders = fs_.ListDir(root_);
   if (!holders.ok()) return NotFound(root_ + " holds no memory replicas");
-  const std::string suffix = fmt::format("-{}.replica", StepDirName(step));
   for (const std::string& holder : *holders) {
     if (holder.rfind("holder-", 0) != 0) continue;
     Result<std::vector<std::string>> names = fs_.ListDir(JoinPath(root_, holder));
     if (!names.ok()) continue;
     for (const std::string& name : *names) {
-      // owner-RRRRR-step_XXXXXXXX.replica
-      if (name.rfind("owner-", 0) != 0 || name.size() <= suffix.size() ||
-          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-        continue;
-      }
-      const int owner = std::atoi(name.substr(6, 5).c_str());
-      Result<NamedFiles> files = ReadCopy(JoinPath(JoinPath(root_, holder), name), step, owner);
+      const std::optional<ReplicaName> r = ParseReplicaName(name);
+      if (!r || r->step != step) continue;
+      Result<NamedFiles> files = ReadCopy(JoinPath(JoinPath(root_, holder), name), step, r->owner);
       if (!files.ok()) continue;  // a damaged copy: another holder may have a good one
       for (auto& [file, bytes] : *files) {
         auto it = manifest.files.find(file);

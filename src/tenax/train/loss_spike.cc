@@ -39,10 +39,7 @@ void LossSpikeDetector::Add(double loss) {
 
 void LossSpikeDetector::Restore(const std::vector<double>& losses) {
   history_.clear();
-  for (double l : losses) {
-    history_.push_back(l);
-    while (history_.size() > window_) history_.pop_front();
-  }
+  for (double l : losses) Add(l);
 }
 
 std::string LossSpikesPath(const std::string& run_dir) {

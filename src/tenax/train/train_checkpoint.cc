@@ -249,10 +249,11 @@ Result<std::optional<TrainProgress>> TrainCheckpointer::RestoreFromMemory(TrainT
   // every rank use storage.
   std::optional<model::ModelCheckpoint> ckpt;
   std::string why = "memory replicas are off";
+  bool fresh = false;  // nothing committed yet: nothing to restore, nothing to say
   if (replica_) {
     Result<std::vector<int64_t>> steps = store_.ListCommitted();
     if (!steps.ok() || steps->empty()) {
-      why = "no committed checkpoint";
+      fresh = true;
     } else {
       const int64_t step = steps->back();
       Result<ckpt::Manifest> manifest = ckpt::ReadCommittedManifest(LocalFs(), store_, step);
@@ -279,8 +280,7 @@ Result<std::optional<TrainProgress>> TrainCheckpointer::RestoreFromMemory(TrainT
   at::Tensor missing = at::full({1}, ckpt ? 0.0f : 1.0f, at::kFloat);
   if (world_) world_->AllReduceSum(missing);
   if (missing.item<float>() > 0) {
-    // A fresh run (nothing committed yet) has nothing to restore: no message.
-    if (replica_ && setup_.rank == 0 && why != "no committed checkpoint") {
+    if (replica_ && setup_.rank == 0 && !fresh) {
       log::Info("not restoring from memory replicas ({}): reading the checkpoint from storage",
                 ckpt ? "another rank has no usable copy" : why);
     }

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 #include <set>
 
@@ -323,7 +322,7 @@ Result<TrainSummary> Train(const Config& config) {
       if (r.action == "restart") rolled_back.insert(r.step);
     }
   }
-  const int generation = cs.attempt.empty() ? 0 : std::atoi(cs.attempt.c_str());
+  const int generation = static_cast<int>(cs.observed.restarts);  // TENAX_RESTART_COUNT
 
   HeartbeatWriter beats(env.rank);  // progress, timings and phase for `tenax launch`
   beats.Ready(progress.step, set_aside, summary.run_dir);  // set up: the launcher's clock for this rank starts
