@@ -1,57 +1,31 @@
 // tenax: the command-line entry point. Thin on purpose: parse flags, call the library, map the
 // result to an exit code (docs/exit_codes.md). No training logic lives here.
-#include <CLI/CLI.hpp>
-#include <c10/util/Exception.h>
+// This executable does not link libtorch: `launch`, `plan`, `simulate`, `model` and `prepare`
+// start in milliseconds. The libtorch subcommands (train, eval, import-hf, export-hf) live in
+// tenax-torch beside it (apps/torch/); for those this process replaces itself with tenax-torch
+// (same pid, same arguments, so a launcher's parent-death signal and pipes carry over).
 #include <fmt/format.h>
+#include <unistd.h>
 
-#include <csignal>
+#include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "tenax/config/config.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/config/model_spec_json.h"
+#include "tenax/core/format.h"
 #include "tenax/core/log.h"
 #include "tenax/data/prepare.h"
 #include "tenax/data/tokenizer.h"
 #include "tenax/launch/launcher.h"
-#include "tenax/model/hf.h"
 #include "tenax/plan/cli.h"
-#include "tenax/train/evaluate.h"
-#include "tenax/train/reporter.h"
-#include "tenax/train/trainer.h"
+#include "tenax/protocol/protocol.h"
 
 namespace tenax {
 namespace {
-
-Status RunTrain(const std::string& config_path, const std::vector<std::string>& overrides) {
-  // `tenax launch` sends SIGUSR1 ("dump your flight record") to every rank on a hang; a rank
-  // still setting up has no flight recorder to install the handler yet, and the default action
-  // would kill it. Ignored until the recorder's watchdog takes the signal over.
-  std::signal(SIGUSR1, SIG_IGN);
-  TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(config_path, overrides));
-  TENAX_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(config));
-  if (log::Rank() > 0) return Status::Ok();  // rank 0 speaks for the job
-  std::string val = s.final_val_loss ? fmt::format("{:.4f}", *s.final_val_loss) : "n/a";
-  std::string perf = s.mfu ? fmt::format("{:.1f}% MFU", 100 * *s.mfu)
-                           : fmt::format("{}FLOP/s achieved", train::FormatCount(s.flops_per_s));
-  std::printf("\ntenax: trained %s (%s parameters), steps %lld..%lld\n", s.model_name.c_str(),
-              train::FormatParams(static_cast<double>(s.n_params)).c_str(),
-              static_cast<long long>(s.first_step), static_cast<long long>(s.last_step));
-  std::printf("  final train loss %.4f | validation loss %s", s.final_loss, val.c_str());
-  if (s.entropy_rate_nats) {
-    std::printf(" | best possible (entropy rate) %.4f", *s.entropy_rate_nats);
-  }
-  std::printf("\n  throughput %s tokens/s (%s)\n", train::FormatCount(s.tokens_per_s).c_str(),
-              perf.c_str());
-  if (!s.checkpoint_dir.empty()) std::printf("  checkpoint  %s\n", s.checkpoint_dir.c_str());
-  std::printf("  metrics     %s\n", s.metrics_path.c_str());
-  if (!s.tensorboard_dir.empty()) {
-    std::printf("  tensorboard %s  (tensorboard --logdir %s)\n", s.tensorboard_dir.c_str(),
-                s.tensorboard_dir.c_str());
-  }
-  return Status::Ok();
-}
 
 Status RunModel(const std::string& preset, const std::vector<std::string>& overrides,
                 int64_t seq_len, bool as_json) {
@@ -63,40 +37,42 @@ Status RunModel(const std::string& preset, const std::vector<std::string>& overr
   const ParamCounts c = CountParams(spec);
   const FlopsPerToken f = TrainingFlopsPerToken(spec, seq_len);
   if (as_json) {
-    nlohmann::json j = {{"spec", ModelSpecToJson(spec)},
-                        {"params",
-                         {{"total", c.total},
-                          {"embedding", c.embedding},
-                          {"attention", c.attention},
-                          {"feed_forward", c.feed_forward},
-                          {"norms", c.norms},
-                          {"output", c.output}}},
-                        {"seq_len", seq_len},
-                        {"training_flops_per_token",
-                         {{"total", f.total()}, {"dense_6n", f.dense}, {"attention", f.attention}}}};
+    nlohmann::json j = {
+        {"spec", ModelSpecToJson(spec)},
+        {"params",
+         {{"total", c.total},
+          {"embedding", c.embedding},
+          {"attention", c.attention},
+          {"feed_forward", c.feed_forward},
+          {"norms", c.norms},
+          {"output", c.output}}},
+        {"seq_len", seq_len},
+        {"training_flops_per_token",
+         {{"total", f.total()}, {"dense_6n", f.dense}, {"attention", f.attention}}}};
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
-  using train::FormatCount;
   std::printf("%s: %s parameters (%lld)\n", spec.name.c_str(),
-              train::FormatParams(static_cast<double>(c.total)).c_str(), static_cast<long long>(c.total));
-  std::printf("  dim %lld, %lld layers, %lld heads (%lld kv), head dim %lld, ffn %lld, vocab %lld, "
-              "%s output\n",
-              (long long)spec.dim, (long long)spec.n_layers, (long long)spec.n_heads,
-              (long long)spec.n_kv_heads, (long long)spec.head_dim(), (long long)spec.ffn_hidden_dim,
-              (long long)spec.vocab_size, spec.tie_embeddings ? "tied" : "untied");
+              FormatParams(static_cast<double>(c.total)).c_str(), static_cast<long long>(c.total));
+  std::printf(
+      "  dim %lld, %lld layers, %lld heads (%lld kv), head dim %lld, ffn %lld, vocab %lld, "
+      "%s output\n",
+      (long long)spec.dim, (long long)spec.n_layers, (long long)spec.n_heads,
+      (long long)spec.n_kv_heads, (long long)spec.head_dim(), (long long)spec.ffn_hidden_dim,
+      (long long)spec.vocab_size, spec.tie_embeddings ? "tied" : "untied");
   std::printf("  embedding %s | attention %s | feed-forward %s | norms %s | output %s\n",
-              train::FormatParams(c.embedding).c_str(), train::FormatParams(c.attention).c_str(),
-              train::FormatParams(c.feed_forward).c_str(), train::FormatParams(c.norms).c_str(),
-              train::FormatParams(c.output).c_str());
+              FormatParams(c.embedding).c_str(), FormatParams(c.attention).c_str(),
+              FormatParams(c.feed_forward).c_str(), FormatParams(c.norms).c_str(),
+              FormatParams(c.output).c_str());
   std::printf("  training FLOPs/token at seq_len %lld: %s (6N %s + attention %s)\n",
               (long long)seq_len, FormatCount(f.total()).c_str(), FormatCount(f.dense).c_str(),
               FormatCount(f.attention).c_str());
-  std::printf("  rope theta %.0f%s, max_seq_len %lld\n", spec.rope_theta,
-              spec.rope_scaling.enabled
-                  ? fmt::format(" with Llama 3.1 scaling (factor {})", spec.rope_scaling.factor).c_str()
-                  : "",
-              (long long)spec.max_seq_len);
+  std::printf(
+      "  rope theta %.0f%s, max_seq_len %lld\n", spec.rope_theta,
+      spec.rope_scaling.enabled
+          ? fmt::format(" with Llama 3.1 scaling (factor {})", spec.rope_scaling.factor).c_str()
+          : "",
+      (long long)spec.max_seq_len);
   return Status::Ok();
 }
 
@@ -106,20 +82,34 @@ Status RunPrepare(const std::vector<std::string>& inputs, const std::string& tok
   return data::Prepare(inputs, *tok, out);
 }
 
-Status RunEval(const std::string& checkpoint, const std::string& data_spec, int64_t tokens,
-               const std::string& device) {
-  TrainingOptions device_options;
-  device_options.device = device;
-  TENAX_ASSIGN_OR_RETURN(train::EvalResult r,
-                         train::EvaluateCheckpoint(checkpoint, data_spec, tokens, device_options));
-  std::printf("%s\n", nlohmann::json({{"loss", r.loss}, {"tokens", r.tokens}}).dump().c_str());
-  return Status::Ok();
+// The subcommands tenax-torch runs, with their one-line help.
+constexpr std::pair<const char*, const char*> kTorchCommands[] = {
+    {"train", "train a model from a TOML config"},
+    {"eval", "validation loss of a checkpoint, as one JSON line"},
+    {"import-hf", "Hugging Face Llama folder -> tenax checkpoint"},
+    {"export-hf", "tenax checkpoint -> Hugging Face Llama folder"},
+};
+
+// Replaces this process with tenax-torch (beside this executable) running the same arguments.
+int ExecTorch(char** argv) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string exe = "tenax-torch";
+  if (n > 0) {
+    self[n] = '\0';
+    const std::string dir(self);
+    exe = dir.substr(0, dir.rfind('/') + 1) + "tenax-torch";
+  }
+  ::execv(exe.c_str(), argv);
+  log::Error("cannot run {} for `tenax {}`: {}; it is built beside tenax by scripts/build", exe,
+             argv[1], std::strerror(errno));
+  return protocol::ToInt(protocol::ExitCode::kNotFound);
 }
 
 int ExitCode(const Status& st) {
   if (st.ok()) return 0;
   log::Error("{}", st.message());
-  return static_cast<int>(st.code());
+  return protocol::ToInt(protocol::FromStatus(st));
 }
 
 }  // namespace
@@ -127,16 +117,20 @@ int ExitCode(const Status& st) {
 
 int main(int argc, char** argv) {
   using namespace tenax;
+  if (argc > 1) {
+    for (const auto& [name, help] : kTorchCommands) {
+      if (std::strcmp(argv[1], name) == 0) return ExecTorch(argv);
+    }
+  }
   CLI::App app{"tenax: fault-tolerant Llama 3 pretraining"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "tenax 0.1.0");
 
-  std::string config_path;
-  std::vector<std::string> overrides;
-  auto* train = app.add_subcommand("train", "train a model from a TOML config");
-  train->add_option("--config,-c", config_path, "TOML config (see configs/)");
-  train->add_option("--set", overrides, "override a config value: section.key=value (repeatable)");
+  for (const auto& [name, help] : kTorchCommands) {
+    app.add_subcommand(name, help)->allow_extras();  // listed in --help; run by tenax-torch
+  }
 
+  std::vector<std::string> overrides;
   std::string preset;
   int64_t seq_len = 0;
   bool as_json = false;
@@ -152,25 +146,6 @@ int main(int argc, char** argv) {
   prepare->add_option("--input", inputs, "text files (each one document)")->required();
   prepare->add_option("--tokenizer", tokenizer, "byte | sentencepiece:MODEL");
   prepare->add_option("--out", out, "output folder")->required();
-
-  std::string checkpoint, data_spec, device = "auto";
-  int64_t tokens = 0;
-  auto* eval = app.add_subcommand("eval", "validation loss of a checkpoint, as one JSON line");
-  eval->add_option("--checkpoint", checkpoint, "step or checkpoint folder")->required();
-  eval->add_option("--data", data_spec,
-                   "brown[:val|:train] | synthetic[:val|:train] | DIR[:train] | FILE.bin")
-      ->required();
-  eval->add_option("--tokens", tokens, "at most this many tokens (default: eval_tokens)");
-  eval->add_option("--device", device, "auto | cpu | cuda");
-
-  std::string hf_dir, dtype = "float32";
-  auto* import_hf = app.add_subcommand("import-hf", "Hugging Face Llama folder -> tenax checkpoint");
-  import_hf->add_option("hf_dir", hf_dir, "folder with config.json and safetensors")->required();
-  import_hf->add_option("--out", out, "checkpoint folder to create")->required();
-  auto* export_hf = app.add_subcommand("export-hf", "tenax checkpoint -> Hugging Face Llama folder");
-  export_hf->add_option("checkpoint", checkpoint, "step or checkpoint folder")->required();
-  export_hf->add_option("--out", out, "output folder")->required();
-  export_hf->add_option("--dtype", dtype, "float32 | bfloat16");
 
   launch::LaunchOptions launch_options;
   auto* launch_cmd = app.add_subcommand(
@@ -194,7 +169,14 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--spares", launch_options.spares,
                          "standby processes started in advance to take a failed slot's rank");
   launch_cmd->add_option("--quarantine-after", launch_options.quarantine_after,
-                         "failures of one slot before it is quarantined (default 2)");
+                         "failures within --quarantine-window that quarantine a slot (default 2)");
+  launch_cmd->add_option("--quarantine-window", launch_options.quarantine_window_s,
+                         "seconds a slot's failure counts against it (default 3600)");
+  launch_cmd->add_option("--kill-grace", launch_options.kill_grace_s,
+                         "seconds between SIGTERM and SIGKILL when stopping ranks (default 5)");
+  launch_cmd->add_option("--flight-dump-timeout", launch_options.flight_dump_s,
+                         "after a hang, seconds the ranks get to dump flight records before "
+                         "they are killed (default 3)");
   launch_cmd->add_option("--status-file", launch_options.status_file,
                          "rewrite the launch state as JSON here about once a second");
   launch_cmd->add_option("--metrics-port", launch_options.metrics_port,
@@ -219,12 +201,8 @@ int main(int argc, char** argv) {
 
   Status st;
   try {
-    if (train->parsed()) st = RunTrain(config_path, overrides);
     if (model->parsed()) st = RunModel(preset, overrides, seq_len, as_json);
     if (prepare->parsed()) st = RunPrepare(inputs, tokenizer, out);
-    if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
-    if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
-    if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
     if (launch_cmd->parsed()) {
       auto rc = launch::Launch(launch_options);
       if (!rc.ok()) return ExitCode(rc.status());
@@ -233,8 +211,6 @@ int main(int argc, char** argv) {
     bool plan_ran = false;
     Status plan_st = run_plan(&plan_ran);
     if (plan_ran) st = plan_st;
-  } catch (const c10::Error& e) {
-    st = Internal(std::string("libtorch: ") + e.what_without_backtrace());
   } catch (const std::exception& e) {
     st = Internal(e.what());
   }

@@ -1,13 +1,18 @@
 #include "test_util.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace tenax::testing {
 namespace {
@@ -36,6 +41,91 @@ CommandResult Run(const std::string& command, const std::string& cwd) {
 
 CommandResult RunTenax(const std::string& args, const std::string& cwd) {
   return Run("'" + TenaxBinary() + "' " + args, cwd);
+}
+
+Background::Background(const std::vector<std::string>& args, const std::string& cwd,
+                       std::string log)
+    : log_(std::move(log)) {
+  std::vector<std::string> argv_s = {TenaxBinary()};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    if (::chdir(cwd.c_str()) != 0) ::_exit(127);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+}
+
+Background::~Background() {
+  if (pid_ > 0 && exit_code_ < 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+int Background::Wait(double timeout_s) {
+  if (exit_code_ >= 0) return exit_code_;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return exit_code_;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::string Background::output() const { return ReadFile(log_); }
+
+bool WaitFor(const std::function<bool()>& condition, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    if (condition()) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<pid_t> Descendants(pid_t pid) {
+  std::vector<pid_t> out;
+  std::vector<pid_t> todo = {pid};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    std::error_code ec;
+    for (const auto& task :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(p) + "/task", ec)) {
+      std::stringstream children(ReadFile(task.path().string() + "/children"));
+      for (pid_t c; children >> c;) {
+        out.push_back(c);
+        todo.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+bool Alive(pid_t pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::vector<std::string> Words(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string w; ss >> w;) out.push_back(w);
+  return out;
 }
 
 std::string ReadFile(const std::string& path) {

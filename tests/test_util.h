@@ -1,11 +1,14 @@
 // Helpers for cross-cutting tests: temp folders, running the tenax binary as a user would, and
-// reading the files a run leaves behind. Paths come from ctest's environment (tests/CMakeLists.txt).
+// reading the files a run leaves behind. Paths come from ctest's environment
+// (tests/CMakeLists.txt).
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tenax/core/temp_dir.h"  // TempDir
 
@@ -16,9 +19,9 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-std::string SourceDir();     // $TENAX_SOURCE_DIR
-std::string TenaxBinary();   // $TENAX_BINARY
-std::string Python();        // $TENAX_PYTHON (Debian's python3 with python3-torch)
+std::string SourceDir();    // $TENAX_SOURCE_DIR
+std::string TenaxBinary();  // $TENAX_BINARY
+std::string Python();       // $TENAX_PYTHON (Debian's python3 with python3-torch)
 
 // Runs `command` through /bin/sh in `cwd`, capturing output.
 CommandResult Run(const std::string& command, const std::string& cwd = ".");
@@ -28,6 +31,36 @@ inline CommandResult RunCommand(const std::string& command, const std::string& c
 }
 // Runs the tenax binary with `args` (already shell-quoted where needed) in `cwd`.
 CommandResult RunTenax(const std::string& args, const std::string& cwd);
+
+// A tenax process started in the background (not through a shell, so pid() is tenax's own),
+// its output going to `log`. The destructor kills it (SIGKILL) if it is still running.
+class Background {
+ public:
+  Background(const std::vector<std::string>& args, const std::string& cwd, std::string log);
+  ~Background();
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  pid_t pid() const { return pid_; }
+  // Waits up to `timeout_s` for the process to end; its exit code (128 + signal), or -1 on
+  // timeout.
+  int Wait(double timeout_s);
+  std::string output() const;
+
+ private:
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+  std::string log_;
+};
+
+// Polls `condition` every 20 ms until it holds (true) or `timeout_s` passes (false). For waiting
+// on an event that leaves a trace in a file or /proc; the timeout only bounds a broken run.
+bool WaitFor(const std::function<bool()>& condition, double timeout_s);
+// Every descendant of `pid` (children, grandchildren, ...), from /proc.
+std::vector<pid_t> Descendants(pid_t pid);
+// Whether `pid` is a running process (not gone, not a zombie).
+bool Alive(pid_t pid);
+// Splits a command line on spaces (no quoting): test arguments never contain spaces.
+std::vector<std::string> Words(const std::string& line);
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);

@@ -1,11 +1,12 @@
 #include "tenax/config/config.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
+#include <cmath>
 #include <functional>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "tenax/core/fs.h"
 
@@ -52,21 +53,28 @@ class Section {
   void Get(const char* key, int64_t* out) {
     const toml::node* n = Find(key);
     if (!n) return;
-    if (auto v = n->value_exact<int64_t>()) *out = *v;
-    else Error(key, *n, "an integer");
+    if (auto v = n->value_exact<int64_t>())
+      *out = *v;
+    else
+      Error(key, *n, "an integer");
   }
   void Get(const char* key, uint64_t* out) {
     const toml::node* n = Find(key);
     if (!n) return;
     auto v = n->value_exact<int64_t>();
-    if (v && *v >= 0) *out = static_cast<uint64_t>(*v);
-    else Error(key, *n, "a non-negative integer");
+    if (v && *v >= 0)
+      *out = static_cast<uint64_t>(*v);
+    else
+      Error(key, *n, "a non-negative integer");
   }
   void Get(const char* key, double* out) {
     const toml::node* n = Find(key);
     if (!n) return;
-    if (auto v = n->value<double>()) *out = *v;  // integers are accepted as numbers
-    else Error(key, *n, "a number");
+    // Integers are accepted as numbers; inf and nan (valid TOML) are never a sensible setting.
+    if (auto v = n->value<double>(); v && std::isfinite(*v))
+      *out = *v;
+    else
+      Error(key, *n, "a finite number");
   }
   // An integer, or the string "auto" (sets *is_auto and leaves *out alone).
   void GetIntOrAuto(const char* key, int64_t* out, bool* is_auto) {
@@ -84,8 +92,10 @@ class Section {
   void Get(const char* key, bool* out) {
     const toml::node* n = Find(key);
     if (!n) return;
-    if (auto v = n->value_exact<bool>()) *out = *v;
-    else Error(key, *n, "true or false");
+    if (auto v = n->value_exact<bool>())
+      *out = *v;
+    else
+      Error(key, *n, "true or false");
   }
   template <typename T>
   void Get(const char* key, std::optional<T>* out) {
@@ -105,8 +115,9 @@ class Section {
     if (table_) {
       if (const toml::node* n = table_->get(key)) {
         sub = n->as_table();
-        if (!sub) errors_->push_back(fmt::format("[{}] {} must be a table ([{}.{}])", name_, key,
-                                                 name_, key));
+        if (!sub)
+          errors_->push_back(
+              fmt::format("[{}] {} must be a table ([{}.{}])", name_, key, name_, key));
       }
     }
     return Section(sub, name_ + "." + key, errors_);
@@ -114,13 +125,18 @@ class Section {
 
   // Range checks, phrased the same everywhere.
   void Check(bool ok, const char* key, const std::string& value, const std::string& allowed) {
-    if (!ok) errors_->push_back(fmt::format("{}.{} = {} is invalid: must be {}", name_, key, value,
-                                            allowed));
+    if (!ok)
+      errors_->push_back(
+          fmt::format("{}.{} = {} is invalid: must be {}", name_, key, value, allowed));
   }
   template <typename T>
-  void Positive(const char* key, T v) { Check(v > 0, key, fmt::format("{}", v), "> 0"); }
+  void Positive(const char* key, T v) {
+    Check(v > 0, key, fmt::format("{}", v), "> 0");
+  }
   template <typename T>
-  void NonNegative(const char* key, T v) { Check(v >= 0, key, fmt::format("{}", v), ">= 0"); }
+  void NonNegative(const char* key, T v) {
+    Check(v >= 0, key, fmt::format("{}", v), ">= 0");
+  }
 
   void ReportUnknown() const {
     if (!table_) return;
@@ -139,8 +155,8 @@ class Section {
     return table_ ? table_->get(key) : nullptr;
   }
   void Error(const char* key, const toml::node& n, const std::string& expected) {
-    errors_->push_back(fmt::format("{}.{} = {} is invalid: expected {}", name_, key, Describe(n),
-                                   expected));
+    errors_->push_back(
+        fmt::format("{}.{} = {} is invalid: expected {}", name_, key, Describe(n), expected));
   }
 
   const toml::table* table_;
@@ -162,7 +178,8 @@ Status ApplyOverride(toml::table* root, const std::string& spec) {
   std::stringstream ss(path);
   for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
   if (parts.size() < 2) {
-    return InvalidArgument("--set " + spec + ": the key must name its section, e.g. training.steps");
+    return InvalidArgument("--set " + spec +
+                           ": the key must name its section, e.g. training.steps");
   }
   toml::table* t = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -216,14 +233,22 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   m.Get("tie_embeddings", &c->model.tie_embeddings);
   m.Get("max_seq_len", &c->model.max_seq_len);
   m.Get("init_std", &c->model.init_std);
-  for (auto [key, v] : {std::pair{"dim", c->model.dim}, {"n_layers", c->model.n_layers},
-                        {"n_heads", c->model.n_heads}, {"n_kv_heads", c->model.n_kv_heads},
+  for (auto [key, v] : {std::pair{"dim", c->model.dim},
+                        {"n_layers", c->model.n_layers},
+                        {"n_heads", c->model.n_heads},
+                        {"n_kv_heads", c->model.n_kv_heads},
                         {"ffn_hidden_dim", c->model.ffn_hidden_dim},
                         {"max_seq_len", c->model.max_seq_len}}) {
     if (v) m.Positive(key, *v);
   }
   if (c->model.vocab_size) m.NonNegative("vocab_size", *c->model.vocab_size);
-  m.Positive("init_std", c->model.init_std);
+  m.Check(c->model.init_std > 0 && c->model.init_std <= 1, "init_std",
+          fmt::format("{}", c->model.init_std), "in (0, 1]");
+  if (c->model.norm_eps) {
+    m.Check(*c->model.norm_eps > 0 && *c->model.norm_eps <= 0.1, "norm_eps",
+            fmt::format("{}", *c->model.norm_eps), "in (0, 0.1] (Llama 3 uses 1e-5)");
+  }
+  if (c->model.rope_theta) m.Positive("rope_theta", *c->model.rope_theta);
 
   Section& d = section("data");
   d.Get("source", &c->data.source, {"brown", "synthetic", "shards"});
@@ -258,13 +283,16 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   o.Get("beta2", &c->optimizer.beta2);
   o.Get("eps", &c->optimizer.eps);
   o.Get("weight_decay", &c->optimizer.weight_decay);
-  o.Positive("lr", c->optimizer.lr);
+  o.Check(c->optimizer.lr > 0 && c->optimizer.lr <= 1, "lr", fmt::format("{}", c->optimizer.lr),
+          "in (0, 1] (AdamW learning rates are around 1e-4 to 1e-2)");
   o.Check(c->optimizer.beta1 >= 0 && c->optimizer.beta1 < 1, "beta1",
           fmt::format("{}", c->optimizer.beta1), "in [0, 1)");
   o.Check(c->optimizer.beta2 >= 0 && c->optimizer.beta2 < 1, "beta2",
           fmt::format("{}", c->optimizer.beta2), "in [0, 1)");
-  o.Positive("eps", c->optimizer.eps);
-  o.NonNegative("weight_decay", c->optimizer.weight_decay);
+  o.Check(c->optimizer.eps > 0 && c->optimizer.eps < 1, "eps", fmt::format("{}", c->optimizer.eps),
+          "in (0, 1)");
+  o.Check(c->optimizer.weight_decay >= 0 && c->optimizer.weight_decay <= 10, "weight_decay",
+          fmt::format("{}", c->optimizer.weight_decay), "in [0, 10]");
 
   Section& l = section("lr_scheduler");
   l.Get("name", &c->lr_scheduler.name, {"cosine", "wsd", "constant"});
@@ -413,12 +441,15 @@ std::string ConfigToToml(const Config& c) {
   opt(model, "max_seq_len", c.model.max_seq_len);
   const SyntheticOptions& s = c.data.synthetic;
   toml::table root{
-      {"job", toml::table{{"name", c.job.name}, {"dump_folder", c.job.dump_folder},
+      {"job", toml::table{{"name", c.job.name},
+                          {"dump_folder", c.job.dump_folder},
                           {"seed", static_cast<int64_t>(c.job.seed)},
                           {"description", c.job.description}}},
       {"model", model},
-      {"data", toml::table{{"source", c.data.source}, {"path", c.data.path},
-                           {"tokenizer", c.data.tokenizer}, {"brown_dir", c.data.brown_dir},
+      {"data", toml::table{{"source", c.data.source},
+                           {"path", c.data.path},
+                           {"tokenizer", c.data.tokenizer},
+                           {"brown_dir", c.data.brown_dir},
                            {"cache_dir", c.data.cache_dir},
                            {"synthetic", toml::table{{"vocab_size", s.vocab_size},
                                                      {"order", s.order},
@@ -426,8 +457,10 @@ std::string ConfigToToml(const Config& c) {
                                                      {"val_tokens", s.val_tokens},
                                                      {"seed", static_cast<int64_t>(s.seed)},
                                                      {"concentration", s.concentration}}}}},
-      {"optimizer", toml::table{{"name", c.optimizer.name}, {"lr", c.optimizer.lr},
-                                {"beta1", c.optimizer.beta1}, {"beta2", c.optimizer.beta2},
+      {"optimizer", toml::table{{"name", c.optimizer.name},
+                                {"lr", c.optimizer.lr},
+                                {"beta1", c.optimizer.beta1},
+                                {"beta2", c.optimizer.beta2},
                                 {"eps", c.optimizer.eps},
                                 {"weight_decay", c.optimizer.weight_decay}}},
       {"lr_scheduler", toml::table{{"name", c.lr_scheduler.name},
@@ -441,7 +474,8 @@ std::string ConfigToToml(const Config& c) {
                                {"grad_accum_steps", c.training.grad_accum_steps},
                                {"max_norm", c.training.max_norm},
                                {"mixed_precision", c.training.mixed_precision},
-                               {"device", c.training.device}, {"threads", c.training.threads},
+                               {"device", c.training.device},
+                               {"threads", c.training.threads},
                                {"stop_at", c.training.stop_at},
                                {"on_nonfinite", c.training.on_nonfinite},
                                {"loss_spike_factor", c.training.loss_spike_factor},

@@ -44,6 +44,27 @@ TEST(Config, BadValuesNameValueAndAllowed) {
       << m;
 }
 
+// Values that parse but make no sense stop the run before any work, naming the key and the
+// allowed range: TOML's inf and nan, and numbers far outside what training can use.
+TEST(Config, NonFiniteAndOutOfRangeNumbersNameTheKey) {
+  for (const auto& [set, message] : std::vector<std::pair<std::string, std::string>>{
+           {"model.norm_eps=inf", "model.norm_eps = inf is invalid: expected a finite number"},
+           {"model.norm_eps=nan", "model.norm_eps = nan is invalid: expected a finite number"},
+           {"model.norm_eps=0.5", "model.norm_eps = 0.5 is invalid: must be in (0, 0.1]"},
+           {"optimizer.lr=1e308", "optimizer.lr = 1e+308 is invalid: must be in (0, 1]"},
+           {"optimizer.lr=-inf", "optimizer.lr = -inf is invalid: expected a finite number"},
+           {"training.max_norm=inf", "training.max_norm = inf is invalid"},
+           {"parallelism.collective_timeout_s=nan", "parallelism.collective_timeout_s = nan"},
+           {"optimizer.weight_decay=1e9", "optimizer.weight_decay = 1e+09 is invalid"},
+       }) {
+    auto c = ParseConfig("", {set}, "t.toml");
+    ASSERT_FALSE(c.ok()) << set;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(message), std::string::npos) << c.status().message();
+  }
+  EXPECT_TRUE(ParseConfig("", {"model.norm_eps=1e-6", "optimizer.lr=1"}, "t.toml").ok());
+}
+
 TEST(Config, WrongType) {
   auto c = ParseConfig("[training]\nsteps = \"ten\"\n", {}, "t.toml");
   ASSERT_FALSE(c.ok());

@@ -5,6 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <string>
+
+#include "tenax/core/status.h"
+
 namespace tenax {
 
 // A loopback TCP port that was free a moment ago (bind to port 0 and read it back). Another
@@ -22,5 +26,10 @@ inline int FreeTcpPort() {
   ::close(fd);
   return port;
 }
+
+// Waits until something accepts TCP connections at host:port (a probe connection, closed at
+// once), retrying every few milliseconds; Unavailable after `timeout_s`. Used before creating a
+// c10d store client, whose own retry sleeps a whole second when the server is not up yet.
+Status WaitForTcpListener(const std::string& host, int port, double timeout_s);
 
 }  // namespace tenax

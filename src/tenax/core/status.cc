@@ -4,14 +4,26 @@ namespace tenax {
 namespace {
 const char* CodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kDataError: return "data error";
-    case StatusCode::kIoError: return "I/O error";
-    case StatusCode::kInternal: return "internal error";
-    case StatusCode::kNumerical: return "numerical error";
-    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kDataError:
+      return "data error";
+    case StatusCode::kIoError:
+      return "I/O error";
+    case StatusCode::kInternal:
+      return "internal error";
+    case StatusCode::kNumerical:
+      return "numerical error";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kPeerLost:
+      return "peer lost";
+    case StatusCode::kBusy:
+      return "busy";
   }
   return "unknown";
 }
@@ -34,5 +46,7 @@ Status IoError(std::string m) { return Status(StatusCode::kIoError, std::move(m)
 Status Internal(std::string m) { return Status(StatusCode::kInternal, std::move(m)); }
 Status Numerical(std::string m) { return Status(StatusCode::kNumerical, std::move(m)); }
 Status Unavailable(std::string m) { return Status(StatusCode::kUnavailable, std::move(m)); }
+Status PeerLost(std::string m) { return Status(StatusCode::kPeerLost, std::move(m)); }
+Status Busy(std::string m) { return Status(StatusCode::kBusy, std::move(m)); }
 
 }  // namespace tenax

@@ -22,6 +22,8 @@ enum class StatusCode {
   kInternal = 6,         // a failure inside a library (libtorch) we did not expect
   kNumerical = 7,        // NaN/Inf in loss or gradients
   kUnavailable = 8,      // a peer or service is gone
+  kPeerLost = 10,        // a collective lost its partner: another rank died first (secondary)
+  kBusy = 12,            // another process owns the resource (a run folder): do not restart
 };
 
 class [[nodiscard]] Status {
@@ -49,12 +51,14 @@ Status IoError(std::string message);
 Status Internal(std::string message);
 Status Numerical(std::string message);
 Status Unavailable(std::string message);
+Status PeerLost(std::string message);
+Status Busy(std::string message);
 
 // Holds either a value or a non-OK Status.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     if (status_.ok()) status_ = Internal("Result constructed from an OK status without a value");
   }
@@ -80,10 +84,10 @@ class [[nodiscard]] Result {
 #define TENAX_CONCAT(a, b) TENAX_CONCAT_INNER(a, b)
 
 // Returns early from the enclosing function if `expr` (a Status) is not OK.
-#define TENAX_RETURN_IF_ERROR(expr)          \
-  do {                                       \
-    ::tenax::Status _st = (expr);            \
-    if (!_st.ok()) return _st;               \
+#define TENAX_RETURN_IF_ERROR(expr) \
+  do {                              \
+    ::tenax::Status _st = (expr);   \
+    if (!_st.ok()) return _st;      \
   } while (0)
 
 // `TENAX_ASSIGN_OR_RETURN(auto x, MakeX());` unwraps a Result or returns its Status.

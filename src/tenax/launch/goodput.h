@@ -1,32 +1,43 @@
-// Goodput accounting for `tenax launch`: splits the launch's wall time into productive training,
+// Goodput accounting for `tenax launch`: splits the run's wall time into productive training,
 // checkpoint stalls, lost work (steps that a restart redid), failure detection, restart (from a
-// failure's detection until the next generation is ready to train) and idle/other time (the first
-// start-up, evaluation, shut-down), and records every failure and straggler. Fed from the
-// supervision loop (generation boundaries, failures) and from the lead rank's heartbeats
-// (cumulative step and checkpoint seconds, the step a generation resumed from).
-// Written as goodput.json (schema: docs/launcher_protocol.md) and printed as a summary table.
-// Thread safety: none; the supervision loop owns it. Times are seconds since the launch started.
+// failure's detection until the next generation is ready to train), down time (no launcher
+// running: between a launch that ended or died and the next launch of the same run) and idle
+// (the rest: first start-up, evaluation, shut-down), and records every failure and straggler.
+//
+// A run may take several launches (a scheduler requeues it, or a killed launcher is started
+// again): each launch is a *segment*. The launcher rewrites goodput.json about once a second
+// while it runs, so a launcher that is killed leaves its segment behind; the next launch reads it
+// back, records the loss of the launcher (kind launcher-lost, at the last time the dead one was
+// alive) and counts the gap as down time. Lost work is counted across segments: a step redone
+// after a relaunch is lost like one redone after a restart.
+//
+// Times inside are seconds since the run's first launch ("run seconds"); the methods take the
+// current launch's clock (seconds since it started) and convert. Schema: docs/launcher_protocol.md.
+// Thread safety: none; the supervision loop owns it.
 // Non-goals: per-rank splits (the lead rank's view stands for the job).
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "tenax/core/heartbeat.h"
+#include "tenax/core/status.h"
+#include "tenax/protocol/heartbeat.h"
+#include "tenax/protocol/protocol.h"
 
 namespace tenax::launch {
 
+using protocol::Beat;
+
 struct FailureRecord {
-  double time_s = 0;  // when the launcher detected it
-  int generation = 0;
-  int rank = -1;      // -1: undetermined (a hang with every rank at the same step)
+  double time_s = 0;   // when the launcher detected it
+  int segment = 0;     // which launch of the run
+  int generation = 0;  // within its launch
+  int rank = -1;       // -1: undetermined
   int slot = -1;
   std::string host;
-  std::string kind;   // crash | crash-in-checkpoint | hang | nonfinite | checkpoint-write |
-                      // io-error | corrupt-checkpoint | straggler | setup
+  std::string kind;  // protocol::FailureKindName
   std::string cause;
   int exit_code = 0;
   int64_t step = -1;          // the newest step the job had finished
@@ -38,39 +49,60 @@ struct FailureRecord {
 
 class Goodput {
  public:
+  // A new launch of the run starting at `start_unix`. `previous`: goodput.json of the earlier
+  // launches (null or not an object: this is the first). A segment of `previous` that never
+  // ended was a launcher that died: recorded as a launcher-lost failure.
+  Goodput(double start_unix, const nlohmann::json* previous, std::string host, int pid);
+
+  // `now`: seconds since this launch started.
   void GenerationStarted(int generation, double now);
-  // The lead rank's newest beat of the running generation; `now` in launch seconds and
-  // `wall_now` the system clock, to place the beat's own timestamp on the launch clock.
+  // The lead rank's newest beat of the running generation; `wall_now` is the system clock, to
+  // place the beat's own timestamp on the launch clock.
   void LeadBeat(const Beat& beat, double now, double wall_now);
   void GenerationEnded(double now, int exit_code);
-  void AddFailure(FailureRecord failure);
-  void AddStraggler(nlohmann::json straggler) { stragglers_.push_back(std::move(straggler)); }
+  void AddFailure(FailureRecord failure);       // failure.time_s on this launch's clock
+  void AddStraggler(nlohmann::json straggler);  // its time_s on this launch's clock
   // The trainer's loss-spike record (<run folder>/loss_spikes.json "spikes"), for the report.
   void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
   void SetReplacement(int slot) {
     if (!failures_.empty()) failures_.back().replacement_slot = slot;
   }
 
-  int restarts() const { return generations_.empty() ? 0 : int(generations_.size()) - 1; }
+  int restarts() const;  // generations after the first, in every launch
   size_t failure_count() const { return failures_.size(); }
   int64_t step() const;
   double tokens_per_s() const { return tokens_per_s_; }
   const std::string& run_dir() const { return run_dir_; }
+  int segment() const { return segment_; }
 
-  // The time split and records so far; `wall` is the launch's elapsed time.
-  nlohmann::json Report(double wall, int exit_code) const;
+  // The report so far. `now`: this launch's clock; `ended`: the launch is over (its segment is
+  // closed; otherwise it counts as alive until now).
+  nlohmann::json Report(double now, int exit_code, bool ended) const;
   // Human-readable table of Report.
   static std::string Summary(const nlohmann::json& report);
 
  private:
   struct Generation {
-    int generation = 0;
-    double start_s = 0, ready_s = -1, end_s = -1;
+    int segment = 0, generation = 0;
+    double start_s = 0, ready_s = -1, end_s = -1;  // run seconds
     int64_t resume_step = -1, last_step = -1;
     double last_step_at = -1;
     double steps_s = 0, checkpoint_s = 0;
     int exit_code = 0;
   };
+  struct Segment {
+    double start_unix = 0, end_unix = 0;  // end: when it ended, or when it was last alive
+    bool ended = false;
+    int exit_code = 0, pid = 0;
+    std::string host;
+  };
+  void Load(const nlohmann::json& previous);
+  double Run(double launch_s) const { return launch_s + offset_s_; }
+
+  double run_start_unix_ = 0;
+  double offset_s_ = 0;            // this launch's start in run seconds
+  int segment_ = 0;                // this launch's index
+  std::vector<Segment> segments_;  // earlier launches, then this one
   std::vector<Generation> generations_;
   std::vector<FailureRecord> failures_;
   nlohmann::json stragglers_ = nlohmann::json::array();

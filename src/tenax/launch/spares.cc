@@ -1,36 +1,20 @@
 #include "tenax/launch/spares.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "tenax/core/log.h"
 
 namespace tenax::launch {
-namespace {
 
-double Now() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::string Join(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s.empty() ? "none" : s;
-}
-
-}  // namespace
-
-SlotTable::SlotTable(int ranks, int spares, int quarantine_after, SpawnFn spawn)
-    : quarantine_after_(quarantine_after), spawn_(std::move(spawn)), slots_(ranks + spares) {
+SlotTable::SlotTable(int ranks, int spares, QuarantinePolicy policy, SpawnFn spawn, ClockFn now)
+    : policy_(policy), spawn_(std::move(spawn)), now_(std::move(now)), slots_(ranks + spares) {
   for (int i = 0; i < ranks; ++i) rank_slot_.push_back(i);
 }
 
@@ -45,6 +29,13 @@ SlotTable::~SlotTable() {
   }
 }
 
+int SlotTable::recent_failures(int slot) const {
+  const double now = now_();
+  int n = 0;
+  for (double t : slots_[slot].failures) n += now - t < policy_.window_s;
+  return n;
+}
+
 bool SlotTable::Used(int slot) const {
   for (int s : rank_slot_) {
     if (s == slot) return true;
@@ -55,7 +46,7 @@ bool SlotTable::Used(int slot) const {
 std::vector<int> SlotTable::QuarantinedSlots() const {
   std::vector<int> out;
   for (int i = 0; i < size(); ++i) {
-    if (slots_[i].quarantined) out.push_back(i);
+    if (quarantined(i)) out.push_back(i);
   }
   return out;
 }
@@ -64,7 +55,7 @@ int SlotTable::ReadySpares() const {
   int n = 0;
   for (int i = 0; i < size(); ++i) {
     const SlotProcess& p = slots_[i].proc;
-    if (!Used(i) && !slots_[i].quarantined && p.pid > 0 && p.local < 0) ++n;
+    if (!Used(i) && !quarantined(i) && p.pid > 0 && p.local < 0) ++n;
   }
   return n;
 }
@@ -80,19 +71,20 @@ Status SlotTable::Start(int slot) {
     ::close(fds[1]);
     return pid.status();
   }
-  slots_[slot].proc = SlotProcess{*pid, fds[1], -1, Now()};
+  slots_[slot].proc = SlotProcess{*pid, fds[1], -1, now_()};
   return Status::Ok();
 }
 
 Status SlotTable::FillStandbys() {
   for (int i = 0; i < size(); ++i) {
-    if (slots_[i].quarantined || slots_[i].proc.pid > 0) continue;
+    // A quarantined slot no rank uses gets no standby: nobody would take it while it heals.
+    if (slots_[i].proc.pid > 0 || (quarantined(i) && !Used(i))) continue;
     TENAX_RETURN_IF_ERROR(Start(i));
   }
   return Status::Ok();
 }
 
-Status SlotTable::Assign(int local, const std::string& assignment) {
+Result<pid_t> SlotTable::Assign(int local, const std::string& assignment) {
   const int slot = rank_slot_[local];
   SlotProcess& p = slots_[slot].proc;
   if (p.pid <= 0 || p.fd < 0) TENAX_RETURN_IF_ERROR(Start(slot));
@@ -101,12 +93,13 @@ Status SlotTable::Assign(int local, const std::string& assignment) {
   ::close(p.fd);
   p.fd = -1;
   if (n != static_cast<ssize_t>(line.size())) {
-    return Unavailable(fmt::format("the standby process {} in slot {} did not take its "
-                                   "assignment ({})",
-                                   p.pid, slot, std::strerror(errno)));
+    return Unavailable(
+        fmt::format("the standby process {} in slot {} did not take its "
+                    "assignment ({})",
+                    p.pid, slot, std::strerror(errno)));
   }
   p.local = local;
-  return Status::Ok();
+  return p.pid;
 }
 
 SlotTable::ReapedProcess SlotTable::Reaped(pid_t pid) {
@@ -133,33 +126,44 @@ int SlotTable::RanksAlive() const {
   return n;
 }
 
-Result<int> SlotTable::Exclude(int slot) {
-  Slot& failed = slots_[slot];
+std::vector<pid_t> SlotTable::RankPids() const {
+  std::vector<pid_t> out;
+  for (const Slot& s : slots_) {
+    if (s.proc.pid > 0 && s.proc.local >= 0) out.push_back(s.proc.pid);
+  }
+  return out;
+}
+
+int SlotTable::Exclude(int slot) {
   int local = -1;
   for (size_t r = 0; r < rank_slot_.size(); ++r) {
     if (rank_slot_[r] == slot) local = static_cast<int>(r);
   }
   if (local < 0) return slot;
-  ++failed.failures;
-  if (failed.failures >= quarantine_after_ && !failed.quarantined) {
-    failed.quarantined = true;
-    log::Warn("launch: slot {} failed {} time(s): quarantined", slot, failed.failures);
+  slots_[slot].failures.push_back(now_());
+  if (quarantined(slot)) {
+    log::Warn(
+        "launch: slot {} failed {} time(s) in the last {:g}s (--quarantine-after {}, "
+        "--quarantine-window): quarantined",
+        slot, recent_failures(slot), policy_.window_s, policy_.after);
   }
   for (int i = 0; i < size(); ++i) {
     const SlotProcess& p = slots_[i].proc;
-    if (Used(i) || slots_[i].quarantined || p.pid <= 0 || p.local >= 0) continue;
+    if (Used(i) || quarantined(i) || p.pid <= 0 || p.local >= 0) continue;
     rank_slot_[local] = i;
-    log::Info("launch: slot {} excluded; the spare in slot {} (pid {}, ready for {:.1f}s) takes "
-              "its rank",
-              slot, i, p.pid, Now() - p.started_s);
+    log::Info(
+        "launch: slot {} excluded; the spare in slot {} (pid {}, ready for {:.1f}s) takes "
+        "its rank",
+        slot, i, p.pid, now_() - p.started_s);
     return i;
   }
-  if (!failed.quarantined) return slot;  // no spare: run again in place
-  return Unavailable(fmt::format(
-      "local rank {} has nowhere to run: its slot {} is quarantined after {} failure(s) and no "
-      "spare is left (quarantined slots: {}; --spares adds standby slots, --quarantine-after "
-      "raises the limit)",
-      local, slot, failed.failures, Join(QuarantinedSlots())));
+  if (quarantined(slot)) {
+    log::Warn(
+        "launch: local rank {} has no healthy slot left (quarantined: {}); it runs again "
+        "in slot {}: --max-restarts decides when the job stops",
+        local, fmt::join(QuarantinedSlots(), ", "), slot);
+  }
+  return slot;  // no ready spare: run again in place
 }
 
 }  // namespace tenax::launch

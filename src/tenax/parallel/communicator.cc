@@ -1,18 +1,20 @@
 #define TENAX_COMPAT_C10D
 #include "tenax/parallel/communicator.h"
 
-#include <chrono>
-
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdlib>
 
 #include "tenax/core/check.h"
+#include "tenax/core/net.h"
 #include "tenax/core/torch_compat.h"
-#include "tenax/parallel/flight_recorder.h"
+#include "tenax/protocol/flight_recorder.h"
 
 namespace tenax::parallel {
 namespace {
+
+using protocol::CollectiveScope;
 
 class LocalCommunicator final : public Communicator {
  public:
@@ -203,15 +205,24 @@ Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env
     pg->world_ = MakeLocalCommunicator();
     return pg;
   }
-  // The launcher may host the store itself (it outlives ranks and reads heartbeats from it).
-  const char* agent = std::getenv("TENAX_AGENT_STORE");
-  const bool agent_store = agent != nullptr && std::string(agent) == "1";
+  if (env.rank != 0) {
+    // c10d's client sleeps a whole second between attempts while the server is not up yet
+    // (rank 0 is still starting): wait for the listener with short retries instead.
+    Status up = WaitForTcpListener(env.master_addr, env.master_port,
+                                   std::chrono::duration<double>(timeout).count());
+    if (!up.ok()) {
+      return Unavailable(
+          fmt::format("rank {}: cannot reach the rendezvous store: {} (is rank 0 / "
+                      "the launcher running, and MASTER_ADDR/MASTER_PORT right?)",
+                      env.rank, up.message()));
+    }
+  }
   try {
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(env.master_port);
-    opts.isServer = !agent_store && env.rank == 0;
-    opts.numWorkers = agent_store ? c10::nullopt : c10::optional<std::size_t>(env.world);
-    opts.waitWorkers = !agent_store;
+    opts.isServer = env.rank == 0;
+    opts.numWorkers = env.world;
+    opts.waitWorkers = true;
     opts.timeout = timeout;
     pg->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     auto world_store = c10::make_intrusive<c10d::PrefixStore>("world", pg->impl_->store);
@@ -238,11 +249,11 @@ Result<std::unique_ptr<Communicator>> ProcessGroups::NewGroup(const std::string&
   try {
     auto store = c10::make_intrusive<c10d::PrefixStore>(key, impl_->store);
     return std::unique_ptr<Communicator>(std::make_unique<C10dCommunicator>(
-        compat::MakeGlooGroup(store, local, static_cast<int>(ranks.size()), impl_->timeout),
-        local, static_cast<int>(ranks.size())));
+        compat::MakeGlooGroup(store, local, static_cast<int>(ranks.size()), impl_->timeout), local,
+        static_cast<int>(ranks.size())));
   } catch (const std::exception& e) {
-    return Unavailable(fmt::format("rank {}: cannot create process group {}: {}", me, key,
-                                   e.what()));
+    return Unavailable(
+        fmt::format("rank {}: cannot create process group {}: {}", me, key, e.what()));
   }
 }
 

@@ -17,9 +17,12 @@
 #include "tenax/core/status.h"
 #include "tenax/parallel/dist_env.h"
 
+namespace tenax::parallel {}  // namespace tenax::parallel
+namespace tenax::protocol {
+class FlightRecorder;  // protocol/flight_recorder.h
+}  // namespace tenax::protocol
 namespace tenax::parallel {
-
-class FlightRecorder;  // parallel/flight_recorder.h
+using protocol::FlightRecorder;
 
 struct CommStats {
   int64_t all_reduce_bytes = 0;      // payload per rank
@@ -102,7 +105,7 @@ class Communicator {
     return PendingCollective([t] { return t; });
   }
   const CommStats& stats() const { return stats_; }
-  // Records every collective of this group under `name` (parallel/flight_recorder.h); null: off.
+  // Records every collective of this group under `name` (protocol/flight_recorder.h); null: off.
   void SetFlightRecorder(FlightRecorder* recorder, std::string name) {
     recorder_ = recorder;
     name_ = std::move(name);
@@ -118,7 +121,7 @@ class Communicator {
 std::unique_ptr<Communicator> MakeLocalCommunicator();
 
 // The world and its sub-groups, connected through one c10d store (TCPStore at
-// MASTER_ADDR:MASTER_PORT; rank 0 hosts it unless the launcher does, see TENAX_AGENT_STORE).
+// MASTER_ADDR:MASTER_PORT; rank 0 hosts it).
 class ProcessGroups {
  public:
   static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,

@@ -2,55 +2,19 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 
 namespace tenax::parallel {
 namespace {
-
-// Blocks until the launcher assigns this standby process a rank (see dist_env.h), then exports
-// the assignment. Runs before any thread that reads the environment exists.
-Status WaitForAssignment(const char* fd_text) {
-  char* end = nullptr;
-  const long fd = std::strtol(fd_text, &end, 10);
-  if (end == fd_text || *end != '\0' || fd < 0) {
-    return InvalidArgument(fmt::format("TENAX_STANDBY_FD={} is not a file descriptor", fd_text));
-  }
-  std::string line;
-  char c = 0;
-  for (;;) {
-    const ssize_t n = ::read(static_cast<int>(fd), &c, 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError(std::string("reading the standby assignment: ") + std::strerror(errno));
-    if (n == 0 || c == '\n') break;
-    line.push_back(c);
-  }
-  ::close(static_cast<int>(fd));
-  ::unsetenv("TENAX_STANDBY_FD");
-  if (line.empty()) {
-    return Unavailable("standby process released by the launcher without a rank assignment");
-  }
-  std::stringstream words(line);
-  for (std::string kv; words >> kv;) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return InvalidArgument("standby assignment '" + line + "': expected KEY=VALUE words");
-    }
-    ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
-  }
-  return Status::Ok();
-}
 
 Result<int> ParseInt(const char* name, const char* value, int min) {
   char* end = nullptr;
   const long v = std::strtol(value, &end, 10);
   if (end == value || *end != '\0' || v < min) {
-    return InvalidArgument(fmt::format("environment variable {}={} is not an integer >= {}", name,
-                                       value, min));
+    return InvalidArgument(
+        fmt::format("environment variable {}={} is not an integer >= {}", name, value, min));
   }
   return static_cast<int>(v);
 }
@@ -67,8 +31,9 @@ Result<DistEnv> ReadDistEnv(const std::function<const char*(const char*)>& geten
   const char* world = get("WORLD_SIZE");
   if (rank || world) {
     if (!rank || !world) {
-      return InvalidArgument("RANK and WORLD_SIZE must be set together (torchrun-style launch); "
-                             "set both, or neither for a single process");
+      return InvalidArgument(
+          "RANK and WORLD_SIZE must be set together (torchrun-style launch); "
+          "set both, or neither for a single process");
     }
     env.source = "torchrun";
     TENAX_ASSIGN_OR_RETURN(env.rank, ParseInt("RANK", rank, 0));
@@ -105,16 +70,13 @@ Result<DistEnv> ReadDistEnv(const std::function<const char*(const char*)>& geten
     TENAX_ASSIGN_OR_RETURN(env.master_port, ParseInt("MASTER_PORT", port, 1));
   }
   if (env.rank >= env.world) {
-    return InvalidArgument(fmt::format("rank {} is not below the world size {}", env.rank,
-                                       env.world));
+    return InvalidArgument(
+        fmt::format("rank {} is not below the world size {}", env.rank, env.world));
   }
   return env;
 }
 
 Result<DistEnv> ReadDistEnv() {
-  if (const char* fd = std::getenv("TENAX_STANDBY_FD"); fd != nullptr && *fd != '\0') {
-    TENAX_RETURN_IF_ERROR(WaitForAssignment(fd));
-  }
   return ReadDistEnv([](const char* n) { return std::getenv(n); });
 }
 

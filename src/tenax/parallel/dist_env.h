@@ -3,12 +3,8 @@
 // MASTER_ADDR / MASTER_PORT; Slurm's srun sets SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID (the
 // master address then comes from MASTER_ADDR, else SLURM_LAUNCH_NODE_IPADDR).
 // No variables at all means a single process (rank 0 of 1).
-// Hot spares (`tenax launch --spares K`): a process started with TENAX_STANDBY_FD=<fd> has done its
-// start-up and blocks in ReadDistEnv until the launcher writes one line on that pipe,
-// "KEY=VALUE KEY=VALUE ...\n" (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT, TENAX_RESTART_COUNT, ...). The values are put into the environment (so the fault
-// hooks and heartbeats see them too) and then read as above. End of file without a line means the
-// launcher no longer needs the spare: Unavailable.
+// Under `tenax launch` the same variables arrive in the standby assignment
+// (protocol/rank_context.h), which ReadRankContext exports before this is read.
 #pragma once
 
 #include <functional>

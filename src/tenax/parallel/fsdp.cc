@@ -42,14 +42,14 @@ FlatLayout MakeFlatLayout(const std::vector<model::NamedTensor>& params, int sha
 }
 
 struct Fsdp::Unit {
-  std::string name;          // "root" or "layers.<i>"
-  std::vector<int> params;   // model params() indices, in params() order
+  std::string name;         // "root" or "layers.<i>"
+  std::vector<int> params;  // model params() indices, in params() order
   FlatLayout layout;
   std::vector<std::pair<int64_t, int64_t>> tp_replicated;  // shard-local ranges summed over TP
-  bool hooked = false;       // per-parameter gradient hooks collect a bucket
+  bool hooked = false;  // per-parameter gradient hooks collect a bucket
   // Sharded mode only:
-  at::Tensor shard;          // (shard_size) fp32 master copy, an autograd leaf
-  at::Tensor full;           // (padded) gathered buffer; storage freed while resharded
+  at::Tensor shard;                // (shard_size) fp32 master copy, an autograd leaf
+  at::Tensor full;                 // (padded) gathered buffer; storage freed while resharded
   std::vector<at::Tensor> leaves;  // views of full, the model's parameters
   bool gathered = false;
   PendingCollective gather;  // prefetch in flight
@@ -58,8 +58,7 @@ struct Fsdp::Unit {
   std::vector<PendingCollective> reductions;  // reduce-scatters in flight
 };
 
-Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
-           FsdpOptions options)
+Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, FsdpOptions options)
     : model_(model), shard_(shard), replicate_(replicate), options_(options) {
   auto& params = model_.params();
   const int64_t n_layers = model_.spec().n_layers;
@@ -112,8 +111,8 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate,
     }
     std::vector<at::Tensor> flat;
     for (const auto& e : entries) flat.push_back(e.tensor.detach().reshape({-1}));
-    at::Tensor all = flat.empty() ? at::zeros({0}, at::TensorOptions().device(model_.device()))
-                                  : at::cat(flat);
+    at::Tensor all =
+        flat.empty() ? at::zeros({0}, at::TensorOptions().device(model_.device())) : at::cat(flat);
     all = at::constant_pad_nd(all, {0, u.layout.padded - u.layout.total});
     u.shard = all.narrow(0, shard_.rank() * u.layout.shard_size, u.layout.shard_size).clone();
     u.shard.set_requires_grad(true);
@@ -140,14 +139,26 @@ void Fsdp::HookGrad(Unit& u, size_t entry, const at::Tensor& param) {
 }
 
 Fsdp::~Fsdp() {
-  // Collectives still in flight must finish before their buffers go away.
+  // Collectives still in flight must finish before their buffers go away. One that fails (a
+  // peer died: the rank is being torn down after an error) has finished too; a destructor must
+  // not throw, so the error is dropped here (the rank already reported it).
   for (auto& u : units_) {
-    if (u->gather.pending()) u->gather.Wait();
-    for (auto& r : u->reductions) r.Wait();
+    try {
+      if (u->gather.pending()) u->gather.Wait();
+    } catch (const std::exception&) {
+    }
+    for (auto& r : u->reductions) {
+      try {
+        r.Wait();
+      } catch (const std::exception&) {
+      }
+    }
   }
 }
 
-const FlatLayout& Fsdp::layout(int unit) const { return units_.at(static_cast<size_t>(unit))->layout; }
+const FlatLayout& Fsdp::layout(int unit) const {
+  return units_.at(static_cast<size_t>(unit))->layout;
+}
 const std::string& Fsdp::unit_name(int unit) const {
   return units_.at(static_cast<size_t>(unit))->name;
 }

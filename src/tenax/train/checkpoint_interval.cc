@@ -14,14 +14,6 @@ namespace {
 
 constexpr size_t kStepTimeWindow = 32;
 
-double EnvNumber(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return 0;
-  char* end = nullptr;
-  const double d = std::strtod(v, &end);
-  return (end != nullptr && *end == '\0' && std::isfinite(d) && d >= 0) ? d : 0;
-}
-
 }  // namespace
 
 double PosteriorFailureRatePerHour(double prior_rate_per_hour, double prior_failures,
@@ -43,22 +35,16 @@ int64_t OptimalIntervalSteps(double checkpoint_cost_s, double step_time_s,
   return std::max<int64_t>(1, static_cast<int64_t>(steps));
 }
 
-ObservedFailures ReadObservedFailuresFromEnv() {
-  ObservedFailures o;
-  o.restarts = static_cast<int64_t>(EnvNumber("TENAX_RESTART_COUNT"));
-  o.run_elapsed_s = EnvNumber("TENAX_RUN_ELAPSED_S");
-  return o;
-}
-
 CheckpointIntervalPolicy::CheckpointIntervalPolicy(IntervalPolicyOptions options,
                                                    int64_t resume_step)
     : options_(options),
-      interval_(std::clamp<int64_t>(options.interval, 1, std::max<int64_t>(options.total_steps, 1))),
+      interval_(
+          std::clamp<int64_t>(options.interval, 1, std::max<int64_t>(options.total_steps, 1))),
       last_save_step_(resume_step),
       observed_hours_(options.observed.run_elapsed_s / 3600.0) {
-  rate_per_hour_ = PosteriorFailureRatePerHour(options_.prior_rate_per_hour,
-                                               options_.prior_failures,
-                                               options_.observed.restarts, observed_hours_);
+  rate_per_hour_ =
+      PosteriorFailureRatePerHour(options_.prior_rate_per_hour, options_.prior_failures,
+                                  options_.observed.restarts, observed_hours_);
 }
 
 bool CheckpointIntervalPolicy::ShouldSave(int64_t step) const {
@@ -89,13 +75,12 @@ bool CheckpointIntervalPolicy::RecordSave(int64_t step, double blocking_seconds,
   cost_s_ = cost_s_ ? *cost_s_ + (blocking_seconds - *cost_s_) / static_cast<double>(saves_)
                     : blocking_seconds;
   observed_hours_ = (options_.observed.run_elapsed_s + std::max(process_elapsed_s, 0.0)) / 3600.0;
-  rate_per_hour_ = PosteriorFailureRatePerHour(options_.prior_rate_per_hour,
-                                               options_.prior_failures,
-                                               options_.observed.restarts, observed_hours_);
+  rate_per_hour_ =
+      PosteriorFailureRatePerHour(options_.prior_rate_per_hour, options_.prior_failures,
+                                  options_.observed.restarts, observed_hours_);
   const double step_s = MedianStepTime();
   if (!(step_s > 0)) return false;  // nothing measured yet: keep the configured interval
-  const int64_t next = OptimalIntervalSteps(*cost_s_, step_s, rate_per_hour_,
-                                            options_.total_steps);
+  const int64_t next = OptimalIntervalSteps(*cost_s_, step_s, rate_per_hour_, options_.total_steps);
   if (next == interval_) return false;
   interval_ = next;  // the caller logs the change once every rank adopted rank 0's interval
   return true;
@@ -109,8 +94,8 @@ std::string CheckpointIntervalPolicy::Explain() const {
   return fmt::format(
       "checkpoint cost {:.3f} s, step {:.3f} s, {:.4g} failures/hour (prior {:.4g}/hour, {} "
       "failure(s) in {:.2f} h observed)",
-      cost_s_.value_or(0.0), MedianStepTime(), rate_per_hour_,
-      options_.prior_rate_per_hour, options_.observed.restarts, observed_hours_);
+      cost_s_.value_or(0.0), MedianStepTime(), rate_per_hour_, options_.prior_rate_per_hour,
+      options_.observed.restarts, observed_hours_);
 }
 
 }  // namespace tenax::train

@@ -30,19 +30,18 @@ double PosteriorFailureRatePerHour(double prior_rate_per_hour, double prior_fail
 int64_t OptimalIntervalSteps(double checkpoint_cost_s, double step_time_s,
                              double failure_rate_per_hour, int64_t max_steps);
 
+// What the launcher has seen so far (protocol::RankContext: generation, run_elapsed_s).
 struct ObservedFailures {
-  int64_t restarts = 0;    // TENAX_RESTART_COUNT
-  double run_elapsed_s = 0;  // TENAX_RUN_ELAPSED_S: seconds since the launcher started the job
+  int64_t restarts = 0;      // the launch generation: each restart followed a failure
+  double run_elapsed_s = 0;  // seconds since the launcher started the job
 };
-// Reads TENAX_RESTART_COUNT and TENAX_RUN_ELAPSED_S (absent or malformed: 0).
-ObservedFailures ReadObservedFailuresFromEnv();
 
 struct IntervalPolicyOptions {
-  bool automatic = false;         // checkpoint.interval = "auto"
-  int64_t interval = 100;         // fixed interval, or the interval until the first measurement
-  int64_t total_steps = 1;        // training.steps: the upper clamp
+  bool automatic = false;             // checkpoint.interval = "auto"
+  int64_t interval = 100;             // fixed interval, or the interval until the first measurement
+  int64_t total_steps = 1;            // training.steps: the upper clamp
   double prior_rate_per_hour = 0.05;  // checkpoint.failure_rate_per_hour
-  double prior_failures = 1;      // weight of the prior, in pseudo-failures
+  double prior_failures = 1;          // weight of the prior, in pseudo-failures
   ObservedFailures observed;
 };
 

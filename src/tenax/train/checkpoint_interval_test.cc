@@ -98,20 +98,6 @@ TEST(CheckpointIntervalTest, ObservedFailuresShortenTheInterval) {
   EXPECT_EQ(b.interval(), 1019);
 }
 
-TEST(CheckpointIntervalTest, ReadsTheLaunchersEnvironment) {
-  ::setenv("TENAX_RESTART_COUNT", "2", 1);
-  ::setenv("TENAX_RUN_ELAPSED_S", "7200.5", 1);
-  ObservedFailures o = ReadObservedFailuresFromEnv();
-  EXPECT_EQ(o.restarts, 2);
-  EXPECT_DOUBLE_EQ(o.run_elapsed_s, 7200.5);
-  ::setenv("TENAX_RUN_ELAPSED_S", "soon", 1);
-  ::unsetenv("TENAX_RESTART_COUNT");
-  o = ReadObservedFailuresFromEnv();
-  EXPECT_EQ(o.restarts, 0);
-  EXPECT_EQ(o.run_elapsed_s, 0);
-  ::unsetenv("TENAX_RUN_ELAPSED_S");
-}
-
 TEST(CheckpointIntervalTest, ConfigAcceptsAnIntegerOrAuto) {
   Result<Config> fixed = ParseConfig("[checkpoint]\ninterval = 40\n", {}, "t.toml");
   ASSERT_TRUE(fixed.ok()) << fixed.status().message();
@@ -119,9 +105,9 @@ TEST(CheckpointIntervalTest, ConfigAcceptsAnIntegerOrAuto) {
   EXPECT_FALSE(fixed->checkpoint.interval_auto);
   EXPECT_FALSE(fixed->checkpoint.async);
 
-  Result<Config> autos = ParseConfig(
-      "[checkpoint]\ninterval = \"auto\"\nfailure_rate_per_hour = 0.5\nasync = true\n", {},
-      "t.toml");
+  Result<Config> autos =
+      ParseConfig("[checkpoint]\ninterval = \"auto\"\nfailure_rate_per_hour = 0.5\nasync = true\n",
+                  {}, "t.toml");
   ASSERT_TRUE(autos.ok()) << autos.status().message();
   EXPECT_TRUE(autos->checkpoint.interval_auto);
   EXPECT_EQ(autos->checkpoint.interval, 100);  // the default, used until measured

@@ -31,6 +31,7 @@
 #include "tenax/parallel/mesh.h"
 #include "tenax/parallel/pipeline.h"
 #include "tenax/parallel/sharded_llama.h"
+#include "tenax/train/step_model.h"
 
 namespace tenax::train {
 
@@ -42,39 +43,36 @@ struct ParallelGroups {  // this rank's group along each mesh axis (size 1 when 
   parallel::Communicator* tp = nullptr;
 };
 
-class ParallelModel {
+class ParallelModel final : public StepModel {
  public:
   // `full`: the initial parameters of the whole model (same on every rank; only the parts this
   // rank holds are copied). The groups must outlive the object.
-  static Result<std::unique_ptr<ParallelModel>> Create(const ModelSpec& spec,
-                                                       const std::vector<model::NamedTensor>& full,
-                                                       ParallelGroups groups,
-                                                       const ParallelismOptions& options,
-                                                       const at::Device& device,
-                                                       at::ScalarType compute_dtype);
+  static Result<std::unique_ptr<ParallelModel>> Create(
+      const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups groups,
+      const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype);
   ParallelModel(const ParallelModel&) = delete;
   ParallelModel& operator=(const ParallelModel&) = delete;
 
-  std::vector<model::NamedTensor>& optimizer_params() { return fsdp_->optimizer_params(); }
-  std::vector<at::Tensor> decay_masks() const { return fsdp_->decay_masks(); }
-  int64_t ResidentStateBytes() const { return fsdp_->ResidentStateBytes(); }
+  std::vector<model::NamedTensor>& optimizer_params() override { return fsdp_->optimizer_params(); }
+  std::vector<at::Tensor> decay_masks() const override { return fsdp_->decay_masks(); }
+  int64_t ResidentStateBytes() const override { return fsdp_->ResidentStateBytes(); }
   int replicas() const { return groups_.replicate->size(); }
 
-  void BeginStep();
+  void BeginStep() override;
   // One micro-batch (B, T) of this data-parallel rank: forward and backward; returns its mean
   // loss (every rank of the TP/PP group gets the same number). Gradients are scaled by
   // 1 / micro_batches so the step's gradient is the mean over them.
   Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
-                                 int micro_batches);
-  void FinishStep();
+                                 int micro_batches) override;
+  void FinishStep() override;
   // Global L2 norm of the averaged gradients (every element of the model counted once), then
   // all of them scaled to max_norm (0: no clipping).
-  double ClipGradNorm(double max_norm);
-  void ZeroGrad();
+  double ClipGradNorm(double max_norm) override;
+  void ZeroGrad() override;
 
   // Forward only: mean loss of (tokens, targets) (every rank of the TP/PP group gets it).
-  Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets);
-  void EndEval();  // frees what evaluation gathered
+  Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) override;
+  void EndEval() override;  // frees what evaluation gathered
 
   // Checkpoint pieces this rank writes (empty when another rank writes the same values).
   std::vector<model::TensorSlice> ParamPieces();
@@ -89,7 +87,7 @@ class ParallelModel {
 
  private:
   ParallelModel() = default;
-  bool Writes(int param) const;    // does this rank write parameter `param`'s pieces?
+  bool Writes(int param) const;  // does this rank write parameter `param`'s pieces?
   // Pieces of `values`, a tensor laid out like optimizer parameter `opt_name`, named
   // "<prefix><param>" (the parameters this rank writes).
   void AppendPieces(const std::string& prefix, const std::string& opt_name,

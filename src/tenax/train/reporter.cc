@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "tenax/core/format.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 
@@ -18,28 +19,6 @@ double WallTime() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 }  // namespace
-
-std::string FormatDuration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const int64_t t = static_cast<int64_t>(std::llround(s));
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
-std::string FormatCount(double v) {
-  if (v >= 1e12) return fmt::format("{:.2f}T", v / 1e12);
-  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
-  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
-  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
-  return fmt::format("{:.0f}", v);
-}
-
-std::string FormatParams(double v) {
-  std::string s = FormatCount(v);
-  if (!s.empty() && s.back() == 'G') s.back() = 'B';  // parameters are counted in billions
-  return s;
-}
 
 Result<std::unique_ptr<Reporter>> Reporter::Open(const std::string& run_dir,
                                                  const MetricsOptions& options,
@@ -102,8 +81,7 @@ Status Reporter::LogStep(const StepMetrics& m) {
     TENAX_RETURN_IF_ERROR(tb_->AddScalar("train/loss", m.step, float(m.loss), now));
     TENAX_RETURN_IF_ERROR(tb_->AddScalar("train/lr", m.step, float(m.lr), now));
     TENAX_RETURN_IF_ERROR(tb_->AddScalar("train/grad_norm", m.step, float(m.grad_norm), now));
-    TENAX_RETURN_IF_ERROR(
-        tb_->AddScalar("perf/tokens_per_s", m.step, float(m.tokens_per_s), now));
+    TENAX_RETURN_IF_ERROR(tb_->AddScalar("perf/tokens_per_s", m.step, float(m.tokens_per_s), now));
     TENAX_RETURN_IF_ERROR(tb_->AddScalar("perf/tflops", m.step, float(m.flops_per_s / 1e12), now));
     if (m.mfu) TENAX_RETURN_IF_ERROR(tb_->AddScalar("perf/mfu", m.step, float(*m.mfu), now));
     TENAX_RETURN_IF_ERROR(

@@ -23,8 +23,8 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;
-  double flops_per_s = 0;           // achieved training FLOP/s (model FLOPs, not hardware)
-  std::optional<double> mfu;        // fraction of the device's bf16 peak; none on CPU
+  double flops_per_s = 0;     // achieved training FLOP/s (model FLOPs, not hardware)
+  std::optional<double> mfu;  // fraction of the device's bf16 peak; none on CPU
   int64_t mem_peak_bytes = 0;
   double step_time_s = 0;
   int64_t tokens_seen = 0;
@@ -36,8 +36,7 @@ class Reporter {
   // Opens run_dir/metrics.jsonl (truncated to `resume_step` when resuming) and, if enabled,
   // a TensorBoard event file in run_dir/tb.
   static Result<std::unique_ptr<Reporter>> Open(const std::string& run_dir,
-                                                const MetricsOptions& options,
-                                                int64_t resume_step);
+                                                const MetricsOptions& options, int64_t resume_step);
   Reporter(const Reporter&) = delete;
   Reporter& operator=(const Reporter&) = delete;
   ~Reporter();
@@ -56,16 +55,12 @@ class Reporter {
   void ClearLine();
 
   MetricsOptions options_;
-  bool live_ = false;          // redraw one line with \r (stderr is a TTY)
-  bool line_open_ = false;     // a live line is on screen
+  bool live_ = false;       // redraw one line with \r (stderr is a TTY)
+  bool line_open_ = false;  // a live line is on screen
   std::string metrics_path_;
   std::string tb_dir_;
   std::unique_ptr<JsonlWriter> jsonl_;
   std::unique_ptr<TensorBoardWriter> tb_;
 };
-
-std::string FormatDuration(double seconds);  // "1h02m", "3m05s", "42s"
-std::string FormatCount(double value);        // "12.3k", "4.56M", "1.20G"
-std::string FormatParams(double count);       // "853.4k", "1.24B", "405.85B"
 
 }  // namespace tenax::train

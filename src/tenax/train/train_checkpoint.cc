@@ -8,7 +8,6 @@
 
 #include "tenax/config/model_spec_json.h"
 #include "tenax/core/check.h"
-#include "tenax/core/fault_injection.h"
 #include "tenax/core/log.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/model/tensor_io.h"
@@ -47,8 +46,6 @@ Result<at::Tensor> FromHex(const std::string& hex) {
 
 }  // namespace
 
-
-
 Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& progress,
                                                          TrainTarget& target,
                                                          const std::string& config_toml,
@@ -74,17 +71,16 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
     if (rank < writers) {
       files.push_back({model::RankFileName("model", rank, snap.world_size),
                        model::SerializeSlices(target.parallel->ParamPieces())});
-      files.push_back({model::RankFileName("optimizer", rank, snap.world_size),
-                       model::SerializeSlices(
-                           target.parallel->StatePieces(target.optimizer.StateTensors()))});
+      files.push_back(
+          {model::RankFileName("optimizer", rank, snap.world_size),
+           model::SerializeSlices(target.parallel->StatePieces(target.optimizer.StateTensors()))});
     }
   } else {
     expected = {model::kModelFile, model::kOptimizerFile};
-    files.push_back({model::kModelFile,
-                     model::SerializeTensors(target.model.params(), {{"format", "tenax"}})});
-    files.push_back({model::kOptimizerFile,
-                     model::SerializeTensors(target.optimizer.StateTensors(),
-                                             {{"format", "tenax"}})});
+    files.push_back(
+        {model::kModelFile, model::SerializeTensors(target.model.params(), {{"format", "tenax"}})});
+    files.push_back({model::kOptimizerFile, model::SerializeTensors(target.optimizer.StateTensors(),
+                                                                    {{"format", "tenax"}})});
   }
   expected.push_back(model::kTrainStateFile);
   if (rank == 0) {
@@ -106,7 +102,7 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
 }
 
 Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
-                            parallel::Communicator* world) {
+                            parallel::Communicator* world, protocol::FaultInjector* faults) {
   const int64_t step = snap.step;
   auto barrier = [&] {
     if (world) world->Barrier();
@@ -116,23 +112,24 @@ Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::Checkpoint
   barrier();
   TENAX_RETURN_IF_ERROR(prepared);
   Status wrote = snap.files.empty() ? Status::Ok() : store.WriteFiles(step, snap.files);
-  if (wrote.ok()) {  // --inject ckpt-fail / kill-in-ckpt
-    wrote = CheckpointFault(snap.rank, step, CheckpointPhase::kWritten, store.StepDir(step));
+  if (wrote.ok() && faults != nullptr) {  // --inject ckpt-fail / kill-in-ckpt
+    wrote = faults->CheckpointHook(step, protocol::CheckpointPhase::kWritten, store.StepDir(step));
   }
   // Every rank learns whether every rank wrote before rank 0 commits.
   at::Tensor failed = at::full({1}, wrote.ok() ? 0.0f : 1.0f, at::kFloat);
   if (world) world->AllReduceSum(failed);
   TENAX_RETURN_IF_ERROR(wrote);
   if (failed.item<float>() > 0) {
-    return IoError("another rank failed to write its part of checkpoint step " +
-                   std::to_string(step) + "; the checkpoint was not committed");
+    // Secondary: the rank that failed to write reports the cause (protocol/exit_report.h).
+    return PeerLost("another rank failed to write its part of checkpoint step " +
+                    std::to_string(step) + "; the checkpoint was not committed");
   }
   Status committed = Status::Ok();
   if (snap.rank == 0) {
     committed = store.Commit(step, snap.layout, snap.extra, snap.expected_files, snap.world_size);
-    if (committed.ok()) {  // --inject ckpt-corrupt
+    if (committed.ok() && faults != nullptr) {  // --inject ckpt-corrupt
       committed =
-          CheckpointFault(snap.rank, step, CheckpointPhase::kCommitted, store.StepDir(step));
+          faults->CheckpointHook(step, protocol::CheckpointPhase::kCommitted, store.StepDir(step));
     }
   }
   barrier();
@@ -195,10 +192,11 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
       for (const auto& prefix : prefixes) {
         as_params.clear();
         for (const auto& t : state) {
-          if (t.name.rfind(prefix, 0) == 0) as_params.push_back({t.name.substr(prefix.size()), t.tensor});
+          if (t.name.rfind(prefix, 0) == 0)
+            as_params.push_back({t.name.substr(prefix.size()), t.tensor});
         }
-        TENAX_RETURN_IF_ERROR(
-            model.CheckParams(as_params).WithContext(ckpt.dir + ": optimizer state " + prefix + "*"));
+        TENAX_RETURN_IF_ERROR(model.CheckParams(as_params).WithContext(
+            ckpt.dir + ": optimizer state " + prefix + "*"));
       }
       TENAX_RETURN_IF_ERROR(
           target.optimizer.LoadState(target.parallel->ShardState(state, prefixes), opt_step)
@@ -232,12 +230,14 @@ TrainCheckpointer::TrainCheckpointer(Setup setup, ckpt::CheckpointStore& store,
       };
     }
     // --inject ckpt-fail / kill-in-ckpt / ckpt-corrupt fire at the same points as in sync saves.
-    o.after_files = [](const ckpt::CheckpointSnapshot& s, const std::string& dir) {
-      return CheckpointFault(s.rank, s.step, CheckpointPhase::kWritten, dir);
-    };
-    o.after_commit = [](const ckpt::CheckpointSnapshot& s, const std::string& dir) {
-      return CheckpointFault(s.rank, s.step, CheckpointPhase::kCommitted, dir);
-    };
+    if (protocol::FaultInjector* f = setup_.faults) {
+      o.after_files = [f](const ckpt::CheckpointSnapshot& s, const std::string& dir) {
+        return f->CheckpointHook(s.step, protocol::CheckpointPhase::kWritten, dir);
+      };
+      o.after_commit = [f](const ckpt::CheckpointSnapshot& s, const std::string& dir) {
+        return f->CheckpointHook(s.step, protocol::CheckpointPhase::kCommitted, dir);
+      };
+    }
     writer_ = std::make_unique<ckpt::AsyncCheckpointWriter>(LocalFs(), setup_.folder, o);
   }
 }
@@ -287,9 +287,10 @@ Result<std::optional<TrainProgress>> TrainCheckpointer::RestoreFromMemory(TrainT
     return std::optional<TrainProgress>();
   }
   TENAX_ASSIGN_OR_RETURN(TrainProgress p, RestoreTrainCheckpoint(*ckpt, target));
-  log::Info("resumed from step {} out of memory replicas in {}: no checkpoint data read from "
-            "storage",
-            ckpt->step, setup_.replica_root);
+  log::Info(
+      "resumed from step {} out of memory replicas in {}: no checkpoint data read from "
+      "storage",
+      ckpt->step, setup_.replica_root);
   return std::optional<TrainProgress>(std::move(p));
 }
 
@@ -354,7 +355,7 @@ Result<std::vector<std::string>> TrainCheckpointer::Save(const TrainProgress& pr
     TENAX_RETURN_IF_ERROR(writer_->Submit(std::move(snap)));
     submitted_ = progress.step;
   } else {
-    TENAX_RETURN_IF_ERROR(WriteTrainCheckpoint(store_, snap, world_));
+    TENAX_RETURN_IF_ERROR(WriteTrainCheckpoint(store_, snap, world_, setup_.faults));
     if (replica_) TENAX_RETURN_IF_ERROR(replica_->Put(snap.step, snap.files));
     last_committed_ = progress.step;
     if (setup_.rank == 0) TENAX_RETURN_IF_ERROR(store_.Prune(setup_.options.keep_latest));
@@ -404,9 +405,10 @@ std::vector<std::string> TrainCheckpointer::Drain() {
   for (const ckpt::CompletedSave& done : writer_->TakeCompleted()) {
     if (!done.committed) continue;  // ranks other than 0 only wrote their part
     last_committed_ = done.step;
-    lines.push_back(fmt::format("saved checkpoint {} in the background ({:.2f}s to write, commit "
-                                "and verify)",
-                                store_.StepDir(done.step), done.seconds));
+    lines.push_back(
+        fmt::format("saved checkpoint {} in the background ({:.2f}s to write, commit "
+                    "and verify)",
+                    store_.StepDir(done.step), done.seconds));
   }
   return lines;
 }

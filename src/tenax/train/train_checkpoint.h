@@ -9,10 +9,9 @@
 // layout reads any other's checkpoint (shards are reassembled by name, then re-split).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,9 +24,10 @@
 #include "tenax/model/llama.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/parallel/communicator.h"
+#include "tenax/protocol/fault_injection.h"
 #include "tenax/train/adamw.h"
-#include "tenax/train/parallel_model.h"
 #include "tenax/train/checkpoint_interval.h"
+#include "tenax/train/parallel_model.h"
 
 namespace tenax::train {
 
@@ -63,9 +63,11 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
                                                          const std::string& config_toml,
                                                          const std::string& attempt = {});
 // Collective when `world` is set: rank 0 prepares, every rank writes its files, rank 0 commits
-// once all wrote (docs/checkpoint_format.md, "Several processes").
+// once all wrote (docs/checkpoint_format.md, "Several processes"). `faults` (tests of recovery,
+// may be null) strike after the files and after the commit.
 Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
-                            parallel::Communicator* world);
+                            parallel::Communicator* world,
+                            protocol::FaultInjector* faults = nullptr);
 
 // SnapshotTrainCheckpoint + WriteTrainCheckpoint: collective when distributed; every rank calls
 // it; rank 0 prepares and commits.
@@ -94,8 +96,9 @@ class TrainCheckpointer {
     std::string replica_root;
     int rank = 0;
     int world_size = 1;
-    std::string attempt;        // TENAX_RESTART_COUNT ("0" when unset)
-    ObservedFailures observed;  // ReadObservedFailuresFromEnv()
+    std::string attempt;        // identifies this launch generation (async_writer.h)
+    ObservedFailures observed;  // what the launcher saw so far (protocol::RankContext)
+    protocol::FaultInjector* faults = nullptr;  // --inject checkpoint faults; may be null
   };
   // `store` is the trainer's (main-thread) store of `setup.folder`; `world` null for one process.
   TrainCheckpointer(Setup setup, ckpt::CheckpointStore& store, parallel::Communicator* world);

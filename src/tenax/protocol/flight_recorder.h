@@ -1,9 +1,10 @@
 // Flight recorder for collectives (docs/flight_recorder.md): each rank keeps a ring buffer of
 // its last N collectives (op, process group, bytes, shape, per-group sequence number, state,
 // timestamps) and where the trainer is in the step (step number and phase). On a hang every rank
-// dumps it as JSON; AnalyzeFlightRecords reads all ranks' dumps and names the rank or ranks the
-// others are waiting for. A watchdog thread also turns a collective that runs longer than a
-// timeout into a dump, an error naming op/group/seq, and exit code kCollectiveTimeoutExitCode.
+// dumps it as JSON (to FlightRecordPath in the heartbeat folder); flight_analysis.h reads all
+// ranks' dumps and names the rank or ranks the others are waiting for. A watchdog thread also
+// turns a collective that runs longer than a timeout into a dump, an error naming op/group/seq,
+// and exit code ExitCode::kCollectiveTimeout.
 //
 // Deliberately free of libtorch: the launcher can read and analyze dumps without it.
 // Non-goals: recording tensor contents; aborting a stuck collective in place (Gloo cannot be
@@ -27,12 +28,9 @@
 
 #include "tenax/core/fs.h"
 #include "tenax/core/status.h"
+#include "tenax/protocol/protocol.h"
 
-namespace tenax::parallel {
-
-// Exit code of a rank whose watchdog saw a collective time out (restart helps; see
-// docs/flight_recorder.md and docs/exit_codes.md).
-inline constexpr int kCollectiveTimeoutExitCode = 9;
+namespace tenax::protocol {
 
 enum class CollectiveState { kEnqueued, kStarted, kCompleted };
 const char* StateName(CollectiveState s);
@@ -46,7 +44,7 @@ struct CollectiveRecord {
   std::string shape;  // optional, e.g. "[4096, 4096] f32"
   CollectiveState state = CollectiveState::kEnqueued;
   double enqueued_unix = 0, started_unix = 0, completed_unix = 0;  // 0: not yet
-  int64_t step = 0;   // the trainer's position when the collective was issued
+  int64_t step = 0;  // the trainer's position when the collective was issued
   std::string phase;
 };
 
@@ -131,9 +129,6 @@ class CollectiveScope {
   const int exceptions_;
 };
 
-// The file a rank dumps to inside `dir`: flight-rankRRRRR.json.
-std::string FlightRecordPath(const std::string& dir, int rank);
-
 struct WatchdogOptions {
   std::string dump_path;  // where dumps go (FlightRecordPath)
   // A collective pending longer than this is a timeout; zero disables the check.
@@ -175,22 +170,4 @@ class FlightRecorderWatchdog {
   std::thread thread_;         // last: starts after everything above is ready
 };
 
-// What the ranks' dumps say about a hang.
-struct FlightAnalysis {
-  std::vector<int> waited_on;  // the rank(s) the others wait for, ascending
-  std::vector<int> absent;     // ranks without a dump (crashed, or too stuck to dump)
-  std::vector<std::string> findings;  // one human-readable line per observation
-  std::string Summary() const;        // findings joined, ending with the verdict
-};
-
-// `dumps[r]` is rank r's dump (null when it has none). For each group: the newest sequence
-// number some member is blocked in; members that have not started it are behind. The verdict
-// names the ranks that are behind and not themselves blocked in a collective (stuck outside
-// one, e.g. in a long backward or a dead loop), plus ranks that left no dump.
-FlightAnalysis AnalyzeFlightRecords(const std::vector<nlohmann::json>& dumps);
-
-// Reads FlightRecordPath(dir, r) for r in [0, world_size); a missing file is a null entry.
-Result<std::vector<nlohmann::json>> ReadFlightRecords(FileSystem& fs, const std::string& dir,
-                                                      int world_size);
-
-}  // namespace tenax::parallel
+}  // namespace tenax::protocol

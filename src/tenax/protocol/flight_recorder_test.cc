@@ -1,7 +1,7 @@
 // Flight recorder: sequence numbers and states, ring eviction, atomic JSON dumps, dumps on
 // SIGUSR1 and on a collective timeout, and the analysis that names the rank others wait for
 // (synthetic records: no processes need to hang).
-#include "tenax/parallel/flight_recorder.h"
+#include "tenax/protocol/flight_recorder.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,8 +11,9 @@
 #include <thread>
 
 #include "tenax/core/temp_dir.h"
+#include "tenax/protocol/flight_analysis.h"
 
-namespace tenax::parallel {
+namespace tenax::protocol {
 namespace {
 
 using std::chrono::milliseconds;
@@ -193,7 +194,7 @@ TEST(FlightRecorderDeathTest, DefaultTimeoutActionExitsWithTheDocumentedCode) {
     FlightRecorderWatchdog dog(rec, LocalFs(), o);
     for (;;) std::this_thread::sleep_for(milliseconds(10));  // the "collective" never returns
   };
-  EXPECT_EXIT(stuck_rank(), ::testing::ExitedWithCode(kCollectiveTimeoutExitCode),
+  EXPECT_EXIT(stuck_rank(), ::testing::ExitedWithCode(ToInt(ExitCode::kCollectiveTimeout)),
               "collective timeout: all_gather on group tp \\(seq 1");
   EXPECT_TRUE(LocalFs().Exists(dump));  // dumped before exiting
   (void)LocalFs().RemoveAll(dump);
@@ -249,8 +250,8 @@ TEST(FlightAnalysisTest, FollowsTheChainThroughAnotherGroup) {
   // Group "tp" = {0, 1}, world = {0, 1, 2, 3}. Rank 1 waits in tp seq 3, which rank 0 has not
   // reached; rank 0 waits in world seq 5, which ranks 1 and 3 have not reached; rank 3 is in the
   // optimizer outside any collective. Ranks 0 and 1 are blocked themselves, so the verdict is 3.
-  auto dump = [](int rank, int64_t world_done, bool world_pending, int64_t tp_done,
-                 bool tp_pending, const std::string& phase) {
+  auto dump = [](int rank, int64_t world_done, bool world_pending, int64_t tp_done, bool tp_pending,
+                 const std::string& phase) {
     FlightRecorder rec(rank, 64);
     rec.RegisterGroup("world", {0, 1, 2, 3});
     if (rank < 2) rec.RegisterGroup("tp", {0, 1});
@@ -280,4 +281,4 @@ TEST(FlightAnalysisTest, DifferentOpsAtTheSameSeqAreReported) {
 }
 
 }  // namespace
-}  // namespace tenax::parallel
+}  // namespace tenax::protocol

@@ -1,27 +1,18 @@
-#include "tenax/core/heartbeat.h"
+#include "tenax/protocol/heartbeat.h"
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
-namespace tenax {
+namespace tenax::protocol {
 namespace {
 
 constexpr size_t kRecentSteps = 16;  // enough for the launcher's 4 polls per second to miss none
 
-double WallNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-void WriteBeatFile(const std::string& dir, int rank, const std::string& text) {
-  const std::string path = dir + "/rank-" + std::to_string(rank);
+void WriteBeatFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -30,21 +21,10 @@ void WriteBeatFile(const std::string& dir, int rank, const std::string& text) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
-std::string HeartbeatDir() {
-  const char* dir = std::getenv("TENAX_HEARTBEAT_DIR");
-  return (dir == nullptr) ? "" : dir;
-}
-
 }  // namespace
 
-void Heartbeat(int rank, int64_t step) {
-  const std::string dir = HeartbeatDir();
-  if (dir.empty()) return;
-  WriteBeatFile(dir, rank, nlohmann::json{{"step", step}, {"wall_s", WallNow()}}.dump() + "\n");
-}
-
 std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
-  std::ifstream in(dir + "/rank-" + std::to_string(rank));
+  std::ifstream in(HeartbeatPath(dir, rank));
   if (!in) return std::nullopt;
   std::stringstream text;
   text << in.rdbuf();
@@ -53,12 +33,11 @@ std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   Beat b;
   b.step = j.value("step", int64_t{0});
   b.wall_s = j.value("wall_s", 0.0);
-  b.phase = j.value("phase", std::string("train"));
+  b.phase = ParsePhase(j.value("phase", std::string("train"))).value_or(Phase::kTrain);
   b.generation = j.value("generation", 0);
   b.pid = j.value("pid", 0);
   b.host = j.value("host", std::string());
   b.writing_checkpoint = j.value("writing_checkpoint", int64_t{-1});
-  b.exiting = j.value("exiting", 0);
   b.resume_step = j.value("resume_step", int64_t{0});
   b.set_aside = j.value("set_aside", 0);
   b.run_dir = j.value("run_dir", std::string());
@@ -69,16 +48,18 @@ std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   b.tokens_per_s = j.value("tokens_per_s", 0.0);
   if (j.contains("recent") && j["recent"].is_array()) {
     for (const auto& r : j["recent"]) {
-      if (r.is_array() && r.size() == 2) b.recent.emplace_back(r[0].get<int64_t>(), r[1].get<double>());
+      if (r.is_array() && r.size() == 2) {
+        b.recent.emplace_back(r[0].get<int64_t>(), r[1].get<double>());
+      }
     }
   }
   return b;
 }
 
-HeartbeatWriter::HeartbeatWriter(int rank) : rank_(rank), dir_(HeartbeatDir()) {
+HeartbeatWriter::HeartbeatWriter(std::string dir, int rank, int generation)
+    : rank_(rank), dir_(std::move(dir)) {
   if (dir_.empty()) return;
-  const char* gen = std::getenv("TENAX_RESTART_COUNT");
-  beat_.generation = gen ? std::atoi(gen) : 0;
+  beat_.generation = generation;
   beat_.pid = static_cast<int>(::getpid());
   char host[256] = {};
   if (::gethostname(host, sizeof(host) - 1) == 0) beat_.host = host;
@@ -88,34 +69,33 @@ void HeartbeatWriter::Ready(int64_t resume_step, int set_aside, const std::strin
   beat_.run_dir = run_dir;
   beat_.resume_step = resume_step;
   beat_.set_aside = set_aside;
-  Write(resume_step, "ready");
+  Write(resume_step, Phase::kReady);
 }
 
-void HeartbeatWriter::StepDone(int64_t step, double step_s, double compute_s,
-                               double tokens_per_s) {
+void HeartbeatWriter::StepDone(int64_t step, double step_s, double compute_s, double tokens_per_s) {
   beat_.steps_s += step_s;
   beat_.step_s = step_s;
   beat_.compute_s = compute_s;
   beat_.tokens_per_s = tokens_per_s;
   recent_.emplace_back(step, compute_s);
   if (recent_.size() > kRecentSteps) recent_.pop_front();
-  Write(step, "train");
+  Write(step, Phase::kTrain);
 }
 
-void HeartbeatWriter::CheckpointBegin(int64_t step) { Write(step, "checkpoint"); }
+void HeartbeatWriter::CheckpointBegin(int64_t step) { Write(step, Phase::kCheckpoint); }
 
 void HeartbeatWriter::CheckpointDone(int64_t step, double seconds) {
   beat_.checkpoint_s += seconds;
-  Write(step, "train");
+  Write(step, Phase::kTrain);
 }
 
-void HeartbeatWriter::NonFinite(int64_t step) { Write(step, "nonfinite"); }
+void HeartbeatWriter::NonFinite(int64_t step) { Write(step, Phase::kNonFinite); }
 
-void HeartbeatWriter::LossSpike(int64_t step) { Write(step, "loss-spike"); }
+void HeartbeatWriter::LossSpike(int64_t step) { Write(step, Phase::kLossSpike); }
 
 void HeartbeatWriter::Refresh() { Write(last_step_, last_phase_); }
 
-void HeartbeatWriter::Write(int64_t step, const char* phase) {
+void HeartbeatWriter::Write(int64_t step, Phase phase) {
   if (dir_.empty()) return;
   last_step_ = step;
   last_phase_ = phase;
@@ -123,10 +103,9 @@ void HeartbeatWriter::Write(int64_t step, const char* phase) {
   for (const auto& [s, c] : recent_) recent.push_back({s, c});
   const nlohmann::json j = {{"step", step},
                             {"wall_s", WallNow()},
-                            {"phase", phase},
+                            {"phase", PhaseName(phase)},
                             {"generation", beat_.generation},
                             {"writing_checkpoint", beat_.writing_checkpoint},
-                            {"exiting", beat_.exiting},
                             {"pid", beat_.pid},
                             {"host", beat_.host},
                             {"resume_step", beat_.resume_step},
@@ -138,7 +117,7 @@ void HeartbeatWriter::Write(int64_t step, const char* phase) {
                             {"compute_s", beat_.compute_s},
                             {"tokens_per_s", beat_.tokens_per_s},
                             {"recent", recent}};
-  WriteBeatFile(dir_, rank_, j.dump() + "\n");
+  WriteBeatFile(HeartbeatPath(dir_, rank_), j.dump() + "\n");
 }
 
-}  // namespace tenax
+}  // namespace tenax::protocol

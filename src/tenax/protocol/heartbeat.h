@@ -1,10 +1,10 @@
-// Progress heartbeats from ranks to the launcher. A rank overwrites $TENAX_HEARTBEAT_DIR/rank-R
+// Progress heartbeats from ranks to the launcher. A rank overwrites <heartbeat folder>/rank-R
 // with one JSON object (temp file + rename, no fsync: losing a beat on a machine crash is
 // harmless, a torn one is not) when it is ready to train, after every step and around every
 // checkpoint. The launcher reads the files to tell a hang (no rank progresses) from a slow step,
 // to find stragglers (per-step compute time, without the time blocked in collectives) and to
 // split the wall time for goodput.json (cumulative step and checkpoint seconds, the step a
-// generation resumed from). Absent variable: beats are no-ops.
+// generation resumed from). Without a heartbeat folder, beats are no-ops.
 // Non-goals: a network transport (one node shares a folder; other nodes keep their own).
 #pragma once
 
@@ -15,43 +15,39 @@
 #include <utility>
 #include <vector>
 
-namespace tenax {
+#include "tenax/protocol/protocol.h"
 
-// Minimal beat (step and time only), kept for callers without the writer below.
-void Heartbeat(int rank, int64_t step);
+namespace tenax::protocol {
 
 struct Beat {
   int64_t step = 0;
   double wall_s = 0;  // the rank's clock (seconds since the epoch)
-  // "ready" (set up, about to train), "train" (a step finished), "checkpoint" (writing one),
-  // "nonfinite" (the loss or gradient became NaN/Inf; the rank is about to exit), "loss-spike"
-  // (training.on_loss_spike = "restart" or "stop"; about to exit).
-  std::string phase = "train";
+  // kReady (set up, about to train), kTrain (a step finished), kCheckpoint (writing one),
+  // kNonFinite / kLossSpike (about to exit with that diagnosis).
+  Phase phase = Phase::kTrain;
   // The step an asynchronous checkpoint save is writing in the background, -1 when none (so a
   // rank that dies while its writer thread writes counts as a crash in a checkpoint).
   int64_t writing_checkpoint = -1;
-  // The exit code a rank announced just before it exits with its own diagnosis (0: none). Its
-  // peers often die right after it (their collectives lose a partner); this names the cause.
-  int exiting = 0;
-  int generation = 0;        // TENAX_RESTART_COUNT of the writer
+  int generation = 0;  // the writer's launch generation
   int pid = 0;
   std::string host;
-  int64_t resume_step = 0;   // the step this process started training after
-  int set_aside = 0;         // damaged or newer checkpoints moved aside at resume (rank 0)
-  std::string run_dir;       // the run folder (job.dump_folder/job.name)
-  double steps_s = 0;        // cumulative seconds inside training steps, this process
-  double checkpoint_s = 0;   // cumulative seconds writing checkpoints, this process
-  double step_s = 0;         // the last step
-  double compute_s = 0;      // the last step without the time blocked in collectives
-  double tokens_per_s = 0;   // the last step, global tokens
+  int64_t resume_step = 0;  // the step this process started training after
+  int set_aside = 0;        // damaged or newer checkpoints moved aside at resume (rank 0)
+  std::string run_dir;      // the run folder (job.dump_folder/job.name)
+  double steps_s = 0;       // cumulative seconds inside training steps, this process
+  double checkpoint_s = 0;  // cumulative seconds writing checkpoints, this process
+  double step_s = 0;        // the last step
+  double compute_s = 0;     // the last step without the time blocked in collectives
+  double tokens_per_s = 0;  // the last step, global tokens
   std::vector<std::pair<int64_t, double>> recent;  // (step, compute_s) of the last few steps
 };
 std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank);
 
-// Writes the rich beats of one rank. Not thread-safe; one per rank process.
+// Writes the beats of one rank. Not thread-safe; one per rank process.
 class HeartbeatWriter {
  public:
-  explicit HeartbeatWriter(int rank);  // reads TENAX_HEARTBEAT_DIR and TENAX_RESTART_COUNT
+  // `dir` empty: beats off.
+  HeartbeatWriter(std::string dir, int rank, int generation);
   HeartbeatWriter(const HeartbeatWriter&) = delete;
   HeartbeatWriter& operator=(const HeartbeatWriter&) = delete;
 
@@ -66,17 +62,12 @@ class HeartbeatWriter {
   void SetWritingCheckpoint(int64_t step) { beat_.writing_checkpoint = step; }
   // Rewrites the last beat (same step and phase) with the current fields.
   void Refresh();
-  // Announces that this rank is about to exit with `code` (see Beat::exiting).
-  void Exiting(int code) {
-    beat_.exiting = code;
-    Refresh();
-  }
 
  private:
-  void Write(int64_t step, const char* phase);
+  void Write(int64_t step, Phase phase);
 
   int64_t last_step_ = 0;
-  const char* last_phase_ = "ready";
+  Phase last_phase_ = Phase::kReady;
 
   int rank_;
   std::string dir_;  // empty: beats off
@@ -84,4 +75,4 @@ class HeartbeatWriter {
   std::deque<std::pair<int64_t, double>> recent_;
 };
 
-}  // namespace tenax
+}  // namespace tenax::protocol

@@ -1,0 +1,146 @@
+// tenax-torch: the subcommands that need libtorch (train, eval, import-hf, export-hf). Users run
+// `tenax SUBCOMMAND`; the torch-free `tenax` executable replaces itself with this one (same pid,
+// same arguments) for these subcommands, so `tenax launch`, `plan` and `simulate` never load
+// libtorch. Thin on purpose: parse flags, call the library, map the result to an exit code
+// (docs/exit_codes.md).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "tenax/config/config.h"
+#include "tenax/config/train_command.h"
+#include "tenax/core/format.h"
+#include "tenax/core/log.h"
+#include "tenax/model/hf.h"
+#include "tenax/parallel/dist_env.h"
+#include "tenax/protocol/exit_report.h"
+#include "tenax/protocol/launcher_watch.h"
+#include "tenax/protocol/rank_context.h"
+#include "tenax/train/evaluate.h"
+#include "tenax/train/trainer.h"
+
+namespace tenax {
+namespace {
+
+void PrintSummary(const train::TrainSummary& s) {
+  if (s.already_complete) {
+    std::printf("\ntenax: %s is already complete at step %lld; nothing to do\n", s.run_dir.c_str(),
+                static_cast<long long>(s.last_step));
+    return;
+  }
+  std::string val = s.final_val_loss ? fmt::format("{:.4f}", *s.final_val_loss) : "n/a";
+  std::string perf = s.mfu ? fmt::format("{:.1f}% MFU", 100 * *s.mfu)
+                           : fmt::format("{}FLOP/s achieved", FormatCount(s.flops_per_s));
+  std::printf("\ntenax: trained %s (%s parameters), steps %lld..%lld\n", s.model_name.c_str(),
+              FormatParams(static_cast<double>(s.n_params)).c_str(),
+              static_cast<long long>(s.first_step), static_cast<long long>(s.last_step));
+  std::printf("  final train loss %.4f | validation loss %s", s.final_loss, val.c_str());
+  if (s.entropy_rate_nats) {
+    std::printf(" | best possible (entropy rate) %.4f", *s.entropy_rate_nats);
+  }
+  std::printf("\n  throughput %s tokens/s (%s)\n", FormatCount(s.tokens_per_s).c_str(),
+              perf.c_str());
+  if (!s.checkpoint_dir.empty()) std::printf("  checkpoint  %s\n", s.checkpoint_dir.c_str());
+  std::printf("  metrics     %s\n", s.metrics_path.c_str());
+  if (!s.tensorboard_dir.empty()) {
+    std::printf("  tensorboard %s  (tensorboard --logdir %s)\n", s.tensorboard_dir.c_str(),
+                s.tensorboard_dir.c_str());
+  }
+}
+
+// One rank of a training job: the launcher's context is read once here and passed on.
+Status RunTrain(const TrainCommand& command) {
+  // `tenax launch` sends SIGUSR1 ("dump your flight record") to every rank on a hang; a rank
+  // still setting up has no flight recorder to install the handler yet, and the default action
+  // would kill it. Ignored until the recorder's watchdog takes the signal over.
+  std::signal(SIGUSR1, SIG_IGN);
+  // Waits for the standby assignment first when the launcher started this process in advance.
+  TENAX_ASSIGN_OR_RETURN(const protocol::RankContext ctx, protocol::ReadRankContext());
+  TENAX_ASSIGN_OR_RETURN(const parallel::DistEnv env, parallel::ReadDistEnv());
+  // Lives until the end of the process (static), since the terminate handler reads it from any
+  // thread, including threads that outlive this function during shutdown.
+  static const protocol::ExitReporter reporter(ctx.heartbeat_dir, env.rank, ctx.generation);
+  protocol::InstallTerminateHandler(&reporter);
+  const protocol::LauncherWatch watch(ctx);  // stops this rank when its launcher is gone
+  Result<Config> config = LoadConfig(command.config_path, command.overrides);
+  if (!config.ok()) {
+    reporter.Report(protocol::ToInt(protocol::FromStatus(config.status())),
+                    protocol::FailureKind::kSetup, config.status().message());
+    return config.status();
+  }
+  TENAX_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(*config, ctx, env, reporter));
+  if (env.rank == 0) PrintSummary(s);  // rank 0 speaks for the job
+  return Status::Ok();
+}
+
+Status RunEval(const std::string& checkpoint, const std::string& data_spec, int64_t tokens,
+               const std::string& device) {
+  TrainingOptions device_options;
+  device_options.device = device;
+  TENAX_ASSIGN_OR_RETURN(train::EvalResult r,
+                         train::EvaluateCheckpoint(checkpoint, data_spec, tokens, device_options));
+  std::printf("%s\n", nlohmann::json({{"loss", r.loss}, {"tokens", r.tokens}}).dump().c_str());
+  return Status::Ok();
+}
+
+int ExitCode(const Status& st) {
+  if (st.ok()) return 0;
+  log::Error("{}", st.message());
+  return protocol::ToInt(protocol::FromStatus(st));
+}
+
+}  // namespace
+}  // namespace tenax
+
+int main(int argc, char** argv) {
+  using namespace tenax;
+  CLI::App app{"tenax: fault-tolerant Llama 3 pretraining (libtorch subcommands)"};
+  app.name("tenax");
+  app.require_subcommand(1);
+
+  TrainCommand train_command;
+  auto* train = app.add_subcommand("train", "train a model from a TOML config");
+  AddTrainOptions(*train, &train_command);
+
+  std::string checkpoint, data_spec, device = "auto", out;
+  int64_t tokens = 0;
+  auto* eval = app.add_subcommand("eval", "validation loss of a checkpoint, as one JSON line");
+  eval->add_option("--checkpoint", checkpoint, "step or checkpoint folder")->required();
+  eval->add_option("--data", data_spec,
+                   "brown[:val|:train] | synthetic[:val|:train] | DIR[:train] | FILE.bin")
+      ->required();
+  eval->add_option("--tokens", tokens, "at most this many tokens (default: eval_tokens)");
+  eval->add_option("--device", device, "auto | cpu | cuda");
+
+  std::string hf_dir, dtype = "float32";
+  auto* import_hf =
+      app.add_subcommand("import-hf", "Hugging Face Llama folder -> tenax checkpoint");
+  import_hf->add_option("hf_dir", hf_dir, "folder with config.json and safetensors")->required();
+  import_hf->add_option("--out", out, "checkpoint folder to create")->required();
+  auto* export_hf =
+      app.add_subcommand("export-hf", "tenax checkpoint -> Hugging Face Llama folder");
+  export_hf->add_option("checkpoint", checkpoint, "step or checkpoint folder")->required();
+  export_hf->add_option("--out", out, "output folder")->required();
+  export_hf->add_option("--dtype", dtype, "float32 | bfloat16");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : protocol::ToInt(protocol::ExitCode::kInvalidArgument);
+  }
+
+  Status st;
+  try {
+    if (train->parsed()) st = RunTrain(train_command);
+    if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
+    if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
+    if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
+  } catch (const std::exception& e) {
+    st = Internal(std::string("libtorch: ") + e.what());
+  }
+  return ExitCode(st);
+}

@@ -1,0 +1,123 @@
+// Goodput arithmetic on synthetic launches: the time split adds up to the wall time, a crash's
+// lost work and restart time are where they belong, and a run launched again after its launcher
+// was killed keeps the earlier segment, records the lost launcher and counts the gap as down.
+#include "tenax/launch/goodput.h"
+
+#include <gtest/gtest.h>
+
+namespace tenax::launch {
+namespace {
+
+using protocol::Beat;
+using protocol::Phase;
+
+constexpr double kStart = 1.7e9;  // the first launch's wall clock
+
+Beat LeadBeat(int generation, Phase phase, int64_t step, double wall_s, double steps_s,
+              int64_t resume_step = 0) {
+  Beat b;
+  b.generation = generation;
+  b.phase = phase;
+  b.step = step;
+  b.wall_s = wall_s;
+  b.steps_s = steps_s;
+  b.resume_step = resume_step;
+  b.run_dir = "/runs/x";
+  return b;
+}
+
+double Sum(const nlohmann::json& r) {
+  double s = 0;
+  for (const auto& [k, v] : r["time_s"].items()) s += v.get<double>();
+  return s;
+}
+
+// One launch: generation 0 is ready at 2 s, trains 10 steps (1 s each) until 12 s, crashes at
+// 12.5 s (detected then); generation 1 resumes from step 6 at 15 s and trains steps 7..20 until
+// 29 s, then ends at 30 s.
+TEST(GoodputTest, ACrashSplitsTheWallTime) {
+  Goodput g(kStart, nullptr, "host", 1);
+  g.GenerationStarted(0, 0);
+  g.LeadBeat(LeadBeat(0, Phase::kReady, 0, kStart + 2, 0), 2, kStart + 2);
+  g.LeadBeat(LeadBeat(0, Phase::kTrain, 10, kStart + 12, 10), 12, kStart + 12);
+  g.GenerationEnded(12.6, 137);
+  FailureRecord f;
+  f.time_s = 12.5;
+  f.rank = 1;
+  f.kind = "crash";
+  f.exit_code = 137;
+  f.detection_s = 0.05;
+  g.AddFailure(f);
+  g.GenerationStarted(1, 12.6);
+  g.LeadBeat(LeadBeat(1, Phase::kReady, 6, kStart + 15, 0, 6), 15, kStart + 15);
+  g.LeadBeat(LeadBeat(1, Phase::kTrain, 20, kStart + 29, 14, 6), 29, kStart + 29);
+  g.GenerationEnded(30, 0);
+  const nlohmann::json r = g.Report(30, 0, true);
+  const auto& t = r["time_s"];
+  EXPECT_DOUBLE_EQ(r["wall_s"].get<double>(), 30);
+  EXPECT_NEAR(Sum(r), 30, 1e-9);
+  EXPECT_EQ(r["steps_redone"], 4);                           // steps 7..10 ran twice
+  EXPECT_NEAR(t["productive"].get<double>(), 6 + 14, 1e-9);  // 6 kept + 14 new
+  EXPECT_NEAR(t["lost"].get<double>(), 4 + 0.45, 1e-9);      // redone + 12..12.45 in flight
+  EXPECT_NEAR(t["detection"].get<double>(), 0.05, 1e-9);
+  EXPECT_NEAR(t["restart"].get<double>(), 15 - 12.5, 1e-9);  // detection to ready
+  EXPECT_NEAR(t["down"].get<double>(), 0, 1e-9);
+  EXPECT_EQ(r["restarts"], 1);
+  EXPECT_EQ(r["failures"][0]["resumed_from"], 6);
+  EXPECT_NEAR(r["failures"][0]["recovery_s"].get<double>(), 2.5, 1e-9);
+  EXPECT_NEAR(r["effective_training_ratio"].get<double>(), 20.0 / 30, 1e-9);
+}
+
+// The first launcher is killed at about 12 s (its last goodput write); the run is launched
+// again at 40 s and resumes from step 6.
+TEST(GoodputTest, AKilledLauncherIsRecordedAndTheGapIsDownTime) {
+  Goodput first(kStart, nullptr, "host", 100);
+  first.GenerationStarted(0, 0);
+  first.LeadBeat(LeadBeat(0, Phase::kReady, 0, kStart + 2, 0), 2, kStart + 2);
+  first.LeadBeat(LeadBeat(0, Phase::kTrain, 10, kStart + 12, 10), 12, kStart + 12);
+  const nlohmann::json left = first.Report(12, 0, /*ended=*/false);  // its last write
+  EXPECT_FALSE(left["segments"][0]["ended"].get<bool>());
+
+  Goodput second(kStart + 40, &left, "host", 200);
+  EXPECT_EQ(second.segment(), 1);
+  second.GenerationStarted(0, 0);
+  second.LeadBeat(LeadBeat(0, Phase::kReady, 6, kStart + 43, 0, 6), 3, kStart + 43);
+  second.LeadBeat(LeadBeat(0, Phase::kTrain, 20, kStart + 57, 14, 6), 17, kStart + 57);
+  second.GenerationEnded(18, 0);
+  const nlohmann::json r = second.Report(18, 0, true);
+  EXPECT_DOUBLE_EQ(r["wall_s"].get<double>(), 58);  // from the first launch's start
+  EXPECT_NEAR(Sum(r), 58, 1e-9);
+  EXPECT_EQ(r["launches"], 2);
+  EXPECT_EQ(r["restarts"], 0);  // a relaunch is not a restart
+  ASSERT_EQ(r["failures"].size(), 1u);
+  const auto& f = r["failures"][0];
+  EXPECT_EQ(f["kind"], "launcher-lost");
+  EXPECT_EQ(f["segment"], 0);
+  EXPECT_DOUBLE_EQ(f["time_s"].get<double>(), 12);
+  EXPECT_EQ(f["resumed_from"], 6);
+  EXPECT_NEAR(f["recovery_s"].get<double>(), 43 - 12, 1e-9);
+  const auto& t = r["time_s"];
+  EXPECT_NEAR(t["down"].get<double>(), 40 - 12, 1e-9);
+  EXPECT_NEAR(t["restart"].get<double>(), 3, 1e-9);  // the new launch's start-up
+  EXPECT_EQ(r["steps_redone"], 4);
+  EXPECT_NEAR(t["productive"].get<double>(), 6 + 14, 1e-9);
+  EXPECT_NEAR(t["lost"].get<double>(), 4, 1e-9);
+  EXPECT_TRUE(r["segments"][0]["ended"].get<bool>());
+  EXPECT_EQ(r["segments"][0]["exit_code"], -1);
+
+  // A third launch that finds the second one closed records no new loss.
+  Goodput third(kStart + 100, &r, "host", 300);
+  EXPECT_EQ(third.Report(1, 0, true)["failures"].size(), 1u);
+  EXPECT_NEAR(third.Report(1, 0, true)["time_s"]["down"].get<double>(), 28 + (100 - 58), 1e-9);
+}
+
+TEST(GoodputTest, StaleBeatsOfAnotherGenerationAreIgnored) {
+  Goodput g(kStart, nullptr, "host", 1);
+  g.GenerationStarted(1, 0);
+  g.LeadBeat(LeadBeat(0, Phase::kTrain, 50, kStart + 1, 9), 1, kStart + 1);
+  EXPECT_EQ(g.step(), 0);
+  EXPECT_NEAR(Sum(g.Report(5, 0, false)), 5, 1e-9);
+}
+
+}  // namespace
+}  // namespace tenax::launch

@@ -1,0 +1,560 @@
+#include "tenax/launch/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+extern char** environ;
+
+#include <fmt/format.h>
+
+#include "tenax/core/fs.h"
+#include "tenax/core/log.h"
+#include "tenax/core/net.h"
+#include "tenax/protocol/exit_report.h"
+#include "tenax/protocol/flight_analysis.h"
+#include "tenax/protocol/heartbeat.h"
+#include "tenax/protocol/rank_context.h"
+
+namespace tenax::launch {
+namespace {
+
+using protocol::ExitCode;
+using protocol::FailureKind;
+using protocol::ToInt;
+
+// After the first failed rank, how long to keep collecting evidence before deciding: its peers
+// die within milliseconds of it (their collectives lose the partner), and their exit reports
+// and deaths are what tells them apart from the cause.
+constexpr double kWindowS = 0.25;
+// When every failure so far is secondary, the cause has not ended yet (or never will: a cut
+// network); wait this long for it before deciding without it.
+constexpr double kSecondaryWindowS = 2.0;
+constexpr double kBeatCheckS = 0.25;  // heartbeat polling period
+
+std::string HostName() {
+  char host[256] = {};
+  return ::gethostname(host, sizeof(host) - 1) == 0 ? host : "?";
+}
+
+}  // namespace
+
+Supervisor::Supervisor(const LaunchOptions& o, JobInfo job, std::string host, int fixed_port,
+                       std::string exe, std::unique_ptr<ChildWatcher> watcher)
+    : o_(o),
+      job_(std::move(job)),
+      host_(std::move(host)),
+      fixed_port_(fixed_port),
+      exe_(std::move(exe)),
+      t0_mono_(protocol::MonotonicNow()),
+      t0_wall_(protocol::WallNow()),
+      watcher_(std::move(watcher)),
+      goodput_(t0_wall_, &job_.previous_goodput, HostName(), static_cast<int>(::getpid())),
+      stragglers_(o.nproc_per_node, o.straggler_factor, o.straggler_steps) {}
+
+Supervisor::~Supervisor() {
+  slots_.reset();  // kills and reaps the processes still running
+  for (int fd : liveness_) {
+    if (fd >= 0) ::close(fd);
+  }
+  if (!hb_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(hb_dir_, ec);
+  }
+}
+
+double Supervisor::Elapsed() const { return protocol::MonotonicNow() - t0_mono_; }
+
+Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
+  // Everything the child needs is prepared here: after fork only async-signal-safe calls are
+  // allowed (the metrics thread may hold the allocator's lock). Descriptors the child keeps are
+  // duplicates without close-on-exec, closed here after the fork.
+  std::vector<int> inherited;
+  auto inherit = [&](int fd) -> Result<int> {
+    const int dup = ::dup(fd);
+    if (dup < 0) return IoError(std::string("dup: ") + std::strerror(errno));
+    inherited.push_back(dup);
+    return dup;
+  };
+  auto close_inherited = [&] {
+    for (int fd : inherited) ::close(fd);
+  };
+  protocol::StandbySetup setup;
+  setup.slot = slot;
+  setup.launcher_pid = static_cast<int>(::getpid());
+  setup.launch_time_unix = t0_wall_;
+  setup.heartbeat_dir = hb_dir_;
+  setup.inject = o_.inject;
+  Result<int> standby = inherit(read_fd);
+  Result<int> liveness = standby.ok() ? inherit(liveness_[0]) : standby;
+  Result<int> lock = Result<int>(-1);
+  if (liveness.ok() && job_.run_lock != nullptr) {
+    lock = job_.run_lock->InheritableFd();
+    if (lock.ok()) inherited.push_back(*lock);
+  }
+  if (!standby.ok() || !liveness.ok() || !lock.ok()) {
+    close_inherited();
+    return !standby.ok() ? standby.status() : !liveness.ok() ? liveness.status() : lock.status();
+  }
+  setup.standby_fd = *standby;
+  setup.launcher_fd = *liveness;
+  setup.run_lock_fd = *lock;
+  std::vector<std::string> env = protocol::StandbyEnvironment(setup);
+  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o_.nproc_per_node));
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    const bool ours = std::any_of(env.begin(), env.end(), [&](const std::string& x) {
+      return x.compare(0, key.size() + 1, key + "=") == 0;
+    });
+    if (!ours) env.push_back(kv);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv{const_cast<char*>(exe_.c_str())};
+  for (const auto& a : o_.args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Dies with the launcher, even if the launcher dies between fork and this line.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(ToInt(ExitCode::kLauncherLost));
+    ::signal(SIGPIPE, SIG_DFL);  // the launcher ignores it; a rank should not
+    ::execve(exe_.c_str(), argv.data(), envp.data());
+    static const char msg[] = "tenax launch: exec of the tenax binary failed\n";
+    [[maybe_unused]] auto n = ::write(2, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  close_inherited();
+  if (pid < 0) return Internal(std::string("fork failed: ") + std::strerror(errno));
+  TENAX_RETURN_IF_ERROR(watcher_->Watch(pid));
+  return pid;
+}
+
+void Supervisor::Publish(int gen, bool force) {
+  if (monitor_) {
+    nlohmann::json ranks = nlohmann::json::array();
+    int alive = 0;
+    for (int local = 0; local < o_.nproc_per_node; ++local) {
+      const int slot = slots_->SlotOf(local);
+      const SlotProcess& p = slots_->process(slot);
+      const bool up = p.pid > 0 && p.local == local;
+      alive += up;
+      const protocol::Beat& b = beats_[local];
+      ranks.push_back({{"rank", Rank(local)},
+                       {"slot", slot},
+                       {"pid", up ? p.pid : -1},
+                       {"alive", up},
+                       {"step", b.step},
+                       {"phase", protocol::PhaseName(b.phase)},
+                       {"host", b.host},
+                       {"tokens_per_s", b.tokens_per_s}});
+    }
+    const double wall = Elapsed();
+    nlohmann::json status = {{"time_s", wall},
+                             {"generation", gen},
+                             {"ranks_alive", alive},
+                             {"ranks", ranks},
+                             {"step", goodput_.step()},
+                             {"tokens_per_s", goodput_.tokens_per_s()},
+                             {"restarts", goodput_.restarts()},
+                             {"failures", goodput_.failure_count()},
+                             {"spares_ready", slots_->ReadySpares()},
+                             {"quarantined_slots", slots_->QuarantinedSlots()},
+                             {"stragglers", straggler_count_},
+                             {"goodput", goodput_.Report(wall, 0, false)}};
+    monitor_->Update(status, force);
+  }
+  // goodput.json follows the run while it runs, so a launcher that is killed leaves its part
+  // behind for the next launch of the run (goodput.h).
+  if (force || Elapsed() - last_goodput_write_ >= 1.0) WriteGoodput(false, 0);
+}
+
+void Supervisor::WriteGoodput(bool ended, int exit_code) {
+  if (job_.goodput_path.empty()) return;
+  last_goodput_write_ = Elapsed();
+  Status st = LocalFs().WriteFileAtomic(
+      job_.goodput_path, goodput_.Report(Elapsed(), exit_code, ended).dump(2) + "\n");
+  if (!st.ok()) log::Warn("launch: could not write {}: {}", job_.goodput_path, st.message());
+}
+
+int Supervisor::AnalyzeHang() {
+  if (hb_dir_.empty()) return -1;
+  const int n = o_.nproc_per_node;
+  std::error_code ec;
+  for (int i = 0; i < n; ++i) {
+    std::filesystem::remove(protocol::FlightRecordPath(hb_dir_, Rank(i)), ec);  // stale dumps
+  }
+  slots_->SignalRanks(SIGUSR1);
+  // Each rank's watchdog thread dumps at once, even when the training thread is stuck; a rank
+  // that is stopped or too stuck to dump is named by its absence.
+  const double deadline = Elapsed() + o_.flight_dump_s;
+  for (;;) {
+    int have = 0;
+    for (int i = 0; i < n; ++i) {
+      have += std::filesystem::exists(protocol::FlightRecordPath(hb_dir_, Rank(i))) ? 1 : 0;
+    }
+    if (have == n || Elapsed() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::vector<nlohmann::json> dumps;
+  for (int i = 0; i < n; ++i) {
+    auto text = LocalFs().ReadFile(protocol::FlightRecordPath(hb_dir_, Rank(i)));
+    nlohmann::json j;
+    if (text.ok()) j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    dumps.push_back(j.is_discarded() ? nlohmann::json() : j);
+  }
+  if (o_.node_rank != 0 || o_.nnodes != 1) return -1;  // other nodes' ranks are not here
+  const protocol::FlightAnalysis a = protocol::AnalyzeFlightRecords(dumps);
+  log::Error("launch: flight records: {}", a.Summary());
+  return a.waited_on.size() == 1 ? a.waited_on[0] : -1;
+}
+
+RankEnd Supervisor::Evidence(int gen, int local, pid_t pid, const ChildEnd& end) {
+  RankEnd e;
+  e.rank = Rank(local);
+  e.code = end.code;
+  e.mono_s = end.mono_s;
+  auto report = protocol::ReadExitReport(hb_dir_, e.rank);
+  if (report && report->generation == gen && report->pid == pid) e.report = report;
+  auto beat = protocol::ReadHeartbeat(hb_dir_, e.rank);
+  if (beat && beat->generation == gen && beat->pid == pid) {
+    e.phase = beat->phase;
+    e.writing_checkpoint = beat->writing_checkpoint >= 0;
+    e.host = beat->host;
+  }
+  return e;
+}
+
+bool Supervisor::CheckBeats(int gen, Outcome* out) {
+  const int n = o_.nproc_per_node;
+  for (int i = 0; i < n; ++i) {
+    auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(i));
+    if (!beat || beat->generation != gen || beat->pid != rank_pids_[i]) continue;
+    beats_[i] = *beat;
+    stragglers_.Add(i, beat->recent);
+    if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
+    if (beat->step == last_step_[i]) continue;
+    if (i == 0 && last_step_[0] >= 0) intervals_.push_back(Elapsed() - last_progress_);
+    any_step_done_ = any_step_done_ || last_step_[i] >= 0;
+    last_step_[i] = beat->step;
+    last_progress_ = Elapsed();
+  }
+  for (const Straggler& s : stragglers_.Evaluate()) {
+    ++straggler_count_;
+    const int slot = slots_->SlotOf(s.local);
+    log::Warn(
+        "launch: straggler: rank {} on {} (slot {}) computed {:.3f}s per step against a "
+        "median of {:.3f}s for {} steps in a row (step {})",
+        Rank(s.local), beats_[s.local].host, slot, s.compute_s, s.median_s, o_.straggler_steps,
+        s.step);
+    goodput_.AddStraggler({{"time_s", Elapsed()},
+                           {"generation", gen},
+                           {"rank", Rank(s.local)},
+                           {"slot", slot},
+                           {"host", beats_[s.local].host},
+                           {"step", s.step},
+                           {"compute_s", s.compute_s},
+                           {"median_s", s.median_s}});
+    if (o_.replace_stragglers) {
+      Verdict v;
+      v.rank = Rank(s.local);
+      v.code = ToInt(ExitCode::kStraggler);
+      v.kind = FailureKind::kStraggler;
+      v.cause = fmt::format("rank {} straggles ({:.3f}s vs median {:.3f}s)", Rank(s.local),
+                            s.compute_s, s.median_s);
+      v.host = beats_[s.local].host;
+      out->verdict = v;
+      out->exit_code = v.code;
+      out->detected_s = Elapsed();
+      out->detection_s = 0;
+      return true;
+    }
+  }
+  double timeout = o_.startup_timeout_s;
+  if (any_step_done_ && !intervals_.empty()) {
+    std::vector<double> sorted = intervals_;
+    std::sort(sorted.begin(), sorted.end());
+    timeout = std::max(o_.hang_timeout_s, o_.hang_factor * sorted[sorted.size() / 2]);
+  }
+  const double quiet = Elapsed() - last_progress_;
+  if (quiet <= timeout) return false;
+  std::string steps;
+  for (int i = 0; i < n; ++i) {
+    steps += fmt::format("{}rank {} at step {}", i ? ", " : "", Rank(i), last_step_[i]);
+  }
+  log::Error("launch: hang: no rank finished a step for {:.1f}s (timeout {:.1f}s); {}", quiet,
+             timeout, steps);
+  Verdict v;
+  v.code = ToInt(ExitCode::kHang);
+  v.kind = FailureKind::kHang;
+  v.cause = fmt::format("hang: no progress for {:.1f}s", quiet);
+  // The lowest step is the likeliest culprit; equal steps leave it undetermined.
+  const auto low = std::min_element(last_step_.begin(), last_step_.end());
+  int culprit = -1;
+  if (std::count(last_step_.begin(), last_step_.end(), *low) == 1) {
+    culprit = static_cast<int>(low - last_step_.begin());
+  }
+  // Flight records say more: every rank dumps its last collectives, and the analysis names the
+  // rank(s) the others wait for (docs/flight_recorder.md).
+  if (const int waited = AnalyzeHang(); waited >= 0) {
+    culprit = waited;
+    v.cause += fmt::format("; flight records: the others wait for rank {}", Rank(waited));
+  }
+  if (culprit >= 0) {
+    v.rank = Rank(culprit);
+    v.host = beats_[culprit].host;
+  }
+  out->verdict = v;
+  out->exit_code = v.code;
+  out->detected_s = Elapsed();
+  out->detection_s = quiet;
+  return true;
+}
+
+Supervisor::Outcome Supervisor::RunGeneration(int gen) {
+  Outcome out;
+  const int n = o_.nproc_per_node;
+  const int world = n * o_.nnodes;
+  // A fresh store port each generation: the old one may linger in TIME_WAIT.
+  const int port = fixed_port_ > 0 ? fixed_port_ : FreeTcpPort();
+  goodput_.GenerationStarted(gen, Elapsed());
+  stragglers_.Reset();
+  protocol::Beat none;  // no beat yet this generation
+  none.phase = protocol::Phase::kSetup;
+  beats_.assign(n, none);
+  rank_pids_.assign(n, -1);
+  last_step_.assign(n, -1);
+  intervals_.clear();
+  any_step_done_ = false;
+  for (int local = 0; local < n; ++local) {
+    std::error_code ec;
+    std::filesystem::remove(protocol::HeartbeatPath(hb_dir_, Rank(local)), ec);
+    std::filesystem::remove(protocol::ExitReportPath(hb_dir_, Rank(local)), ec);
+  }
+  bool stopping = false;
+  double kill_at = 1e300;
+  auto begin_stop = [&](int sig, double grace_s) {
+    stopping = true;
+    slots_->SignalRanks(sig);
+    slots_->SignalRanks(SIGCONT);  // a stopped rank must see the signal (SIGKILL needs none)
+    kill_at = sig == SIGKILL ? 1e300 : Elapsed() + grace_s;
+  };
+  for (int local = 0; local < n; ++local) {
+    protocol::Assignment a;
+    a.rank = Rank(local);
+    a.world = world;
+    a.local_rank = local;
+    a.local_world = n;
+    a.master_addr = host_;
+    a.master_port = port;
+    a.generation = gen;
+    a.run_elapsed_s = Elapsed();
+    Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
+    if (!pid.ok()) {
+      log::Error("launch: {}", pid.status().message());
+      Verdict v;
+      v.rank = Rank(local);
+      v.code = ToInt(ExitCode::kFailure);
+      v.kind = FailureKind::kSetup;
+      v.cause = pid.status().message();
+      out.verdict = v;
+      out.exit_code = v.code;
+      out.detected_s = Elapsed();
+      begin_stop(SIGKILL, 0);
+      break;
+    }
+    rank_pids_[local] = *pid;
+  }
+  std::string where;
+  for (int local = 0; local < n; ++local) {
+    where += fmt::format("{}{}@slot{}", local ? " " : "", Rank(local), slots_->SlotOf(local));
+  }
+  log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{}; rank@slot: {})", gen,
+            Rank(0), Rank(n - 1), world, host_, port, where);
+  // Refill the spare pool after the ranks got their processes: they must not wait for it.
+  if (Status st = slots_->FillStandbys(); !st.ok()) {
+    log::Warn("launch: could not start a standby process: {}", st.message());
+  }
+
+  std::vector<RankEnd> failed;  // evidence: ranks that failed while the generation ran
+  last_progress_ = last_check_ = Elapsed();
+  while (slots_->RanksAlive() > 0) {
+    double timeout = stopping ? kill_at - Elapsed() : last_check_ + kBeatCheckS - Elapsed();
+    if (!failed.empty() && !out.verdict) timeout = std::min(timeout, 0.01);
+    const std::vector<ChildEnd> ends = watcher_->Wait(std::clamp(timeout, 0.0, 1.0));
+    if (const int sig = watcher_->signal(); sig != 0 && !out.interrupted) {
+      log::Info("launch: received signal {}, stopping all ranks", sig);
+      out.exit_code = 128 + sig;
+      out.interrupted = true;
+      begin_stop(sig, o_.kill_grace_s);
+    }
+    for (const ChildEnd& e : ends) {
+      const SlotTable::ReapedProcess r = slots_->Reaped(e.pid);
+      if (r.slot < 0) continue;
+      if (r.local < 0) {
+        log::Warn("launch: the standby process {} in slot {} {} before it was needed", e.pid,
+                  r.slot, protocol::DescribeExitCode(e.code));
+        continue;
+      }
+      if (e.code == 0 || stopping) continue;  // done, or stopped by us: not evidence
+      failed.push_back(Evidence(gen, r.local, e.pid, e));
+    }
+    if (!failed.empty() && !out.verdict) {
+      // Decide once the window after the first failure has passed, or nobody is left to fail.
+      bool any_primary = false;
+      for (const RankEnd& e : failed) any_primary = any_primary || !IsSecondary(e);
+      const double first = failed.front().mono_s - t0_mono_;
+      const double window = any_primary ? kWindowS : kSecondaryWindowS;
+      if (Elapsed() >= first + window || slots_->RanksAlive() == 0) {
+        out.verdict = AttributeFailure(failed);
+        out.exit_code = out.verdict->code;
+        out.detected_s = Elapsed();
+        out.detection_s = out.detected_s - (out.verdict->mono_s - t0_mono_);
+        log::Error("launch: {} ({}; {}); stopping the other {} rank(s) on this node",
+                   out.verdict->cause, protocol::FailureKindName(out.verdict->kind),
+                   out.verdict->reasoning, slots_->RanksAlive());
+        begin_stop(SIGTERM, o_.kill_grace_s);
+      }
+    }
+    if (!stopping && failed.empty() && Elapsed() - last_check_ >= kBeatCheckS) {
+      last_check_ = Elapsed();
+      if (CheckBeats(gen, &out)) {
+        // A hang: the ranks are stuck, SIGTERM would wait for nothing. A straggler: stop it.
+        if (out.verdict->kind == FailureKind::kHang) {
+          log::Error("launch: killing every rank of generation {}", gen);
+          begin_stop(SIGKILL, 0);
+        } else {
+          begin_stop(SIGTERM, o_.kill_grace_s);
+        }
+      }
+      Publish(gen, false);
+    }
+    if (stopping && Elapsed() >= kill_at) {
+      slots_->SignalRanks(SIGKILL);
+      kill_at = 1e300;
+    }
+  }
+  if (!failed.empty() && !out.verdict) {  // every rank failed within the window
+    out.verdict = AttributeFailure(failed);
+    out.exit_code = out.verdict->code;
+    out.detected_s = Elapsed();
+    out.detection_s = out.detected_s - (out.verdict->mono_s - t0_mono_);
+    log::Error("launch: {} ({}; {})", out.verdict->cause,
+               protocol::FailureKindName(out.verdict->kind), out.verdict->reasoning);
+  }
+  // The last beats (the final step, a checkpoint) may have come after the last check.
+  for (int i = 0; i < n; ++i) {
+    auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(i));
+    if (!beat || beat->generation != gen || beat->pid != rank_pids_[i]) continue;
+    beats_[i] = *beat;
+    if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
+  }
+  goodput_.GenerationEnded(Elapsed(), out.exit_code);
+  return out;
+}
+
+Result<int> Supervisor::Run() {
+  hb_dir_ = "/tmp/tenax-heartbeat-XXXXXX";
+  if (::mkdtemp(hb_dir_.data()) == nullptr) {
+    const std::string tried = hb_dir_;
+    hb_dir_.clear();
+    return IoError(
+        fmt::format("cannot create a heartbeat folder {}: {}", tried, std::strerror(errno)));
+  }
+  if (::pipe2(liveness_, O_CLOEXEC) != 0) {
+    return Internal(std::string("pipe2: ") + std::strerror(errno));
+  }
+  TENAX_ASSIGN_OR_RETURN(monitor_, Monitor::Start(o_.status_file, o_.metrics_port));
+  QuarantinePolicy policy{o_.quarantine_after, o_.quarantine_window_s};
+  slots_ = std::make_unique<SlotTable>(
+      o_.nproc_per_node, o_.spares, policy, [this](int slot, int fd) { return Spawn(slot, fd); },
+      [this] { return Elapsed(); });
+  if (goodput_.segment() > 0) {
+    log::Info("launch: launch {} of this run (earlier launches are in {})", goodput_.segment() + 1,
+              job_.goodput_path);
+  }
+  int result = 0;
+  for (int gen = 0;; ++gen) {
+    Outcome g = RunGeneration(gen);
+    result = g.exit_code;
+    if (g.exit_code == 0 || g.interrupted) break;
+    const Verdict& v = *g.verdict;
+    const int local = v.rank >= 0 ? v.rank - o_.node_rank * o_.nproc_per_node : -1;
+    FailureRecord f;
+    f.time_s = g.detected_s;
+    f.generation = gen;
+    f.rank = v.rank;
+    f.slot = local >= 0 && local < o_.nproc_per_node ? slots_->SlotOf(local) : -1;
+    f.host = v.host;
+    f.kind = protocol::FailureKindName(v.kind);
+    f.cause = v.cause;
+    f.exit_code = v.code;
+    f.detection_s = g.detection_s;
+    goodput_.AddFailure(f);
+    WriteGoodput(false, 0);
+    if (!protocol::Restartable(v.code)) {
+      log::Error(
+          "launch: exit code {} means the input must be fixed (docs/exit_codes.md); "
+          "not restarting",
+          v.code);
+      break;
+    }
+    if (gen >= o_.max_restarts) {
+      if (o_.max_restarts > 0) {
+        log::Error("launch: no restarts left ({} used); stopping with exit code {}",
+                   o_.max_restarts, v.code);
+      }
+      break;
+    }
+    // A slot is excluded only on evidence that its rank caused the failure.
+    if (f.slot >= 0 && protocol::BlamesSlot(v.kind)) {
+      const int moved = slots_->Exclude(f.slot);
+      if (moved != f.slot) goodput_.SetReplacement(moved);
+    }
+    log::Info("launch: restart {} of {}: all ranks start again from the newest good checkpoint",
+              gen + 1, o_.max_restarts);
+  }
+  if (!goodput_.run_dir().empty()) {  // the trainer's loss-spike record (train/loss_spike.h)
+    auto text = LocalFs().ReadFile(JoinPath(goodput_.run_dir(), "loss_spikes.json"));
+    if (text.ok()) {
+      const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("spikes") && j["spikes"].is_array()) {
+        goodput_.SetLossSpikes(j["spikes"]);
+      }
+    }
+  }
+  // A fault that never fired is an error: the test that asked for it tested nothing.
+  const std::vector<protocol::Fault> unfired =
+      protocol::UnfiredFaults(job_.faults, protocol::ReadFiredFaults(hb_dir_));
+  for (const protocol::Fault& f : unfired) {
+    log::Error("launch: the injected fault '{}' never fired{}", f.text,
+               result == 0 ? " (the run ended before it could)" : "");
+  }
+  if (!unfired.empty() && result == 0) result = ToInt(ExitCode::kInvalidArgument);
+  const double wall = Elapsed();
+  const nlohmann::json report = goodput_.Report(wall, result, true);
+  log::Info("launch: {} in {:.1f}s with {} failure(s) and {} restart(s)",
+            result == 0 ? "finished" : "failed", wall, goodput_.failure_count(),
+            goodput_.restarts());
+  log::Info("launch: {}", Goodput::Summary(report));
+  Publish(goodput_.restarts(), true);
+  WriteGoodput(true, result);
+  if (!job_.goodput_path.empty())
+    log::Info("launch: goodput report written to {}", job_.goodput_path);
+  slots_.reset();  // releases the spares
+  monitor_.reset();
+  if (result != 0) log::Error("launch: the job failed (exit code {})", result);
+  return result;
+}
+
+}  // namespace tenax::launch

@@ -1,0 +1,106 @@
+// The supervision loop of `tenax launch` on one node. A launch is a sequence of generations:
+// every rank process is started (as a standby, assigned its rank through a pipe: spares.h), then
+// the loop sleeps until a child ends, a signal arrives or the next heartbeat check is due
+// (child_watch.h), and ends the generation when
+//   - every rank exited 0 (done),
+//   - a rank failed: the loop keeps collecting evidence for a short window (more deaths, exit
+//     reports), then AttributeFailure names the first failure (attribution.h), and the other
+//     ranks are stopped (SIGTERM + SIGCONT, SIGKILL after --kill-grace),
+//   - no rank progressed within the hang timeout: every rank dumps its flight record (SIGUSR1),
+//     the analysis names the rank the others wait for, and every rank is killed at once,
+//   - a straggler is to be replaced, or the launcher itself is told to stop (SIGINT/SIGTERM).
+// Then, if restartable and restarts are left, the blamed slot is excluded (a spare takes its
+// rank) and the next generation starts; every rank resumes from the newest good checkpoint.
+// Every process it starts dies with it: PR_SET_PDEATHSIG plus the liveness pipe
+// (protocol/launcher_watch.h); the run folder's lock is inherited by every rank.
+// Thread safety: one thread runs it (the monitor's HTTP thread only reads published copies).
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tenax/core/run_lock.h"
+#include "tenax/core/status.h"
+#include "tenax/launch/attribution.h"
+#include "tenax/launch/child_watch.h"
+#include "tenax/launch/goodput.h"
+#include "tenax/launch/launcher.h"
+#include "tenax/launch/monitor.h"
+#include "tenax/launch/spares.h"
+#include "tenax/launch/stragglers.h"
+#include "tenax/protocol/fault_injection.h"
+
+namespace tenax::launch {
+
+// What Launch learned about the job before starting it.
+struct JobInfo {
+  std::string run_dir;                  // the run folder (`train`); empty for other commands
+  int64_t total_steps = 0;              // training.steps (`train`); 0: unknown
+  std::vector<protocol::Fault> faults;  // the parsed --inject spec
+  std::string goodput_path;             // where goodput.json goes; empty: nowhere
+  nlohmann::json previous_goodput;      // goodput.json of earlier launches of this run (or null)
+  const RunLock* run_lock = nullptr;    // passed on to every rank; may be null
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& options, JobInfo job, std::string host, int fixed_port,
+             std::string exe, std::unique_ptr<ChildWatcher> watcher);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Runs generations until done, out of restarts, or stopped. Returns the job's exit code.
+  Result<int> Run();
+
+ private:
+  struct Outcome {
+    int exit_code = 0;
+    bool interrupted = false;        // the launcher itself was told to stop
+    std::optional<Verdict> verdict;  // why the generation ended, when it failed
+    double detected_s = 0;           // launch clock
+    double detection_s = 0;
+  };
+  int Rank(int local) const { return o_.node_rank * o_.nproc_per_node + local; }
+  double Elapsed() const;
+  Result<pid_t> Spawn(int slot, int read_fd);
+  Outcome RunGeneration(int gen);
+  // Heartbeats: progress, stragglers, hang. Returns true when the generation must stop.
+  bool CheckBeats(int gen, Outcome* out);
+  // On a hang: every rank dumps its flight record (SIGUSR1, up to --flight-dump seconds);
+  // returns the local rank the others wait for, or -1 when the records do not single one out.
+  int AnalyzeHang();
+  RankEnd Evidence(int gen, int local, pid_t pid, const ChildEnd& end);
+  void Publish(int gen, bool force);
+  void WriteGoodput(bool ended, int exit_code);
+
+  // Constant after construction.
+  const LaunchOptions& o_;
+  const JobInfo job_;
+  const std::string host_;
+  const int fixed_port_;
+  const std::string exe_;
+  const double t0_mono_, t0_wall_;
+
+  std::unique_ptr<ChildWatcher> watcher_;
+  std::string hb_dir_;
+  int liveness_[2] = {-1, -1};  // the ranks hold [0] (launcher_watch.h); only this holds [1]
+  std::unique_ptr<SlotTable> slots_;
+  std::unique_ptr<Monitor> monitor_;
+  Goodput goodput_;
+  StragglerDetector stragglers_;
+  std::vector<protocol::Beat> beats_;  // newest beat per local rank, this generation
+  std::vector<pid_t> rank_pids_;       // pid per local rank, this generation
+  int straggler_count_ = 0;
+  double last_goodput_write_ = -1;
+  // Progress of the running generation (CheckBeats).
+  std::vector<int64_t> last_step_;
+  std::vector<double> intervals_;  // seconds between step completions (local rank 0)
+  double last_progress_ = 0, last_check_ = 0;
+  bool any_step_done_ = false;
+};
+
+}  // namespace tenax::launch

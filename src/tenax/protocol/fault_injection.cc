@@ -1,0 +1,349 @@
+#include "tenax/protocol/fault_injection.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace tenax::protocol {
+namespace {
+
+const char* kGrammar =
+    "crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N], hang:rank=R:step=S, "
+    "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
+    "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F]; each "
+    "may end in :gen=G or :gen=all";
+
+constexpr std::pair<FaultKind, const char*> kKinds[] = {
+    {FaultKind::kCrash, "crash"},
+    {FaultKind::kHang, "hang"},
+    {FaultKind::kSlow, "slow"},
+    {FaultKind::kNan, "nan"},
+    {FaultKind::kCkptFail, "ckpt-fail"},
+    {FaultKind::kCkptCorrupt, "ckpt-corrupt"},
+    {FaultKind::kKillInCkpt, "kill-in-ckpt"},
+    {FaultKind::kSpike, "spike"},
+};
+
+void Say(int rank, const std::string& what) {
+  std::fprintf(stderr, "[rank %d] injected fault: %s\n", rank, what.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+const char* FaultKindName(FaultKind k) {
+  for (const auto& [value, name] : kKinds) {
+    if (value == k) return name;
+  }
+  return "?";
+}
+
+Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
+  std::vector<Fault> out;
+  std::stringstream faults(spec);
+  for (std::string item; std::getline(faults, item, ',');) {
+    std::stringstream parts(item);
+    std::string part;
+    std::getline(parts, part, ':');
+    Fault f;
+    bool known = false;
+    for (const auto& [value, name] : kKinds) {
+      if (part == name) {
+        f.kind = value;
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument("--inject " + item + ": unknown fault '" + part +
+                             "' (supported: " + kGrammar + ")");
+    }
+    f.index = static_cast<int>(out.size());
+    f.text = item;
+    bool have_rank = false, have_step = false, have_factor = false;
+    while (std::getline(parts, part, ':')) {
+      const size_t eq = part.find('=');
+      const std::string key = part.substr(0, eq);
+      const std::string value = eq == std::string::npos ? "" : part.substr(eq + 1);
+      char* end = nullptr;
+      const long long n = std::strtoll(value.c_str(), &end, 10);
+      const bool numeric = !value.empty() && *end == '\0' && n >= 0;
+      const double x = std::strtod(value.c_str(), &end);
+      const bool real = !value.empty() && *end == '\0' && std::isfinite(x);
+      if (key == "how" && (value == "kill" || value == "exit") && f.kind == FaultKind::kCrash) {
+        f.kill = value == "kill";
+      } else if (key == "rank" && numeric) {
+        f.rank = static_cast<int>(n);
+        have_rank = true;
+      } else if ((key == "step" || (key == "from" && f.kind == FaultKind::kSlow)) && numeric &&
+                 n > 0) {
+        f.step = n;
+        have_step = true;
+      } else if (key == "time" && f.kind == FaultKind::kCrash && real && x > 0) {
+        f.time_s = x;
+      } else if (key == "factor" && f.kind == FaultKind::kSlow && real && x >= 1) {
+        f.factor = x;
+        have_factor = true;
+      } else if (key == "factor" && f.kind == FaultKind::kSpike && real && x > 1) {
+        f.factor = x;
+      } else if (key == "code" && numeric && n > 0 && n < 256) {
+        f.code = static_cast<int>(n);
+      } else if (key == "gen" && numeric) {
+        f.generation = static_cast<int>(n);
+      } else if (key == "gen" && value == "all") {
+        f.generation = Fault::kEveryGeneration;
+      } else {
+        return InvalidArgument("--inject " + item + ": bad field '" + part +
+                               "' (rank=R, step=S >= 1, time=T > 0 (crash), factor=F >= 1 and "
+                               "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
+                               "gen=G or gen=all)");
+      }
+    }
+    const bool rank_optional = f.kind == FaultKind::kCkptFail || f.kind == FaultKind::kCkptCorrupt;
+    if (!have_rank && !rank_optional) {
+      return InvalidArgument("--inject " + item + ": a " + part + " needs rank=R");
+    }
+    if (f.kind == FaultKind::kSpike && f.factor == 1) f.factor = 100;
+    if (f.kind == FaultKind::kSlow) {
+      if (!have_factor) return InvalidArgument("--inject " + item + ": a slow needs factor=F");
+      if (!have_step) f.step = 1;
+    } else if (f.kind == FaultKind::kCrash && (have_step == (f.time_s > 0))) {
+      return InvalidArgument("--inject " + item +
+                             ": a crash needs rank=R and step=S or time=T (one of them)");
+    } else if (f.kind != FaultKind::kCrash && !have_step) {
+      return InvalidArgument(
+          fmt::format("--inject {}: a {} needs step=S", item, FaultKindName(f.kind)));
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
+  for (const Fault& f : faults) {
+    if (f.rank >= job.world) {
+      return InvalidArgument(fmt::format(
+          "--inject {}: rank {} does not exist in a job of {} rank(s) (ranks 0..{}), so the "
+          "fault could never fire",
+          f.text, f.rank, job.world, job.world - 1));
+    }
+    if (job.total_steps > 0 && f.step > job.total_steps) {
+      return InvalidArgument(fmt::format(
+          "--inject {}: step {} is after the run's last step ({}, training.steps), so the fault "
+          "could never fire",
+          f.text, f.step, job.total_steps));
+    }
+    if (f.generation > job.max_restarts) {
+      return InvalidArgument(fmt::format(
+          "--inject {}: generation {} never runs with --max-restarts {} (generations 0..{}); "
+          "raise --max-restarts or lower gen",
+          f.text, f.generation, job.max_restarts, job.max_restarts));
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<FiredFault> ReadFiredFaults(const std::string& heartbeat_dir) {
+  std::vector<FiredFault> out;
+  std::ifstream in(FiredFaultsPath(heartbeat_dir));
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;  // a line torn by a crash mid-write
+    out.push_back({j.value("index", -1), j.value("rank", -1), j.value("generation", -1),
+                   j.value("step", int64_t{0})});
+  }
+  return out;
+}
+
+std::vector<Fault> UnfiredFaults(const std::vector<Fault>& faults,
+                                 const std::vector<FiredFault>& fired) {
+  std::vector<Fault> out;
+  for (const Fault& f : faults) {
+    bool seen = false;
+    for (const FiredFault& x : fired) {
+      seen = seen || (x.index == f.index &&
+                      (f.generation == Fault::kEveryGeneration || x.generation == f.generation));
+    }
+    if (!seen) out.push_back(f);
+  }
+  return out;
+}
+
+Result<std::unique_ptr<FaultInjector>> FaultInjector::Create(const RankContext& ctx, int rank,
+                                                             const ExitReporter* reporter) {
+  if (ctx.inject.empty()) return std::unique_ptr<FaultInjector>();
+  TENAX_ASSIGN_OR_RETURN(std::vector<Fault> all, ParseFaults(ctx.inject));
+  std::vector<Fault> mine;
+  for (const Fault& f : all) {
+    const bool gen = f.generation == ctx.generation || f.generation == Fault::kEveryGeneration;
+    const int who = f.kind == FaultKind::kCkptCorrupt ? 0 : f.rank;
+    if (gen && who == rank) mine.push_back(f);
+  }
+  if (mine.empty()) return std::unique_ptr<FaultInjector>();
+  return std::unique_ptr<FaultInjector>(new FaultInjector(ctx, rank, reporter, std::move(mine)));
+}
+
+FaultInjector::FaultInjector(const RankContext& ctx, int rank, const ExitReporter* reporter,
+                             std::vector<Fault> faults)
+    : ctx_(ctx), rank_(rank), reporter_(reporter), faults_(std::move(faults)) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kCrash && f.time_s > 0) {
+      // One timer: a second crash by time on the same rank could never fire after the first.
+      timer_ = std::thread([this, f] { TimerLoop(ctx_.launch_time_unix + f.time_s, f); });
+      break;
+    }
+  }
+}
+
+FaultInjector::~FaultInjector() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (timer_.joinable()) timer_.join();
+}
+
+void FaultInjector::TimerLoop(double deadline_unix, Fault f) {
+  const auto wait = std::chrono::duration<double>(std::max(0.0, deadline_unix - WallNow()));
+  std::unique_lock<std::mutex> lock(mu_);
+  if (cv_.wait_for(lock, wait, [this] { return stop_; })) return;
+  lock.unlock();
+  Crash(f, -1, fmt::format("at {:g}s after the launch", f.time_s));
+}
+
+void FaultInjector::Record(const Fault& f, int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!recorded_.insert(f.index).second) return;
+  }
+  if (ctx_.heartbeat_dir.empty()) return;
+  const std::string line = nlohmann::json{{"index", f.index}, {"text", f.text},
+                                          {"rank", rank_},    {"generation", ctx_.generation},
+                                          {"step", step},     {"wall_s", WallNow()}}
+                               .dump() +
+                           "\n";
+  // One small O_APPEND write: lines from several ranks do not interleave.
+  const int fd = ::open(FiredFaultsPath(ctx_.heartbeat_dir).c_str(),
+                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+
+void FaultInjector::Crash(const Fault& f, int64_t step, const std::string& where) {
+  Record(f, step);
+  const std::string what = fmt::format("crash ({}) {}", f.kill ? "kill" : "exit", where);
+  Say(rank_, what);
+  const int code = f.kill ? 128 + SIGKILL : f.code;
+  if (reporter_ != nullptr) reporter_->Report(code, FailureKind::kCrash, "injected " + what);
+  if (f.kill) ::raise(SIGKILL);
+  std::_Exit(f.code);  // a deliberate crash: no destructors, like a real one
+}
+
+bool FaultInjector::CrashDue(int64_t step) const {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kCrash && f.step == step) return true;
+  }
+  return false;
+}
+
+void FaultInjector::OnStepBegin(int64_t step) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kCrash && f.step == step) {
+      Crash(f, step, "at step " + std::to_string(step));
+    }
+  }
+}
+
+void FaultInjector::BeforeGradientReduce(int64_t step, double compute_s) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kHang && f.step == step) {
+      Record(f, step);
+      Say(rank_, "hang at step " + std::to_string(step) + " before the gradient all-reduce");
+      for (;;) ::pause();  // like a stuck kernel: alive, silent, holding its peers
+    }
+    if (f.kind == FaultKind::kSlow && step >= f.step && compute_s > 0) {
+      Record(f, step);
+      std::this_thread::sleep_for(std::chrono::duration<double>((f.factor - 1) * compute_s));
+    }
+  }
+}
+
+bool FaultInjector::PoisonLoss(int64_t step) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kNan && f.step == step) {
+      Record(f, step);
+      Say(rank_, "NaN loss at step " + std::to_string(step));
+      return true;
+    }
+  }
+  return false;
+}
+
+double FaultInjector::LossFactor(int64_t step) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kSpike && f.step == step) {
+      Record(f, step);
+      Say(rank_, fmt::format("loss x {:g} at step {}", f.factor, step));
+      return f.factor;
+    }
+  }
+  return 1;
+}
+
+Status FaultInjector::CheckpointHook(int64_t step, CheckpointPhase phase,
+                                     const std::string& step_dir) {
+  for (const Fault& f : faults_) {
+    if (f.step != step) continue;
+    if (phase == CheckpointPhase::kWritten && f.kind == FaultKind::kCkptFail) {
+      Record(f, step);
+      Say(rank_, "checkpoint write of step " + std::to_string(step) + " fails");
+      return IoError("writing checkpoint step " + std::to_string(step) + " in " + step_dir +
+                     " failed: injected I/O error (--inject ckpt-fail)");
+    }
+    if (phase == CheckpointPhase::kWritten && f.kind == FaultKind::kKillInCkpt) {
+      Record(f, step);
+      Say(rank_, "SIGKILL while writing checkpoint step " + std::to_string(step));
+      if (reporter_ != nullptr) {
+        reporter_->Report(128 + SIGKILL, FailureKind::kCrashInCheckpoint,
+                          "injected SIGKILL while writing checkpoint step " + std::to_string(step));
+      }
+      ::raise(SIGKILL);
+    }
+    if (phase == CheckpointPhase::kCommitted && f.kind == FaultKind::kCkptCorrupt) {
+      // The largest file: the weights, whose checksum a resume verifies.
+      std::string victim;
+      std::uintmax_t size = 0;
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(step_dir, ec)) {
+        if (e.is_regular_file() && e.file_size() > size) {
+          size = e.file_size();
+          victim = e.path().string();
+        }
+      }
+      if (victim.empty()) return IoError("ckpt-corrupt: no file in " + step_dir);
+      std::fstream file(victim, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekg(static_cast<std::streamoff>(size / 2));
+      char byte = 0;
+      file.get(byte);
+      file.seekp(static_cast<std::streamoff>(size / 2));
+      file.put(static_cast<char>(byte ^ 0x5a));
+      if (!file) return IoError("ckpt-corrupt: could not rewrite " + victim);
+      Record(f, step);
+      Say(rank_, "flipped a byte of " + victim + " after its commit");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tenax::protocol

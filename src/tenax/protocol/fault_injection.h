@@ -1,0 +1,134 @@
+// Deliberate failures for testing recovery (`tenax launch --inject SPEC`, documented in
+// docs/launcher_protocol.md). The launcher parses SPEC, checks that every fault can fire in this
+// job (ValidateFaults: ranks inside the world, steps inside the run, generations within
+// --max-restarts) and passes it to the ranks (RankContext::inject). Each rank builds a
+// FaultInjector with the faults of its rank and generation; the trainer calls its hooks at fixed
+// points, and crashes by time fire from a timer thread wherever the rank is. Every fault that
+// fires is first recorded in the heartbeat folder (FiredFaultsPath), and a crash first writes
+// its exit report, so the launcher knows what happened and can say at the end which faults
+// never fired (UnfiredFaults: an error, the test asked for something that did not happen).
+// A fault fires only in the launch generation it names (default 0, the first), so the restarted
+// job runs clean and reaches the same weights as an uninterrupted run; gen=all fires in every
+// generation (a fault that a restart does not cure, like a bad batch).
+// Grammar: FAULT[,FAULT...] where
+//   FAULT = crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N][:gen=G]
+//         | hang:rank=R:step=S[:gen=G]            blocks right before the gradient all-reduce
+//         | slow:rank=R:factor=F[:from=S][:gen=G] step compute takes F times longer from step S
+//         | nan:rank=R:step=S[:gen=G]              the step's loss becomes NaN
+//         | ckpt-fail:step=S[:rank=R][:gen=G]      writing checkpoint S fails with an I/O error
+//         | ckpt-corrupt:step=S[:gen=G]            committed checkpoint S gets a flipped byte
+//         | kill-in-ckpt:rank=R:step=S[:gen=G]     SIGKILL after writing S's files, before commit
+//         | spike:rank=R:step=S[:factor=F][:gen=G] rank R's loss at step S is reported F times
+//                                                  larger (default 100; the gradients are not)
+// Non-goals: faults in data loading or the network itself (a dead peer is a crash here).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tenax/core/status.h"
+#include "tenax/protocol/exit_report.h"
+#include "tenax/protocol/rank_context.h"
+
+namespace tenax::protocol {
+
+enum class FaultKind { kCrash, kHang, kSlow, kNan, kCkptFail, kCkptCorrupt, kKillInCkpt, kSpike };
+const char* FaultKindName(FaultKind k);
+
+struct Fault {
+  FaultKind kind = FaultKind::kCrash;
+  int rank = 0;
+  int64_t step = 0;   // 0 with time_s > 0: a crash at a time
+  double time_s = 0;  // seconds since the launch started (RankContext::launch_time_unix)
+  double factor = 1;  // slow; spike (default 100)
+  bool kill = true;   // crash: SIGKILL (how=kill) or exit with `code` (how=exit)
+  int code = 1;
+  int generation = 0;  // kEveryGeneration: all of them
+  int index = 0;       // position in the spec
+  std::string text;    // the item as written
+  static constexpr int kEveryGeneration = -1;
+};
+
+Result<std::vector<Fault>> ParseFaults(const std::string& spec);
+
+// What the launcher knows about the job, to refuse faults that could never fire.
+struct JobShape {
+  int world = 1;
+  int64_t total_steps = 0;  // 0: unknown (not a `train` command)
+  int max_restarts = 0;
+};
+Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job);
+
+// One line of FiredFaultsPath.
+struct FiredFault {
+  int index = 0;
+  int rank = 0;
+  int generation = 0;
+  int64_t step = 0;
+};
+std::vector<FiredFault> ReadFiredFaults(const std::string& heartbeat_dir);
+// The faults that never fired in their generation (gen=all: in none).
+std::vector<Fault> UnfiredFaults(const std::vector<Fault>& faults,
+                                 const std::vector<FiredFault>& fired);
+
+// Where a checkpoint fault may strike. kWritten: after this rank wrote its files of a step,
+// before the commit. kCommitted: after rank 0 committed the step.
+enum class CheckpointPhase { kWritten, kCommitted };
+
+// The rank side. Thread safety: the hooks are called from the trainer's thread (CheckpointHook
+// also from the async checkpoint writer's thread); the timer thread only fires crashes.
+class FaultInjector {
+ public:
+  // The faults of `rank` in ctx's generation (ckpt-corrupt: rank 0's). Null when none apply
+  // (including no spec). A malformed spec is InvalidArgument (the launcher validated it, so this
+  // means the process was started by hand with a bad TENAX_INJECT). `reporter` writes the exit
+  // report of an injected crash; it must outlive the injector.
+  static Result<std::unique_ptr<FaultInjector>> Create(const RankContext& ctx, int rank,
+                                                       const ExitReporter* reporter);
+  ~FaultInjector();  // stops the timer
+  FaultInjector(const FaultInjector&) = delete;
+  FaultInjector& operator=(const FaultInjector&) = delete;
+
+  // Whether a crash is due at the start of `step` (the trainer then lets an asynchronous save
+  // finish first, so that the crash is a crash and not one inside a checkpoint).
+  bool CrashDue(int64_t step) const;
+  // Start of every step: crash faults by step.
+  void OnStepBegin(int64_t step);
+  // Right before the gradient reduction of `step`, after `compute_s` seconds of this step's
+  // forward/backward: `slow` sleeps (factor - 1) x compute_s, `hang` blocks forever (the peers
+  // then wait inside the reduction, like a stuck kernel).
+  void BeforeGradientReduce(int64_t step, double compute_s);
+  bool PoisonLoss(int64_t step);    // `nan`: this step's loss becomes NaN
+  double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by
+  // Checkpoint faults: `ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank
+  // (kWritten); `ckpt-corrupt` flips a byte of the largest file in `step_dir` (kCommitted).
+  Status CheckpointHook(int64_t step, CheckpointPhase phase, const std::string& step_dir);
+
+ private:
+  FaultInjector(const RankContext& ctx, int rank, const ExitReporter* reporter,
+                std::vector<Fault> faults);
+  void Record(const Fault& f, int64_t step);  // appends to the fired-faults file
+  [[noreturn]] void Crash(const Fault& f, int64_t step, const std::string& where);
+  void TimerLoop(double deadline_unix, Fault f);
+
+  // Constant after construction.
+  const RankContext ctx_;
+  const int rank_;
+  const ExitReporter* const reporter_;
+  const std::vector<Fault> faults_;
+
+  std::mutex mu_;
+  // Guarded by mu_.
+  std::set<int> recorded_;  // faults already recorded (slow and spike fire repeatedly)
+  bool stop_ = false;
+  std::condition_variable cv_;
+  std::thread timer_;  // last: starts after everything above is ready
+};
+
+}  // namespace tenax::protocol

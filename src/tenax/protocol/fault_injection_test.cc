@@ -1,0 +1,157 @@
+// The --inject grammar: every kind parses with its fields and defaults, gen=all, and malformed
+// specs are refused with a message that names the item and the grammar.
+#include "tenax/protocol/fault_injection.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tenax/core/temp_dir.h"
+
+namespace tenax::protocol {
+namespace {
+
+using testing::TempDir;
+
+TEST(FaultInjectionTest, ParsesEveryKind) {
+  Result<std::vector<Fault>> f = ParseFaults(
+      "crash:rank=1:step=8:how=exit:code=3,hang:rank=0:step=5:gen=2,slow:rank=1:factor=2.5,"
+      "nan:rank=0:step=4,ckpt-fail:step=9,ckpt-corrupt:step=6,kill-in-ckpt:rank=1:step=3,"
+      "spike:rank=1:step=10:gen=all,spike:rank=0:step=11:factor=7");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ(f->size(), 9u);
+  const std::vector<Fault>& v = *f;
+  EXPECT_EQ(v[0].kind, FaultKind::kCrash);
+  EXPECT_EQ(v[0].rank, 1);
+  EXPECT_EQ(v[0].step, 8);
+  EXPECT_FALSE(v[0].kill);
+  EXPECT_EQ(v[0].text, "crash:rank=1:step=8:how=exit:code=3");
+  EXPECT_EQ(v[8].index, 8);
+  EXPECT_EQ(v[0].code, 3);
+  EXPECT_EQ(v[0].generation, 0);
+  EXPECT_EQ(v[1].kind, FaultKind::kHang);
+  EXPECT_EQ(v[1].generation, 2);
+  EXPECT_EQ(v[2].kind, FaultKind::kSlow);
+  EXPECT_DOUBLE_EQ(v[2].factor, 2.5);
+  EXPECT_EQ(v[2].step, 1);  // from step 1 by default
+  EXPECT_EQ(v[4].kind, FaultKind::kCkptFail);
+  EXPECT_EQ(v[5].kind, FaultKind::kCkptCorrupt);
+  EXPECT_EQ(v[6].kind, FaultKind::kKillInCkpt);
+  EXPECT_EQ(v[7].kind, FaultKind::kSpike);
+  EXPECT_EQ(v[7].step, 10);
+  EXPECT_DOUBLE_EQ(v[7].factor, 100);  // the default
+  EXPECT_EQ(v[7].generation, Fault::kEveryGeneration);
+  EXPECT_DOUBLE_EQ(v[8].factor, 7);
+}
+
+TEST(FaultInjectionTest, RefusesMalformedSpecs) {
+  for (const std::string bad :
+       {"boom:rank=1", "crash:rank=1", "crash:rank=1:step=2:time=3", "hang:step=3", "slow:rank=0",
+        "spike:rank=0", "spike:rank=0:step=3:factor=1", "nan:rank=0:step=0",
+        "crash:rank=0:step=2:gen=some", "nan:rank=x:step=2"}) {
+    Result<std::vector<Fault>> f = ParseFaults(bad);
+    ASSERT_FALSE(f.ok()) << bad;
+    EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(f.status().message().find("--inject"), std::string::npos) << f.status().message();
+  }
+}
+
+TEST(FaultInjectionTest, RefusesFaultsThatCouldNeverFire) {
+  auto faults = ParseFaults("crash:rank=7:step=3");
+  ASSERT_TRUE(faults.ok());
+  Status st = ValidateFaults(*faults, {2, 12, 0});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("rank 7 does not exist in a job of 2 rank(s)"), std::string::npos)
+      << st.message();
+  st = ValidateFaults(*ParseFaults("nan:rank=0:step=20"), {2, 12, 0});
+  EXPECT_NE(st.message().find("step 20 is after the run's last step (12"), std::string::npos)
+      << st.message();
+  st = ValidateFaults(*ParseFaults("hang:rank=0:step=2:gen=2"), {2, 12, 1});
+  EXPECT_NE(st.message().find("--max-restarts 1"), std::string::npos) << st.message();
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("hang:rank=1:step=12:gen=1"), {2, 12, 1}).ok());
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("nan:rank=1:step=99"), {2, 0, 0}).ok());  // unknown
+}
+
+TEST(FaultInjectionTest, UnfiredFaultsAreTheOnesWithoutARecordInTheirGeneration) {
+  auto faults =
+      *ParseFaults("crash:rank=1:step=3,spike:rank=0:step=4:gen=all,nan:rank=0:step=5:gen=1");
+  std::vector<FiredFault> fired = {{0, 1, 0, 3}};
+  std::vector<Fault> left = UnfiredFaults(faults, fired);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0].index, 1);
+  EXPECT_EQ(left[1].index, 2);
+  fired.push_back({1, 0, 3, 4});  // gen=all: any generation counts
+  fired.push_back({2, 0, 0, 5});  // the wrong generation does not
+  left = UnfiredFaults(faults, fired);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].text, "nan:rank=0:step=5:gen=1");
+}
+
+RankContext Context(const TempDir& dir, const std::string& inject, int generation = 0) {
+  RankContext ctx;
+  ctx.supervised = true;
+  ctx.heartbeat_dir = dir.path();
+  ctx.inject = inject;
+  ctx.generation = generation;
+  ctx.launch_time_unix = WallNow();
+  return ctx;
+}
+
+TEST(FaultInjectorTest, KeepsOnlyThisRanksFaultsOfThisGenerationAndRecordsWhatFired) {
+  TempDir dir;
+  const std::string spec =
+      "spike:rank=1:step=3:factor=8,nan:rank=1:step=4:gen=1,slow:rank=0:factor=2";
+  auto none = FaultInjector::Create(Context(dir, spec), 2, nullptr);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, nullptr);
+  auto f = FaultInjector::Create(Context(dir, spec), 1, nullptr);
+  ASSERT_TRUE(f.ok());
+  ASSERT_NE(*f, nullptr);
+  EXPECT_EQ((*f)->LossFactor(2), 1);
+  EXPECT_FALSE((*f)->PoisonLoss(4));  // generation 1's fault
+  EXPECT_EQ((*f)->LossFactor(3), 8);
+  EXPECT_EQ((*f)->LossFactor(3), 8);  // recorded once
+  std::vector<FiredFault> fired = ReadFiredFaults(dir.path());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].index, 0);
+  EXPECT_EQ(fired[0].rank, 1);
+  EXPECT_EQ(fired[0].step, 3);
+  auto gen1 = FaultInjector::Create(Context(dir, spec, 1), 1, nullptr);
+  ASSERT_TRUE((*gen1)->PoisonLoss(4));
+  EXPECT_EQ(UnfiredFaults(*ParseFaults(spec), ReadFiredFaults(dir.path())).size(), 1u);  // slow
+}
+
+TEST(FaultInjectorTest, CheckpointFailureIsAnIoErrorOfThatStep) {
+  TempDir dir;
+  auto f = FaultInjector::Create(Context(dir, "ckpt-fail:step=6"), 0, nullptr);
+  ASSERT_TRUE(f.ok() && *f);
+  EXPECT_TRUE((*f)->CheckpointHook(3, CheckpointPhase::kWritten, "/x").ok());
+  Status st = (*f)->CheckpointHook(6, CheckpointPhase::kWritten, "/x/step_6");
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
+}
+
+// A crash by time fires from the timer, wherever the rank is: here in the middle of a sleep that
+// would otherwise last a minute. It reports first, then exits with the asked code.
+TEST(FaultInjectorDeathTest, CrashByTimeFiresFromTheTimer) {
+  TempDir dir;
+  static ExitReporter reporter;
+  reporter = ExitReporter(dir.path(), 1, 0);
+  RankContext ctx = Context(dir, "crash:rank=1:time=0.2:how=exit:code=42");
+  EXPECT_EXIT(
+      {
+        auto f = FaultInjector::Create(ctx, 1, &reporter);
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+      },
+      ::testing::ExitedWithCode(42), "injected fault: crash \\(exit\\) at 0.2s");
+  std::optional<ExitReport> r = ReadExitReport(dir.path(), 1);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->code, 42);
+  EXPECT_EQ(r->kind, FailureKind::kCrash);
+  ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
+  EXPECT_EQ(ReadFiredFaults(dir.path())[0].index, 0);
+}
+
+}  // namespace
+}  // namespace tenax::protocol

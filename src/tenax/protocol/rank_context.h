@@ -1,0 +1,87 @@
+// What `tenax launch` tells a rank process, and how: the environment at start-up and the
+// standby assignment line, read once into a RankContext that the rank passes on explicitly.
+// Nothing else in tenax reads these variables.
+//
+// Start-up environment (set by the launcher for every process it starts, see
+// StandbyEnvironment):
+//   TENAX_LAUNCHER_PID   the launcher's pid; present = supervised
+//   TENAX_LAUNCHER_FD    read end of a pipe whose write end only the launcher holds: end of file
+//                        means the launcher is gone, and the rank stops (LauncherWatch)
+//   TENAX_RUN_LOCK_FD    the run folder's lock (core/run_lock.h), held by the launcher and
+//                        inherited, so the folder stays owned while any process of the job lives
+//   TENAX_STANDBY_FD     read end of the assignment pipe: the process starts up, then blocks in
+//                        WaitForAssignment until the launcher writes one line
+//   TENAX_SLOT, TENAX_HEARTBEAT_DIR, TENAX_LAUNCH_TIME (unix seconds), TENAX_INJECT (fault spec)
+// Assignment line ("KEY=VALUE KEY=VALUE ...\n", AssignmentLine): RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names, read by parallel/dist_env.h),
+// TENAX_RESTART_COUNT (the launch generation) and TENAX_RUN_ELAPSED_S (seconds since the launch
+// started, at assignment). The values are exported into the process environment, so a rank looks
+// the same whether started by tenax launch, torchrun or srun. End of file without a line: the
+// launcher no longer needs the standby (Unavailable).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+
+namespace tenax::protocol {
+
+inline constexpr const char* kEnvLauncherPid = "TENAX_LAUNCHER_PID";
+inline constexpr const char* kEnvLauncherFd = "TENAX_LAUNCHER_FD";
+inline constexpr const char* kEnvRunLockFd = "TENAX_RUN_LOCK_FD";
+inline constexpr const char* kEnvStandbyFd = "TENAX_STANDBY_FD";
+inline constexpr const char* kEnvSlot = "TENAX_SLOT";
+inline constexpr const char* kEnvHeartbeatDir = "TENAX_HEARTBEAT_DIR";
+inline constexpr const char* kEnvLaunchTime = "TENAX_LAUNCH_TIME";
+inline constexpr const char* kEnvInject = "TENAX_INJECT";
+inline constexpr const char* kEnvRestartCount = "TENAX_RESTART_COUNT";
+inline constexpr const char* kEnvRunElapsed = "TENAX_RUN_ELAPSED_S";
+
+struct RankContext {
+  bool supervised = false;  // started by tenax launch
+  int launcher_pid = 0;
+  int launcher_fd = -1;  // -1: no liveness pipe
+  int run_lock_fd = -1;  // -1: this process must lock the run folder itself
+  int slot = -1;
+  int generation = 0;           // 0, then 1 after the launch's first restart, ...
+  double launch_time_unix = 0;  // when the launch started (0: unknown)
+  double run_elapsed_s = 0;     // seconds since the launch started, at assignment
+  std::string heartbeat_dir;    // empty: no beats, exit reports or fired-fault records
+  std::string inject;           // fault spec (fault_injection.h); empty: none
+};
+
+using GetEnv = std::function<const char*(const char*)>;
+
+// Parses the context; a malformed value is InvalidArgument naming the variable. Absent
+// variables leave the defaults (a process not started by tenax launch).
+Result<RankContext> ReadRankContext(const GetEnv& getenv);
+// The process's own context: first waits for the standby assignment when TENAX_STANDBY_FD is
+// set (exporting it), then reads the environment. Call once, before any thread starts.
+Result<RankContext> ReadRankContext();
+
+// Launcher side. The environment of a process started in `slot` (standby_fd / launcher_fd /
+// lock_fd: descriptors the child inherits; -1 leaves the variable out).
+struct StandbySetup {
+  int slot = 0;
+  int standby_fd = -1;
+  int launcher_pid = 0;
+  int launcher_fd = -1;
+  int run_lock_fd = -1;
+  double launch_time_unix = 0;
+  std::string heartbeat_dir;
+  std::string inject;
+};
+std::vector<std::string> StandbyEnvironment(const StandbySetup& s);  // "KEY=VALUE" entries
+
+struct Assignment {
+  int rank = 0, world = 1, local_rank = 0, local_world = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int generation = 0;
+  double run_elapsed_s = 0;
+};
+std::string AssignmentLine(const Assignment& a);  // without the trailing newline
+
+}  // namespace tenax::protocol

@@ -1,0 +1,69 @@
+// The trained model as the training loop sees it: one interface for a single process
+// (SingleProcessModel, the whole model::Llama) and for any parallel layout (ParallelModel), so
+// the loop has no branch on which one it drives.
+// The step, in this order (every rank calls every method in the same order: collectives):
+//   BeginStep, ForwardBackward per accumulated micro-batch, FinishStep (every gradient
+//   reduction), ClipGradNorm, the optimizer on optimizer_params(), ZeroGrad.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "tenax/core/status.h"
+#include "tenax/model/llama.h"
+
+namespace tenax::train {
+
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+
+  // The tensors the optimizer updates (this rank's shards under a parallel layout).
+  virtual std::vector<model::NamedTensor>& optimizer_params() = 0;
+  // Per optimizer parameter, which elements get weight decay; empty: decided by name (AdamW).
+  virtual std::vector<at::Tensor> decay_masks() const = 0;
+  // Parameters + gradients + optimizer state this rank keeps resident, in bytes.
+  virtual int64_t ResidentStateBytes() const = 0;
+
+  virtual void BeginStep() = 0;
+  // One micro-batch (B, T): forward and backward; returns its mean loss. Gradients are scaled by
+  // 1 / micro_batches so the step's gradient is the mean over them.
+  virtual Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
+                                         int micro_batches) = 0;
+  virtual void FinishStep() = 0;
+  // Global L2 norm of the gradients, then all of them scaled to max_norm (0: no clipping).
+  virtual double ClipGradNorm(double max_norm) = 0;
+  // Drops every gradient (the next step starts from none).
+  virtual void ZeroGrad() = 0;
+
+  // Forward only: mean loss of (tokens, targets).
+  virtual Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) = 0;
+  virtual void EndEval() = 0;  // frees what evaluation gathered
+};
+
+// One process, no layout: the whole model::Llama.
+class SingleProcessModel final : public StepModel {
+ public:
+  SingleProcessModel(model::Llama& model, at::ScalarType compute_dtype)
+      : model_(model), compute_dtype_(compute_dtype) {}
+
+  std::vector<model::NamedTensor>& optimizer_params() override { return model_.params(); }
+  std::vector<at::Tensor> decay_masks() const override { return {}; }
+  int64_t ResidentStateBytes() const override;
+  void BeginStep() override {}
+  Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
+                                 int micro_batches) override;
+  void FinishStep() override {}
+  double ClipGradNorm(double max_norm) override;
+  void ZeroGrad() override;
+  Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) override;
+  void EndEval() override {}
+
+ private:
+  model::Llama& model_;
+  const at::ScalarType compute_dtype_;
+};
+
+}  // namespace tenax::train

@@ -1,0 +1,235 @@
+// Supervision you can trust, tried from outside the program the way an operator or a cluster
+// would: a rank killed with SIGKILL ten times at random is named every time and the run still
+// ends bit-identical; a stopped rank is named and killed at once; a killed launcher leaves no
+// process behind and its successor resumes, with the gap in goodput.json; a second launch into a
+// running folder is refused without touching it; a finished run launched again succeeds; a
+// fault that never fires is an error. Every wait is for an event (a file, a status field, a
+// process ending) with a deadline only as a bound for a broken run.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <random>
+
+#include "test_util.h"
+
+namespace tenax::testing {
+namespace {
+
+std::string Train(const TempDir& dir, const std::string& name, int steps, int ranks_batch = 4) {
+  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+         "--set training.seq_len=32 --set data.synthetic.train_tokens=200000 "
+         "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
+         "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "
+         "--set metrics.eval_interval=1000 --set metrics.progress=never --set optimizer.lr=3e-3 "
+         "--set checkpoint.interval=4 --set training.steps=" +
+         std::to_string(steps) + " --set training.local_batch_size=" + std::to_string(ranks_batch) +
+         " --set job.dump_folder=" + dir.path() + " --set job.name=" + name;
+}
+
+std::string Shard(const TempDir& dir, const std::string& run, int steps, int shard, int ranks) {
+  char name[128];
+  std::snprintf(name, sizeof(name), "/checkpoints/step_%08d/model-rank%05d-of-%05d.safetensors",
+                steps, shard, ranks);
+  return ReadFile(dir / (run + name));
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  const auto j = nlohmann::json::parse(ReadFile(path), nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? nlohmann::json() : j;
+}
+
+constexpr int kShortSteps = 48;
+
+class SupervisionE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = RunTenax("launch --nproc-per-node 2 -- " + Train(*dir_, "clean2", kShortSteps),
+                      dir_->path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  // The run's final weights equal the clean 2-rank run's, bit for bit.
+  static void ExpectClean(const std::string& run) {
+    for (int shard = 0; shard < 2; ++shard) {
+      const std::string want = Shard(*dir_, "clean2", kShortSteps, shard, 2);
+      ASSERT_FALSE(want.empty());
+      EXPECT_TRUE(Shard(*dir_, run, kShortSteps, shard, 2) == want) << run << " shard " << shard;
+    }
+  }
+  static TempDir* dir_;
+};
+TempDir* SupervisionE2E::dir_ = nullptr;
+
+TEST_F(SupervisionE2E, KilledLauncherLeavesNoProcessAndItsSuccessorResumes) {
+  const std::string cmd =
+      "launch --nproc-per-node 2 --spares 1 -- " + Train(*dir_, "orphans", kShortSteps);
+  {
+    Background launcher(Words(cmd), dir_->path(), *dir_ / "orphans.log");
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return std::filesystem::exists(*dir_ / "orphans/checkpoints/step_00000008/COMMITTED");
+        },
+        120))
+        << launcher.output();
+    const std::vector<pid_t> family = Descendants(launcher.pid());
+    ASSERT_GE(family.size(), 3u) << "2 ranks and a spare";
+    ASSERT_EQ(::kill(launcher.pid(), SIGKILL), 0);
+    EXPECT_EQ(launcher.Wait(30), 128 + SIGKILL);
+    const bool all_gone = WaitFor(
+        [&] {
+          for (pid_t p : family) {
+            if (Alive(p)) return false;
+          }
+          return true;
+        },
+        30);
+    EXPECT_TRUE(all_gone) << "processes of a killed launcher are still running";
+  }
+  // The same command again: it takes the run folder over, resumes, records the lost launcher.
+  auto r = RunTenax(cmd, dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("launch 2 of this run"), std::string::npos) << r.output;
+  ExpectClean("orphans");
+  const nlohmann::json report = ReadJson(*dir_ / "orphans/goodput.json");
+  EXPECT_EQ(report["launches"], 2) << report.dump(2);
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "launcher-lost");
+  EXPECT_GE(report["failures"][0]["resumed_from"].get<int>(), 8);
+  EXPECT_GT(report["time_s"]["down"].get<double>(), 0.0);
+  double sum = 0;
+  for (const auto& [k, v] : report["time_s"].items()) sum += v.get<double>();
+  EXPECT_NEAR(sum, report["wall_s"].get<double>(), 0.05);
+}
+
+TEST_F(SupervisionE2E, ASecondLaunchIntoARunningFolderIsRefused) {
+  Background first(Words("launch --nproc-per-node 2 -- " + Train(*dir_, "busy", 100000)),
+                   dir_->path(), *dir_ / "busy.log");
+  const std::string owner = *dir_ / "busy/.tenax.owner";
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(*dir_ / "busy/metrics.jsonl"); }, 120))
+      << first.output();
+  const std::string owner_before = ReadFile(owner);
+  for (const std::string& second :
+       {"launch --nproc-per-node 2 -- " + Train(*dir_, "busy", 10), Train(*dir_, "busy", 10)}) {
+    auto r = RunTenax(second, dir_->path());
+    EXPECT_EQ(r.exit_code, 12) << r.output;
+    EXPECT_NE(r.output.find("is in use by pid " + std::to_string(first.pid())), std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("generation 0"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(ReadFile(owner), owner_before);  // untouched
+  EXPECT_EQ(first.Wait(0), -1) << "the first launch must still be running";
+}
+
+TEST_F(SupervisionE2E, AFinishedRunLaunchedAgainSucceeds) {
+  const std::string train = Train(*dir_, "again", 8);
+  ASSERT_EQ(RunTenax(train, dir_->path()).exit_code, 0);
+  auto plain = RunTenax(train, dir_->path());
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("already complete"), std::string::npos) << plain.output;
+  auto launched = RunTenax("launch --nproc-per-node 2 -- " + train, dir_->path());
+  EXPECT_EQ(launched.exit_code, 0) << launched.output;
+  EXPECT_NE(launched.output.find("already complete"), std::string::npos) << launched.output;
+}
+
+// A rank stopped with SIGSTOP from outside: no rank progresses, the stopped one cannot dump its
+// flight record, so the records name it; every rank is killed at once and the run recovers.
+TEST_F(SupervisionE2E, AStoppedRankIsNamedAndKilled) {
+  const std::string status = *dir_ / "stopped-status.json";
+  Background run(Words("launch --nproc-per-node 2 --max-restarts 2 --hang-timeout 2 "
+                       "--status-file " +
+                       status + " -- " + Train(*dir_, "stopped", kShortSteps)),
+                 dir_->path(), *dir_ / "stopped.log");
+  pid_t victim = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const nlohmann::json s = ReadJson(status);
+        if (!s.is_object() || s["ranks"].size() != 2) return false;
+        const auto& r1 = s["ranks"][1];
+        if (!r1.value("alive", false) || r1.value("step", 0) < 5) return false;
+        victim = r1.value("pid", -1);
+        return victim > 0;
+      },
+      120))
+      << run.output();
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  ASSERT_EQ(run.Wait(300), 0) << run.output();
+  ExpectClean("stopped");
+  const nlohmann::json report = ReadJson(*dir_ / "stopped/goodput.json");
+  ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "hang");
+  EXPECT_EQ(report["failures"][0]["rank"], 1) << run.output();
+  EXPECT_NE(run.output().find("killing every rank of generation 0"), std::string::npos);
+}
+
+TEST_F(SupervisionE2E, AFaultThatNeverFiresIsAnError) {
+  auto r = RunTenax(
+      "launch --nproc-per-node 2 --max-restarts 1 "
+      "--inject crash:rank=1:step=5:gen=1 -- " +
+          Train(*dir_, "unfired", 8),
+      dir_->path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the injected fault 'crash:rank=1:step=5:gen=1' never fired"),
+            std::string::npos)
+      << r.output;
+}
+
+// The acceptance run: 4 ranks and a spare with default flags and --max-restarts 20; a
+// random rank is killed with SIGKILL from outside ten times, each time after its generation
+// trained. Every failure names the killed rank, and the run ends bit-identical.
+TEST(SupervisionSoak, TenRandomKillsAreNamedAndTheRunEndsIdentical) {
+  TempDir dir;
+  constexpr int kSteps = 400;
+  auto clean =
+      RunTenax("launch --nproc-per-node 4 -- " + Train(dir, "clean4", kSteps, 2), dir.path());
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  const std::string status = dir / "status.json";
+  Background run(Words("launch --nproc-per-node 4 --spares 1 --max-restarts 20 --status-file " +
+                       status + " -- " + Train(dir, "killed", kSteps, 2)),
+                 dir.path(), dir / "killed.log");
+  std::mt19937 rng(20261125);
+  std::vector<int> killed;
+  for (int k = 0; k < 10; ++k) {
+    pid_t victim = -1;
+    const int rank = std::uniform_int_distribution<int>(0, 3)(rng);
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          const nlohmann::json s = ReadJson(status);
+          if (!s.is_object() || s.value("generation", -1) != k || s["ranks"].size() != 4) {
+            return false;
+          }
+          for (const auto& r : s["ranks"]) {  // every rank trained in this generation
+            if (!r.value("alive", false) || r.value("phase", std::string()) != "train") {
+              return false;
+            }
+          }
+          victim = s["ranks"][rank].value("pid", -1);
+          return victim > 0;
+        },
+        180))
+        << "kill " << k << "\n"
+        << run.output();
+    ASSERT_EQ(::kill(victim, SIGKILL), 0);
+    killed.push_back(rank);
+  }
+  ASSERT_EQ(run.Wait(600), 0) << run.output();
+  for (int shard = 0; shard < 4; ++shard) {
+    const std::string want = Shard(dir, "clean4", kSteps, shard, 4);
+    ASSERT_FALSE(want.empty());
+    EXPECT_TRUE(Shard(dir, "killed", kSteps, shard, 4) == want) << "shard " << shard;
+  }
+  const nlohmann::json report = ReadJson(dir / "killed/goodput.json");
+  ASSERT_EQ(report["failures"].size(), 10u) << report.dump(2);
+  for (int k = 0; k < 10; ++k) {
+    EXPECT_EQ(report["failures"][k]["rank"], killed[k]) << k << "\n" << report.dump(2);
+    // A kill can land while the rank writes a checkpoint: that is a crash in a checkpoint.
+    const std::string kind = report["failures"][k]["kind"];
+    EXPECT_TRUE(kind == "crash" || kind == "crash-in-checkpoint") << k << ": " << kind;
+    EXPECT_EQ(report["failures"][k]["exit_code"], 137) << k;
+  }
+  EXPECT_EQ(report["restarts"], 10);
+}
+
+}  // namespace
+}  // namespace tenax::testing
