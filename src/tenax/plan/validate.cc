@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -60,7 +61,7 @@ ValidationRow Check(std::string claim, double published, std::string published_t
 }
 
 void CalibrationRows(const HardwareProfile& hw, std::vector<ValidationRow>* rows) {
-  const std::string group = hw.name + " (" + hw.source + ")";
+  const std::string group = hw.name;
   auto tf = [](double v) { return fmt::format("{:.1f} TFLOP/s", v / 1e12); };
   auto gb = [](double v) { return fmt::format("{:.1f} GB/s", v / 1e9); };
   for (const auto& [prec, points, label] :
@@ -331,10 +332,25 @@ std::string ValidationMarkdown(const std::vector<ValidationRow>& rows) {
       "Calibration error (component measurements vs the profiles, in-sample): mean absolute "
       "{:.1f}% over {} rows.\n"
       "Validation error (published training runs, predicted): mean absolute {:.1f}% over {} rows"
-      "{}.\n\n",
+      "{}:\n",
       100 * s.calibration_mae, s.calibration_rows, 100 * s.validation_mae, s.validation_rows,
       s.not_predicted ? fmt::format(" ({} more rows without a fitting layout)", s.not_predicted)
                       : "");
+  // Per group: where the error is.
+  std::vector<std::pair<std::string, std::pair<double, int>>> groups;
+  for (const auto& r : rows) {
+    if (r.kind != RowKind::kValidation || !r.has_error) continue;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == r.group; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {r.group, {0.0, 0}});
+    it->second.first += std::fabs(r.error);
+    ++it->second.second;
+  }
+  for (const auto& [group, sum] : groups) {
+    out += fmt::format("- {}: {:.1f}% over {} rows\n", group, 100 * sum.first / sum.second,
+                       sum.second);
+  }
+  out += "\n";
   auto table = [&](RowKind kind, const char* title, const char* header) {
     out += fmt::format("#### {}\n\n{}\n", title, header);
     std::string group;
