@@ -411,11 +411,11 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   };
   const double mem_bw = hw.hbm_bandwidth * hw.eff.memory_bound;
   double dp = 0, dp_exposed = 0, copies = 0;
-  if (l.dp_shard > 1) {
-    const int64_t stride = l.tp * l.cp;
-    const double gather = CollectiveTime(hw, Collective::kAllGather, stride, l.dp_shard,
+  const int64_t shard = l.shard();  // dp_shard x cp: the CP ranks share parameters
+  if (shard > 1) {
+    const double gather = CollectiveTime(hw, Collective::kAllGather, l.tp, shard,
                                          2.0 * params);  // bf16
-    const double scatter = CollectiveTime(hw, Collective::kReduceScatter, stride, l.dp_shard,
+    const double scatter = CollectiveTime(hw, Collective::kReduceScatter, l.tp, shard,
                                           4.0 * params);  // fp32
     if (l.reshard) {  // ZeRO-3: gather for forward, again for backward, reduce per micro-batch
       dp = m * (2.0 * gather + scatter);
@@ -430,16 +430,16 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   if (l.dp_replicate > 1) {  // DDP / HSDP: all-reduce the fp32 gradient (shard) across replicas
     const int64_t stride = l.tp * l.cp * l.dp_shard;
     const double ar = CollectiveTime(hw, Collective::kAllReduce, stride, l.dp_replicate,
-                                     4.0 * params / static_cast<double>(l.dp_shard));
+                                     4.0 * params / static_cast<double>(shard));
     dp += ar;
-    dp_exposed += exposed(ar, l.dp_shard > 1 ? 0.0 : bwd_mb);
+    dp_exposed += exposed(ar, shard > 1 ? 0.0 : bwd_mb);
   }
   s.dp_comm = dp;
   s.dp_exposed = dp_exposed;
   s.dp_copies = copies;
   const double tp_hidden = layers_run * mb.layer.tp_hidden;
   s.interference = hw.eff.comm_interference * ((dp - dp_exposed) + tp_hidden + s.pp_hidden);
-  s.optimizer = kOptimizerBytesPerParam * params / static_cast<double>(l.dp_shard) / mem_bw;
+  s.optimizer = kOptimizerBytesPerParam * params / static_cast<double>(shard) / mem_bw;
 
   s.step =
       s.compute + s.bubble + s.pp_comm + s.dp_exposed + s.dp_copies + s.interference + s.optimizer;

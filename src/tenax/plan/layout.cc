@@ -33,11 +33,12 @@ std::string LayoutName(const Layout& l) {
     s += fmt::format(" split{}/{}", l.first_layers, l.last_layers);
   }
   // FSDP (ZeRO-3) reshards parameters after forward; the distributed optimizer (ZeRO-1/2,
-  // Megatron's --use-distributed-optimizer) shards only optimizer state and gradients.
+  // Megatron's --use-distributed-optimizer) shards only optimizer state and gradients. Either
+  // shards over dp_shard x cp (Layout::shard), so "cp8 fsdp1" is FSDP over the 8 CP ranks.
   const char* shard = l.reshard ? "fsdp" : "dopt";
-  if (l.dp_replicate > 1 && l.dp_shard > 1) {
+  if (l.dp_replicate > 1 && l.shard() > 1) {
     s += fmt::format(" h{}{}x{}", shard, l.dp_replicate, l.dp_shard);
-  } else if (l.dp_shard > 1) {
+  } else if (l.shard() > 1) {
     s += fmt::format(" {}{}", shard, l.dp_shard);
   } else if (l.dp_replicate > 1) {
     s += fmt::format(" ddp{}", l.dp_replicate);

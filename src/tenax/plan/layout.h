@@ -51,6 +51,11 @@ struct Layout {
   int64_t last_layers = 0;
 
   int64_t dp() const { return dp_replicate * dp_shard; }
+  // GPUs that FSDP or the distributed optimizer shard state over and reduce gradients across: the
+  // context-parallel ranks hold the same parameters, so they join the shard axis (torchtitan's
+  // dp_shard_cp mesh, where cp > 1 alone turns FSDP on; Megatron-LM's data-parallel group with
+  // context parallel). 1 for plain DDP.
+  int64_t shard() const { return dp_shard > 1 || cp > 1 ? dp_shard * cp : 1; }
   int64_t gpus() const { return tp * cp * pp * dp(); }
 };
 

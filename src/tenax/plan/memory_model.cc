@@ -11,12 +11,12 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Per-GPU bytes of one stage's parameters, gradients and optimizer state.
 void AddStateBytes(double stage_params, double unit_params, const Layout& l, MemoryBreakdown* m) {
-  const double ds = static_cast<double>(l.dp_shard);
+  const double ds = static_cast<double>(l.shard());
   // Mixed precision as in torchtitan and Llama 3: fp32 master weights and AdamW moments (12 B),
   // fp32 gradients (4 B, reduced in fp32), bf16 copies for compute (2 B).
   m->optimizer = 12.0 * stage_params / ds;
   m->grads = 4.0 * stage_params / ds;
-  if (l.dp_shard == 1) {
+  if (l.shard() == 1) {
     m->params = 2.0 * stage_params;
     return;
   }

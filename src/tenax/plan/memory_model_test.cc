@@ -8,11 +8,6 @@
 namespace tenax::plan {
 namespace {
 
-ModelSpec Preset(const std::string& name) {
-  int64_t seq = 0;
-  return *LoadPlanModel(name, &seq);
-}
-
 HardwareProfile H100() { return *LoadHardwareProfile("h100-sxm", testing::HardwareDirs()); }
 
 Workload Load(const std::string& preset, int64_t seq, int64_t seqs) {
@@ -99,6 +94,28 @@ TEST(MemoryModel, FsdpLayoutByHand) {
   // torchtitan measured 82.4 GiB on a 96 GB part (allocator peak, fragmentation included).
   EXPECT_GT(m.total() / kGiB, 70);
   EXPECT_LT(m.total() / kGiB, 85);
+}
+
+TEST(MemoryModel, ContextParallelRanksJoinTheShards) {
+  // torchtitan shards FSDP over dp_shard x cp (its dp_shard_cp mesh; cp alone turns FSDP on), as
+  // Megatron-LM's distributed optimizer does over its data-parallel group with context parallel.
+  int64_t seq = 0;
+  auto w = *MakeWorkload(*LoadPlanModel("llama3-8b", &seq), 131072, 2 * 131072);
+  Layout l;
+  l.cp = 4;
+  l.dp_shard = 2;
+  l.recompute = Recompute::kFull;
+  const HardwareProfile hw = H100();
+  const double params = 8030261248.0;
+  EXPECT_EQ(l.shard(), 8);
+  EXPECT_DOUBLE_EQ(EstimateMemory(w, hw, l).optimizer, 12 * params / 8);
+  l.dp_shard = 1;
+  l.dp_replicate = 2;  // HSDP: replicas of a shard group of the 4 CP ranks
+  EXPECT_EQ(l.shard(), 4);
+  EXPECT_DOUBLE_EQ(EstimateMemory(w, hw, l).optimizer, 12 * params / 4);
+  l.cp = 1;  // plain DDP: nothing sharded
+  EXPECT_EQ(l.shard(), 1);
+  EXPECT_DOUBLE_EQ(EstimateMemory(w, hw, l).optimizer, 12 * params);
 }
 
 TEST(MemoryModel, PipelineSchedulesHoldMicroBatchesInFlight) {

@@ -341,7 +341,7 @@ std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Cand
                      m.layers_held);
   out += fmt::format("  parameters    {:>10}   bf16 working copies\n", FormatGiB(m.params));
   out += fmt::format("  optimizer     {:>10}   fp32 master + AdamW m, v over {} shard(s)\n",
-                     FormatGiB(m.optimizer), l.dp_shard);
+                     FormatGiB(m.optimizer), l.shard());
   out += fmt::format("  gradients     {:>10}   fp32\n", FormatGiB(m.grads));
   out += fmt::format("  activations   {:>10}   {} layer x micro-batch sets, ac={}\n",
                      FormatGiB(m.activations), m.inflight_sets, RecomputeName(l.recompute));

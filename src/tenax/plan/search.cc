@@ -242,8 +242,9 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                   for (int64_t ds : Divisors(dp)) {
                     if (!pinned(fix.dp_shard, ds) || !pinned(fix.dp_replicate, dp / ds)) continue;
                     for (bool reshard : {false, true}) {
-                      if (ds == 1 && !reshard) continue;  // nothing to reshard
-                      if (ds > 1 && fix.reshard && *fix.reshard != reshard) continue;
+                      const bool sharded = ds * cp > 1;    // see Layout::shard
+                      if (!sharded && !reshard) continue;  // nothing to reshard
+                      if (sharded && fix.reshard && *fix.reshard != reshard) continue;
                       Layout l;
                       l.tp = tp;
                       l.cp = cp;

@@ -24,7 +24,7 @@ TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l) {
   auto lacks = [&](std::string what) { s.missing.push_back(std::move(what)); };
   if (l.cp > 1) lacks("context parallelism");
   if (l.fp8) lacks("fp8 matmuls");
-  if (l.dp_shard > 1 && !l.reshard) lacks("the distributed optimizer (ZeRO-1/2) apart from FSDP");
+  if (l.shard() > 1 && !l.reshard) lacks("the distributed optimizer (ZeRO-1/2) apart from FSDP");
   if (*TenaxActivationCheckpoint(l.recompute) == '\0') {
     lacks(fmt::format("recompute = {} (tenax: none, alternate as \"selective\", full)",
                       RecomputeName(l.recompute)));

@@ -51,8 +51,11 @@ ValidationSummary Summarize(const std::vector<ValidationRow>& rows);
 
 // The validation mean absolute error recorded in docs/planner.md. The test fails when the
 // validation error exceeds it (by more than rounding): a change that makes the planner worse on
-// the published runs must say so and update this figure and the docs together.
-constexpr double kRecordedValidationMae = 1.0;
+// the published runs must say so and update this figure and the docs together. Rows that no
+// layout fits leave the error, so their count is recorded too: a change cannot hide a bad row by
+// making it not fit.
+constexpr double kRecordedValidationMae = 0.185;
+constexpr int kRecordedUnpredictedRows = 0;
 
 // The rows as Markdown: the calibration table, the validation table (by group), the checks, and a
 // summary line with both errors; then one line per failed check.

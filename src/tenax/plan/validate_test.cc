@@ -22,7 +22,8 @@ TEST(Validate, ErrorStaysWithinTheRecordedFigure) {
   // Every published run is a row; the few that no layout fits are shown and counted apart.
   EXPECT_EQ(s.validation_rows + s.not_predicted, static_cast<int>(PublishedRuns().size()));
   EXPECT_GE(s.validation_rows, 40);
-  EXPECT_LE(s.not_predicted, 3);
+  EXPECT_LE(s.not_predicted, kRecordedUnpredictedRows)
+      << "published runs the planner no longer fits leave the error silently";
   EXPECT_LE(s.validation_mae, kRecordedValidationMae + 0.0005)
       << "the planner got worse on the published runs: validation mean absolute error "
       << 100 * s.validation_mae << "% > recorded " << 100 * kRecordedValidationMae
