@@ -163,12 +163,9 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
   const Precision prec = fp8 && hw.peak_fp8 > 0 ? Precision::kFp8 : Precision::kBf16;
 
   // Projections in execution order. GPT-style models (Megatron) fuse Q, K and V into one GEMM.
-  std::vector<Proj> proj;
-  if (a.gated_mlp) {
-    proj = {{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}};
-  } else {
-    proj = {{q + 2.0 * kv, h}, {h, q}, {f, h}, {h, f}};
-  }
+  std::vector<Proj> proj =
+      a.gated_mlp ? std::vector<Proj>{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
+                  : std::vector<Proj>{{q + 2.0 * kv, h}, {h, q}, {f, h}, {h, f}};
   double fwd_gemm = 0, cast_bytes = 0;
   for (Proj& p : proj) {
     p.fwd = GemmTime(hw, n, p.out, p.in, prec);
@@ -238,21 +235,19 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     const double rs = CollectiveTime(hw, Collective::kReduceScatter, 1, tp, bytes);
     const double ar = CollectiveTime(hw, Collective::kAllReduce, 1, tp, bytes);
     const double o_fwd = proj[o_idx].fwd, fc2_fwd = proj[fc2].fwd;
-    if (sp) {
-      tpc = {{ag, qkv_fwd, 0, true},
-             {rs, o_fwd, 0, true},
-             {ag, fc1_fwd, 0, true},
-             {rs, fc2_fwd, 0, true},
-             {ag, proj[fc2].dgrad, 0, false},
-             {rs, fc1_dgrad, fc1_wgrad, false},
-             {ag, proj[o_idx].dgrad, 0, false},
-             {rs, qkv_dgrad, qkv_wgrad, false}};
-    } else {
-      tpc = {{ar, o_fwd, 0, true},
-             {ar, fc2_fwd, 0, true},
-             {ar, fc1_dgrad, fc1_wgrad, false},
-             {ar, qkv_dgrad, qkv_wgrad, false}};
-    }
+    // Built whole and moved in (copy-assigning a list trips GCC 12's -Wnonnull).
+    tpc = sp ? std::vector<TpCollective>{{ag, qkv_fwd, 0, true},
+                                         {rs, o_fwd, 0, true},
+                                         {ag, fc1_fwd, 0, true},
+                                         {rs, fc2_fwd, 0, true},
+                                         {ag, proj[fc2].dgrad, 0, false},
+                                         {rs, fc1_dgrad, fc1_wgrad, false},
+                                         {ag, proj[o_idx].dgrad, 0, false},
+                                         {rs, qkv_dgrad, qkv_wgrad, false}}
+             : std::vector<TpCollective>{{ar, o_fwd, 0, true},
+                                         {ar, fc2_fwd, 0, true},
+                                         {ar, fc1_dgrad, fc1_wgrad, false},
+                                         {ar, qkv_dgrad, qkv_wgrad, false}};
   }
   double tp_fwd_exposed = 0, tp_fwd_hidden = 0;
   for (const TpCollective& x : tpc) {
