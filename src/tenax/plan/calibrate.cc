@@ -25,8 +25,9 @@ double* Parameter(Efficiency* e, const std::string& name) {
       {"memory_bound", &Efficiency::memory_bound},
       {"fp8_matmul", &Efficiency::fp8_matmul},
       {"collective_nvlink", &Efficiency::collective_nvlink},
+      {"allreduce_nvlink", &Efficiency::allreduce_nvlink},
       {"collective_network", &Efficiency::collective_network},
-      {"dp_overlap", &Efficiency::dp_overlap}};
+      {"comm_interference", &Efficiency::comm_interference}};
   auto it = kParams.find(name);
   return it == kParams.end() ? nullptr : &(e->*(it->second));
 }
@@ -81,7 +82,8 @@ Result<CalibrationResult> Calibrate(const std::vector<Measurement>& ms, const Ha
     if (!Parameter(&r.fitted.eff, p)) {
       return InvalidArgument(
           fmt::format("--fit {}: unknown; fit any of matmul, attention, memory_bound, fp8_matmul, "
-                      "collective_nvlink, collective_network, dp_overlap",
+                      "collective_nvlink, allreduce_nvlink, collective_network, "
+                      "comm_interference",
                       p));
     }
   }
@@ -103,7 +105,9 @@ Result<CalibrationResult> Calibrate(const std::vector<Measurement>& ms, const Ha
   double previous = INFINITY;
   for (int sweep = 0; sweep < kMaxSweeps; ++sweep) {
     for (const auto& name : parameters) {
-      double a = std::log(kLowerBound), b = std::log(kUpperBound);
+      // The attention and NVLink all-reduce figures are multipliers that may exceed 1.
+      const double upper = name == "attention" || name == "allreduce_nvlink" ? 2.0 : kUpperBound;
+      double a = std::log(kLowerBound), b = std::log(upper);
       HardwareProfile trial = r.fitted;
       double* x = Parameter(&trial.eff, name);
       auto f = [&](double log_v) {

@@ -48,9 +48,9 @@ struct CalibrationResult {
   double rms_log_error_before = 0, rms_log_error_after = 0;
 };
 
-// Names accepted in `parameters`: matmul, attention, memory_bound, fp8_matmul,
-// collective_nvlink, collective_network, dp_overlap. Needs at least as many measurements as
-// parameters.
+// Names accepted in `parameters` (the [efficiency] keys): matmul, attention, memory_bound,
+// fp8_matmul, collective_nvlink, allreduce_nvlink, collective_network, comm_interference. Needs at
+// least as many measurements as parameters.
 Result<CalibrationResult> Calibrate(const std::vector<Measurement>& measurements,
                                     const HardwareProfile& base,
                                     const std::vector<std::string>& parameters);

@@ -29,16 +29,16 @@ TEST(Calibrate, RecoversTheEfficienciesThatMadeTheMeasurements) {
   // calibrate the profile back from those numbers.
   HardwareProfile truth = H100();
   truth.eff.matmul = 0.55;
-  truth.eff.attention = 0.25;
+  truth.eff.attention = 0.7;
   std::vector<Measurement> ms = {
-      Make("llama3-8b", 8, 8192, 16, "tp=1,pp=1,cp=1,dp_shard=8,mbs=2,ac=selective,fp8=no"),
+      Make("llama3-8b", 8, 8192, 16, "tp=1,pp=1,cp=1,dp_shard=8,mbs=2,ac=op,fp8=no"),
       Make("llama3-8b", 8, 32768, 8, "tp=1,pp=1,cp=1,dp_shard=8,mbs=1,ac=full,fp8=no"),
       Make("llama3.2-1b", 1, 2048, 8, "mbs=4,ac=none,fp8=no")};
   for (auto& m : ms) m.tokens_per_s_per_gpu = *PredictTokensPerSecond(m, truth);
   auto r = Calibrate(ms, H100(), {"matmul", "attention"});
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_NEAR(r->fitted.eff.matmul, 0.55, 0.002);
-  EXPECT_NEAR(r->fitted.eff.attention, 0.25, 0.002);
+  EXPECT_NEAR(r->fitted.eff.attention, 0.7, 0.005);
   EXPECT_GT(r->rms_log_error_before, 0.1);
   EXPECT_LT(r->rms_log_error_after, 0.002);
   ASSERT_EQ(r->rows.size(), 3u);
@@ -50,7 +50,7 @@ TEST(Calibrate, RecoversTheEfficienciesThatMadeTheMeasurements) {
   TempDir dir;
   auto p = LoadHardwareProfile(dir.Write("mine.toml", toml), testing::HardwareDirs());
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_NEAR(p->eff.attention, 0.25, 0.005);
+  EXPECT_NEAR(p->eff.attention, 0.7, 0.01);
 }
 
 TEST(Calibrate, NeedsEnoughMeasurementsAndKnownNames) {
@@ -75,7 +75,7 @@ TEST(Calibrate, ReadsJsonLinesMeasurements) {
   auto ms = LoadMeasurements(path);
   ASSERT_TRUE(ms.ok()) << ms.status().message();
   ASSERT_EQ(ms->size(), 2u);
-  EXPECT_EQ((*ms)[0].workload.kernels, Kernels::kFused);
+  EXPECT_EQ((*ms)[0].workload.sw.kernels, Kernels::kFused);
   EXPECT_EQ(*(*ms)[0].layout.dp_shard, 8);
   EXPECT_DOUBLE_EQ((*ms)[1].tokens_per_s_per_gpu, 430e12 / (*ms)[1].workload.flops_per_token);
 
@@ -144,10 +144,11 @@ TEST(Calibrate, ReadsAMultiProcessRunFolder) {
 
 TEST(Calibrate, RefusesRunsItCannotModel) {
   TempDir dir;
+  // tenax's "selective" (every second block) is the planner's `alternate` policy.
   WriteRun(dir, "activation_checkpoint = \"selective\"\n");
   auto r = LoadMeasurements(dir.path());
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("every second block"), std::string::npos);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(*r->front().layout.recompute, Recompute::kAlternate);
   dir.Write("config.toml",
             "[model]\npreset = \"llama3.2-1b\"\n[training]\nmixed_precision = \"fp32\"\n");
   r = LoadMeasurements(dir.path());

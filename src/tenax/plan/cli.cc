@@ -12,7 +12,9 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
 
   CLI::App* plan = app.add_subcommand(
       "plan", "choose a parallel layout: predicted step time, throughput, memory, days and cost");
-  plan->add_option("--model", p->model, "model preset (llama3-405b, ...) or a tenax TOML config");
+  plan->add_option("--model", p->model,
+                   "model preset (llama3-405b, ...) or a tenax TOML config; the shape flags below "
+                   "override it or replace it");
   plan->add_option("--gpus", p->gpus, "number of GPUs");
   plan->add_option("--gpu", p->gpu,
                    "hardware profile: h100-sxm | h200 | a100-80g | b200 | ... | FILE.toml "
@@ -27,10 +29,39 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
   plan->add_flag("--explain", p->explain, "show the time and memory breakdown of the best layout");
   plan->add_option("--fix", p->fix,
                    "pin parts of the layout: tp=8,pp=16,v=4,dp=64,dp_shard=64,cp=1,mbs=1,"
-                   "ac=none|selective|full,fp8=yes|no,reshard=yes|no");
+                   "ac=none|selective|op|alternate|full,fp8=yes|no,reshard=yes|no,first=N,last=N");
+  plan->add_option("--layers", p->layers, "model shape: transformer layers");
+  plan->add_option("--hidden", p->hidden, "model shape: model (hidden) dimension");
+  plan->add_option("--heads", p->heads, "model shape: attention heads");
+  plan->add_option("--kv-heads", p->kv_heads, "model shape: key/value heads (default --heads)");
+  plan->add_option("--ffn", p->ffn, "model shape: feed-forward width");
+  plan->add_option("--vocab", p->vocab, "model shape: vocabulary size");
+  plan->add_option("--arch", p->arch,
+                   "llama (SwiGLU, RMSNorm, rotary; default) | gpt (GELU, LayerNorm, biases, "
+                   "learned positions, output tied to the embedding)");
+  plan->add_option("--mlp", p->mlp, "swiglu | gelu");
+  plan->add_option("--norm", p->norm, "rmsnorm | layernorm");
+  plan->add_option("--biases", p->biases, "yes | no: biases on the linear layers");
+  plan->add_option("--learned-positions", p->learned_positions,
+                   "yes | no: a learned position table instead of rotary embeddings");
+  plan->add_option("--tie-embeddings", p->tie_embeddings,
+                   "yes | no: the output projection shares the embedding's weights");
   plan->add_option("--kernels", p->kernels,
                    "eager (tenax, torchtitan without compile; default) | fused (torch.compile, "
-                   "Megatron)");
+                   "Megatron / Transformer Engine)");
+  plan->add_option("--attention", p->attention,
+                   "flash2 (default; PyTorch SDPA) | flash3 (FlashAttention-3 / cuDNN, Hopper) | "
+                   "materialized (scores in memory: baddbmm + softmax + dropout)");
+  plan->add_option("--dropout", p->dropout, "dropout probability (default 0)");
+  plan->add_option("--sequence-parallel", p->sequence_parallel,
+                   "yes (default) | no: shard norms and dropout over tensor-parallel ranks");
+  plan->add_option("--tp-overlap", p->tp_overlap,
+                   "none (default) | backward (Megatron's async input-gradient all-reduce) | full "
+                   "(userbuffers / AsyncTP)");
+  plan->add_option("--dp-overlap", p->dp_overlap,
+                   "yes (default) | no: overlap gradient reduction and gathers with compute");
+  plan->add_option("--pp-overlap", p->pp_overlap,
+                   "no (default) | yes: overlap steady-state pipeline sends with compute");
   plan->add_option("--failure-rate", p->failure_rate,
                    "add failures to the training time: 0.0004/node-hour, 2e-5/gpu-hour, "
                    "\"419 in 54d on 16384 gpus\"");
@@ -45,7 +76,8 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
                    "file (repeatable)");
   plan->add_option("--fit", p->fit,
                    "efficiencies to fit, comma-separated (default matmul): matmul, attention, "
-                   "memory_bound, fp8_matmul, collective_nvlink, collective_network, dp_overlap");
+                   "memory_bound, fp8_matmul, collective_nvlink, allreduce_nvlink, "
+                   "collective_network, comm_interference");
   plan->add_option("--out", p->out, "with --calibrate: write the fitted profile here");
 
   CLI::App* sim = app.add_subcommand(

@@ -22,7 +22,22 @@ struct PlanFlags {
   bool json = false;
   bool explain = false;
   std::string fix;
+  // Shape flags (0 = not given): any of them overrides --model's, or describes the model alone.
+  int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;
+  std::string arch;               // llama | gpt (shorthand for the four below)
+  std::string mlp;                // swiglu | gelu
+  std::string norm;               // rmsnorm | layernorm
+  std::string biases;             // yes | no
+  std::string learned_positions;  // yes | no
+  std::string tie_embeddings;     // yes | no
+  // Software features of the run.
   std::string kernels = "eager";
+  std::string attention = "flash2";
+  double dropout = 0;
+  std::string sequence_parallel = "yes";
+  std::string tp_overlap = "none";
+  std::string dp_overlap = "yes";
+  std::string pp_overlap = "no";
   std::string failure_rate;
   std::string checkpoint_cost = "30s";
   std::string restart_cost = "10m";

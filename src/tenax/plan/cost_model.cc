@@ -1,33 +1,57 @@
 #include "tenax/plan/cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "tenax/plan/kernels.h"
 
 namespace tenax::plan {
 namespace {
 
-// Bytes the elementwise kernels move per token of one layer's forward, per element of each
-// width (counted kernel by kernel in docs/planner.md).
+// Bytes the elementwise kernels move per token of one layer's forward, per element of each width
+// (counted kernel by kernel in docs/planner.md).
 struct ElementwiseBytes {
-  double h, q, kv, f;
+  double norms;    // both norms and residual adds, per element of the norm regions
+  double q, kv;    // rotary, repeat_kv, transposes
+  double f;        // the MLP activation
+  double dropout;  // per dropout site (after attention, after the MLP), per norm-region element
 };
-// Eager PyTorch, one kernel per op:
-//   h (sequence-parallel regions): two RMSNorms computed in fp32 (36 B each), two residual adds;
-//   q: rotary embedding (20 B), repeat_kv's expanded k and v (4 B), the output transpose copy;
-//   kv: rotary embedding on k (20 B), repeat_kv's reads (4 B);
-//   f: SwiGLU's silu and product (10 B).
-constexpr ElementwiseBytes kEagerBytes = {2 * 36.0 + 2 * 6.0, 20.0 + 4.0 + 4.0, 20.0 + 4.0, 10.0};
-// Fused: add+RMSNorm reads x and the residual and writes both outputs (8 B, twice); rotary reads
-// and writes q and k once (4 B); SwiGLU reads two inputs and writes one (6 B); no copies.
-constexpr ElementwiseBytes kFusedBytes = {2 * 8.0, 4.0, 4.0, 6.0};
+// Eager PyTorch, one kernel per op. RMSNorm in fp32 (to fp32 6 B, pow 8, mean 4, multiply 8, back
+// to bf16 6, times weight 4 = 36 B, twice); LayerNorm is one kernel (read 2, write 2, fp32 stats:
+// 6 B); two residual adds (6 B each); rotary on q and k (20 B), GQA's repeat_kv (4 B per q element,
+// 4 B per kv read), the attention output's transpose copy (4 B); SwiGLU (silu 4 + product 6) or
+// GELU (4); dropout reads, writes and stores a 1-byte mask (5 B).
+ElementwiseBytes EagerBytes(const Architecture& a) {
+  const double norm = a.layer_norm ? 6.0 : 36.0;
+  const bool rotary = !a.learned_positions;
+  return {2.0 * norm + 2.0 * 6.0, rotary ? 28.0 : 4.0, rotary ? 24.0 : 0.0,
+          a.gated_mlp ? 10.0 : 4.0, 5.0};
+}
+// Fused (torch.compile, Megatron / Transformer Engine): add+norm reads x and the residual and
+// writes both (8 B, twice); rotary reads and writes q and k once (4 B); SwiGLU reads two inputs and
+// writes one (6 B), bias+GELU reads and writes (4 B); bias+dropout+add adds the mask and a pass
+// (3 B per site); no copies.
+ElementwiseBytes FusedBytes(const Architecture& a) {
+  const bool rotary = !a.learned_positions;
+  return {2.0 * 8.0, rotary ? 4.0 : 0.0, rotary ? 4.0 : 0.0, a.gated_mlp ? 6.0 : 4.0, 3.0};
+}
 // An elementwise op's backward reads its saved inputs and the incoming gradient and writes the
 // outgoing one: about twice its forward traffic.
 constexpr double kBackwardElementwiseFactor = 2.0;
-// Flash attention's backward does 2.5x the forward's matmul FLOPs (it recomputes the scores).
-constexpr double kAttentionBackwardFactor = 2.5;
+// FlashAttention's FLOP convention: forward 4 s^2 d H (halved when causal), backward 2.5 x that.
+constexpr double kFlashFwdBwdFactor = 3.5;
 // Bytes per logit in the loss: bf16 logits read, fp32 upcast written and read by log-softmax,
 // its gradient written in fp32 and cast back (20 B), forward and backward together.
 constexpr double kLossBytesPerLogit = 20.0;
+// Materialized attention per score element: Megatron's fused scale-mask-softmax reads and writes
+// (2 + 2 B) forward and reads probabilities and their gradient, writes one (6 B) backward;
+// dropout on the probabilities reads, writes and stores a mask (5 B) forward, reads gradient and
+// mask and writes (5 B) backward.
+constexpr double kSoftmaxFwdBytes = 4.0, kSoftmaxBwdBytes = 6.0;
+constexpr double kDropoutBytes = 5.0;
 // AdamW touches fp32 parameter, gradient, m and v (read) and parameter, m and v (write), plus
 // the gradient-norm pass: 8 x 4 bytes per parameter of the local shard.
 constexpr double kOptimizerBytesPerParam = 32.0;
@@ -39,108 +63,285 @@ constexpr double kFsdpScatterCopyBytes = 6.0;
 // Dynamic-scaling fp8 casts per GEMM: read bf16 (2), find amax (2), write fp8 (1) for X and W in
 // forward and dY, W^T, X^T in backward.
 constexpr double kFp8CastBytesPerElement = 5.0;
+// Embedding lookup: write the rows (2 + 2 B read/write) forward, scatter-add fp32 gradients (8 B).
+constexpr double kEmbeddingBytesPerElement = 12.0;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-struct Gemm {
-  double n, k;  // weight is k x n on this rank; m (tokens) is shared
+// A projection of this rank: weight `in` x `out`, and the times of its three GEMMs.
+struct Proj {
+  double out, in;
+  double fwd = 0, dgrad = 0, wgrad = 0;
+};
+
+// A tensor-parallel collective and the GEMM it can hide behind when overlap is on.
+struct TpCollective {
+  double time;
+  double pair;        // the neighbouring GEMM (TpOverlap::kFull)
+  double wgrad_pair;  // > 0: an input-gradient reduction TpOverlap::kBackward hides behind this
+  bool forward;
 };
 
 }  // namespace
 
-double GemmEfficiency(double m, double n, double k, double bytes_per_element, double max_eff,
-                      double half_intensity) {
-  const double intensity = 2.0 * m * n * k / (bytes_per_element * (m * k + k * n + m * n));
-  return max_eff * intensity / (intensity + half_intensity);
+int64_t StageSplit::max_layers() const { return std::max({first, middle, last}); }
+
+StageSplit SplitStages(int64_t L, const Layout& l) {
+  StageSplit s;
+  if (l.pp == 1) {
+    s.first = s.last = L;
+    return s;
+  }
+  const int64_t even = CeilDiv(L, l.pp);
+  s.first = l.first_layers > 0 ? l.first_layers : even;
+  if (l.pp == 2) {
+    s.last = l.last_layers > 0 ? l.last_layers : L - s.first;
+    return s;
+  }
+  s.last = l.last_layers > 0 ? l.last_layers : even;
+  s.middle = CeilDiv(std::max<int64_t>(0, L - s.first - s.last), l.pp - 2);
+  return s;
 }
 
-double RingCollectiveTime(const HardwareProfile& hw, int64_t stride, int64_t ranks, double bytes) {
-  if (ranks <= 1) return 0;
-  const int64_t span = stride * ranks;
-  const bool in_node = span <= hw.gpus_per_node && hw.gpus_per_node % span == 0;
-  const Link& link = in_node ? hw.nvlink : hw.network;
-  const double eff = in_node ? hw.eff.collective_nvlink : hw.eff.collective_network;
-  const double r = static_cast<double>(ranks);
-  return (r - 1.0) * link.latency + (r - 1.0) / r * bytes / (link.bandwidth * eff);
+std::string StageSplitProblem(int64_t L, const Layout& l) {
+  if (l.pp == 1) {
+    return l.first_layers > 0 || l.last_layers > 0 ? "first / last layers need pp > 1" : "";
+  }
+  const StageSplit s = SplitStages(L, l);
+  if (s.first < 1 || s.last < 1) return "every pipeline rank needs at least one layer";
+  if (l.pp == 2 && s.first + s.last != L) {
+    return fmt::format("pp = 2: first ({}) + last ({}) != n_layers ({})", s.first, s.last, L);
+  }
+  if (l.pp > 2 && L - s.first - s.last < l.pp - 2) {
+    return fmt::format(
+        "first ({}) + last ({}) leave {} layers for {} middle pipeline ranks (need >= 1 each)",
+        s.first, s.last, L - s.first - s.last, l.pp - 2);
+  }
+  return "";
+}
+
+double RecomputeFlopsPerToken(const Workload& w, Recompute r) {
+  const ModelSpec& m = w.model;
+  const double h = static_cast<double>(m.dim), s = static_cast<double>(w.seq_len);
+  const double layer_fwd = 2.0 * w.params.per_layer + 4.0 * s * h;  // matmuls + attention
+  const double L = static_cast<double>(m.n_layers);
+  const LayerWidths lw = WidthsFor(m, 1, w.arch);
+  switch (r) {
+    case Recompute::kNone:
+      return 0;
+    case Recompute::kSelective:
+      return L * 4.0 * s * h;  // QK^T and PV again
+    case Recompute::kOp: {
+      // Every second projection: Llama's wk, wo, w3; GPT's wo and fc2.
+      const double hh = static_cast<double>(lw.h);
+      const double per = w.arch.gated_mlp
+                             ? hh * (static_cast<double>(lw.kv) + static_cast<double>(lw.q) +
+                                     static_cast<double>(lw.f))
+                             : hh * (static_cast<double>(lw.q) + static_cast<double>(lw.f));
+      return L * 2.0 * per;
+    }
+    case Recompute::kAlternate:
+      return 0.5 * L * layer_fwd;
+    case Recompute::kFull:
+      return L * layer_fwd;
+  }
+  return 0;
 }
 
 MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, int64_t tp,
                                   int64_t cp, int64_t micro_batch, Recompute r, bool fp8) {
   const ModelSpec& model = w.model;
-  const LayerWidths lw = WidthsFor(model, tp);
+  const Architecture& a = w.arch;
+  const Software& sw = w.sw;
+  const LayerWidths lw = WidthsFor(model, tp, a);
   const double n = static_cast<double>(micro_batch * w.seq_len / cp);  // tokens on this GPU
   const double h = static_cast<double>(lw.h), q = static_cast<double>(lw.q);
   const double kv = static_cast<double>(lw.kv), f = static_cast<double>(lw.f);
-  const double mem_bw = hw.hbm_bandwidth * hw.eff.memory_bound;
+  const double t = static_cast<double>(tp), seq = static_cast<double>(w.seq_len);
+  const bool sp = sw.sequence_parallel && tp > 1;
+  const double he = sp ? h / t : h;  // norm / residual / dropout width per token on this GPU
+  const Precision prec = fp8 && hw.peak_fp8 > 0 ? Precision::kFp8 : Precision::kBf16;
 
-  // wq, wk, wv, wo, w1, w3, w2 in execution order; the selective policy recomputes the 2nd,
-  // 4th and 6th (wk, wo, w3).
-  const Gemm gemms[7] = {{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}};
-  double fwd[7];
-  double cast_bytes = 0;
-  for (int i = 0; i < 7; ++i) {
-    const double flops = 2.0 * n * gemms[i].n * gemms[i].k;
-    if (fp8 && hw.peak_fp8 > 0) {
-      const double e = GemmEfficiency(n, gemms[i].n, gemms[i].k, 1.0, hw.eff.fp8_matmul,
-                                      hw.eff.matmul_half_intensity);
-      fwd[i] = flops / (hw.peak_fp8 * e);
-      cast_bytes += kFp8CastBytesPerElement *
-                    (2.0 * n * gemms[i].k + 2.0 * gemms[i].k * gemms[i].n + n * gemms[i].n);
-    } else {
-      const double e = GemmEfficiency(n, gemms[i].n, gemms[i].k, 2.0, hw.eff.matmul,
-                                      hw.eff.matmul_half_intensity);
-      fwd[i] = flops / (hw.peak_bf16 * e);
+  // Projections in execution order. GPT-style models (Megatron) fuse Q, K and V into one GEMM.
+  std::vector<Proj> proj =
+      a.gated_mlp ? std::vector<Proj>{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
+                  : std::vector<Proj>{{q + 2.0 * kv, h}, {h, q}, {f, h}, {h, f}};
+  double fwd_gemm = 0, cast_bytes = 0;
+  for (Proj& p : proj) {
+    p.fwd = GemmTime(hw, n, p.out, p.in, prec);
+    p.dgrad = GemmTime(hw, n, p.in, p.out, prec);
+    p.wgrad = GemmTime(hw, p.in, p.out, n, prec);
+    fwd_gemm += p.fwd;
+    if (prec == Precision::kFp8) {
+      cast_bytes += kFp8CastBytesPerElement * (2.0 * n * p.in + 2.0 * p.in * p.out + n * p.out);
     }
   }
-  double fwd_total = 0;
-  for (double t : fwd) fwd_total += t;
+  // Indices of the projections that start and end the attention and MLP blocks.
+  const size_t qkv0 = 0, o_idx = a.gated_mlp ? 3 : 1, fc1 = a.gated_mlp ? 4 : 2;
+  const size_t fc2 = proj.size() - 1;
+  double qkv_fwd = 0, qkv_dgrad = 0, qkv_wgrad = 0;
+  for (size_t i = qkv0; i < o_idx; ++i) {
+    qkv_fwd += proj[i].fwd;
+    qkv_dgrad += proj[i].dgrad;
+    qkv_wgrad += proj[i].wgrad;
+  }
+  double fc1_fwd = 0, fc1_dgrad = 0, fc1_wgrad = 0;
+  for (size_t i = fc1; i < fc2; ++i) {
+    fc1_fwd += proj[i].fwd;
+    fc1_dgrad += proj[i].dgrad;
+    fc1_wgrad += proj[i].wgrad;
+  }
 
   MicroBatchCost c;
-  LayerTime& t = c.layer;
-  t.matmul = 3.0 * fwd_total;  // backward = dX and dW, each the forward's size
-  // Causal attention: each local query sees seq_len / 2 keys on average (context parallelism
-  // balances the causal triangle across ranks); QK^T and PV are 2 FLOPs per multiply-add each.
-  const double attn_fwd = 2.0 * 2.0 * n * (static_cast<double>(w.seq_len) / 2.0) *
-                          static_cast<double>(lw.head_dim * lw.heads) /
-                          (hw.peak_bf16 * hw.eff.attention);
-  t.attention = attn_fwd * (1.0 + kAttentionBackwardFactor);
-  const ElementwiseBytes& eb = w.kernels == Kernels::kEager ? kEagerBytes : kFusedBytes;
-  const double ew_fwd =
-      n * (eb.h * h / static_cast<double>(tp) + eb.q * q + eb.kv * kv + eb.f * f) / mem_bw;
-  t.elementwise = ew_fwd * (1.0 + kBackwardElementwiseFactor) + cast_bytes / mem_bw;
+  LayerTime& lt = c.layer;
+  for (const Proj& p : proj) lt.matmul += p.fwd + p.dgrad + p.wgrad;
 
-  // Sequence parallelism: forward all-gathers the normed input before attention and before the
-  // MLP and reduce-scatters both outputs; backward mirrors it (4 + 4 collectives).
-  const double tp_one = RingCollectiveTime(hw, 1, tp, n * h * 2.0);
+  // Attention core.
+  double attn_fwd = 0;
+  if (sw.attention == AttentionKind::kMaterialized) {
+    // Scores materialized for every (query, key) pair, the causal mask applied afterwards.
+    const double batch = static_cast<double>(micro_batch) * static_cast<double>(lw.heads);
+    const double d = static_cast<double>(lw.head_dim);
+    const double scores = batch * seq * seq;
+    const double drop = sw.dropout > 0 ? kDropoutBytes : 0.0;
+    attn_fwd = GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
+               GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
+               StreamTime(hw, scores * (kSoftmaxFwdBytes + drop));
+    const double bwd = 3.0 * GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
+                       GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
+                       StreamTime(hw, scores * (kSoftmaxBwdBytes + drop));
+    lt.attention = attn_fwd + bwd;
+  } else {
+    // Causal: each local query sees seq / 2 keys on average (context parallelism balances the
+    // causal triangle across ranks); QK^T and PV are 2 FLOPs per multiply-add each.
+    const double fa_fwd = 2.0 * 2.0 * n * (seq / 2.0) * q;
+    lt.attention = FlashAttentionTime(hw, sw.attention, seq / static_cast<double>(cp),
+                                      kFlashFwdBwdFactor * fa_fwd);
+    attn_fwd = lt.attention / kFlashFwdBwdFactor;
+  }
+
+  const ElementwiseBytes eb = sw.kernels == Kernels::kEager ? EagerBytes(a) : FusedBytes(a);
+  const double ew_fwd = StreamTime(hw, n * (eb.norms * he + eb.q * q + eb.kv * kv + eb.f * f +
+                                            (sw.dropout > 0 ? 2.0 * eb.dropout * he : 0.0)));
+  lt.elementwise = ew_fwd * (1.0 + kBackwardElementwiseFactor) + StreamTime(hw, cast_bytes);
+
+  // Tensor parallelism. With sequence parallelism: all-gather before attention and MLP,
+  // reduce-scatter after, mirrored in backward; without: an all-reduce after each block forward
+  // and after each column-parallel input gradient backward. Each moves the n x h bf16 activation.
+  std::vector<TpCollective> tpc;
+  if (tp > 1) {
+    const double bytes = n * h * 2.0;
+    const double ag = CollectiveTime(hw, Collective::kAllGather, 1, tp, bytes);
+    const double rs = CollectiveTime(hw, Collective::kReduceScatter, 1, tp, bytes);
+    const double ar = CollectiveTime(hw, Collective::kAllReduce, 1, tp, bytes);
+    const double o_fwd = proj[o_idx].fwd, fc2_fwd = proj[fc2].fwd;
+    // Built whole and moved in (copy-assigning a list trips GCC 12's -Wnonnull).
+    tpc = sp ? std::vector<TpCollective>{{ag, qkv_fwd, 0, true},
+                                         {rs, o_fwd, 0, true},
+                                         {ag, fc1_fwd, 0, true},
+                                         {rs, fc2_fwd, 0, true},
+                                         {ag, proj[fc2].dgrad, 0, false},
+                                         {rs, fc1_dgrad, fc1_wgrad, false},
+                                         {ag, proj[o_idx].dgrad, 0, false},
+                                         {rs, qkv_dgrad, qkv_wgrad, false}}
+             : std::vector<TpCollective>{{ar, o_fwd, 0, true},
+                                         {ar, fc2_fwd, 0, true},
+                                         {ar, fc1_dgrad, fc1_wgrad, false},
+                                         {ar, qkv_dgrad, qkv_wgrad, false}};
+  }
+  double tp_fwd_exposed = 0, tp_fwd_hidden = 0;
+  for (const TpCollective& x : tpc) {
+    double exposed = x.time;
+    if (sw.tp_overlap == TpOverlap::kFull) {
+      exposed = std::max(0.0, x.time - x.pair);
+    } else if (sw.tp_overlap == TpOverlap::kBackward && x.wgrad_pair > 0) {
+      exposed = std::max(0.0, x.time - x.wgrad_pair);
+    }
+    lt.tp_comm += exposed;
+    lt.tp_hidden += x.time - exposed;
+    if (x.forward) {
+      tp_fwd_exposed += exposed;
+      tp_fwd_hidden += x.time - exposed;
+    }
+  }
   // Context parallelism (Llama 3's all-gather flavour): gather K and V forward, reduce-scatter
   // their gradients backward.
-  const double cp_one =
-      RingCollectiveTime(hw, tp, cp, static_cast<double>(cp) * n * 2.0 * kv * 2.0);
-  double tp_count = 8, cp_count = 2;
+  const double cp_one = CollectiveTime(hw, Collective::kAllGather, tp, cp,
+                                       static_cast<double>(cp) * n * 2.0 * kv * 2.0);
+  lt.cp_comm = 2.0 * cp_one;
+
+  double full = fwd_gemm + attn_fwd + ew_fwd;  // the forward recomputed by full recompute
   switch (r) {
     case Recompute::kNone:
       break;
     case Recompute::kSelective:
-      t.recompute = fwd[1] + fwd[3] + fwd[5] + ew_fwd;
+      lt.recompute = attn_fwd;
       break;
-    case Recompute::kFull:
-      t.recompute = fwd_total + attn_fwd + ew_fwd;
-      tp_count += 4;
-      cp_count += 1;
+    case Recompute::kOp: {
+      for (size_t i = 1; i < proj.size(); i += 2) lt.recompute += proj[i].fwd;
+      lt.recompute += ew_fwd;
       break;
+    }
+    case Recompute::kAlternate:
+    case Recompute::kFull: {
+      const double share = r == Recompute::kFull ? 1.0 : 0.5;
+      lt.recompute = share * full;
+      lt.tp_comm += share * tp_fwd_exposed;
+      lt.tp_hidden += share * tp_fwd_hidden;
+      lt.cp_comm += share * cp_one;
+      break;
+    }
   }
-  t.tp_comm = tp_count * tp_one * (1.0 - hw.eff.tp_overlap);
-  t.tp_hidden = tp_count * tp_one * hw.eff.tp_overlap;
-  t.cp_comm = cp_count * cp_one;
+  lt.forward = fwd_gemm + attn_fwd + ew_fwd + tp_fwd_exposed + cp_one;
 
   // Output projection (bf16; torchtitan keeps it out of fp8) and a vocabulary-parallel loss.
-  const double v = static_cast<double>(model.vocab_size) / static_cast<double>(tp);
-  const double e_out = GemmEfficiency(n, v, h, 2.0, hw.eff.matmul, hw.eff.matmul_half_intensity);
-  c.output = 3.0 * 2.0 * n * v * h / (hw.peak_bf16 * e_out) + n * v * kLossBytesPerLogit / mem_bw +
-             2.0 * tp_one;
-  // Embedding: write the looked-up rows, and in backward scatter-add fp32 gradients.
-  c.embedding = n * h * (2.0 + 2.0 + 8.0) / mem_bw;
+  const double v = static_cast<double>(model.vocab_size) / t;
+  c.output = GemmTime(hw, n, v, h, Precision::kBf16) + GemmTime(hw, n, h, v, Precision::kBf16) +
+             GemmTime(hw, h, v, n, Precision::kBf16) + StreamTime(hw, n * v * kLossBytesPerLogit);
+  if (tp > 1) {
+    const double gathered = n * h * 2.0;  // the final norm's output, gathered (sequence parallel)
+    c.output += sp ? CollectiveTime(hw, Collective::kAllGather, 1, tp, gathered) +
+                         CollectiveTime(hw, Collective::kReduceScatter, 1, tp, gathered)
+                   : 0.0;
+    // Vocabulary-parallel cross-entropy: max, sum of exponentials, target logit (fp32 per token).
+    c.output += 3.0 * CollectiveTime(hw, Collective::kAllReduce, 1, tp, n * 4.0);
+  }
+  c.layer_params = lw.params;
+  c.recompute_flops_per_token = RecomputeFlopsPerToken(w, r);
+  const double tables = a.learned_positions ? 2.0 : 1.0;
+  c.embedding = StreamTime(hw, tables * n * h * kEmbeddingBytesPerElement);
+  if (tp > 1) {  // vocabulary-parallel embedding: sum the partial lookups
+    c.embedding += sp ? CollectiveTime(hw, Collective::kReduceScatter, 1, tp, n * h * 2.0)
+                      : CollectiveTime(hw, Collective::kAllReduce, 1, tp, n * h * 2.0);
+  }
   return c;
+}
+
+void EstimatePipeline(const Workload& w, const Layout& l, const MicroBatchCost& mb, StepTime* s) {
+  const int64_t L = w.model.n_layers;
+  const double layer = mb.layer.total();
+  const double v = static_cast<double>(l.vpp);
+  const double m = static_cast<double>(l.micro_batches);
+  // Pipeline ranks as they are built: the first runs the embedding, the last the output layer and
+  // the loss; uneven splits move layers off them.
+  s->split = SplitStages(L, l);
+  double sum = 0;
+  if (l.pp == 1) {
+    s->stage_first = s->stage_last = s->stage =
+        static_cast<double>(L) * layer + mb.embedding + mb.output;
+    sum = s->stage;
+  } else {
+    s->stage_first = static_cast<double>(s->split.first) * layer + mb.embedding;
+    s->stage_last = static_cast<double>(s->split.last) * layer + mb.output;
+    s->stage_middle = static_cast<double>(s->split.middle) * layer;
+    s->stage = std::max({s->stage_first, s->stage_last, s->stage_middle});
+    sum = static_cast<double>(L) * layer + mb.embedding + mb.output;
+  }
+  // 1F1B is a flow shop: the slowest rank runs every micro-batch back to back, and the others'
+  // work adds the fill and drain once; interleaving cuts every rank's work into v chunks, so the
+  // fill and drain shrink by v (Narayanan et al. 2021: bubble (p - 1) / (v m) of equal stages).
+  s->compute = m * s->stage;
+  s->bubble = (sum - s->stage) / v;
 }
 
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l,
@@ -152,72 +353,88 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   const double layer = mb.layer.total();
   const double pp = static_cast<double>(l.pp), v = static_cast<double>(l.vpp);
   const double m = static_cast<double>(l.micro_batches);
-
-  // Slowest pipeline rank: whole chunks of layers, with the embedding and output work placed in
-  // the slack of short chunks when there is enough (Llama 3 drops a layer from the first and last
-  // stages for this).
-  const double extra = (mb.output + mb.embedding) / layer;
-  if (l.pp == 1) {
-    s.stage_load = static_cast<double>(L) + extra;
-  } else {
-    const double whole = v * static_cast<double>(CeilDiv(L, l.pp * l.vpp));
-    s.stage_load = std::max(whole, (static_cast<double>(L) + extra) / pp);
-  }
-  s.stage = s.stage_load * layer;
-  s.compute = m * s.stage;
-  // Interleaved 1F1B: the fill and drain last (pp - 1) chunk-times, a chunk being 1/v of a stage.
-  s.bubble = (pp - 1.0) / v * s.stage;
+  EstimatePipeline(w, l, mb, &s);
+  const double layers_run = m * static_cast<double>(s.split.max_layers());
+  s.tp_comm = layers_run * mb.layer.tp_comm;
+  s.cp_comm = layers_run * mb.layer.cp_comm;
 
   const double tokens = static_cast<double>(l.micro_batch * w.seq_len / l.cp);
-  const LayerWidths lw = WidthsFor(model, l.tp);
+  const double layer_params = mb.layer_params;
   double pp_send = 0;  // one activation (or gradient) send between stages
   if (l.pp > 1) {
-    const int64_t stride = l.tp * l.cp * l.dp();
-    const int64_t span = stride * l.pp;
-    const bool in_node = span <= hw.gpus_per_node && hw.gpus_per_node % span == 0;
-    const Link& link = in_node ? hw.nvlink : hw.network;
-    const double eff = in_node ? hw.eff.collective_nvlink : hw.eff.collective_network;
-    // Sequence-parallel activations: each tensor-parallel rank sends its shard.
-    const double bytes = tokens * static_cast<double>(lw.h) / static_cast<double>(l.tp) * 2.0;
-    pp_send = link.latency + bytes / (link.bandwidth * eff);
+    const GroupPlacement g = PlaceGroup(hw, l.tp * l.cp * l.dp(), l.pp);
+    // Each tensor-parallel rank sends its 1/tp of the activation (sequence-parallel shards, or
+    // Megatron's scatter/gather optimization, which then all-gathers the full activation over
+    // NVLink on the receiving side because every tensor-parallel rank needs all of it).
+    const double full = tokens * static_cast<double>(model.dim) * 2.0;
+    pp_send = SendTime(hw, g.in_node, full / static_cast<double>(l.tp));
+    if (l.tp > 1 && !w.sw.sequence_parallel) {
+      pp_send += CollectiveTime(hw, Collective::kAllGather, 1, l.tp, full);
+    }
     // Fill and drain put one send per hop on the critical path in each direction; in the steady
-    // state each micro-batch sends v activations and v gradients, partly hidden.
-    s.pp_comm = 2.0 * (pp - 1.0) * pp_send + m * 2.0 * v * pp_send * (1.0 - hw.eff.pp_overlap);
+    // state each micro-batch sends v activations and v gradients.
+    const double steady = m * 2.0 * v * pp_send;
+    s.pp_comm = 2.0 * (pp - 1.0) * pp_send + (w.sw.pp_overlap ? 0.0 : steady);
+    s.pp_hidden = w.sw.pp_overlap ? steady : 0.0;
   }
 
-  // Parameters on this GPU's stage (after tensor parallelism), the unit FSDP moves.
-  const int64_t chunk_layers = CeilDiv(L, l.pp * l.vpp);
-  const double layers =
-      l.pp == 1 ? static_cast<double>(L) : static_cast<double>(std::min(L, l.vpp * chunk_layers));
+  // Parameters on the busiest rank's stage (after tensor parallelism), the unit FSDP moves.
   const double vocab =
       static_cast<double>(model.vocab_size * model.dim) / static_cast<double>(l.tp);
-  const double params =
-      layers * lw.params + (l.pp == 1 && !model.tie_embeddings ? 2.0 : 1.0) * vocab;
-  const double mem_bw = hw.hbm_bandwidth * hw.eff.memory_bound;
-  double dp = 0, copies = 0;
-  if (l.dp_shard > 1) {
-    const int64_t stride = l.tp * l.cp;
-    const double gather = RingCollectiveTime(hw, stride, l.dp_shard, 2.0 * params);   // bf16
-    const double scatter = RingCollectiveTime(hw, stride, l.dp_shard, 4.0 * params);  // fp32
-    const double rounds = l.reshard ? m : 1.0;
-    const double gathers = l.reshard ? 2.0 : 1.0;  // ZeRO-3 gathers again for backward
-    dp += rounds * (gathers * gather + scatter);
-    copies += rounds * (gathers * kFsdpGatherCopyBytes + kFsdpScatterCopyBytes) * params / mem_bw;
+  const double positions =
+      w.arch.learned_positions ? static_cast<double>(w.seq_len * model.dim) : 0.0;
+  double params;
+  if (l.pp == 1) {
+    params = static_cast<double>(L) * layer_params + (model.tie_embeddings ? 1.0 : 2.0) * vocab +
+             positions;
+  } else {
+    params = std::max({static_cast<double>(s.split.first) * layer_params + vocab + positions,
+                       static_cast<double>(s.split.last) * layer_params + vocab,
+                       static_cast<double>(s.split.middle) * layer_params});
   }
-  if (l.dp_replicate > 1) {
+  // Gradient reduction can hide behind backward compute, parameter gathers behind forward: of one
+  // micro-batch on the slowest rank (its last backward, its first forward) when they happen once
+  // per step, of every micro-batch for FSDP's per-micro-batch traffic. One layer's share cannot
+  // hide (the first gather, the last reduction).
+  const double fwd_share = layer > 0 ? mb.layer.forward / layer : 0.5;
+  const double fwd_mb = s.stage * fwd_share, bwd_mb = s.stage * (1.0 - fwd_share);
+  const double unit = std::min(1.0, layer_params / params);
+  const bool overlap = w.sw.dp_overlap;
+  auto exposed = [&](double comm, double behind) {
+    if (!overlap) return comm;
+    return unit * comm + std::max(0.0, (1.0 - unit) * comm - behind);
+  };
+  const double mem_bw = hw.hbm_bandwidth * hw.eff.memory_bound;
+  double dp = 0, dp_exposed = 0, copies = 0;
+  const int64_t shard = l.shard();  // dp_shard x cp: the CP ranks share parameters
+  if (shard > 1) {
+    const double gather = CollectiveTime(hw, Collective::kAllGather, l.tp, shard,
+                                         2.0 * params);  // bf16
+    const double scatter = CollectiveTime(hw, Collective::kReduceScatter, l.tp, shard,
+                                          4.0 * params);  // fp32
+    if (l.reshard) {  // ZeRO-3: gather for forward, again for backward, reduce per micro-batch
+      dp = m * (2.0 * gather + scatter);
+      dp_exposed = m * (exposed(gather, fwd_mb) + exposed(gather + scatter, bwd_mb));
+      copies = m * (2.0 * kFsdpGatherCopyBytes + kFsdpScatterCopyBytes) * params / mem_bw;
+    } else {  // distributed optimizer: one reduce-scatter, one all-gather per step
+      dp = gather + scatter;
+      dp_exposed = exposed(gather, fwd_mb) + exposed(scatter, bwd_mb);
+      copies = (kFsdpGatherCopyBytes + kFsdpScatterCopyBytes) * params / mem_bw;
+    }
+  }
+  if (l.dp_replicate > 1) {  // DDP / HSDP: all-reduce the fp32 gradient (shard) across replicas
     const int64_t stride = l.tp * l.cp * l.dp_shard;
-    const double shard = 4.0 * params / static_cast<double>(l.dp_shard);
-    dp += 2.0 * RingCollectiveTime(hw, stride, l.dp_replicate, shard);  // all-reduce
+    const double ar = CollectiveTime(hw, Collective::kAllReduce, stride, l.dp_replicate,
+                                     4.0 * params / static_cast<double>(shard));
+    dp += ar;
+    dp_exposed += exposed(ar, shard > 1 ? 0.0 : bwd_mb);
   }
   s.dp_comm = dp;
+  s.dp_exposed = dp_exposed;
   s.dp_copies = copies;
-  // Prefetching hides FSDP traffic behind compute, except what the overlap fraction says cannot
-  // be (the first gather, the last reduce-scatter) and whatever exceeds the compute.
-  s.dp_exposed = std::max(dp * (1.0 - hw.eff.dp_overlap), dp - s.compute);
-  const double tp_hidden = m * s.stage_load * mb.layer.tp_hidden;
-  const double pp_hidden = l.pp > 1 ? m * 2.0 * v * pp_send * hw.eff.pp_overlap : 0.0;
-  s.interference = hw.eff.comm_interference * ((dp - s.dp_exposed) + tp_hidden + pp_hidden);
-  s.optimizer = kOptimizerBytesPerParam * params / static_cast<double>(l.dp_shard) / mem_bw;
+  const double tp_hidden = layers_run * mb.layer.tp_hidden;
+  s.interference = hw.eff.comm_interference * ((dp - dp_exposed) + tp_hidden + s.pp_hidden);
+  s.optimizer = kOptimizerBytesPerParam * params / static_cast<double>(shard) / mem_bw;
 
   s.step =
       s.compute + s.bubble + s.pp_comm + s.dp_exposed + s.dp_copies + s.interference + s.optimizer;
@@ -225,7 +442,10 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   const double batch = static_cast<double>(w.global_batch_tokens);
   s.tokens_per_s_per_gpu = batch / s.step / gpus;
   s.tflops_per_gpu = s.tokens_per_s_per_gpu * w.flops_per_token / 1e12;
+  s.hardware_tflops_per_gpu =
+      s.tokens_per_s_per_gpu * (w.flops_per_token + mb.recompute_flops_per_token) / 1e12;
   s.mfu = s.tflops_per_gpu * 1e12 / hw.peak_bf16;
+  s.hfu = s.hardware_tflops_per_gpu * 1e12 / hw.peak_bf16;
   return s;
 }
 

@@ -1,12 +1,11 @@
-// Time of one training step for a layout on a hardware profile:
-//   - matrix work at a GEMM efficiency shaped by arithmetic intensity (the measured shape: small
-//     GEMMs reach a smaller fraction of peak), attention at flash-attention efficiency, and the
-//     memory-bound elementwise kernels at HBM bandwidth;
-//   - recomputation as the chosen policy demands;
-//   - tensor-, context-, pipeline- and data-parallel communication with an alpha-beta model per
-//     link level (NVLink inside a node, the network between nodes), split into exposed and
-//     overlapped parts;
-//   - the pipeline bubble of (interleaved) 1F1B and the optimizer step.
+// Time of one training step for a layout on a hardware profile, built from component costs
+// (kernels.h): the layer's GEMMs (forward, input gradient, weight gradient) at the measured GEMM
+// ceiling with wave quantization and the memory roofline; attention from the measured kernel
+// tables (flash) or from its parts (materialized: batched GEMMs, softmax, dropout); memory-bound
+// kernels at HBM speed; recomputation as the policy demands; tensor-, context-, pipeline- and
+// data-parallel traffic from the measured NCCL bus bandwidths, exposed or hidden according to the
+// run's overlap options; pipeline stages as they are built (embedding on the first, output and
+// loss on the last, uneven splits) and the (interleaved) 1F1B fill and drain.
 // Every formula is written out, with its source, in docs/planner.md.
 // Non-goals: kernel-level simulation, network congestion between jobs, stragglers.
 #pragma once
@@ -21,13 +20,14 @@ namespace tenax::plan {
 
 // One micro-batch through one transformer layer on one GPU (seconds), forward + backward.
 struct LayerTime {
-  double matmul = 0;       // the seven projections, forward + backward
-  double attention = 0;    // flash attention forward + backward
-  double elementwise = 0;  // norms, rotary, SwiGLU, residuals (and fp8 casts)
+  double matmul = 0;       // the projections: forward, input gradient, weight gradient
+  double attention = 0;    // the attention core, forward + backward
+  double elementwise = 0;  // norms, rotary, activation, residuals, dropout (and fp8 casts)
   double recompute = 0;    // extra forward work the recompute policy adds
-  double tp_comm = 0;      // exposed tensor-parallel all-gathers / reduce-scatters
+  double tp_comm = 0;      // exposed tensor-parallel all-gathers / reduce-scatters / all-reduces
   double cp_comm = 0;      // context-parallel key/value all-gathers / reduce-scatters
-  double tp_hidden = 0;    // tensor-parallel traffic overlapped with compute (not in total())
+  double tp_hidden = 0;    // tensor-parallel traffic overlapped with GEMMs (not in total())
+  double forward = 0;      // the forward part of total() (gradient reduction cannot overlap it)
   double total() const { return matmul + attention + elementwise + recompute + tp_comm + cp_comm; }
 };
 
@@ -35,19 +35,36 @@ struct LayerTime {
 // computes them once and reuses them across pipeline and data-parallel choices.
 struct MicroBatchCost {
   LayerTime layer;
-  double output = 0;     // output projection + loss (+ its tensor-parallel traffic)
-  double embedding = 0;  // lookup and its backward scatter
+  double output = 0;        // output projection + loss (+ its tensor-parallel traffic)
+  double embedding = 0;     // lookup and its backward scatter (+ its tensor-parallel traffic)
+  double layer_params = 0;  // parameters of one layer on this tensor-parallel rank
+  double recompute_flops_per_token = 0;  // RecomputeFlopsPerToken for this policy
 };
 MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, int64_t tp,
                                   int64_t cp, int64_t micro_batch, Recompute r, bool fp8);
 
+// Layers on each kind of pipeline rank after resolving Layout::first_layers / last_layers.
+struct StageSplit {
+  int64_t first = 0, middle = 0, last = 0;  // middle: the most any other rank holds
+  int64_t max_layers() const;
+};
+// The split `l` asks for (0 pins: the even split). Empty reason when valid.
+StageSplit SplitStages(int64_t n_layers, const Layout& l);
+std::string StageSplitProblem(int64_t n_layers, const Layout& l);
+
 struct StepTime {
   MicroBatchCost mb;
-  double stage_load = 0;    // layer-equivalents on the slowest pipeline rank
-  double stage = 0;         // that rank's time per micro-batch
+  StageSplit split;
+  double stage_first = 0;   // per micro-batch: the first rank (layers + embedding)
+  double stage_last = 0;    // per micro-batch: the last rank (layers + output and loss)
+  double stage_middle = 0;  // per micro-batch: the busiest other rank
+  double stage = 0;         // the slowest rank's time per micro-batch
   double compute = 0;       // micro_batches x stage
   double bubble = 0;        // pipeline fill and drain
   double pp_comm = 0;       // exposed pipeline sends
+  double pp_hidden = 0;     // pipeline sends hidden behind compute
+  double tp_comm = 0;       // exposed tensor-parallel traffic over the step (inside compute)
+  double cp_comm = 0;       // exposed context-parallel traffic over the step (inside compute)
   double dp_comm = 0;       // all FSDP / DDP traffic
   double dp_exposed = 0;    // the part not hidden behind compute
   double dp_copies = 0;     // FSDP's copy-in / copy-out and dtype casts around each collective
@@ -56,22 +73,22 @@ struct StepTime {
   double step = 0;          // the sum: one optimizer step
 
   double tokens_per_s_per_gpu = 0;
-  double tflops_per_gpu = 0;  // Workload::flops_per_token convention
-  double mfu = 0;             // tflops / peak_bf16 (bf16-equivalent even when matmuls are fp8)
+  double tflops_per_gpu = 0;           // model FLOPs (Workload::flops_per_token)
+  double hardware_tflops_per_gpu = 0;  // model FLOPs + recomputation
+  double mfu = 0;                      // tflops / peak_bf16 (even when matmuls are fp8)
+  double hfu = 0;                      // hardware tflops / peak_bf16
 };
 
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l,
                           const MicroBatchCost& mb);
+
+// The pipeline part of EstimateStepTime alone (split, stage times, compute, bubble): a lower bound
+// of the step that the search uses to skip layouts that cannot enter its top k.
+void EstimatePipeline(const Workload& w, const Layout& l, const MicroBatchCost& mb, StepTime* s);
 // Convenience: EstimateMicroBatch + EstimateStepTime.
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l);
 
-// Fraction of `peak` a GEMM of M x K times K x N reaches: matmul * I / (I + half_intensity),
-// I = 2MNK / bytes moved. Exposed for tests and docs.
-double GemmEfficiency(double m, double n, double k, double bytes_per_element, double max_eff,
-                      double half_intensity);
-
-// Ring all-gather / reduce-scatter of a `bytes`-sized (gathered) tensor over `ranks` GPUs whose
-// group spans `stride * ranks` consecutive GPUs: NVLink when that fits in a node, else network.
-double RingCollectiveTime(const HardwareProfile& hw, int64_t stride, int64_t ranks, double bytes);
+// FLOPs per token that recomputation adds (same convention as Workload::flops_per_token).
+double RecomputeFlopsPerToken(const Workload& w, Recompute r);
 
 }  // namespace tenax::plan

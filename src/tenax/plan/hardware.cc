@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -123,6 +124,81 @@ class Reader {
     }
     return *v * scale;
   }
+  // An optional number: `fallback` when absent.
+  double OptionalNumber(const char* section, const char* key, double lo, double hi, double scale,
+                        double fallback, const char* meaning) {
+    if (!Find(section, key)) {
+      used_[section].insert(key);
+      return fallback;
+    }
+    return Number(section, key, lo, hi, scale, meaning);
+  }
+  // An optional array of `N`-number rows, each number scaled by `scale[i]`.
+  template <size_t N>
+  std::vector<std::array<double, N>> Rows(const char* section, const char* key,
+                                          const std::array<double, N>& scale, const char* meaning) {
+    used_[section].insert(key);
+    std::vector<std::array<double, N>> out;
+    const toml::node* n = Find(section, key);
+    if (!n) return out;
+    const toml::array* rows = n->as_array();
+    bool ok = rows != nullptr;
+    for (size_t r = 0; ok && r < rows->size(); ++r) {
+      const toml::array* row = rows->get(r)->as_array();
+      if (!row || row->size() != N) {
+        ok = false;
+        break;
+      }
+      std::array<double, N> v{};
+      for (size_t i = 0; i < N; ++i) {
+        auto x = row->get(i)->value<double>();
+        if (!x || !(*x > 0)) ok = false;
+        v[i] = ok ? *x * scale[i] : 0;
+      }
+      out.push_back(v);
+    }
+    if (!ok) {
+      errors_->push_back(fmt::format("{}: {} must be an array of [{} positive numbers] rows ({})",
+                                     source_, Name(section, key), N, meaning));
+      out.clear();
+    }
+    return out;
+  }
+  // An array of positive numbers (`scale` applied), at least two, increasing when `increasing`.
+  std::vector<double> List(const std::string& section, const char* key, double scale,
+                           bool increasing, const char* meaning) {
+    used_[section].insert(key);
+    std::vector<double> out;
+    const toml::node* n = Find(section.c_str(), key);
+    const toml::array* a = n ? n->as_array() : nullptr;
+    bool ok = a != nullptr && a->size() >= 2;
+    for (size_t i = 0; ok && i < a->size(); ++i) {
+      auto x = a->get(i)->value<double>();
+      ok = x && *x > 0 && (!increasing || out.empty() || *x * scale > out.back());
+      if (ok) out.push_back(*x * scale);
+    }
+    if (!ok) {
+      errors_->push_back(
+          fmt::format("{}: {} must be an array of at least two positive{} numbers ({})", source_,
+                      Name(section.c_str(), key), increasing ? ", increasing" : "", meaning));
+      out.clear();
+    }
+    return out;
+  }
+  // Sub-tables of `section` ([attention.flash2], ...), marked as known.
+  std::vector<std::string> SubTables(const char* section) {
+    std::vector<std::string> names;
+    const toml::node* s = root_.get(section);
+    const toml::table* t = s ? s->as_table() : nullptr;
+    if (!t) return names;
+    for (const auto& [key, node] : *t) {
+      if (node.as_table()) {
+        names.emplace_back(key.str());
+        used_[section].insert(names.back());
+      }
+    }
+    return names;
+  }
   std::string String(const char* key, bool required, const char* meaning) {
     used_[""].insert(key);
     const toml::node* n = root_.get(key);
@@ -143,9 +219,17 @@ class Reader {
           errors_->push_back(fmt::format("{}: unknown section [{}]", source_, k));
           continue;
         }
-        for (const auto& [sub, ignored] : *t) {
-          if (!used_[k].count(std::string(sub.str()))) {
-            errors_->push_back(fmt::format("{}: unknown key {}.{}", source_, k, sub.str()));
+        for (const auto& [sub, node2] : *t) {
+          const std::string s(sub.str());
+          if (!used_[k].count(s)) {
+            errors_->push_back(fmt::format("{}: unknown key {}.{}", source_, k, s));
+          } else if (const toml::table* t2 = node2.as_table()) {
+            for (const auto& [sub2, ignored] : *t2) {
+              if (!used_[k + "." + s].count(std::string(sub2.str()))) {
+                errors_->push_back(
+                    fmt::format("{}: unknown key {}.{}.{}", source_, k, s, sub2.str()));
+              }
+            }
           }
         }
       } else if (!used_[""].count(k)) {
@@ -158,10 +242,17 @@ class Reader {
   static std::string Name(const char* section, const char* key) {
     return *section ? fmt::format("[{}] {}", section, key) : std::string(key);
   }
+  // `section` may name a sub-table, "attention.flash2".
   const toml::node* Find(const char* section, const char* key) {
     if (!*section) return root_.get(key);
-    const toml::node* s = root_.get(section);
-    const toml::table* t = s ? s->as_table() : nullptr;
+    const toml::table* t = &root_;
+    std::string_view rest(section);
+    while (t && !rest.empty()) {
+      const size_t dot = rest.find('.');
+      const toml::node* s = t->get(rest.substr(0, dot));
+      t = s ? s->as_table() : nullptr;
+      rest = dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1);
+    }
     return t ? t->get(key) : nullptr;
   }
 
@@ -225,6 +316,12 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
   constexpr double kT = 1e12, kG = 1e9, kUs = 1e-6;
   p.peak_bf16 = r.Number("compute", "peak_bf16_tflops", 1e-3, 1e6, kT, "dense bf16 TFLOP/s");
   p.peak_fp8 = r.Number("compute", "peak_fp8_tflops", 0, 1e6, kT, "dense fp8 TFLOP/s; 0 = none");
+  p.sm_count = static_cast<int>(
+      r.Number("compute", "sm_count", 1, 1e5, 1, "streaming multiprocessors, for GEMM waves"));
+  p.sustained_clock = r.Number("compute", "sustained_clock", 0.05, 1, 1,
+                               "fraction of the boost clock held under sustained full load");
+  p.gemm_overhead = r.Number("compute", "gemm_overhead_us", 0, 1e4, kUs,
+                             "microseconds per GEMM beyond its roofline time");
   p.hbm_bytes = r.Number("memory", "hbm_gib", 0.1, 1e5, kGiB, "GPU memory in GiB");
   p.hbm_bandwidth = r.Number("memory", "hbm_tbytes_per_s", 1e-3, 1e3, kT, "HBM TB/s");
   p.reserved_bytes = r.Number("memory", "reserved_gib", 0, 1e5, kGiB,
@@ -233,32 +330,52 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
       r.Number("nvlink", "gbytes_per_s", 1e-3, 1e6, kG, "GB/s per GPU per direction inside a node");
   p.nvlink.latency = r.Number("nvlink", "latency_us", 0, 1e6, kUs, "microseconds per hop");
   p.network.bandwidth = r.Number("network", "gbytes_per_s", 1e-3, 1e6, kG,
-                                 "GB/s per GPU per direction between nodes");
+                                 "GB/s per GPU (one NIC) per direction between nodes");
   p.network.latency = r.Number("network", "latency_us", 0, 1e6, kUs, "microseconds per hop");
   auto frac = [&](const char* key, const char* meaning) {
     return r.Number("efficiency", key, 0, 1, 1, meaning);
   };
-  p.eff.matmul = frac("matmul", "fraction of peak_bf16 reached by large GEMMs");
-  p.eff.matmul_half_intensity = r.Number("efficiency", "matmul_half_intensity", 0, 1e6, 1,
-                                         "FLOP/byte at which a GEMM reaches half of matmul");
-  p.eff.fp8_matmul = frac("fp8_matmul", "fraction of peak_fp8 reached by large fp8 GEMMs");
-  p.eff.attention = frac("attention", "fraction of peak_bf16 reached by flash attention");
-  p.eff.memory_bound = frac("memory_bound", "fraction of HBM bandwidth reached by elementwise ops");
-  p.eff.collective_nvlink = frac("collective_nvlink", "NCCL bus bandwidth / NVLink bandwidth");
-  p.eff.collective_network = frac("collective_network", "NCCL bus bandwidth / network bandwidth");
-  p.eff.tp_overlap = frac("tp_overlap", "fraction of tensor-parallel traffic hidden");
-  p.eff.dp_overlap = frac("dp_overlap", "fraction of data-parallel traffic hidden");
-  p.eff.pp_overlap = frac("pp_overlap", "fraction of steady-state pipeline sends hidden");
+  p.eff.matmul = frac("matmul", "bf16 GEMM compute ceiling, fraction of peak_bf16");
+  p.eff.fp8_matmul = frac("fp8_matmul", "fp8 GEMM compute ceiling, fraction of peak_fp8");
+  p.eff.memory_bound = frac("memory_bound", "fraction of HBM bandwidth reached by streaming");
+  p.eff.collective_nvlink = frac("collective_nvlink", "NCCL ring bus bandwidth / NVLink rate");
+  p.eff.allreduce_nvlink =
+      r.OptionalNumber("efficiency", "allreduce_nvlink", 0, 2, 1, p.eff.collective_nvlink,
+                       "all-reduce bus bandwidth / NVLink rate (NVLink SHARP may exceed 1)");
+  p.eff.collective_network =
+      frac("collective_network", "NCCL bus bandwidth per NIC / network rate");
+  p.eff.attention = r.OptionalNumber("efficiency", "attention", 0, 4, 1, 1,
+                                     "multiplier on the attention kernel tables");
   p.eff.comm_interference =
       frac("comm_interference", "compute seconds lost per second of hidden communication");
+  for (const std::string& kernel : r.SubTables("attention")) {
+    const std::string section = "attention." + kernel;
+    AttentionTable t;
+    t.seq_len = r.List(section, "seq_len", 1, true, "sequence lengths of the measurements");
+    t.flops = r.List(section, "tflops", kT, false, "forward+backward causal TFLOP/s");
+    if (!t.seq_len.empty() && t.seq_len.size() != t.flops.size()) {
+      errors.push_back(
+          fmt::format("{}: [{}] seq_len and tflops must have the same length", source, section));
+    }
+    p.attention[kernel] = std::move(t);
+  }
+  CalibrationPoints& c = p.calibration;
+  c.gemm_bf16 = r.Rows<5>("calibration", "gemm_bf16", {1, 1, 1, 1, kT}, "batch, M, N, K, TFLOP/s");
+  c.gemm_fp8 = r.Rows<5>("calibration", "gemm_fp8", {1, 1, 1, 1, kT}, "batch, M, N, K, TFLOP/s");
+  c.allreduce_nvlink =
+      r.Rows<2>("calibration", "allreduce_nvlink", {1, kG}, "bytes, bus GB/s on 8 GPUs");
+  c.allgather_nvlink =
+      r.Rows<2>("calibration", "allgather_nvlink", {1, kG}, "bytes, bus GB/s on 8 GPUs");
+  c.allreduce_network =
+      r.Rows<2>("calibration", "allreduce_network", {1, kG}, "bytes, bus GB/s per NIC");
   r.ReportUnknown();
-  // Zero speeds would divide by zero in the time model; overlaps may be 0.
-  const std::pair<const char*, double> speeds[] = {
-      {"matmul", p.eff.matmul},
-      {"attention", p.eff.attention},
-      {"memory_bound", p.eff.memory_bound},
-      {"collective_nvlink", p.eff.collective_nvlink},
-      {"collective_network", p.eff.collective_network}};
+  // Zero speeds would divide by zero in the time model.
+  const std::pair<const char*, double> speeds[] = {{"matmul", p.eff.matmul},
+                                                   {"memory_bound", p.eff.memory_bound},
+                                                   {"collective_nvlink", p.eff.collective_nvlink},
+                                                   {"allreduce_nvlink", p.eff.allreduce_nvlink},
+                                                   {"collective_network", p.eff.collective_network},
+                                                   {"attention", p.eff.attention}};
   for (const auto& [key, v] : speeds) {
     if (errors.empty() && v <= 0) {
       errors.push_back(fmt::format("{}: [efficiency] {} must be > 0 (a speed)", source, key));
@@ -270,6 +387,12 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
   }
   if (errors.empty() && p.reserved_bytes >= p.hbm_bytes) {
     errors.push_back(fmt::format("{}: [memory] reserved_gib must be below hbm_gib", source));
+  }
+  if (errors.empty() && !p.attention.count("flash2")) {
+    errors.push_back(fmt::format(
+        "{}: [attention.flash2] is missing (FlashAttention-2 throughput by sequence length: "
+        "seq_len = [...], tflops = [...])",
+        source));
   }
   if (!errors.empty()) {
     std::string msg = "invalid hardware profile:";

@@ -1,12 +1,18 @@
-// Hardware profiles: what the planner knows about a GPU and its cluster (peak FLOP/s, HBM size and
-// bandwidth, NVLink and network bandwidth and latency, GPUs per node) plus the efficiencies that
-// turn peaks into achieved speeds. Profiles are TOML data files (configs/hardware/*.toml) that
-// users copy and edit; a profile may `inherits = "other"` and override only what differs, which is
-// also how `tenax plan --calibrate` writes its fitted efficiencies.
-// Non-goals: detecting the hardware at hand (the profile is the user's statement of it); modelling
-// more than two link levels (NVLink inside a node, one network between nodes).
+// Hardware profiles: what the planner knows about a GPU and its cluster. Profiles are TOML data
+// files (configs/hardware/*.toml) that users copy and edit; a profile may `inherits = "other"` and
+// override only what differs, which is also how `tenax plan --calibrate` writes its fits.
+//
+// A profile holds specifications (peaks, capacities, link rates from data sheets) and component
+// measurements (the fraction of a peak that a matmul, a memory-bound kernel or an NCCL collective
+// reaches; attention kernel throughput by sequence length), each with its source in the file.
+// Software choices (overlapping communication, attention kernel, recomputation) are not here:
+// they are options of the run (workload.h).
+// Non-goals: detecting the hardware at hand (the profile is the user's statement of it); more than
+// two link levels (NVLink inside a node, one network between nodes).
 #pragma once
 
+#include <array>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,27 +21,43 @@
 
 namespace tenax::plan {
 
-// An alpha-beta link: a message of B bytes costs latency + B / bandwidth.
+// An alpha-beta link: each step of a collective costs `latency`, and the bytes move at the line
+// rate `bandwidth` (per GPU, one direction) times the measured bus-bandwidth fraction.
 struct Link {
-  double bandwidth = 0;  // bytes/s per GPU, one direction
+  double bandwidth = 0;  // bytes/s per GPU, one direction (the line rate)
   double latency = 0;    // seconds per step of a collective (NCCL's per-hop cost)
 };
 
-// Fractions of a peak that software reaches on this machine (see docs/planner.md for each).
+// Measured fractions of a peak (the calibration inputs; docs/planner.md, "Calibration").
 struct Efficiency {
-  double matmul = 0;                 // large bf16 GEMMs, fraction of peak_bf16
-  double matmul_half_intensity = 0;  // FLOP/byte at which a GEMM reaches half of `matmul`
-  double fp8_matmul = 0;             // large fp8 GEMMs, fraction of peak_fp8
-  double attention = 0;              // causal flash attention forward+backward, of peak_bf16
-  double memory_bound = 0;           // elementwise kernels, fraction of HBM bandwidth
-  double collective_nvlink = 0;      // NCCL ring bus bandwidth / NVLink bandwidth
-  double collective_network = 0;     // NCCL ring bus bandwidth / network bandwidth
-  double tp_overlap = 0;             // fraction of tensor-parallel traffic hidden by compute
-  double dp_overlap = 0;  // fraction of FSDP/DP traffic hidden when compute is long enough
-  double pp_overlap = 0;  // fraction of steady-state pipeline sends hidden
+  double matmul = 0;              // bf16 GEMM compute ceiling, fraction of peak_bf16
+  double fp8_matmul = 0;          // fp8 GEMM compute ceiling, fraction of peak_fp8
+  double memory_bound = 0;        // streaming kernels, fraction of HBM bandwidth
+  double collective_nvlink = 0;   // NCCL ring bus bandwidth / NVLink line rate
+  double allreduce_nvlink = 0;    // all-reduce bus bandwidth / NVLink line rate (NVLink SHARP)
+  double collective_network = 0;  // NCCL bus bandwidth per NIC / NIC line rate
+  double attention = 1;           // multiplier on the attention kernel tables (calibration hook)
   // Hidden communication is not free: NCCL kernels occupy SMs and HBM bandwidth while compute
   // runs. Each second of hidden traffic still costs this many seconds of compute.
   double comm_interference = 0;
+};
+
+// Throughput of a fused attention kernel (forward + backward, causal, head dim 128, bf16) by
+// sequence length, in the FlashAttention papers' FLOP convention (forward 4 s^2 d H / 2 for causal,
+// backward 2.5 x forward). Interpolated in log(sequence length).
+struct AttentionTable {
+  std::vector<double> seq_len;
+  std::vector<double> flops;  // FLOP/s
+};
+
+// Component measurements kept in the profile to report how well it reproduces them (`tenax plan
+// --validate`, calibration rows). They do not change any prediction.
+struct CalibrationPoints {
+  std::vector<std::array<double, 5>> gemm_bf16;          // batch, M, N, K, FLOP/s (burst clock)
+  std::vector<std::array<double, 5>> gemm_fp8;           // batch, M, N, K, FLOP/s (burst clock)
+  std::vector<std::array<double, 2>> allreduce_nvlink;   // bytes, bus bandwidth (bytes/s), 8 GPUs
+  std::vector<std::array<double, 2>> allgather_nvlink;   // bytes, bus bandwidth (bytes/s), 8 GPUs
+  std::vector<std::array<double, 2>> allreduce_network;  // bytes, bus bandwidth per NIC (bytes/s)
 };
 
 struct HardwareProfile {
@@ -43,14 +65,22 @@ struct HardwareProfile {
   std::string description;
   std::string source;  // the file it was read from (and its parents), for messages
   int gpus_per_node = 0;
-  double peak_bf16 = 0;  // FLOP/s, dense
-  double peak_fp8 = 0;   // FLOP/s, dense; 0 when the GPU has no fp8 tensor cores
+  int sm_count = 0;  // streaming multiprocessors: GEMM waves (wave quantization)
+  // Fraction of the boost clock the GPU holds under sustained full load (at its power limit).
+  // Kernel benchmarks (MAMF, the attention tables) run in bursts at boost clocks; a training run
+  // is one long saturated run, so compute-bound kernels are derated by this.
+  double sustained_clock = 1;
+  double gemm_overhead = 0;  // seconds per GEMM beyond its roofline (launch, prologue, tail)
+  double peak_bf16 = 0;      // FLOP/s, dense
+  double peak_fp8 = 0;       // FLOP/s, dense; 0 when the GPU has no fp8 tensor cores
   double hbm_bytes = 0;
   double hbm_bandwidth = 0;   // bytes/s
   double reserved_bytes = 0;  // CUDA context, NCCL and allocator slack: not available to tensors
   Link nvlink;
   Link network;
   Efficiency eff;
+  std::map<std::string, AttentionTable> attention;  // "flash2", "flash3"
+  CalibrationPoints calibration;
 
   double usable_bytes() const { return hbm_bytes - reserved_bytes; }
 };

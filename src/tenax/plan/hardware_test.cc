@@ -28,7 +28,16 @@ TEST(Hardware, ShippedProfilesLoad) {
   auto h100 = *LoadHardwareProfile("h100-sxm", HardwareDirs());
   EXPECT_DOUBLE_EQ(h100.peak_bf16, 989.4e12);
   EXPECT_DOUBLE_EQ(h100.network.bandwidth, 50e9);
-  EXPECT_DOUBLE_EQ(h100.nvlink.latency, 5e-6);
+  EXPECT_DOUBLE_EQ(h100.nvlink.latency, 3.1e-6);
+  EXPECT_EQ(h100.sm_count, 132);
+  EXPECT_DOUBLE_EQ(h100.gemm_overhead, 6e-6);
+  ASSERT_EQ(h100.attention.count("flash2"), 1u);
+  EXPECT_DOUBLE_EQ(h100.attention.at("flash2").flops.back(), 328e12);
+  EXPECT_EQ(h100.calibration.gemm_bf16.size(), 35u);  // 2 MAMF + 33 OpenXLA shapes
+  // A100 has no FlashAttention-3 table and no fp8.
+  auto a100 = *LoadHardwareProfile("a100-80g", HardwareDirs());
+  EXPECT_EQ(a100.attention.count("flash3"), 0u);
+  EXPECT_DOUBLE_EQ(a100.sustained_clock, 0.926);
 }
 
 TEST(Hardware, InheritanceOverridesOnlyWhatItNames) {
@@ -50,7 +59,7 @@ TEST(Hardware, UserFileByPathInheritingAShippedProfile) {
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_EQ(p->name, "mine");
   EXPECT_DOUBLE_EQ(p->eff.matmul, 0.5);
-  EXPECT_DOUBLE_EQ(p->eff.attention, 0.33);
+  EXPECT_DOUBLE_EQ(p->eff.attention, 1.0);  // inherited (a multiplier)
 }
 
 TEST(Hardware, MissingFieldIsNamed) {
@@ -76,10 +85,28 @@ TEST(Hardware, BadValuesAndUnknownKeysAreNamed) {
   EXPECT_NE(m.find("unknown section [cooling]"), std::string::npos) << m;
 }
 
+TEST(Hardware, CalibrationRowsAndAttentionTablesAreChecked) {
+  auto r = ParseHardwareProfile(
+      "inherits = \"h100-sxm\"\n[attention.flash2]\nseq_len = [1024, 512]\ntflops = [1, 2]\n"
+      "[calibration]\ngemm_bf16 = [[1, 2, 3]]\n",
+      "t.toml", HardwareDirs());
+  const std::string m = Message(r);
+  EXPECT_NE(m.find("[attention.flash2] seq_len must be an array of at least two positive, "
+                   "increasing numbers"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("[calibration] gemm_bf16 must be an array of [5 positive numbers] rows"),
+            std::string::npos)
+      << m;
+  auto unknown = ParseHardwareProfile("inherits = \"h100-sxm\"\n[attention.flash2]\nspeed = 1\n",
+                                      "u.toml", HardwareDirs());
+  EXPECT_NE(Message(unknown).find("unknown key attention.flash2.speed"), std::string::npos);
+}
+
 TEST(Hardware, ZeroSpeedIsRejected) {
-  auto r = ParseHardwareProfile("inherits = \"h100-sxm\"\n[efficiency]\nattention = 0\n", "z.toml",
+  auto r = ParseHardwareProfile("inherits = \"h100-sxm\"\n[efficiency]\nmatmul = 0\n", "z.toml",
                                 HardwareDirs());
-  EXPECT_NE(Message(r).find("attention must be > 0"), std::string::npos);
+  EXPECT_NE(Message(r).find("matmul must be > 0"), std::string::npos);
 }
 
 TEST(Hardware, UnknownNameListsKnownProfiles) {

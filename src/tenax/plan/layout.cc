@@ -14,6 +14,10 @@ const char* RecomputeName(Recompute r) {
       return "none";
     case Recompute::kSelective:
       return "selective";
+    case Recompute::kOp:
+      return "op";
+    case Recompute::kAlternate:
+      return "alternate";
     case Recompute::kFull:
       return "full";
   }
@@ -25,16 +29,22 @@ std::string LayoutName(const Layout& l) {
   if (l.cp > 1) s += fmt::format(" cp{}", l.cp);
   s += fmt::format(" pp{}", l.pp);
   if (l.vpp > 1) s += fmt::format("v{}", l.vpp);
-  if (l.dp_replicate > 1 && l.dp_shard > 1) {
-    s += fmt::format(" hsdp{}x{}", l.dp_replicate, l.dp_shard);
-  } else if (l.dp_shard > 1) {
-    s += fmt::format(" fsdp{}", l.dp_shard);
+  if (l.first_layers > 0 || l.last_layers > 0) {
+    s += fmt::format(" split{}/{}", l.first_layers, l.last_layers);
+  }
+  // FSDP (ZeRO-3) reshards parameters after forward; the distributed optimizer (ZeRO-1/2,
+  // Megatron's --use-distributed-optimizer) shards only optimizer state and gradients. Either
+  // shards over dp_shard x cp (Layout::shard), so "cp8 fsdp1" is FSDP over the 8 CP ranks.
+  const char* shard = l.reshard ? "fsdp" : "dopt";
+  if (l.dp_replicate > 1 && l.shard() > 1) {
+    s += fmt::format(" h{}{}x{}", shard, l.dp_replicate, l.dp_shard);
+  } else if (l.shard() > 1) {
+    s += fmt::format(" {}{}", shard, l.dp_shard);
   } else if (l.dp_replicate > 1) {
     s += fmt::format(" ddp{}", l.dp_replicate);
   } else {
     s += " dp1";
   }
-  if (l.dp_shard > 1) s += l.reshard ? " zero3" : " zero2";
   s += fmt::format(" mbs{}x{}", l.micro_batch, l.micro_batches);
   s += fmt::format(" ac={}", RecomputeName(l.recompute));
   s += l.fp8 ? " fp8" : " bf16";
@@ -46,7 +56,8 @@ bool LayoutConstraints::Allows(const Layout& l) const {
   return ok(tp, l.tp) && ok(cp, l.cp) && ok(pp, l.pp) && ok(vpp, l.vpp) && ok(dp, l.dp()) &&
          ok(dp_replicate, l.dp_replicate) && ok(dp_shard, l.dp_shard) &&
          ok(micro_batch, l.micro_batch) && ok(recompute, l.recompute) && ok(fp8, l.fp8) &&
-         ok(reshard, l.reshard);
+         ok(reshard, l.reshard) && ok(first_layers, l.first_layers) &&
+         ok(last_layers, l.last_layers);
 }
 
 Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text) {
@@ -63,6 +74,13 @@ Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text) {
       TENAX_ASSIGN_OR_RETURN(int64_t v, ParsePositiveInt(value, "--fix " + key));
       *out = v;
       return Status::Ok();
+    };
+    auto count = [&](std::optional<int64_t>* out) -> Status {  // >= 0
+      if (value == "0") {
+        *out = 0;
+        return Status::Ok();
+      }
+      return integer(out);
     };
     auto boolean = [&](std::optional<bool>* out) -> Status {
       if (value == "yes" || value == "true" || value == "on" || value == "1")
@@ -93,18 +111,32 @@ Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text) {
       TENAX_RETURN_IF_ERROR(boolean(&c.fp8));
     else if (key == "reshard")
       TENAX_RETURN_IF_ERROR(boolean(&c.reshard));
+    else if (key == "first")
+      TENAX_RETURN_IF_ERROR(count(&c.first_layers));
+    else if (key == "last")
+      TENAX_RETURN_IF_ERROR(count(&c.last_layers));
     else if (key == "ac") {
-      if (value == "none")
-        c.recompute = Recompute::kNone;
-      else if (value == "selective" || value == "sel")
+      bool found = false;
+      for (Recompute r : kAllRecompute) {
+        if (value == RecomputeName(r)) {
+          c.recompute = r;
+          found = true;
+        }
+      }
+      if (value == "sel") {
         c.recompute = Recompute::kSelective;
-      else if (value == "full")
-        c.recompute = Recompute::kFull;
-      else
-        return InvalidArgument("--fix ac=" + value + ": expected none, selective or full");
+        found = true;
+      }
+      if (!found) {
+        return InvalidArgument("--fix ac=" + value +
+                               ": expected none, selective (Megatron: the attention core), op "
+                               "(torchtitan's per-op policy), alternate (every second layer) or "
+                               "full");
+      }
     } else {
       return InvalidArgument(fmt::format(
-          "--fix: unknown key '{}'; keys: tp cp pp v dp dp_replicate dp_shard mbs ac fp8 reshard",
+          "--fix: unknown key '{}'; keys: tp cp pp v dp dp_replicate dp_shard mbs ac fp8 reshard "
+          "first last",
           key));
     }
   }

@@ -4,7 +4,7 @@
 // layouts users pin on the command line (`--fix tp=8,pp=16`).
 // Mesh order, outermost to innermost, is pp, dp_replicate, dp_shard, cp, tp (torchtitan's): the
 // inner axes get the fastest links, which is why tensor parallelism lands on NVLink first.
-// Non-goals: expert parallelism; uneven (per-stage) layer assignment chosen by hand.
+// Non-goals: expert parallelism; per-stage layer counts beyond first / last / the rest.
 #pragma once
 
 #include <cstdint>
@@ -18,10 +18,16 @@ namespace tenax::plan {
 // What activation memory is kept for backward (docs/planner.md derives each).
 enum class Recompute {
   kNone,       // keep every activation backward needs
-  kSelective,  // torchtitan's per-op policy: keep matmul outputs at odd positions and attention
+  kSelective,  // Megatron-LM's selective recomputation (Korthikanti et al. 2022): recompute the
+               // attention core (scores, softmax, dropout, probabilities x values), keep the rest
+  kOp,         // torchtitan's per-op policy: keep matmul outputs at odd positions and attention
                // outputs; recompute every second matmul and all elementwise ops
+  kAlternate,  // every second layer fully recomputed (torchtitan's layer-frequency option; what
+               // tenax train calls activation_checkpoint = "selective")
   kFull,       // keep only each layer's input; recompute the whole layer in backward
 };
+constexpr Recompute kAllRecompute[] = {Recompute::kNone, Recompute::kSelective, Recompute::kOp,
+                                       Recompute::kAlternate, Recompute::kFull};
 const char* RecomputeName(Recompute r);
 
 struct Layout {
@@ -38,8 +44,18 @@ struct Layout {
   // FSDP: free gathered parameters after forward and gather again for backward, per micro-batch
   // (ZeRO-3); false keeps them gathered for the whole step (ZeRO-2-like, Llama 3's choice).
   bool reshard = true;
+  // Layers on the first and last pipeline ranks (0: the even split, ceil(L / pp) per rank). The
+  // first rank also runs the embedding and the last the output layer and loss, so taking a layer
+  // off each balances them (Llama 3 did). The other ranks share the rest evenly.
+  int64_t first_layers = 0;
+  int64_t last_layers = 0;
 
   int64_t dp() const { return dp_replicate * dp_shard; }
+  // GPUs that FSDP or the distributed optimizer shard state over and reduce gradients across: the
+  // context-parallel ranks hold the same parameters, so they join the shard axis (torchtitan's
+  // dp_shard_cp mesh, where cp > 1 alone turns FSDP on; Megatron-LM's data-parallel group with
+  // context parallel). 1 for plain DDP.
+  int64_t shard() const { return dp_shard > 1 || cp > 1 ? dp_shard * cp : 1; }
   int64_t gpus() const { return tp * cp * pp * dp(); }
 };
 
@@ -51,11 +67,12 @@ struct LayoutConstraints {
   std::optional<int64_t> tp, cp, pp, vpp, dp, dp_replicate, dp_shard, micro_batch;
   std::optional<Recompute> recompute;
   std::optional<bool> fp8, reshard;
+  std::optional<int64_t> first_layers, last_layers;  // 0 pins the even split
 
   bool Allows(const Layout& l) const;
 };
 
-// "tp=8,pp=16,dp=64,v=4,mbs=1,ac=selective,fp8=no,reshard=no,dp_shard=64,cp=1".
+// "tp=8,pp=16,dp=64,v=4,mbs=1,ac=selective,fp8=no,reshard=no,dp_shard=64,cp=1,first=7,last=7".
 Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text);
 
 }  // namespace tenax::plan

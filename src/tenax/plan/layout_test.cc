@@ -15,11 +15,15 @@ TEST(Layout, NamesAreShortAndDistinct) {
   l.micro_batches = 32;
   l.recompute = Recompute::kSelective;
   l.reshard = false;
-  EXPECT_EQ(LayoutName(l), "tp8 pp16v4 fsdp64 zero2 mbs1x32 ac=selective bf16");
+  EXPECT_EQ(LayoutName(l), "tp8 pp16v4 dopt64 mbs1x32 ac=selective bf16");
   l.dp_replicate = 2;
   l.cp = 2;
   l.fp8 = true;
-  EXPECT_EQ(LayoutName(l), "tp8 cp2 pp16v4 hsdp2x64 zero2 mbs1x32 ac=selective fp8");
+  EXPECT_EQ(LayoutName(l), "tp8 cp2 pp16v4 hdopt2x64 mbs1x32 ac=selective fp8");
+  l.reshard = true;
+  l.first_layers = 7;
+  l.last_layers = 7;
+  EXPECT_EQ(LayoutName(l), "tp8 cp2 pp16v4 split7/7 hfsdp2x64 mbs1x32 ac=selective fp8");
   EXPECT_EQ(l.gpus(), 8 * 2 * 16 * 128);
 }
 

@@ -57,14 +57,17 @@ Result<std::vector<Measurement>> LoadRunFolder(const std::string& dir) {
         "planner models bf16 GPU training, so calibrate from a bf16 run on the GPU",
         dir, t.mixed_precision, t.device));
   }
+  // tenax's activation_checkpoint = "selective" recomputes every second block: the planner's
+  // `alternate` policy.
   Recompute recompute = Recompute::kNone;
   if (par.activation_checkpoint == "full") {
     recompute = Recompute::kFull;
+  } else if (par.activation_checkpoint == "selective") {
+    recompute = Recompute::kAlternate;
   } else if (par.activation_checkpoint != "none") {
     return InvalidArgument(fmt::format(
-        "{}: parallelism.activation_checkpoint = \"{}\" recomputes every second block, which the "
-        "planner does not model (its selective policy is torchtitan's per-op one); calibrate "
-        "from a run with none or full",
+        "{}: parallelism.activation_checkpoint = \"{}\" is not one the planner models (none, "
+        "selective, full)",
         dir, par.activation_checkpoint));
   }
   TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(JoinPath(dir, "metrics.jsonl")));

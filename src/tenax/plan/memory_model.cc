@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tenax/plan/cost_model.h"
+
 namespace tenax::plan {
 namespace {
 
@@ -9,12 +11,12 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Per-GPU bytes of one stage's parameters, gradients and optimizer state.
 void AddStateBytes(double stage_params, double unit_params, const Layout& l, MemoryBreakdown* m) {
-  const double ds = static_cast<double>(l.dp_shard);
+  const double ds = static_cast<double>(l.shard());
   // Mixed precision as in torchtitan and Llama 3: fp32 master weights and AdamW moments (12 B),
   // fp32 gradients (4 B, reduced in fp32), bf16 copies for compute (2 B).
   m->optimizer = 12.0 * stage_params / ds;
   m->grads = 4.0 * stage_params / ds;
-  if (l.dp_shard == 1) {
+  if (l.shard() == 1) {
     m->params = 2.0 * stage_params;
     return;
   }
@@ -32,64 +34,103 @@ void AddStateBytes(double stage_params, double unit_params, const Layout& l, Mem
 
 }  // namespace
 
-double ActivationBytesPerToken(const ModelSpec& model, int64_t tp, Recompute r) {
-  const LayerWidths w = WidthsFor(model, tp);
+double ActivationBytesPerToken(const Workload& w, int64_t tp, Recompute r) {
+  const LayerWidths lw = WidthsFor(w.model, tp, w.arch);
+  const bool sp = w.sw.sequence_parallel && tp > 1;
   // Sequence parallelism shards the norm regions' tokens over tp, so the full-width tensors
-  // (layer input, norm outputs, residual-stream outputs) count h / tp per token.
-  const double h = static_cast<double>(w.h) / static_cast<double>(tp);
-  const double q = static_cast<double>(w.q), kv = static_cast<double>(w.kv);
-  const double f = static_cast<double>(w.f);
-  const double lse = 4.0 * static_cast<double>(w.heads);  // flash attention's fp32 logsumexp
+  // (layer input, norm outputs, dropout masks) count h / tp per token; without it they are
+  // replicated on every tensor-parallel rank (Korthikanti et al.'s 10 sbh term).
+  const double he = static_cast<double>(lw.h) / (sp ? static_cast<double>(tp) : 1.0);
+  const double q = static_cast<double>(lw.q), kv = static_cast<double>(lw.kv);
+  const double f = static_cast<double>(lw.f);
+  const double heads = static_cast<double>(lw.heads);
+  const bool dropout = w.sw.dropout > 0;
+  const double mask = dropout ? he : 0.0;  // one byte per element, after attention and the MLP
+  // The attention core's saved state: flash keeps only the fp32 log-sum-exp per head; the
+  // materialized kernel keeps the softmax output (2 B per score) and, with dropout, its mask (1 B)
+  // and output (2 B): Korthikanti et al.'s 5as term.
+  const double core = w.sw.attention == AttentionKind::kMaterialized
+                          ? heads * static_cast<double>(w.seq_len) * (dropout ? 5.0 : 2.0)
+                          : 4.0 * heads;
+  // Attention block: input and norm output (2h + 2h), q (2q), k and v (4kv), attention output
+  // (2q), the core, the dropout mask. MLP block: input and norm output (2h + 2h), then SwiGLU's
+  // w1 and w3 outputs, silu(w1 x) and the product fed to w2 (4 x 2f) or GELU's input and output
+  // (2 x 2f), the dropout mask. Norm statistics: fp32 rstd (and mean), 8 B.
+  const double mlp = (w.arch.gated_mlp ? 8.0 : 4.0) * f;
+  const double none = 4.0 * he + 4.0 * q + 4.0 * kv + core + mask + 4.0 * he + mlp + mask + 8.0;
   switch (r) {
     case Recompute::kNone:
-      // Attention block: input and norm output (2h+2h), q (2q), k and v (4kv), attention output
-      // (2q); MLP block: input and norm output (2h+2h), w1 and w3 outputs, silu(w1 x) and the
-      // product fed to w2 (4 x 2f). bf16 = 2 bytes each; fp32 rstd of the norms (8 B).
-      return 8.0 * h + 4.0 * q + 4.0 * kv + 8.0 * f + lse + 8.0;
+      return none;
     case Recompute::kSelective:
-      // torchtitan's op policy keeps the layer input, q and v (1st and 3rd matmuls), the
-      // attention output, w1's output (5th) and w2's output (7th); k, wo and w3 and every
-      // elementwise op are recomputed.
-      return 2.0 * h + 2.0 * q + 2.0 * kv + 2.0 * q + 2.0 * f + 2.0 * h + lse;
+      // Megatron's selective recomputation drops the attention core's saved state (the 5as term,
+      // or flash's log-sum-exp) and recomputes it; its inputs and output stay saved.
+      return none - core;
+    case Recompute::kOp:
+      // torchtitan's op policy keeps the layer input, the 1st and 3rd matmul outputs (q and v, or
+      // the fused qkv), the attention output, the 5th (w1 or fc1) and the block output.
+      return 2.0 * he + 2.0 * q + 2.0 * kv + 2.0 * q + 2.0 * f + 2.0 * he + 4.0 * heads;
+    case Recompute::kAlternate:
+      return 0.5 * (none + 2.0 * he);
     case Recompute::kFull:
-      return 2.0 * h;  // only the layer input
+      return 2.0 * he;  // only the layer input
   }
   return 0;
 }
 
+LayerFootprint Footprint(const Workload& w, int64_t tp, Recompute r) {
+  LayerFootprint f;
+  f.widths = WidthsFor(w.model, tp, w.arch);
+  f.saved_bytes_per_token = ActivationBytesPerToken(w, tp, r);
+  f.full_bytes_per_token = ActivationBytesPerToken(w, tp, Recompute::kNone);
+  return f;
+}
+
 MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, const Layout& l) {
+  return EstimateMemory(w, hw, l, Footprint(w, l.tp, l.recompute));
+}
+
+MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, const Layout& l,
+                               const LayerFootprint& f) {
   const ModelSpec& m = w.model;
-  const LayerWidths lw = WidthsFor(m, l.tp);
+  const LayerWidths& lw = f.widths;
   const int64_t L = m.n_layers;
-  const int64_t chunk_layers = CeilDiv(L, l.pp * l.vpp);
-  const int64_t layers = l.pp == 1 ? L : std::min(L, l.vpp * chunk_layers);
+  const StageSplit split = SplitStages(L, l);
   const double vocab_params = static_cast<double>(m.vocab_size) * static_cast<double>(m.dim) /
                               static_cast<double>(l.tp);                   // vocabulary-parallel
   const double n = static_cast<double>(l.micro_batch * w.seq_len / l.cp);  // tokens per GPU
-  const double act = ActivationBytesPerToken(m, l.tp, l.recompute) * n;
+  const double act = f.saved_bytes_per_token * n;
   const double logits = n * static_cast<double>(m.vocab_size) / static_cast<double>(l.tp) *
                         (2.0 + 4.0 + 4.0);  // bf16 logits, fp32 copy for the loss, fp32 grad
-  const double workspace = ActivationBytesPerToken(m, l.tp, Recompute::kNone) * n;
+  const double workspace = f.full_bytes_per_token * n;
+  const double positions =
+      w.arch.learned_positions ? static_cast<double>(w.seq_len) * static_cast<double>(m.dim) : 0;
   double buffers = 0;
   if (l.tp > 1) buffers += 2.0 * n * static_cast<double>(m.dim) * 2.0;  // gathered inputs
   if (l.pp > 1) buffers += 4.0 * n * static_cast<double>(m.dim) / static_cast<double>(l.tp) * 2.0;
 
+  // `first` and `last` pick the rank; neither is the second rank (the busiest middle one: most
+  // micro-batches in flight after the first).
   auto stage = [&](bool first, bool last) {
     MemoryBreakdown b;
+    const int64_t layers = l.pp == 1 ? L : first ? split.first : last ? split.last : split.middle;
     double params = static_cast<double>(layers) * lw.params;
-    if (first) params += vocab_params;
+    if (first) params += vocab_params + positions;
     if (last && (!first || !m.tie_embeddings)) params += vocab_params + m.dim;
     AddStateBytes(params, std::max(lw.params, first || last ? vocab_params : 0.0), l, &b);
+    const int64_t chunk_layers = CeilDiv(layers, l.vpp);
     int64_t sets = 0;
     if (l.pp == 1) {
       sets = L;  // one micro-batch at a time; gradient accumulation frees it after backward
     } else if (l.vpp == 1) {
       // 1F1B: stage i holds pp - i micro-batches before its first backward.
-      sets = std::min(l.micro_batches, first ? l.pp : int64_t{1}) * layers;
+      const int64_t held = first ? l.pp : last ? 1 : l.pp - 1;
+      sets = std::min(l.micro_batches, held) * layers;
     } else {
       // Interleaved 1F1B (Megatron): rank 0 warms up with 2(pp-1) + (v-1)pp chunks, the last
       // rank with (v-1)pp, each holding one more in the steady state.
-      const int64_t chunks = first ? (l.vpp + 1) * l.pp - 1 : (l.vpp - 1) * l.pp + 1;
+      const int64_t chunks = first  ? (l.vpp + 1) * l.pp - 1
+                             : last ? (l.vpp - 1) * l.pp + 1
+                                    : (l.vpp + 1) * l.pp - 3;
       sets = std::min(l.micro_batches * l.vpp, chunks) * chunk_layers;
     }
     b.inflight_sets = sets;
@@ -99,12 +140,15 @@ MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, con
     b.workspace = workspace;
     b.buffers = buffers;
     b.reserved = hw.reserved_bytes;
-    b.stage = l.pp == 1 ? "only" : first ? "first" : "last";
+    b.stage = l.pp == 1 ? "only" : first ? "first" : last ? "last" : "second";
     return b;
   };
   if (l.pp == 1) return stage(true, true);
-  MemoryBreakdown a = stage(true, false), b = stage(false, true);
-  return a.total() >= b.total() ? a : b;
+  MemoryBreakdown peak = stage(true, false);
+  for (MemoryBreakdown b : {stage(false, true), l.pp > 2 ? stage(false, false) : peak}) {
+    if (b.total() > peak.total()) peak = b;
+  }
+  return peak;
 }
 
 }  // namespace tenax::plan

@@ -1,5 +1,5 @@
 // Memory per GPU for a layout: parameters, gradients and AdamW state with the layout's sharding,
-// activations saved for backward (Korthikanti et al. 2022's accounting, redone for Llama's
+// activations saved for backward (Korthikanti et al. 2022's accounting, generalised to Llama's
 // SwiGLU, grouped-query attention and flash attention; see docs/planner.md), the micro-batches a
 // pipeline schedule keeps in flight, logits, one layer's transient working set and communication
 // buffers. The peak is taken over the first pipeline stage (most activations in flight, plus the
@@ -27,16 +27,28 @@ struct MemoryBreakdown {
   double reserved = 0;        // from the profile
   int64_t layers_held = 0;    // layers whose weights this GPU holds (max over stages)
   int64_t inflight_sets = 0;  // layer x micro-batch activation sets alive at the peak
-  const char* stage = "";     // "only", "first" or "last": where the peak is
+  const char* stage = "";     // "only", "first", "second" or "last": where the peak is
 
   double total() const {
     return params + optimizer + grads + activations + logits + workspace + buffers + reserved;
   }
 };
 
-// Bytes of activations one layer saves for backward per token on one tensor-parallel rank.
-double ActivationBytesPerToken(const ModelSpec& m, int64_t tp, Recompute r);
+// Bytes of activations one layer saves for backward per token on one tensor-parallel rank
+// (Korthikanti et al. 2022's accounting; `w` gives the architecture, attention kind, dropout,
+// sequence parallelism and the sequence length the materialized scores scale with).
+double ActivationBytesPerToken(const Workload& w, int64_t tp, Recompute r);
 
 MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, const Layout& l);
+
+// What EstimateMemory needs per (tp, recompute), computed once by the search.
+struct LayerFootprint {
+  LayerWidths widths;
+  double saved_bytes_per_token = 0;  // ActivationBytesPerToken(w, tp, recompute)
+  double full_bytes_per_token = 0;   // ActivationBytesPerToken(w, tp, kNone): the workspace
+};
+LayerFootprint Footprint(const Workload& w, int64_t tp, Recompute r);
+MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, const Layout& l,
+                               const LayerFootprint& f);
 
 }  // namespace tenax::plan

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "tenax/plan/support.h"
 #include "tenax/plan/units.h"
 
 namespace tenax::plan {
@@ -35,14 +36,18 @@ std::optional<TrainingEstimate> Training(const PlanReport& r, const Candidate& c
 std::string PlanText(const PlanReport& r) {
   const Workload& w = *r.workload;
   const SearchResult& s = *r.search;
-  const ParamCounts pc = CountParams(w.model);
   std::string out = fmt::format(
-      "tenax plan: {} ({:.2f}B parameters, {} training FLOP/token at seq_len {}) on {} x {}\n"
-      "  batch {} sequences x {} = {} tokens per step; {} kernels\n"
+      "tenax plan: {} ({:.2f}B parameters, {} model FLOP/token at seq_len {}) on {} x {}\n"
+      "  batch {} sequences x {} = {} tokens per step; {} kernels, {} attention{}{}\n"
       "  searched {} layouts in {:.3f} s: {} fit, dropped:{}\n",
-      w.model.name, static_cast<double>(pc.total) / 1e9, FormatCount(w.flops_per_token), w.seq_len,
-      r.gpus, r.hardware->name, w.sequences(), w.seq_len,
-      FormatCount(static_cast<double>(w.global_batch_tokens)), KernelsName(w.kernels),
+      w.shape_name, w.params.total / 1e9, FormatCount(w.flops_per_token), w.seq_len, r.gpus,
+      r.hardware->name, w.sequences(), w.seq_len,
+      FormatCount(static_cast<double>(w.global_batch_tokens)), KernelsName(w.sw.kernels),
+      AttentionName(w.sw.attention),
+      w.sw.dropout > 0 ? fmt::format(", dropout {:g}", w.sw.dropout) : "",
+      w.sw.tp_overlap != TpOverlap::kNone
+          ? fmt::format(", tp overlap {}", TpOverlapName(w.sw.tp_overlap))
+          : "",
       FormatThousands(static_cast<double>(s.evaluated)), s.seconds,
       FormatThousands(static_cast<double>(s.fitting)), DropSummary(s));
   if (s.best.empty()) {
@@ -57,18 +62,19 @@ std::string PlanText(const PlanReport& r) {
   const bool days = r.tokens.has_value();
   const bool cost = days && r.price_per_gpu_hour > 0;
   const bool fail = days && r.failures.has_value();
-  out += fmt::format("\n {:>2}  {:<52} {:>9} {:>11} {:>8} {:>6} {:>10}", "#", "layout", "step",
-                     "tokens/s", "TFLOP/s", "MFU", "memory");
+  out += fmt::format("\n {:>2}  {:<58} {:>9} {:>11} {:>8} {:>6} {:>10} {:>5}", "#", "layout",
+                     "step", "tokens/s", "TFLOP/s", "MFU", "memory", "tenax");
   if (days) out += fmt::format(" {:>9}", "days");
   if (fail) out += fmt::format(" {:>13}", "w/ failures");
   if (cost) out += fmt::format(" {:>14}", "cost");
   out += "\n";
   int rank = 0;
   for (const Candidate& c : s.best) {
-    out += fmt::format(" {:>2}  {:<52} {:>9} {:>11} {:>8.0f} {:>5.1f}% {:>10}", ++rank,
+    out += fmt::format(" {:>2}  {:<58} {:>9} {:>11} {:>8.0f} {:>5.1f}% {:>10} {:>5}", ++rank,
                        LayoutName(c.layout), FormatDuration(c.time.step),
                        FormatCount(c.time.tokens_per_s_per_gpu * static_cast<double>(r.gpus)),
-                       c.time.tflops_per_gpu, 100 * c.time.mfu, FormatGiB(c.memory.total()));
+                       c.time.tflops_per_gpu, 100 * c.time.mfu, FormatGiB(c.memory.total()),
+                       TenaxTrainSupport(w, c.layout).runnable ? "yes" : "no");
     if (auto t = Training(r, c)) {
       out += fmt::format(" {:>9.1f}", t->seconds / kDay);
       if (fail) out += fmt::format(" {:>13.1f}", t->wall_seconds / kDay);
@@ -78,9 +84,25 @@ std::string PlanText(const PlanReport& r) {
   }
   const Candidate& best = s.best.front();
   out += fmt::format(
-      "\n  tokens/s is the whole cluster's; TFLOP/s and MFU count {} per token "
-      "(6N + 12LHQT) against {:.0f} TFLOP/s bf16 peak.\n",
-      FormatCount(w.flops_per_token), r.hardware->peak_bf16 / 1e12);
+      "\n  tokens/s is the whole cluster's; TFLOP/s and MFU count {} model FLOPs per token "
+      "(6N + 12LHdS) against {:.0f} TFLOP/s bf16 peak (#1: {:.0f} hardware TFLOP/s with "
+      "recomputation, {:.1f}% HFU). tenax: whether `tenax train` runs the layout today.\n",
+      FormatCount(w.flops_per_token), r.hardware->peak_bf16 / 1e12,
+      best.time.hardware_tflops_per_gpu, 100 * best.time.hfu);
+  if (const TrainSupport ts = TenaxTrainSupport(w, best.layout); !ts.runnable) {
+    std::string why;
+    for (const auto& m : ts.missing) why += (why.empty() ? "" : "; ") + m;
+    out += "  #1 needs what tenax train lacks: " + why + "\n";
+  }
+  if (r.failures && !r.tokens) {
+    const FailureSummary f = SummarizeFailures(*r.failures, r.gpus);
+    out += fmt::format(
+        "  failures ({}): job MTBF {}; checkpoint every {} of computation (Daly; Young {}) at {} "
+        "stall, {} restart: {:.1f}% effective training time\n",
+        r.failures->rate.text, FormatDuration(f.mtbf), FormatDuration(f.daly_interval),
+        FormatDuration(f.young_interval), FormatDuration(r.failures->checkpoint_cost),
+        FormatDuration(r.failures->restart_cost), 100 * f.effective);
+  }
   if (auto t = Training(r, best)) {
     out += fmt::format("  {} tokens on layout #1: {:.1f} days, {} GPU-hours{}\n",
                        FormatCount(t->tokens), t->seconds / kDay, FormatThousands(t->gpu_hours),
@@ -100,80 +122,166 @@ std::string PlanText(const PlanReport& r) {
   return out;
 }
 
-nlohmann::json PlanJson(const PlanReport& r) {
+nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
+  const Workload& w = *r.workload;
+  const Layout& l = c.layout;
+  const StepTime& t = c.time;
+  const LayerTime& lt = t.mb.layer;
+  const MemoryBreakdown& m = c.memory;
+  const TrainSupport ts = TenaxTrainSupport(w, l);
+  nlohmann::json j = {
+      {"name", LayoutName(l)},
+      {"tp", l.tp},
+      {"cp", l.cp},
+      {"pp", l.pp},
+      {"vpp", l.vpp},
+      {"dp_replicate", l.dp_replicate},
+      {"dp_shard", l.dp_shard},
+      {"micro_batch", l.micro_batch},
+      {"micro_batches", l.micro_batches},
+      {"recompute", RecomputeName(l.recompute)},
+      {"fp8", l.fp8},
+      {"reshard", l.reshard},
+      {"stage_layers",
+       {{"first", t.split.first}, {"middle", t.split.middle}, {"last", t.split.last}}},
+      {"tenax_train", {{"runnable", ts.runnable}, {"missing", ts.missing}}},
+      {"step_s", t.step},
+      {"tokens_per_s", t.tokens_per_s_per_gpu * static_cast<double>(r.gpus)},
+      {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
+      {"tflops_per_gpu", t.tflops_per_gpu},
+      {"hardware_tflops_per_gpu", t.hardware_tflops_per_gpu},
+      {"mfu", t.mfu},
+      {"hfu", t.hfu},
+      {"memory_bytes", m.total()},
+      // One micro-batch through one layer on one GPU, forward + backward.
+      {"layer_s",
+       {{"matmul", lt.matmul},
+        {"attention", lt.attention},
+        {"elementwise", lt.elementwise},
+        {"recompute", lt.recompute},
+        {"tp_exposed", lt.tp_comm},
+        {"tp_hidden", lt.tp_hidden},
+        {"cp_exposed", lt.cp_comm},
+        {"total", lt.total()}}},
+      {"stage_s",
+       {{"first", t.stage_first},
+        {"middle", t.stage_middle},
+        {"last", t.stage_last},
+        {"output_layer", t.mb.output},
+        {"embedding", t.mb.embedding}}},
+      {"time_s",
+       {{"compute", t.compute},
+        {"tp_exposed", t.tp_comm},
+        {"cp_exposed", t.cp_comm},
+        {"bubble", t.bubble},
+        {"pp_exposed", t.pp_comm},
+        {"pp_hidden", t.pp_hidden},
+        {"dp_comm", t.dp_comm},
+        {"dp_exposed", t.dp_exposed},
+        {"dp_copies", t.dp_copies},
+        {"interference", t.interference},
+        {"optimizer", t.optimizer}}},
+      {"memory",
+       {{"params", m.params},
+        {"optimizer", m.optimizer},
+        {"grads", m.grads},
+        {"activations", m.activations},
+        {"logits", m.logits},
+        {"workspace", m.workspace},
+        {"buffers", m.buffers},
+        {"reserved", m.reserved},
+        {"stage", m.stage}}}};
+  if (auto t2 = Training(r, c)) {
+    nlohmann::json tj = {{"tokens", t2->tokens},
+                         {"days", t2->seconds / kDay},
+                         {"gpu_hours", t2->gpu_hours},
+                         {"cost", t2->cost}};
+    if (t2->with_failures) {
+      tj["with_failures"] = {{"days", t2->wall_seconds / kDay},
+                             {"effective", t2->effective},
+                             {"mtbf_s", t2->mtbf},
+                             {"checkpoint_interval_s", t2->interval},
+                             {"cost", t2->wall_cost}};
+    }
+    j["training"] = tj;
+  }
+  return j;
+}
+
+nlohmann::json PlanJson(const PlanReport& r, bool with_layouts) {
   const Workload& w = *r.workload;
   const SearchResult& s = *r.search;
   nlohmann::json layouts = nlohmann::json::array();
-  for (const Candidate& c : s.best) {
-    const Layout& l = c.layout;
-    const StepTime& t = c.time;
-    const MemoryBreakdown& m = c.memory;
-    nlohmann::json j = {{"name", LayoutName(l)},
-                        {"tp", l.tp},
-                        {"cp", l.cp},
-                        {"pp", l.pp},
-                        {"vpp", l.vpp},
-                        {"dp_replicate", l.dp_replicate},
-                        {"dp_shard", l.dp_shard},
-                        {"micro_batch", l.micro_batch},
-                        {"micro_batches", l.micro_batches},
-                        {"recompute", RecomputeName(l.recompute)},
-                        {"fp8", l.fp8},
-                        {"reshard", l.reshard},
-                        {"step_s", t.step},
-                        {"tokens_per_s", t.tokens_per_s_per_gpu * static_cast<double>(r.gpus)},
-                        {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
-                        {"tflops_per_gpu", t.tflops_per_gpu},
-                        {"mfu", t.mfu},
-                        {"memory_bytes", m.total()},
-                        {"time_s",
-                         {{"compute", t.compute},
-                          {"bubble", t.bubble},
-                          {"pp_comm", t.pp_comm},
-                          {"dp_comm", t.dp_comm},
-                          {"dp_exposed", t.dp_exposed},
-                          {"dp_copies", t.dp_copies},
-                          {"interference", t.interference},
-                          {"optimizer", t.optimizer}}},
-                        {"memory",
-                         {{"params", m.params},
-                          {"optimizer", m.optimizer},
-                          {"grads", m.grads},
-                          {"activations", m.activations},
-                          {"logits", m.logits},
-                          {"workspace", m.workspace},
-                          {"buffers", m.buffers},
-                          {"reserved", m.reserved},
-                          {"stage", m.stage}}}};
-    if (auto t2 = Training(r, c)) {
-      nlohmann::json tj = {{"tokens", t2->tokens},
-                           {"days", t2->seconds / kDay},
-                           {"gpu_hours", t2->gpu_hours},
-                           {"cost", t2->cost}};
-      if (t2->with_failures) {
-        tj["with_failures"] = {{"days", t2->wall_seconds / kDay},
-                               {"effective", t2->effective},
-                               {"mtbf_s", t2->mtbf},
-                               {"checkpoint_interval_s", t2->interval},
-                               {"cost", t2->wall_cost}};
-      }
-      j["training"] = tj;
-    }
-    layouts.push_back(j);
+  if (with_layouts) {
+    for (const Candidate& c : s.best) layouts.push_back(LayoutJson(r, c));
   }
-  return {{"model", w.model.name},
-          {"gpus", r.gpus},
-          {"hardware", r.hardware->name},
-          {"seq_len", w.seq_len},
-          {"global_batch_tokens", w.global_batch_tokens},
-          {"kernels", KernelsName(w.kernels)},
-          {"flops_per_token", w.flops_per_token},
-          {"search",
-           {{"evaluated", s.evaluated},
-            {"fitting", s.fitting},
-            {"dropped", s.dropped},
-            {"seconds", s.seconds}}},
-          {"layouts", layouts}};
+  const ModelSpec& ms = w.model;
+  nlohmann::json out = {{"model",
+                         {{"name", w.shape_name},
+                          {"layers", ms.n_layers},
+                          {"hidden", ms.dim},
+                          {"heads", ms.n_heads},
+                          {"kv_heads", ms.n_kv_heads},
+                          {"ffn", ms.ffn_hidden_dim},
+                          {"vocab", ms.vocab_size},
+                          {"mlp", w.arch.gated_mlp ? "swiglu" : "gelu"},
+                          {"norm", w.arch.layer_norm ? "layernorm" : "rmsnorm"},
+                          {"biases", w.arch.biases},
+                          {"learned_positions", w.arch.learned_positions},
+                          {"params",
+                           {{"total", w.params.total},
+                            {"embedding", w.params.embedding},
+                            {"per_layer", w.params.per_layer},
+                            {"layers", w.params.layers},
+                            {"output", w.params.output},
+                            {"matmul", w.params.matmul}}}}},
+                        {"software",
+                         {{"kernels", KernelsName(w.sw.kernels)},
+                          {"attention", AttentionName(w.sw.attention)},
+                          {"dropout", w.sw.dropout},
+                          {"sequence_parallel", w.sw.sequence_parallel},
+                          {"tp_overlap", TpOverlapName(w.sw.tp_overlap)},
+                          {"dp_overlap", w.sw.dp_overlap},
+                          {"pp_overlap", w.sw.pp_overlap}}},
+                        {"gpus", r.gpus},
+                        {"hardware", r.hardware->name},
+                        {"seq_len", w.seq_len},
+                        {"global_batch_tokens", w.global_batch_tokens},
+                        {"flops_per_token", w.flops_per_token},
+                        {"search",
+                         {{"evaluated", s.evaluated},
+                          {"fitting", s.fitting},
+                          {"dropped", s.dropped},
+                          {"seconds", s.seconds}}},
+                        {"layouts", layouts}};
+  if (r.failures) {
+    const FailureSummary f = SummarizeFailures(*r.failures, r.gpus);
+    out["failures"] = {{"rate", r.failures->rate.text},
+                       {"per_node_hour", r.failures->rate.per_node_hour},
+                       {"mtbf_s", f.mtbf},
+                       {"checkpoint_cost_s", r.failures->checkpoint_cost},
+                       {"restart_cost_s", r.failures->restart_cost},
+                       {"young_interval_s", f.young_interval},
+                       {"daly_interval_s", f.daly_interval},
+                       {"effective", f.effective}};
+  }
+  return out;
+}
+
+void WritePlanJson(const PlanReport& r, const std::string& explain, std::FILE* out) {
+  nlohmann::json head = PlanJson(r, /*with_layouts=*/false);
+  head.erase("layouts");
+  if (!explain.empty()) head["explain"] = explain;
+  std::string text = head.dump(2);
+  text.pop_back();  // the closing brace: the layouts follow
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  std::fprintf(out, "%s,\n  \"layouts\": [", text.c_str());
+  bool first = true;
+  for (const Candidate& c : r.search->best) {
+    std::fprintf(out, "%s\n    %s", first ? "" : ",", LayoutJson(r, c).dump().c_str());
+    first = false;
+  }
+  std::fprintf(out, "%s]\n}\n", first ? "" : "\n  ");
 }
 
 std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Candidate& c) {
@@ -189,12 +297,13 @@ std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Cand
       l.micro_batch, l.micro_batch * w.seq_len / l.cp, l.micro_batches);
   out += "\none micro-batch through one layer, forward + backward:\n";
   out += fmt::format(
-      "  matmul        {:>10}   7 projections at the GEMM efficiency for their shapes\n",
-      Ms(lt.matmul));
-  out += fmt::format("  attention     {:>10}   causal flash attention, {:.0f}% of peak\n",
-                     Ms(lt.attention), 100 * hw.eff.attention);
+      "  matmul        {:>10}   {} projections (forward, input and weight gradients) at the "
+      "measured GEMM efficiency for their shapes, {:.0f}% sustained clock\n",
+      Ms(lt.matmul), w.arch.gated_mlp ? 7 : 4, 100 * hw.sustained_clock);
+  out += fmt::format("  attention     {:>10}   {} attention\n", Ms(lt.attention),
+                     AttentionName(w.sw.attention));
   out += fmt::format("  elementwise   {:>10}   {} kernels at {:.0f}% of HBM bandwidth\n",
-                     Ms(lt.elementwise), KernelsName(w.kernels), 100 * hw.eff.memory_bound);
+                     Ms(lt.elementwise), KernelsName(w.sw.kernels), 100 * hw.eff.memory_bound);
   out +=
       fmt::format("  recompute     {:>10}   ac={}\n", Ms(lt.recompute), RecomputeName(l.recompute));
   out += fmt::format("  tp traffic    {:>10}   exposed ({} hidden)\n", Ms(lt.tp_comm),
@@ -204,12 +313,18 @@ std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Cand
   out += fmt::format("  output layer and loss {}, embedding {}\n", Ms(t.mb.output),
                      Ms(t.mb.embedding));
   out += "\none step:\n";
-  out += fmt::format("  slowest pipeline rank: {:.2f} layer-equivalents = {} per micro-batch\n",
-                     t.stage_load, Ms(t.stage));
+  if (l.pp > 1) {
+    out += fmt::format(
+        "  pipeline ranks per micro-batch: first {} ({} layers + embedding), middle {} ({} "
+        "layers), last {} ({} layers + output and loss)\n",
+        Ms(t.stage_first), t.split.first, Ms(t.stage_middle), t.split.middle, Ms(t.stage_last),
+        t.split.last);
+  }
+  out += fmt::format("  slowest pipeline rank: {} per micro-batch\n", Ms(t.stage));
   out +=
       fmt::format("  compute       {:>10}   {} micro-batches\n", Sec(t.compute), l.micro_batches);
-  out += fmt::format("  bubble        {:>10}   (pp - 1) / v = {:.2f} stage-times\n", Sec(t.bubble),
-                     static_cast<double>(l.pp - 1) / static_cast<double>(l.vpp));
+  out += fmt::format("  bubble        {:>10}   the other ranks' work / v (fill and drain)\n",
+                     Sec(t.bubble));
   out += fmt::format("  pp sends      {:>10}   exposed\n", Sec(t.pp_comm));
   out += fmt::format("  dp traffic    {:>10}   exposed of {} total\n", Sec(t.dp_exposed),
                      Sec(t.dp_comm));
@@ -217,14 +332,16 @@ std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Cand
   out +=
       fmt::format("  interference  {:>10}   hidden traffic slowing compute\n", Sec(t.interference));
   out += fmt::format("  optimizer     {:>10}\n", Sec(t.optimizer));
-  out +=
-      fmt::format("  = step        {:>10}   {:.1f} tokens/s/GPU, {:.0f} TFLOP/s/GPU, {:.1f}% MFU\n",
-                  Sec(t.step), t.tokens_per_s_per_gpu, t.tflops_per_gpu, 100 * t.mfu);
+  out += fmt::format(
+      "  = step        {:>10}   {:.1f} tokens/s/GPU, {:.0f} TFLOP/s/GPU, {:.1f}% MFU, "
+      "{:.0f} hardware TFLOP/s\n",
+      Sec(t.step), t.tokens_per_s_per_gpu, t.tflops_per_gpu, 100 * t.mfu,
+      t.hardware_tflops_per_gpu);
   out += fmt::format("\nmemory per GPU ({} pipeline stage, {} layers held):\n", m.stage,
                      m.layers_held);
   out += fmt::format("  parameters    {:>10}   bf16 working copies\n", FormatGiB(m.params));
   out += fmt::format("  optimizer     {:>10}   fp32 master + AdamW m, v over {} shard(s)\n",
-                     FormatGiB(m.optimizer), l.dp_shard);
+                     FormatGiB(m.optimizer), l.shard());
   out += fmt::format("  gradients     {:>10}   fp32\n", FormatGiB(m.grads));
   out += fmt::format("  activations   {:>10}   {} layer x micro-batch sets, ac={}\n",
                      FormatGiB(m.activations), m.inflight_sets, RecomputeName(l.recompute));

@@ -3,6 +3,7 @@
 // Non-goals: any modelling; this file only formats what search.h and training_time.h computed.
 #pragma once
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -25,7 +26,14 @@ struct PlanReport {
 };
 
 std::string PlanText(const PlanReport& r);
-nlohmann::json PlanJson(const PlanReport& r);
+// The whole report as JSON; `with_layouts` = false leaves "layouts" empty.
+nlohmann::json PlanJson(const PlanReport& r, bool with_layouts = true);
+// One ranked layout: its degrees, tenax train support, time (per layer, per stage, per step) and
+// memory breakdown, training time and cost.
+nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c);
+// PlanJson streamed to `out`, one layout per line: --top 100000 prints without building one huge
+// document in memory. `explain` (when not empty) is included as "explain".
+void WritePlanJson(const PlanReport& r, const std::string& explain, std::FILE* out);
 // The breakdown of one candidate: time per layer and per step, memory per GPU, and why.
 std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Candidate& c);
 

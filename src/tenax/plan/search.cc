@@ -35,11 +35,59 @@ bool Faster(const Candidate& a, const Candidate& b) {
   return LayoutName(a.layout) < LayoutName(b.layout);
 }
 
-void KeepBest(std::vector<Candidate>* best, size_t k, Candidate c) {
-  if (best->size() >= k && !Faster(c, best->back())) return;
-  auto it = std::upper_bound(best->begin(), best->end(), c, Faster);
-  best->insert(it, std::move(c));
-  if (best->size() > k) best->pop_back();
+// The k fastest seen so far, as a heap with the slowest on top: each candidate costs O(log k)
+// whatever --top is (a sorted vector cost O(k) per insertion: --top 100000 took 37 s).
+class TopK {
+ public:
+  explicit TopK(size_t k) : k_(k) {}
+  void Offer(Candidate c) {
+    if (heap_.size() < k_) {
+      heap_.push_back(std::move(c));
+      std::push_heap(heap_.begin(), heap_.end(), Faster);
+    } else if (Faster(c, heap_.front())) {
+      std::pop_heap(heap_.begin(), heap_.end(), Faster);
+      heap_.back() = std::move(c);
+      std::push_heap(heap_.begin(), heap_.end(), Faster);
+    }
+  }
+  bool Full() const { return heap_.size() >= k_; }
+  double Slowest() const { return heap_.front().time.step; }
+  // Fastest first.
+  std::vector<Candidate> Take() {
+    std::sort_heap(heap_.begin(), heap_.end(), Faster);
+    return std::move(heap_);
+  }
+
+ private:
+  size_t k_;
+  std::vector<Candidate> heap_;  // max-heap under Faster: heap_.front() is the slowest kept
+};
+
+// The first / last layer counts that best balance the pipeline ranks, given one layer's time and
+// the embedding's and output's: the slowest rank's time is minimised over counts up to the even
+// split's. Returns {0, 0} (the even split) when no uneven split is strictly faster.
+std::pair<int64_t, int64_t> BalancedSplit(int64_t L, int64_t pp, const MicroBatchCost& mb) {
+  const double layer = mb.layer.total();
+  auto slowest = [&](int64_t a, int64_t b) {
+    const double mid = pp > 2 ? static_cast<double>(CeilDiv(L - a - b, pp - 2)) : 0.0;
+    return std::max({static_cast<double>(a) * layer + mb.embedding,
+                     static_cast<double>(b) * layer + mb.output, mid * layer});
+  };
+  const int64_t even = CeilDiv(L, pp);
+  double best = slowest(even, pp == 2 ? L - even : even);
+  std::pair<int64_t, int64_t> out = {0, 0};
+  for (int64_t a = std::max<int64_t>(1, even - 8); a <= even; ++a) {
+    for (int64_t b = std::max<int64_t>(1, even - 8); b <= even; ++b) {
+      if (pp == 2 && a + b != L) continue;
+      if (pp > 2 && L - a - b < pp - 2) continue;
+      const double t = slowest(a, b);
+      if (t < best * (1 - 1e-9)) {
+        best = t;
+        out = {a, b};
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -61,6 +109,10 @@ std::string LayoutProblem(const Workload& w, const HardwareProfile& hw, const La
                        l.vpp, m.n_layers);
   }
   if (l.pp == 1 && l.vpp > 1) return "virtual stages need pp > 1";
+  if (std::string p = StageSplitProblem(m.n_layers, l); !p.empty()) return p;
+  if (l.cp > 1 && w.sw.attention == AttentionKind::kMaterialized) {
+    return "context parallelism needs a flash attention kernel (--attention flash2 or flash3)";
+  }
   if (l.vpp > 1 && l.micro_batches < l.pp) {
     return fmt::format("interleaved 1F1B needs micro-batches ({}) >= pp ({})", l.micro_batches,
                        l.pp);
@@ -96,9 +148,12 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
   const int64_t seqs = w.sequences();
   const size_t k = static_cast<size_t>(std::max(1, o.top_k));
   SearchResult r;
+  TopK best(k);
   auto pinned = [](const auto& pin, int64_t v) { return !pin || *pin == v; };
 
   std::map<std::tuple<int64_t, int64_t, int64_t, int, bool>, MicroBatchCost> cache;
+  std::map<std::pair<int64_t, int>, LayerFootprint> footprints;
+  const bool materialized = w.sw.attention == AttentionKind::kMaterialized;
   for (int64_t tp : Divisors(o.gpus)) {
     if (!pinned(fix.tp, tp)) continue;
     if (tp > m.n_heads || !TensorParallelProblem(m, tp).empty()) {
@@ -107,6 +162,10 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
     }
     for (int64_t cp : Divisors(o.gpus / tp)) {
       if (!pinned(fix.cp, cp)) continue;
+      if (cp > 1 && materialized) {
+        ++r.dropped["context parallelism needs flash attention"];
+        continue;
+      }
       if (cp > 1 && (w.seq_len % (2 * cp) != 0 || w.seq_len / cp < kMinContextChunk)) {
         ++r.dropped["context parallelism does not divide the sequence"];
         continue;
@@ -135,7 +194,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
         for (int64_t mbs : Divisors(seqs / dp)) {
           if (!pinned(fix.micro_batch, mbs)) continue;
           const int64_t micro_batches = seqs / dp / mbs;
-          for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          for (Recompute rc : kAllRecompute) {
             if (fix.recompute && *fix.recompute != rc) continue;
             for (bool fp8 : {false, true}) {
               if (fix.fp8 && *fix.fp8 != fp8) continue;
@@ -146,44 +205,81 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                 it = cache.emplace(key, EstimateMicroBatch(w, hw, tp, cp, mbs, rc, fp8)).first;
               }
               const MicroBatchCost& mb = it->second;
+              auto fit = footprints.find({tp, static_cast<int>(rc)});
+              if (fit == footprints.end()) {
+                fit = footprints
+                          .emplace(std::make_pair(tp, static_cast<int>(rc)), Footprint(w, tp, rc))
+                          .first;
+              }
+              const LayerFootprint& footprint = fit->second;
+              // Pipeline splits: the even one, and the balanced one when it is faster (or what
+              // --fix first= / last= pin).
+              std::vector<std::pair<int64_t, int64_t>> splits;
+              if (pp == 1) {
+                splits = {{0, 0}};
+              } else if (fix.first_layers || fix.last_layers) {
+                splits = {{fix.first_layers.value_or(0), fix.last_layers.value_or(0)}};
+              } else {
+                splits = {{0, 0}};
+                const auto balanced = BalancedSplit(m.n_layers, pp, mb);
+                if (balanced.first > 0) splits.push_back(balanced);
+              }
               for (int64_t v : vpps) {
                 if (!pinned(fix.vpp, v)) continue;
                 if (v > 1 && micro_batches < pp) {
                   ++r.dropped["interleaving needs micro-batches >= pp"];
                   continue;
                 }
-                for (int64_t ds : Divisors(dp)) {
-                  if (!pinned(fix.dp_shard, ds) || !pinned(fix.dp_replicate, dp / ds)) continue;
-                  for (bool reshard : {false, true}) {
-                    if (ds == 1 && !reshard) continue;  // nothing to reshard
-                    if (ds > 1 && fix.reshard && *fix.reshard != reshard) continue;
-                    Layout l;
-                    l.tp = tp;
-                    l.cp = cp;
-                    l.pp = pp;
-                    l.vpp = v;
-                    l.dp_shard = ds;
-                    l.dp_replicate = dp / ds;
-                    l.micro_batch = mbs;
-                    l.micro_batches = micro_batches;
-                    l.recompute = rc;
-                    l.fp8 = fp8;
-                    l.reshard = reshard;
-                    Candidate c;
-                    c.layout = l;
-                    c.memory = EstimateMemory(w, hw, l);
-                    c.time = EstimateStepTime(w, hw, l, mb);
-                    ++r.evaluated;
-                    if (c.memory.total() > hw.hbm_bytes) {
-                      ++r.dropped["does not fit in GPU memory"];
-                      if (r.leanest_not_fitting.empty() ||
-                          c.memory.total() < r.leanest_not_fitting[0].memory.total()) {
-                        r.leanest_not_fitting = {std::move(c)};
+                for (const auto& [first, last] : splits) {
+                  Layout probe;
+                  probe.pp = pp;
+                  probe.first_layers = first;
+                  probe.last_layers = last;
+                  if (!StageSplitProblem(m.n_layers, probe).empty()) {
+                    ++r.dropped["the pinned pipeline split does not fit the layers"];
+                    continue;
+                  }
+                  for (int64_t ds : Divisors(dp)) {
+                    if (!pinned(fix.dp_shard, ds) || !pinned(fix.dp_replicate, dp / ds)) continue;
+                    for (bool reshard : {false, true}) {
+                      const bool sharded = ds * cp > 1;    // see Layout::shard
+                      if (!sharded && !reshard) continue;  // nothing to reshard
+                      if (sharded && fix.reshard && *fix.reshard != reshard) continue;
+                      Layout l;
+                      l.tp = tp;
+                      l.cp = cp;
+                      l.pp = pp;
+                      l.vpp = v;
+                      l.dp_shard = ds;
+                      l.dp_replicate = dp / ds;
+                      l.micro_batch = mbs;
+                      l.micro_batches = micro_batches;
+                      l.recompute = rc;
+                      l.fp8 = fp8;
+                      l.reshard = reshard;
+                      l.first_layers = first;
+                      l.last_layers = last;
+                      Candidate c;
+                      c.layout = l;
+                      c.memory = EstimateMemory(w, hw, l, footprint);
+                      ++r.evaluated;
+                      if (c.memory.total() > hw.hbm_bytes) {
+                        ++r.dropped["does not fit in GPU memory"];
+                        if (r.leanest_not_fitting.empty() ||
+                            c.memory.total() < r.leanest_not_fitting[0].memory.total()) {
+                          c.time = EstimateStepTime(w, hw, l, mb);
+                          r.leanest_not_fitting = {std::move(c)};
+                        }
+                        continue;
                       }
-                      continue;
+                      ++r.fitting;
+                      // Compute and bubble alone bound the step from below: a layout they
+                      // already make slower than the k-th best cannot enter the top k.
+                      EstimatePipeline(w, l, mb, &c.time);
+                      if (best.Full() && c.time.compute + c.time.bubble > best.Slowest()) continue;
+                      c.time = EstimateStepTime(w, hw, l, mb);
+                      best.Offer(std::move(c));
                     }
-                    ++r.fitting;
-                    KeepBest(&r.best, k, std::move(c));
                   }
                 }
               }
@@ -193,6 +289,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
       }
     }
   }
+  r.best = best.Take();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -4,6 +4,18 @@
 
 namespace tenax::plan {
 
+FailureSummary SummarizeFailures(const FailureCosts& f, int64_t gpus) {
+  FailureSummary s;
+  const int64_t nodes = (gpus + f.gpus_per_node - 1) / f.gpus_per_node;
+  s.mtbf = JobMtbfSeconds(f.rate, nodes);
+  s.young_interval = YoungInterval(f.checkpoint_cost, s.mtbf);
+  s.daly_interval = DalyInterval(f.checkpoint_cost, s.mtbf);
+  const double work = kDay;  // any amount: the ratio is the same
+  s.effective =
+      work / DalyExpectedWallTime(work, s.daly_interval, f.checkpoint_cost, f.restart_cost, s.mtbf);
+  return s;
+}
+
 TrainingEstimate EstimateTraining(double tokens, double tokens_per_s_per_gpu, int64_t gpus,
                                   double price, const std::optional<FailureCosts>& f) {
   TrainingEstimate e;

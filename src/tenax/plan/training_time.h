@@ -32,6 +32,16 @@ struct TrainingEstimate {
   double wall_cost = 0;
 };
 
+// The failure arithmetic alone, for any amount of work: the job's MTBF, Young's and Daly's
+// intervals and the effective training time at Daly's interval (T_s / T_w does not depend on T_s).
+struct FailureSummary {
+  double mtbf = 0;            // seconds, of the whole job
+  double young_interval = 0;  // seconds of computation between checkpoints
+  double daly_interval = 0;
+  double effective = 0;  // computation / expected wall-clock time
+};
+FailureSummary SummarizeFailures(const FailureCosts& f, int64_t gpus);
+
 TrainingEstimate EstimateTraining(double tokens, double tokens_per_s_per_gpu, int64_t gpus,
                                   double price_per_gpu_hour,
                                   const std::optional<FailureCosts>& failures);

@@ -105,6 +105,16 @@ std::string FormatCount(double v) {
   return fmt::format("{:.0f}", v);
 }
 
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (bytes >= 1024 && i < 4) {
+    bytes /= 1024;
+    ++i;
+  }
+  return fmt::format("{:g} {}", std::round(bytes * 10) / 10, units[i]);
+}
+
 std::string FormatGiB(double bytes) { return fmt::format("{:.1f} GiB", bytes / kGiB); }
 
 std::string FormatThousands(double value) {

@@ -24,6 +24,8 @@ Result<double> ParseDuration(const std::string& text, const std::string& what);
 std::string FormatDuration(double seconds);
 std::string FormatCount(double value);
 std::string FormatGiB(double bytes);
+// Message sizes: "32 KiB", "1 MiB", "16 GiB" (binary units, as nccl-tests sweeps use).
+std::string FormatBytes(double bytes);
 // Whole numbers with thousands separators: "21,958,486".
 std::string FormatThousands(double value);
 // Dollars with thousands separators: "$1,234,567".

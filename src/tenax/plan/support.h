@@ -1,0 +1,33 @@
+// Whether `tenax train` can run a planned layout with the run's software options today, and if
+// not, what it lacks. The planner ranks every layout it can cost; this marker lets a caller keep
+// only runnable ones (the issue on runnable plans filters on it).
+// What tenax train supports (kept in step with src/tenax/parallel and src/tenax/config): DDP,
+// FSDP (resharding after forward) and HSDP; tensor parallelism with sequence parallelism;
+// pipeline parallelism with gpipe / 1F1B / interleaved 1F1B and layers split evenly over
+// pp x virtual stages; activation checkpointing none, "selective" (every second block: the
+// planner's `alternate`) and full; bf16; SDPA flash attention; eager kernels; Llama layers.
+// It does not support context parallelism, fp8, the distributed optimizer (ZeRO-1/2) apart from
+// FSDP, Megatron's or torchtitan's per-op selective recomputation, uneven pipeline splits,
+// dropout, GPT-style layers, fused kernels, or tensor-parallel communication overlap.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tenax/plan/layout.h"
+#include "tenax/plan/workload.h"
+
+namespace tenax::plan {
+
+struct TrainSupport {
+  bool runnable = true;
+  std::vector<std::string> missing;  // what tenax train lacks for this layout, one item each
+};
+
+TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l);
+
+// The tenax train [parallelism] / [training] settings a runnable layout maps to, for reports
+// ("recompute alternate" is tenax's activation_checkpoint = "selective").
+const char* TenaxActivationCheckpoint(Recompute r);
+
+}  // namespace tenax::plan
