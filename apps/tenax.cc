@@ -13,7 +13,7 @@
 #include "tenax/config/model_spec_json.h"
 #include "tenax/core/log.h"
 #include "tenax/data/prepare.h"
-#include "tenax/data/tokenizer.h"
+#include "tenax/data/tokenize_command.h"
 #include "tenax/launch/launcher.h"
 #include "tenax/model/hf.h"
 #include "tenax/plan/cli.h"
@@ -100,12 +100,6 @@ Status RunModel(const std::string& preset, const std::vector<std::string>& overr
   return Status::Ok();
 }
 
-Status RunPrepare(const std::vector<std::string>& inputs, const std::string& tokenizer,
-                  const std::string& out) {
-  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tok, data::MakeTokenizer(tokenizer));
-  return data::Prepare(inputs, *tok, out);
-}
-
 Status RunEval(const std::string& checkpoint, const std::string& data_spec, int64_t tokens,
                const std::string& device) {
   TrainingOptions device_options;
@@ -148,10 +142,32 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> inputs;
   std::string tokenizer = "byte", out;
-  auto* prepare = app.add_subcommand("prepare", "tokenize text files into token shards");
-  prepare->add_option("--input", inputs, "text files (each one document)")->required();
-  prepare->add_option("--tokenizer", tokenizer, "byte | sentencepiece:MODEL");
+  data::PrepareOptions prepare_options;
+  bool quiet = false;
+  auto* prepare = app.add_subcommand("prepare", "tokenize text or JSON Lines into token shards");
+  prepare->add_option("--input", inputs,
+                      "input files: .txt (one document each) or .jsonl (one per line), "
+                      "optionally .gz/.zst")
+      ->required();
+  prepare->add_option("--tokenizer", tokenizer,
+                      "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL");
   prepare->add_option("--out", out, "output folder")->required();
+  prepare->add_option("--text-field", prepare_options.text_field,
+                      "JSON Lines: the field holding the text (default text)");
+  prepare->add_option("--threads", prepare_options.threads,
+                      "tokenizing threads (default: one per core)");
+  prepare->add_flag("--quiet", quiet, "no progress line");
+
+  data::TokenizeOptions tokenize_options;
+  auto* tokenize = app.add_subcommand("tokenize", "token ids of stdin lines, one JSON list each");
+  tokenize->add_option("--tokenizer", tokenizer,
+                       "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL")
+      ->required();
+  tokenize->add_flag("--json-input", tokenize_options.json_input,
+                     "each line is a JSON string (texts with newlines)");
+  tokenize->add_flag("--special", tokenize_options.special,
+                     "special-token text (<|eot_id|>) becomes the special token");
+  tokenize->add_flag("--bos-eos", tokenize_options.bos_eos, "frame each text with BOS/EOS");
 
   std::string checkpoint, data_spec, device = "auto";
   int64_t tokens = 0;
@@ -221,7 +237,11 @@ int main(int argc, char** argv) {
   try {
     if (train->parsed()) st = RunTrain(config_path, overrides);
     if (model->parsed()) st = RunModel(preset, overrides, seq_len, as_json);
-    if (prepare->parsed()) st = RunPrepare(inputs, tokenizer, out);
+    if (prepare->parsed()) {
+      prepare_options.progress = !quiet;
+      st = data::PrepareCommand(inputs, tokenizer, out, prepare_options);
+    }
+    if (tokenize->parsed()) st = data::TokenizeCommand(tokenizer, tokenize_options);
     if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
     if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
     if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
