@@ -50,7 +50,8 @@ Reference FindReference() {
 std::vector<std::string> Adversarial() {
   std::vector<std::string> t = {
       // Emoji: ZWJ families, skin tones, flags, keycaps, variation selectors.
-      u8"👍🏽 👨‍👩‍👧‍👦 🇺🇸🇯🇵🇩🇪 ❤️‍🔥 🦙🦙🦙 😀😃😄😁 1️⃣#️⃣ I ❤ "
+      u8"👍🏽 👨‍👩‍👧‍👦 🇺🇸🇯🇵🇩🇪 ❤️‍🔥 🦙🦙🦙 😀😃😄😁 1️⃣#️⃣ I "
+      u8"❤ "
       u8"emoji👍!!",
       u8"🦙Ꙋ Ꙋ🦙 a🦙b 🦙 🦙",
       // CJK, kana, hangul, fullwidth forms.

@@ -78,6 +78,17 @@ TEST(Pretokenizer, LongRunsDoNotExhaustTheRegexEngine) {
   EXPECT_EQ(pieces[1], " word");
 }
 
+// Builds without PCRE2 (the GPU machine has no Debian packages) say how to enable it.
+TEST(Pretokenizer, AvailableOrSaysHowToEnableIt) {
+  Result<std::unique_ptr<Pretokenizer>> p = Pretokenizer::Create(kLlama3Pattern);
+  if (HavePcre2()) {
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+  } else {
+    EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(p.status().message().find("libpcre2-dev"), std::string::npos);
+  }
+}
+
 TEST(Pretokenizer, WhitespaceClassesAreRewritten) {
   Result<std::string> r = RewriteWhitespaceClasses(R"(\s+(?!\S)|[^\s\p{L}]|\\s|[\]s])");
   ASSERT_TRUE(r.ok());
