@@ -114,36 +114,28 @@ WorkResult Process(const WorkItem& item, const Tokenizer& tok, const std::string
   }
   std::string_view rest = item.text;
   int64_t line_no = item.first_line - 1, doc = item.first_doc;
+  JsonLineParser parser;
+  std::string text;
   while (!rest.empty()) {
     const size_t nl = rest.find('\n');
     const std::string_view line = rest.substr(0, nl);
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     ++line_no;
     if (IsBlank(line)) continue;
-    const std::string where = *item.source + " line " + std::to_string(line_no);
-    std::string text;
-    try {
-      const json j = json::parse(line);
-      const auto it = j.is_object() ? j.find(field) : j.end();
-      if (!j.is_object() || it == j.end()) {
-        r.status = DataError(where + " has no \"" + field +
-                             "\" field (each line must be a JSON "
-                             "object; name the field holding the text with --text-field)");
-        return r;
-      }
-      if (!it->is_string()) {
-        r.status = DataError(where + ": field \"" + field + "\" is " + it->type_name() +
-                             ", not a string (name the text field with --text-field)");
-        return r;
-      }
-      text = it->get<std::string>();
-    } catch (const json::exception& e) {
-      r.status = DataError(where + " is not valid JSON (" + e.what() + ")");
+    const auto where = [&] { return *item.source + " line " + std::to_string(line_no); };
+    if (Status st = parser.TextField(line, field, &text); !st.ok()) {
+      const bool field_problem = st.message().find("field") != std::string::npos ||
+                                 st.message().find("object") != std::string::npos;
+      r.status = Status(st.code(), where() + " " + st.message() +
+                                       (field_problem ? " (each line must be a JSON object; name "
+                                                        "the field holding the text with "
+                                                        "--text-field)"
+                                                      : ""));
       return r;
     }
     r.status = add(text, doc++, true, true);
     if (!r.status.ok()) {
-      r.status = r.status.WithContext("tokenizing " + where);
+      r.status = r.status.WithContext("tokenizing " + where());
       return r;
     }
   }

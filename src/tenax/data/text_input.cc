@@ -11,6 +11,11 @@
 #ifdef TENAX_WITH_ZSTD
 #include <zstd.h>
 #endif
+#ifdef TENAX_WITH_SIMDJSON
+#include <simdjson.h>
+#else
+#include <nlohmann/json.hpp>
+#endif
 
 namespace tenax::data {
 namespace {
@@ -231,28 +236,109 @@ Result<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path) {
   return std::unique_ptr<ByteSource>(std::make_unique<PlainSource>(std::move(file), head));
 }
 
+namespace {
+Status NoField(const std::string& field) { return DataError("has no \"" + field + "\" field"); }
+Status NotString(const std::string& field, const std::string& type) {
+  return DataError("field \"" + field + "\" is " + type + ", not a string");
+}
+}  // namespace
+
+#ifdef TENAX_WITH_SIMDJSON
+
+struct JsonLineParser::Impl {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded;
+};
+
+const char* JsonLineParser::backend() { return "simdjson"; }
+
+Status JsonLineParser::TextField(std::string_view line, const std::string& field,
+                                 std::string* text) {
+  using simdjson::dom::element_type;
+  // simdjson reads up to SIMDJSON_PADDING bytes past the end, so the line is copied into a
+  // padded buffer that keeps its capacity across lines.
+  if (impl_->padded.size() < line.size()) {
+    impl_->padded = simdjson::padded_string(line.size() + line.size() / 2);
+  }
+  std::memcpy(impl_->padded.data(), line.data(), line.size());
+  simdjson::dom::element doc;
+  if (auto error = impl_->parser.parse(impl_->padded.data(), line.size(), false).get(doc)) {
+    return DataError(std::string("is not valid JSON (") + simdjson::error_message(error) + ")");
+  }
+  simdjson::dom::object obj;
+  if (doc.get_object().get(obj) != simdjson::SUCCESS) return DataError("is not a JSON object");
+  simdjson::dom::element value;
+  if (obj.at_key(field).get(value) != simdjson::SUCCESS) return NoField(field);
+  std::string_view sv;
+  if (value.get_string().get(sv) != simdjson::SUCCESS) {
+    const char* type = "null";
+    switch (value.type()) {
+      case element_type::ARRAY:
+        type = "array";
+        break;
+      case element_type::OBJECT:
+        type = "object";
+        break;
+      case element_type::INT64:
+      case element_type::UINT64:
+      case element_type::DOUBLE:
+        type = "number";
+        break;
+      case element_type::BOOL:
+        type = "boolean";
+        break;
+      default:
+        break;
+    }
+    return NotString(field, type);
+  }
+  text->assign(sv.data(), sv.size());
+  return Status::Ok();
+}
+
+#else  // !TENAX_WITH_SIMDJSON
+
+struct JsonLineParser::Impl {};
+
+const char* JsonLineParser::backend() { return "nlohmann"; }
+
+Status JsonLineParser::TextField(std::string_view line, const std::string& field,
+                                 std::string* text) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.is_object()) return DataError("is not a JSON object");
+    const auto it = j.find(field);
+    if (it == j.end()) return NoField(field);
+    if (!it->is_string()) return NotString(field, it->type_name());
+    *text = it->get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return DataError(std::string("is not valid JSON (") + e.what() + ")");
+  }
+  return Status::Ok();
+}
+
+#endif
+
+JsonLineParser::JsonLineParser() : impl_(std::make_unique<Impl>()) {}
+JsonLineParser::~JsonLineParser() = default;
+
 Result<bool> LineReader::Next(std::string_view* line) {
   for (;;) {
     // scan_ skips what an earlier pass already searched, so a long line costs O(length).
     const size_t nl = buf_.find('\n', std::max(pos_, scan_));
-    if (nl != std::string::npos) {
-      *line = std::string_view(buf_).substr(pos_, nl - pos_);
-      pos_ = scan_ = nl + 1;
-      ++line_number_;
-      return true;
-    }
-    scan_ = buf_.size();
-    if (eof_) {
-      if (pos_ >= buf_.size()) return false;
-      *line = std::string_view(buf_).substr(pos_);
-      pos_ = buf_.size();
-      ++line_number_;
-      return true;
-    }
-    if (buf_.size() - pos_ > max_line_) {
+    const size_t end = nl == std::string::npos ? buf_.size() : nl;
+    if (end - pos_ > max_line_) {
       return DataError(name_ + " line " + std::to_string(line_number_ + 1) + " is longer than " +
                        std::to_string(max_line_) + " bytes (is this really a JSON Lines file?)");
     }
+    if (nl != std::string::npos || (eof_ && pos_ < buf_.size())) {
+      *line = std::string_view(buf_).substr(pos_, end - pos_);
+      pos_ = scan_ = nl == std::string::npos ? end : end + 1;
+      ++line_number_;
+      return true;
+    }
+    if (eof_) return false;
+    scan_ = buf_.size();
     buf_.erase(0, pos_);
     scan_ -= pos_;
     pos_ = 0;
