@@ -91,8 +91,9 @@ Result<std::unique_ptr<Tokenizer>> LoadTiktokenTokenizer(const std::string& path
 
 // hf:FILE. A Hugging Face tokenizer.json with a byte-level BPE model (Llama 3, GPT-2 style);
 // FILE may be the folder holding it. BOS/EOS come from tokenizer_config.json beside it when
-// present (bos_token, eos_token), else from the post-processor's template (BOS) and the usual
-// names (<|end_of_text|>, <|endoftext|>, </s>).
+// present (bos_token unless add_bos_token is false, eos_token), else from the post-processor's
+// template (BOS) and the usual names (<|end_of_text|>, <|endoftext|>, </s>). A BOS equal to the
+// EOS (GPT-2's <|endoftext|>) is dropped, so documents are separated by one token.
 Result<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& path);
 
 // The Llama 3.1 special tokens in id order (offset 0 = <|begin_of_text|>), 256 of them.

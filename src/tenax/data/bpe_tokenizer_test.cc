@@ -369,6 +369,13 @@ TEST(HfTokenizerJson, ByteLevelBpeMatchesTheRankForm) {
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)->bos(), std::nullopt);
   EXPECT_EQ((*t)->eos(), std::optional<uint32_t>(n));
+  // GPT-2 style: one token both begins and ends documents; it separates them once.
+  dir.Write("tokenizer_config.json",
+            R"({"bos_token": "<|end_of_text|>", "eos_token": "<|end_of_text|>"})");
+  t = MakeTokenizer("hf:" + dir.Join("tokenizer.json"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->bos(), std::nullopt);
+  EXPECT_EQ((*t)->eos(), std::optional<uint32_t>(n + 1));
 
   // What tenax cannot read is refused by name.
   j["pre_tokenizer"] = {{"type", "Metaspace"}};

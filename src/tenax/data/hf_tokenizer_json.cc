@@ -224,7 +224,10 @@ Result<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& given) {
       try {
         const json c = json::parse(config_text);
         from_config = true;
-        if (c.contains("bos_token")) bos_text = TokenText(c["bos_token"]);
+        // add_bos_token = false (GPT-2 style) names a BOS that is not placed before documents.
+        if (c.contains("bos_token") && c.value("add_bos_token", true)) {
+          bos_text = TokenText(c["bos_token"]);
+        }
         if (c.contains("eos_token")) eos_text = TokenText(c["eos_token"]);
       } catch (const json::exception& e) {
         return DataError(config_path + " is not valid JSON (" + e.what() + ")");
@@ -266,6 +269,8 @@ Result<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& given) {
     };
     TENAX_ASSIGN_OR_RETURN(m.bos, special_id(bos_text, "BOS"));
     TENAX_ASSIGN_OR_RETURN(m.eos, special_id(eos_text, "EOS"));
+    // One token that both begins and ends documents (GPT-2's <|endoftext|>) separates them once.
+    if (m.bos && m.bos == m.eos) m.bos.reset();
     m.slug = fmt::format("hf-{}-{:08x}", SlugStem(ParentDir(path).empty() ? path : ParentDir(path)),
                          Crc32(config_text.data(), config_text.size(), Crc32(*file)));
   } catch (const json::exception& e) {
