@@ -1,6 +1,7 @@
 #include "tenax/data/source.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include "tenax/data/brown.h"
 #include "tenax/data/prepare.h"
@@ -43,6 +44,11 @@ Result<DataSplits> OpenSynthetic(const SyntheticOptions& o) {
   s.train = std::move(d.train);
   s.val = std::move(d.val);
   return s;
+}
+
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -93,6 +99,13 @@ Result<DataSplits> OpenDataSource(const DataOptions& options) {
       return InvalidArgument(
           "data.source = \"shards\" needs data.path: a folder written by "
           "`tenax prepare --input FILE... --out DIR`");
+    }
+    if (IsRegularFile(options.path)) {
+      return InvalidArgument("data.path = \"" + options.path +
+                             "\" is a file, but data.source = "
+                             "\"shards\" reads a folder written by `tenax prepare`; to train on "
+                             "token files (tenax, llm.c or nanoGPT .bin) set data.source = "
+                             "\"tokens\" with data.path and data.val_path");
     }
     TENAX_ASSIGN_OR_RETURN(PreparedData d, OpenPrepared(options.path));
     return FromPrepared(std::move(d), "prepared shards");

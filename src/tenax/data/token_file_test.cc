@@ -133,6 +133,11 @@ TEST(TokenFile, TokensSourceTrainsOnTwoFiles) {
   EXPECT_EQ(s->vocab_size, 50257u);
   EXPECT_EQ(s->eos, std::optional<uint32_t>(50256));
   EXPECT_NE(s->description.find("token files"), std::string::npos);
+  // Pointing data.source = "shards" at a file names the source that reads it.
+  o.source = "shards";
+  Status wrong = OpenDataSource(o).status();
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("data.source = \"tokens\""), std::string::npos) << wrong.message();
   // `tenax eval --data FILE.bin` reads it too.
   Result<TokenStream> e = OpenEvalSpec(dir.Join("t_val.bin"), o);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
