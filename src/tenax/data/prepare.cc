@@ -560,6 +560,11 @@ Result<PreparedMeta> PrepareDocuments(const std::vector<Document>& docs, const T
   return Run(feed, tokenizer, out_dir, o, std::move(names), 0, nullptr);
 }
 
+Status Prepare(const std::vector<std::string>& inputs, const Tokenizer& tokenizer,
+               const std::string& out_dir) {
+  return PrepareFiles(inputs, tokenizer, out_dir).status();
+}
+
 Status PrepareCommand(const std::vector<std::string>& inputs, const std::string& tokenizer_spec,
                       const std::string& out_dir, const PrepareOptions& options) {
   TENAX_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, MakeTokenizer(tokenizer_spec));

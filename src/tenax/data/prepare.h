@@ -95,6 +95,11 @@ Result<PreparedMeta> PrepareDocuments(const std::vector<Document>& docs, const T
                                       const std::string& out_dir, const std::string& source,
                                       int threads = 0);
 
+// The earlier entry point (PrepareFiles with default options), kept so callers of it (the CLI
+// being split) keep building.
+Status Prepare(const std::vector<std::string>& inputs, const Tokenizer& tokenizer,
+               const std::string& out_dir);
+
 // `tenax prepare --input FILE... --tokenizer SPEC --out DIR`: makes the tokenizer, prepares, and
 // prints a one-line summary on stdout.
 Status PrepareCommand(const std::vector<std::string>& inputs, const std::string& tokenizer_spec,

@@ -87,6 +87,7 @@ TEST(Prepare, TooLittleDataIsAnError) {
   EXPECT_FALSE(PrepareDocuments({}, tok, dir.path(), "text").ok());
   EXPECT_EQ(PrepareFiles({dir.Join("missing.txt")}, tok, dir.path()).status().code(),
             StatusCode::kNotFound);
+  EXPECT_EQ(Prepare({dir.Join("missing.txt")}, tok, dir.path()).code(), StatusCode::kNotFound);
 }
 
 // Bytes, with BOS = 257 before and EOS = 256 after every document (the Llama 3 framing), and an
