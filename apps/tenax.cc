@@ -19,7 +19,7 @@
 #include "tenax/core/format.h"
 #include "tenax/core/log.h"
 #include "tenax/data/prepare.h"
-#include "tenax/data/tokenizer.h"
+#include "tenax/data/tokenize_command.h"
 #include "tenax/launch/launcher.h"
 #include "tenax/plan/cli.h"
 #include "tenax/protocol/protocol.h"
@@ -74,12 +74,6 @@ Status RunModel(const std::string& preset, const std::vector<std::string>& overr
           : "",
       (long long)spec.max_seq_len);
   return Status::Ok();
-}
-
-Status RunPrepare(const std::vector<std::string>& inputs, const std::string& tokenizer,
-                  const std::string& out) {
-  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tok, data::MakeTokenizer(tokenizer));
-  return data::Prepare(inputs, *tok, out);
 }
 
 // The subcommands tenax-torch runs, with their one-line help.
@@ -142,10 +136,32 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> inputs;
   std::string tokenizer = "byte", out;
-  auto* prepare = app.add_subcommand("prepare", "tokenize text files into token shards");
-  prepare->add_option("--input", inputs, "text files (each one document)")->required();
-  prepare->add_option("--tokenizer", tokenizer, "byte | sentencepiece:MODEL");
+  data::PrepareOptions prepare_options;
+  bool quiet = false;
+  auto* prepare = app.add_subcommand("prepare", "tokenize text or JSON Lines into token shards");
+  prepare->add_option("--input", inputs,
+                      "input files: .txt (one document each) or .jsonl (one per line), "
+                      "optionally .gz/.zst")
+      ->required();
+  prepare->add_option("--tokenizer", tokenizer,
+                      "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL");
   prepare->add_option("--out", out, "output folder")->required();
+  prepare->add_option("--text-field", prepare_options.text_field,
+                      "JSON Lines: the field holding the text (default text)");
+  prepare->add_option("--threads", prepare_options.threads,
+                      "tokenizing threads (default: one per core)");
+  prepare->add_flag("--quiet", quiet, "no progress line");
+
+  data::TokenizeOptions tokenize_options;
+  auto* tokenize = app.add_subcommand("tokenize", "token ids of stdin lines, one JSON list each");
+  tokenize->add_option("--tokenizer", tokenizer,
+                       "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL")
+      ->required();
+  tokenize->add_flag("--json-input", tokenize_options.json_input,
+                     "each line is a JSON string (texts with newlines)");
+  tokenize->add_flag("--special", tokenize_options.special,
+                     "special-token text (<|eot_id|>) becomes the special token");
+  tokenize->add_flag("--bos-eos", tokenize_options.bos_eos, "frame each text with BOS/EOS");
 
   launch::LaunchOptions launch_options;
   auto* launch_cmd = app.add_subcommand(
@@ -202,7 +218,11 @@ int main(int argc, char** argv) {
   Status st;
   try {
     if (model->parsed()) st = RunModel(preset, overrides, seq_len, as_json);
-    if (prepare->parsed()) st = RunPrepare(inputs, tokenizer, out);
+    if (prepare->parsed()) {
+      prepare_options.progress = !quiet;
+      st = data::PrepareCommand(inputs, tokenizer, out, prepare_options);
+    }
+    if (tokenize->parsed()) st = data::TokenizeCommand(tokenizer, tokenize_options);
     if (launch_cmd->parsed()) {
       auto rc = launch::Launch(launch_options);
       if (!rc.ok()) return ExitCode(rc.status());

@@ -251,13 +251,22 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   if (c->model.rope_theta) m.Positive("rope_theta", *c->model.rope_theta);
 
   Section& d = section("data");
-  d.Get("source", &c->data.source, {"brown", "synthetic", "shards"});
+  d.Get("source", &c->data.source, {"brown", "synthetic", "shards", "tokens"});
   d.Get("path", &c->data.path);
+  d.Get("val_path", &c->data.val_path);
+  d.Get("token_format", &c->data.token_format, {"auto", "tenax", "llmc", "nanogpt"});
+  d.Get("vocab_size", &c->data.vocab_size);
   d.Get("tokenizer", &c->data.tokenizer);
   d.Get("brown_dir", &c->data.brown_dir);
   d.Get("cache_dir", &c->data.cache_dir);
   d.Check(c->data.source != "shards" || !c->data.path.empty(), "path", "\"\"",
           "a folder written by `tenax prepare` when data.source = \"shards\"");
+  d.Check(c->data.source != "tokens" || !c->data.path.empty(), "path", "\"\"",
+          "the training token file(s), a path or a glob, when data.source = \"tokens\"");
+  d.Check(c->data.source != "tokens" || !c->data.val_path.empty(), "val_path", "\"\"",
+          "the validation token file(s), a path or a glob, when data.source = \"tokens\"");
+  d.Check(c->data.vocab_size >= 0 && c->data.vocab_size <= (int64_t{1} << 31), "vocab_size",
+          std::to_string(c->data.vocab_size), "between 0 (from the files) and 2^31");
   {
     Section s = d.Sub("synthetic");
     SyntheticOptions& so = c->data.synthetic;
@@ -446,10 +455,10 @@ std::string ConfigToToml(const Config& c) {
                           {"seed", static_cast<int64_t>(c.job.seed)},
                           {"description", c.job.description}}},
       {"model", model},
-      {"data", toml::table{{"source", c.data.source},
-                           {"path", c.data.path},
-                           {"tokenizer", c.data.tokenizer},
-                           {"brown_dir", c.data.brown_dir},
+      {"data", toml::table{{"source", c.data.source}, {"path", c.data.path},
+                           {"val_path", c.data.val_path}, {"token_format", c.data.token_format},
+                           {"vocab_size", c.data.vocab_size},
+                           {"tokenizer", c.data.tokenizer}, {"brown_dir", c.data.brown_dir},
                            {"cache_dir", c.data.cache_dir},
                            {"synthetic", toml::table{{"vocab_size", s.vocab_size},
                                                      {"order", s.order},

@@ -44,9 +44,15 @@ struct SyntheticOptions {
 };
 
 struct DataOptions {
-  std::string source = "brown";     // brown | synthetic | shards
-  std::string path;                 // source = shards: a folder written by `tenax prepare`
-  std::string tokenizer = "byte";   // byte | sentencepiece:MODEL_FILE (brown only)
+  std::string source = "brown";     // brown | synthetic | shards | tokens
+  // shards: a folder written by `tenax prepare`; tokens: the training token file(s), a path or a
+  // glob (tenax shard, llm.c or nanoGPT .bin; data/token_file.h)
+  std::string path;
+  std::string val_path;             // tokens: the validation token file(s), a path or a glob
+  std::string token_format = "auto";  // tokens: auto | tenax | llmc | nanogpt
+  int64_t vocab_size = 0;           // tokens: 0 = from the files; required for nanogpt
+  // brown: byte | tiktoken:FILE | hf:FILE | sentencepiece:MODEL_FILE
+  std::string tokenizer = "byte";
   std::string brown_dir;            // empty: search the usual places (see data/brown.h)
   std::string cache_dir = "data/cache";
   SyntheticOptions synthetic;

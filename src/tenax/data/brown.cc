@@ -104,8 +104,10 @@ Result<std::string> EnsureBrownPrepared(const DataOptions& options) {
   const std::string name =
       "brown-" + tokenizer->cache_slug() + "-v" + std::to_string(kBrownCacheVersion);
   const std::string final_dir = JoinPath(options.cache_dir, name);
+  // Usable: committed, for this tokenizer, and its shards verify (a damaged cache is rebuilt).
   auto usable = [&](const Result<PreparedMeta>& m) {
-    return m.ok() && m->source == "brown" && m->tokenizer_slug == tokenizer->cache_slug();
+    return m.ok() && m->source == "brown" && m->tokenizer_slug == tokenizer->cache_slug() &&
+           OpenPrepared(final_dir).ok();
   };
   if (usable(ReadPreparedMeta(final_dir))) return final_dir;
   if (LocalFs().Exists(final_dir)) {
@@ -114,9 +116,9 @@ Result<std::string> EnsureBrownPrepared(const DataOptions& options) {
 
   TENAX_ASSIGN_OR_RETURN(std::string brown_dir, FindBrownDir(options.brown_dir));
   static std::atomic<int> counter{0};
-  const std::string tmp_dir = JoinPath(options.cache_dir, "." + name + ".tmp-" +
-                                                              std::to_string(::getpid()) + "-" +
-                                                              std::to_string(counter++));
+  const std::string tmp_dir =
+      JoinPath(options.cache_dir,
+               "." + name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
   TENAX_RETURN_IF_ERROR(LocalFs().RemoveAll(tmp_dir));
   Result<PreparedMeta> meta = PrepareBrown(brown_dir, *tokenizer, tmp_dir);
   if (!meta.ok()) {
@@ -133,10 +135,11 @@ Result<std::string> EnsureBrownPrepared(const DataOptions& options) {
     if (!usable(ReadPreparedMeta(final_dir))) return renamed;
     return final_dir;
   }
-  log::Info("prepared the Brown corpus from {}: {} documents, {} words -> {} train + {} val "
-            "tokens (tokenizer {}, vocab {}) in {}",
-            brown_dir, meta->sources.size(), meta->words, meta->train.tokens, meta->val.tokens,
-            meta->tokenizer, meta->vocab_size, final_dir);
+  log::Info(
+      "prepared the Brown corpus from {}: {} documents, {} words -> {} train + {} val "
+      "tokens (tokenizer {}, vocab {}) in {}",
+      brown_dir, meta->sources.size(), meta->words, meta->train.tokens, meta->val.tokens,
+      meta->tokenizer, meta->vocab_size, final_dir);
   return final_dir;
 }
 

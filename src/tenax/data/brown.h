@@ -27,8 +27,9 @@
 
 namespace tenax::data {
 
-// Bumped whenever BrownToText or the split changes, so old caches are not reused.
-inline constexpr int kBrownCacheVersion = 1;
+// Bumped whenever BrownToText, the split or the shard format changes, so old caches are not
+// reused (2: shards with checksums, documents framed by BOS when the tokenizer has one).
+inline constexpr int kBrownCacheVersion = 2;
 
 // True for corpus file names: two lowercase letters followed by two digits ("ca01").
 bool IsBrownFileName(std::string_view name);
@@ -50,9 +51,10 @@ Result<std::vector<Document>> ReadBrownDocuments(const std::string& brown_dir);
 Result<PreparedMeta> PrepareBrown(const std::string& brown_dir, const Tokenizer& tokenizer,
                                   const std::string& out_dir);
 
-// The prepared folder cache_dir/brown-<tokenizer slug>-v1, built on first use. It is prepared in
+// The prepared folder cache_dir/brown-<tokenizer slug>-v2, built on first use. It is prepared in
 // a temporary sibling and renamed into place, so a crash never leaves a half-written cache and
-// ranks that race to build it all end up using one complete copy.
+// ranks that race to build it all end up using one complete copy. A cache whose shards fail
+// verification (checksums) is rebuilt, since it is derived data.
 Result<std::string> EnsureBrownPrepared(const DataOptions& options);
 
 }  // namespace tenax::data

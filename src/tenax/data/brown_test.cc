@@ -73,8 +73,8 @@ TEST(BrownPrepare, FakeCorpusSplitsAndCaches) {
   for (int i = 0; i < 40; ++i) {
     char name[5];
     std::snprintf(name, sizeof(name), "c%c%02d", 'a' + i / 10, i % 10);
-    ASSERT_TRUE(LocalFs().WriteFileAtomic(corpus.Join(name), "\tw" + std::to_string(i) +
-                                                                 "/cd ./.\n").ok());
+    ASSERT_TRUE(
+        LocalFs().WriteFileAtomic(corpus.Join(name), "\tw" + std::to_string(i) + "/cd ./.\n").ok());
   }
   ASSERT_TRUE(LocalFs().WriteFileAtomic(corpus.Join("README"), "not/a corpus/file").ok());
   DataOptions opts;
@@ -82,7 +82,7 @@ TEST(BrownPrepare, FakeCorpusSplitsAndCaches) {
   opts.cache_dir = cache.Join("cache");
   Result<std::string> dir = EnsureBrownPrepared(opts);
   ASSERT_TRUE(dir.ok()) << dir.status().ToString();
-  EXPECT_EQ(*dir, cache.Join("cache/brown-byte-v1"));
+  EXPECT_EQ(*dir, cache.Join("cache/brown-byte-v2"));
   Result<PreparedData> d = OpenPrepared(*dir);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->meta.source, "brown");
@@ -104,24 +104,37 @@ TEST(BrownPrepare, FakeCorpusSplitsAndCaches) {
   // No temporary folder is left behind.
   Result<std::vector<std::string>> names = LocalFs().ListDir(opts.cache_dir);
   ASSERT_TRUE(names.ok());
-  EXPECT_EQ(*names, std::vector<std::string>{"brown-byte-v1"});
+  EXPECT_EQ(*names, std::vector<std::string>{"brown-byte-v2"});
 }
 
 TEST(BrownPrepare, BrokenCacheIsRebuilt) {
   TempDir corpus, cache;
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(LocalFs().WriteFileAtomic(corpus.Join("ca" + std::string(i < 10 ? "0" : "") +
-                                                      std::to_string(i)), "a/at b/nn").ok());
+    ASSERT_TRUE(
+        LocalFs()
+            .WriteFileAtomic(corpus.Join("ca" + std::string(i < 10 ? "0" : "") + std::to_string(i)),
+                             "a/at b/nn")
+            .ok());
   }
   DataOptions opts;
   opts.brown_dir = corpus.path();
   opts.cache_dir = cache.path();
   // A crash before meta.json was written: shards without the commit marker.
-  ASSERT_TRUE(LocalFs().CreateDirs(cache.Join("brown-byte-v1")).ok());
-  ASSERT_TRUE(LocalFs().WriteFileAtomic(cache.Join("brown-byte-v1/train.bin"), "junk").ok());
+  ASSERT_TRUE(LocalFs().CreateDirs(cache.Join("brown-byte-v2")).ok());
+  ASSERT_TRUE(LocalFs().WriteFileAtomic(cache.Join("brown-byte-v2/train.bin"), "junk").ok());
   Result<std::string> dir = EnsureBrownPrepared(opts);
   ASSERT_TRUE(dir.ok()) << dir.status().ToString();
   EXPECT_TRUE(OpenPrepared(*dir).ok());
+
+  // Damage inside a committed cache (an id changed, still in the vocabulary): the checksum
+  // catches it and the cache is rebuilt rather than trained on.
+  std::string val = *LocalFs().ReadFile(JoinPath(*dir, "val.bin"));
+  val[64] = static_cast<char>(val[64] ^ 0x01);
+  ASSERT_TRUE(LocalFs().WriteFileAtomic(JoinPath(*dir, "val.bin"), val).ok());
+  EXPECT_NE(OpenPrepared(*dir).status().message().find("CRC-32"), std::string::npos);
+  Result<std::string> rebuilt = EnsureBrownPrepared(opts);
+  ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
+  EXPECT_TRUE(OpenPrepared(*rebuilt).ok());
 }
 
 TEST(BrownPrepare, RealCorpusCounts) {

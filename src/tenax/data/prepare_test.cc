@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
 #include "tenax/core/temp_dir.h"
+#include "tenax/data/text_input.h"
 
 namespace tenax::data {
 namespace {
@@ -21,7 +25,7 @@ TEST(SplitRule, DocumentRuleAndTailRule) {
   EXPECT_TRUE(IsValidationDocument(39, 500));
   EXPECT_FALSE(IsValidationDocument(20, 500));
   EXPECT_EQ(TailValidationTokens(2), 1);
-  EXPECT_EQ(TailValidationTokens(100), 50);       // min(256, n/2) wins over 5%
+  EXPECT_EQ(TailValidationTokens(100), 50);  // min(256, n/2) wins over 5%
   EXPECT_EQ(TailValidationTokens(1000), 256);
   EXPECT_EQ(TailValidationTokens(100000), 5000);  // 5%
   EXPECT_EQ(TailValidationTokens(5121), 257);     // ceil(5%)
@@ -33,7 +37,7 @@ TEST(Prepare, FewDocumentsUseTheTailTokenRule) {
   ASSERT_TRUE(LocalFs().WriteFileAtomic(dir.Join("b.txt"), "hello world").ok());
   ByteTokenizer tok;
   const std::string out = dir.Join("out");
-  ASSERT_TRUE(Prepare({dir.Join("a.txt"), dir.Join("b.txt")}, tok, out).ok());
+  ASSERT_TRUE(PrepareFiles({dir.Join("a.txt"), dir.Join("b.txt")}, tok, out).ok());
 
   Result<PreparedData> d = OpenPrepared(out);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
@@ -81,53 +85,175 @@ TEST(Prepare, TooLittleDataIsAnError) {
   // One EOS token only.
   EXPECT_EQ(m.status().code(), StatusCode::kDataError);
   EXPECT_FALSE(PrepareDocuments({}, tok, dir.path(), "text").ok());
+  EXPECT_EQ(PrepareFiles({dir.Join("missing.txt")}, tok, dir.path()).status().code(),
+            StatusCode::kNotFound);
   EXPECT_EQ(Prepare({dir.Join("missing.txt")}, tok, dir.path()).code(), StatusCode::kNotFound);
 }
 
-// Delegates to the local filesystem but fails writes of one file name, as a crash would.
-class FailingFs final : public FileSystem {
+// Bytes, with BOS = 257 before and EOS = 256 after every document (the Llama 3 framing), and an
+// injected failure on any text containing "boom".
+class FramedTokenizer final : public Tokenizer {
  public:
-  explicit FailingFs(std::string fail_suffix) : fail_(std::move(fail_suffix)) {}
-  Status WriteFileAtomic(const std::string& path, std::string_view data) override {
-    if (path.size() >= fail_.size() && path.compare(path.size() - fail_.size(), fail_.size(),
-                                                    fail_) == 0) {
-      return IoError("injected failure writing " + path);
-    }
-    return LocalFs().WriteFileAtomic(path, data);
+  uint32_t vocab_size() const override { return 258; }
+  Result<std::vector<uint32_t>> Encode(std::string_view text) const override {
+    if (text.find("boom") != std::string_view::npos) return Internal("injected failure");
+    return *ByteTokenizer().Encode(text);
   }
-  Result<std::string> ReadFile(const std::string& p) override { return LocalFs().ReadFile(p); }
-  Status CreateDirs(const std::string& p) override { return LocalFs().CreateDirs(p); }
-  Status RemoveAll(const std::string& p) override { return LocalFs().RemoveAll(p); }
-  Status Rename(const std::string& a, const std::string& b) override {
-    return LocalFs().Rename(a, b);
+  Result<std::string> Decode(const std::vector<uint32_t>& ids) const override {
+    return std::string();
   }
-  bool Exists(const std::string& p) override { return LocalFs().Exists(p); }
-  Result<std::vector<std::string>> ListDir(const std::string& d) override {
-    return LocalFs().ListDir(d);
-  }
-  Status SyncDir(const std::string& d) override { return LocalFs().SyncDir(d); }
-
- private:
-  std::string fail_;
+  std::optional<uint32_t> eos() const override { return 256; }
+  std::optional<uint32_t> bos() const override { return 257; }
+  bool SplitsAtLineStarts() const override { return true; }
+  std::string name() const override { return "framed"; }
+  std::string cache_slug() const override { return "framed"; }
 };
 
-TEST(Prepare, ACrashedRewriteLeavesAFolderReadersRefuse) {
+TEST(Prepare, AFailedRewriteLeavesTheOldFolderIntact) {
   TempDir dir;
-  ByteTokenizer tok;
+  FramedTokenizer tok;
   ASSERT_TRUE(PrepareDocuments({{"a", std::string(1000, 'a')}}, tok, dir.path(), "text").ok());
   ASSERT_TRUE(OpenPrepared(dir.path()).ok());
-  // Rewrite with new data, "crashing" while writing val.bin: train.bin is already new.
-  FailingFs fs("val.bin");
-  Result<PreparedMeta> crashed =
-      PrepareDocuments({{"b", std::string(3000, 'b')}}, tok, dir.path(), "text", fs);
-  EXPECT_EQ(crashed.status().code(), StatusCode::kIoError);
-  EXPECT_EQ(OpenPrepared(dir.path()).status().code(), StatusCode::kNotFound);
-  // Re-running the prepare repairs it.
-  ASSERT_TRUE(PrepareDocuments({{"b", std::string(3000, 'b')}}, tok, dir.path(), "text").ok());
+  // A rewrite that fails half-way (document 30 of 40) changes nothing and leaves no temp files.
+  std::vector<Document> docs;
+  for (int i = 0; i < 40; ++i) docs.push_back({"d", i == 30 ? "boom" : "text"});
+  Result<PreparedMeta> failed = PrepareDocuments(docs, tok, dir.path(), "text", 2);
+  EXPECT_EQ(failed.status().code(), StatusCode::kInternal);
+  EXPECT_NE(failed.status().message().find("injected failure"), std::string::npos);
   Result<PreparedData> d = OpenPrepared(dir.path());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->train.size() + d->val.size(), 1002);
+  EXPECT_EQ(*LocalFs().ListDir(dir.path()),
+            (std::vector<std::string>{"meta.json", "train.bin", "val.bin"}));
+}
+
+TEST(Prepare, DocumentsAreFramedByBosAndEos) {
+  TempDir dir;
+  FramedTokenizer tok;
+  std::vector<Document> docs;
+  for (int i = 0; i < 20; ++i) docs.push_back({"d" + std::to_string(i), "x" + std::to_string(i)});
+  Result<PreparedMeta> m = PrepareDocuments(docs, tok, dir.path(), "text");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->bos, std::optional<uint32_t>(257));
+  EXPECT_EQ(m->val.tokens, 5);  // [BOS] "x19" [EOS]
+  Result<PreparedData> d = OpenPrepared(dir.path());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(ToVector(d->val), (std::vector<uint32_t>{257, 'x', '1', '9', 256}));
+  EXPECT_EQ(ToVector(d->train).size(), 10 * 4 + 9 * 5u);
+  EXPECT_EQ(d->train.bos(), std::optional<uint32_t>(257));
+}
+
+// JSON Lines (plain, gzip with two members, zstd), a text file, every thread count and the
+// in-memory path: the same documents give byte-identical shards.
+TEST(Prepare, FormatsCompressionAndThreadsGiveIdenticalShards) {
+  TempDir dir;
+  std::vector<Document> docs;
+  std::string jsonl, jsonl_b;
+  for (int i = 0; i < 57; ++i) {
+    std::string text = "document " + std::to_string(i) + ":\n\"quoted\" \u00e9\u6f22 \t";
+    text += std::string(i * 37 % 500, 'z');
+    docs.push_back({"d", text});
+    const std::string line =
+        nlohmann::json{{"id", i}, {"text", text}, {"meta", {{"x", 1}}}}.dump() + "\n";
+    (i < 30 ? jsonl : jsonl_b) += line;
+    if (i % 10 == 3) (i < 30 ? jsonl : jsonl_b) += "  \n";  // blank lines are not documents
+  }
+  dir.Write("all.jsonl", jsonl + jsonl_b);
+  dir.Write("a.jsonl", jsonl);
+  dir.Write("b.jsonl", jsonl_b);
+  FramedTokenizer tok;
+  ASSERT_TRUE(PrepareDocuments(docs, tok, dir.Join("ref"), "text", 1).ok());
+  const std::string ref_train = *LocalFs().ReadFile(dir.Join("ref/train.bin"));
+  const std::string ref_val = *LocalFs().ReadFile(dir.Join("ref/val.bin"));
+
+  ASSERT_EQ(std::system(("cd " + dir.path() + " && gzip -c a.jsonl > two.jsonl.gz && gzip -c " +
+                         "b.jsonl >> two.jsonl.gz")
+                            .c_str()),
+            0);
+  std::vector<std::vector<std::string>> inputs = {{dir.Join("all.jsonl")},
+                                                  {dir.Join("a.jsonl"), dir.Join("b.jsonl")},
+                                                  {dir.Join("two.jsonl.gz")}};
+  if (std::system(
+          ("zstd -q -c " + dir.Join("all.jsonl") + " > " + dir.Join("all.jsonl.zst")).c_str()) !=
+      0) {
+    ADD_FAILURE() << "the zstd program is missing (./scripts/setup installs it)";
+  } else if (HaveZstd()) {
+    inputs.push_back({dir.Join("all.jsonl.zst")});
+  } else {
+    // Built without libzstd (the GPU build): the input is refused with how to enable it.
+    Status st = PrepareFiles({dir.Join("all.jsonl.zst")}, tok, dir.Join("out")).status();
+    EXPECT_NE(st.message().find("libzstd-dev"), std::string::npos) << st.message();
+  }
+  for (const auto& in : inputs) {
+    for (int threads : {1, 3}) {
+      PrepareOptions o;
+      o.threads = threads;
+      const std::string out = dir.Join("out");
+      Result<PreparedMeta> m = PrepareFiles(in, tok, out, o);
+      ASSERT_TRUE(m.ok()) << in[0] << ": " << m.status().ToString();
+      EXPECT_EQ(m->train.documents + m->val.documents, 57) << in[0];
+      EXPECT_EQ(m->sources, in);
+      EXPECT_EQ(*LocalFs().ReadFile(JoinPath(out, "train.bin")), ref_train) << in[0] << threads;
+      EXPECT_EQ(*LocalFs().ReadFile(JoinPath(out, "val.bin")), ref_val) << in[0] << threads;
+    }
+  }
+}
+
+TEST(Prepare, JsonLinesErrorsNameTheLineAndTheField) {
+  TempDir dir;
+  FramedTokenizer tok;
+  const auto error = [&](const std::string& text, const std::string& field = "text") {
+    PrepareOptions o;
+    o.text_field = field;
+    return PrepareFiles({dir.Write("x.jsonl", text)}, tok, dir.Join("out"), o).status();
+  };
+  Status st = error("{\"text\": \"a\"}\n\n{\"body\": \"b\"}\n");
+  EXPECT_EQ(st.code(), StatusCode::kDataError);
+  EXPECT_NE(st.message().find("x.jsonl line 3 has no \"text\" field"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("--text-field"), std::string::npos);
+  EXPECT_TRUE(error("{\"body\": \"b\"}\n{\"body\": \"c\"}\n", "body").ok());
+  EXPECT_NE(error("{\"text\": 5}\n").message().find("is number, not a string"), std::string::npos);
+  EXPECT_NE(error("{\"text\": \"a\"\n").message().find("line 1 is not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error("").message().find("no documents"), std::string::npos);
+  // A corrupt gzip input is named.
+  std::string gz = "\x1F\x8B\x08\x00garbage-garbage";
+  EXPECT_NE(PrepareFiles({dir.Write("bad.txt.gz", gz)}, tok, dir.Join("out"))
+                .status()
+                .message()
+                .find("bad.txt.gz"),
+            std::string::npos);
+}
+
+// A text document longer than one work item is tokenized in parts cut after line breaks; the
+// result equals the whole document, with one BOS and one EOS.
+TEST(Prepare, LongTextDocumentsStreamInParts) {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; text.size() < 3'500'000; ++i) {
+    text += "line " + std::to_string(i) + (i % 3 ? "\n" : "\n\n  indented\n");
+  }
+  dir.Write("big.txt", text);
+  dir.Write("small.txt", "tiny");
+  FramedTokenizer tok;
+  Result<PreparedMeta> m =
+      PrepareFiles({dir.Join("big.txt"), dir.Join("small.txt")}, tok, dir.Join("out"));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->split_rule, "tail-tokens");
+  EXPECT_EQ(m->bytes, static_cast<int64_t>(text.size() + 4));
+  Result<PreparedData> d = OpenPrepared(dir.Join("out"));
   ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->train.size() + d->val.size(), 3001);
-  EXPECT_EQ(d->train.at(0), static_cast<uint32_t>('b'));
+  std::vector<uint32_t> all = ToVector(d->train);
+  const std::vector<uint32_t> val = ToVector(d->val);
+  all.insert(all.end(), val.begin(), val.end());
+  std::vector<uint32_t> want = {257};
+  for (unsigned char c : text) want.push_back(c);
+  want.push_back(256);
+  for (uint32_t t : {257u, 't' + 0u, 'i' + 0u, 'n' + 0u, 'y' + 0u, 256u}) want.push_back(t);
+  EXPECT_TRUE(all == want);
+  EXPECT_EQ(m->train.documents, 1);
+  EXPECT_EQ(m->val.documents, 2);  // the tail cuts the big document; the small one is all val
 }
 
 TEST(OpenPrepared, RejectsMissingOrMismatchedFiles) {

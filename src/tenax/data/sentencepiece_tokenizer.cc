@@ -6,14 +6,14 @@
 // Non-goals: a long-lived tenax-spm server (prepare is a one-off; training never tokenizes).
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "tenax/core/crc32.h"
 #include "tenax/core/fs.h"
+#include "tenax/data/bpe_tokenizer.h"  // SlugStem
 #include "tenax/data/subprocess.h"
 #include "tenax/data/tokenizer.h"
 
@@ -32,24 +32,14 @@ std::string ExecutableDir() {
   return ParentDir(std::string(buf, static_cast<size_t>(n)));
 }
 
-// Letters and digits only (others become '-'): the slug becomes part of a directory name.
-std::string SafeStem(const std::string& path) {
-  std::string base = path.substr(path.find_last_of('/') + 1);
-  const size_t dot = base.rfind('.');
-  if (dot != std::string::npos && dot > 0) base.resize(dot);
-  std::string out;
-  for (char c : base) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    out.push_back(ok ? c : '-');
-  }
-  return out.empty() ? "model" : out;
-}
-
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(std::string spm, std::string model, std::string slug, uint32_t vocab,
                          std::optional<uint32_t> eos)
-      : spm_(std::move(spm)), model_(std::move(model)), slug_(std::move(slug)), vocab_(vocab),
+      : spm_(std::move(spm)),
+        model_(std::move(model)),
+        slug_(std::move(slug)),
+        vocab_(vocab),
         eos_(eos) {}
 
   uint32_t vocab_size() const override { return vocab_; }
@@ -142,8 +132,10 @@ Result<std::unique_ptr<Tokenizer>> MakeSentencePieceTokenizer(const std::string&
   TENAX_ASSIGN_OR_RETURN(std::string spm, FindSpmBinary());
   TENAX_ASSIGN_OR_RETURN(ProcessResult info, RunProcess({spm, "info", model_path}, ""));
   if (info.exit_code != 0) {
-    return DataError("cannot load SentencePiece model " + model_path + " (is it a .model file "
-                     "written by spm_train?): " + info.err);
+    return DataError("cannot load SentencePiece model " + model_path +
+                     " (is it a .model file "
+                     "written by spm_train?): " +
+                     info.err);
   }
   int64_t vocab = 0, eos = -1;
   try {
@@ -162,7 +154,7 @@ Result<std::unique_ptr<Tokenizer>> MakeSentencePieceTokenizer(const std::string&
   char crc[9];
   std::snprintf(crc, sizeof(crc), "%08x", Crc32(*bytes));
   return std::unique_ptr<Tokenizer>(std::make_unique<SentencePieceTokenizer>(
-      spm, model_path, "sp-" + SafeStem(model_path) + "-" + crc, static_cast<uint32_t>(vocab),
+      spm, model_path, "sp-" + SlugStem(model_path) + "-" + crc, static_cast<uint32_t>(vocab),
       eos_id));
 }
 

@@ -1,28 +1,32 @@
 #include "tenax/data/source.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include "tenax/data/brown.h"
 #include "tenax/data/prepare.h"
 #include "tenax/data/shard.h"
 #include "tenax/data/synthetic.h"
+#include "tenax/data/token_file.h"
 
 namespace tenax::data {
 namespace {
 
 constexpr const char* kEvalForms =
     "brown[:val|:train], synthetic[:val|:train], DIR[:val|:train] (a folder written by "
-    "`tenax prepare`), or FILE.bin (one token shard)";
+    "`tenax prepare`), or FILE.bin (one token file: a tenax shard or an llm.c .bin)";
 
 DataSplits FromPrepared(PreparedData d, const std::string& label) {
   DataSplits s;
   s.vocab_size = d.meta.vocab_size;
   s.eos = d.meta.eos;
+  s.bos = d.meta.bos;
   s.tokenizer = d.meta.tokenizer;
-  s.description = fmt::format("{} ({}): {} train + {} val tokens, {} documents, vocab {}, "
-                              "tokenizer {}",
-                              label, d.dir, d.meta.train.tokens, d.meta.val.tokens,
-                              d.meta.sources.size(), d.meta.vocab_size, d.meta.tokenizer);
+  s.description = fmt::format(
+      "{} ({}): {} train + {} val tokens, {} documents, vocab {}, "
+      "tokenizer {}",
+      label, d.dir, d.meta.train.tokens, d.meta.val.tokens,
+      d.meta.train.documents + d.meta.val.documents, d.meta.vocab_size, d.meta.tokenizer);
   s.train = std::move(d.train);
   s.val = std::move(d.val);
   return s;
@@ -42,9 +46,43 @@ Result<DataSplits> OpenSynthetic(const SyntheticOptions& o) {
   return s;
 }
 
+bool IsRegularFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+TokenFileOptions FileOptions(const DataOptions& o, const std::string& key) {
+  TokenFileOptions f;
+  f.format = o.token_format;
+  f.vocab_size = static_cast<uint32_t>(o.vocab_size);
+  f.key = key;
+  return f;
+}
+
+Result<DataSplits> OpenTokens(const DataOptions& o) {
+  DataSplits s;
+  TENAX_ASSIGN_OR_RETURN(s.train, OpenTokenFiles(o.path, FileOptions(o, "data.path")));
+  TENAX_ASSIGN_OR_RETURN(s.val, OpenTokenFiles(o.val_path, FileOptions(o, "data.val_path")));
+  if (s.train.vocab_size() != s.val.vocab_size() || s.train.eos() != s.val.eos() ||
+      s.train.bos() != s.val.bos()) {
+    return DataError(
+        fmt::format("data.path ({}: vocabulary {}) and data.val_path ({}: "
+                    "vocabulary {}) hold ids of different tokenizers",
+                    s.train.name(), s.train.vocab_size(), s.val.name(), s.val.vocab_size()));
+  }
+  s.vocab_size = s.train.vocab_size();
+  s.eos = s.train.eos();
+  s.bos = s.train.bos();
+  s.description = fmt::format(
+      "token files: {} train tokens from {}, {} val tokens from {}, "
+      "vocab {}",
+      s.train.size(), s.train.name(), s.val.size(), s.val.name(), s.vocab_size);
+  return s;
 }
 
 }  // namespace
@@ -58,14 +96,24 @@ Result<DataSplits> OpenDataSource(const DataOptions& options) {
   if (options.source == "synthetic") return OpenSynthetic(options.synthetic);
   if (options.source == "shards") {
     if (options.path.empty()) {
-      return InvalidArgument("data.source = \"shards\" needs data.path: a folder written by "
-                             "`tenax prepare --input FILE... --out DIR`");
+      return InvalidArgument(
+          "data.source = \"shards\" needs data.path: a folder written by "
+          "`tenax prepare --input FILE... --out DIR`");
+    }
+    if (IsRegularFile(options.path)) {
+      return InvalidArgument("data.path = \"" + options.path +
+                             "\" is a file, but data.source = "
+                             "\"shards\" reads a folder written by `tenax prepare`; to train on "
+                             "token files (tenax, llm.c or nanoGPT .bin) set data.source = "
+                             "\"tokens\" with data.path and data.val_path");
     }
     TENAX_ASSIGN_OR_RETURN(PreparedData d, OpenPrepared(options.path));
     return FromPrepared(std::move(d), "prepared shards");
   }
+  if (options.source == "tokens") return OpenTokens(options);
   return InvalidArgument("data.source = \"" + options.source +
-                         "\" is unknown; allowed: \"brown\", \"synthetic\", \"shards\"");
+                         "\" is unknown; allowed: \"brown\", \"synthetic\", \"shards\", "
+                         "\"tokens\"");
 }
 
 Result<TokenStream> OpenEvalSpec(const std::string& spec, const DataOptions& defaults) {
@@ -94,12 +142,11 @@ Result<TokenStream> OpenEvalSpec(const std::string& spec, const DataOptions& def
       return InvalidArgument("--data " + spec + ": a single shard has no splits; drop the \":" +
                              (train ? "train" : "val") + "\" suffix");
     }
-    TENAX_ASSIGN_OR_RETURN(ShardReader shard, ShardReader::Open(base));
-    return TokenStream::FromShard(std::move(shard), base);
+    return OpenTokenFiles(base, FileOptions(defaults, "--data"));
   }
   if (!LocalFs().Exists(base)) {
-    return NotFound("--data " + spec + ": " + base + " does not exist; allowed forms: " +
-                    kEvalForms);
+    return NotFound("--data " + spec + ": " + base +
+                    " does not exist; allowed forms: " + kEvalForms);
   }
   Result<PreparedData> d = OpenPrepared(base);
   if (!d.ok()) {

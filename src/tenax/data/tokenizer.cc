@@ -1,5 +1,7 @@
 #include "tenax/data/tokenizer.h"
 
+#include "tenax/data/bpe_tokenizer.h"
+
 namespace tenax::data {
 
 Result<std::vector<uint32_t>> ByteTokenizer::Encode(std::string_view text) const {
@@ -23,12 +25,16 @@ Result<std::string> ByteTokenizer::Decode(const std::vector<uint32_t>& ids) cons
 
 Result<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& spec) {
   if (spec == "byte") return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
-  const std::string sp = "sentencepiece:";
-  if (spec.compare(0, sp.size(), sp) == 0 && spec.size() > sp.size()) {
-    return MakeSentencePieceTokenizer(spec.substr(sp.size()));
-  }
+  const auto with_prefix = [&](const std::string& prefix) {
+    return spec.compare(0, prefix.size(), prefix) == 0 && spec.size() > prefix.size();
+  };
+  if (with_prefix("sentencepiece:")) return MakeSentencePieceTokenizer(spec.substr(14));
+  if (with_prefix("tiktoken:")) return LoadTiktokenTokenizer(spec.substr(9));
+  if (with_prefix("hf:")) return LoadHfTokenizer(spec.substr(3));
   return InvalidArgument("unknown tokenizer \"" + spec +
-                         "\"; allowed: \"byte\" or \"sentencepiece:PATH\" (PATH to a .model file)");
+                         "\"; allowed: \"byte\", \"tiktoken:PATH\" (Llama 3's tokenizer.model), "
+                         "\"hf:PATH\" (a Hugging Face tokenizer.json) or \"sentencepiece:PATH\" "
+                         "(a SentencePiece .model file)");
 }
 
 }  // namespace tenax::data

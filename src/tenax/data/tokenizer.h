@@ -1,11 +1,13 @@
-// Tokenizers turn document text into token ids and back. Two exist: ByteTokenizer (ids 0..255
-// are the bytes, 256 is the end-of-document token) and SentencePieceTokenizer (a trained .model
-// file), which runs in the helper program tenax-spm because Debian's libsentencepiece and
-// libtorch cannot share a process (see sentencepiece_tokenizer.cc).
+// Tokenizers turn document text into token ids and back:
+//   * ByteTokenizer: ids 0..255 are the bytes, 256 is the end-of-document token.
+//   * byte-level BPE (bpe_tokenizer.h): Llama 3's tiktoken file or a Hugging Face tokenizer.json.
+//   * SentencePieceTokenizer (a trained .model file), which runs in the helper program tenax-spm
+//     because Debian's libsentencepiece and libtorch cannot share a process.
 // A tokenizer is named by a spec string, the same one stored in a prepared folder's meta.json:
-//   "byte" | "sentencepiece:PATH"
-// Non-goals: training tokenizers (use spm_train), special-token parsing inside text, BOS
-// handling (documents are separated by EOS only).
+//   "byte" | "tiktoken:PATH" | "hf:PATH" | "sentencepiece:PATH"
+// Documents are framed by bos() and eos() where the tokenizer has them (prepare.h): byte and
+// SentencePiece use EOS only, Llama 3 both.
+// Non-goals: training tokenizers (use spm_train), chat templates.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +32,23 @@ class Tokenizer {
   // Text of `ids`. EOS decodes to nothing, and an id outside the vocabulary (a model whose
   // embedding is padded past vocab_size can sample one) decodes to U+FFFD rather than failing.
   virtual Result<std::string> Decode(const std::vector<uint32_t>& ids) const = 0;
+  // Like Encode, but the text of a special token ("<|eot_id|>") becomes that token, as a chat
+  // prompt needs; Encode keeps such text ordinary so documents cannot inject separators.
+  // Tokenizers without special tokens encode as Encode does.
+  virtual Result<std::vector<uint32_t>> EncodeWithSpecialTokens(std::string_view text) const {
+    return Encode(text);
+  }
   // The end-of-document id, if the tokenizer has one.
   virtual std::optional<uint32_t> eos() const = 0;
-  // The spec that recreates this tokenizer: "byte" or "sentencepiece:PATH".
+  // The beginning-of-document id placed before every document, if the tokenizer uses one.
+  virtual std::optional<uint32_t> bos() const { return std::nullopt; }
+  // Whether encoding a text in two parts cut right after a '\n' that is followed by a printable
+  // ASCII character gives the same ids as encoding it whole, so `tenax prepare` may tokenize a
+  // long document in parts. True for bytes and for Llama 3's pretokenizer (no match can cross such
+  // a cut, and no lookahead is consulted there); false where unknown (SentencePiece adds a word
+  // boundary at the start of every call).
+  virtual bool SplitsAtLineStarts() const { return false; }
+  // The spec that recreates this tokenizer, e.g. "byte" or "tiktoken:PATH".
   virtual std::string name() const = 0;
   // A file-name-safe key that changes whenever the ids would (e.g. the model file's contents),
   // used to name caches of prepared data.
@@ -46,6 +62,7 @@ class ByteTokenizer final : public Tokenizer {
   Result<std::vector<uint32_t>> Encode(std::string_view text) const override;
   Result<std::string> Decode(const std::vector<uint32_t>& ids) const override;
   std::optional<uint32_t> eos() const override { return kEos; }
+  bool SplitsAtLineStarts() const override { return true; }
   std::string name() const override { return "byte"; }
   std::string cache_slug() const override { return "byte"; }
 };
@@ -54,7 +71,8 @@ class ByteTokenizer final : public Tokenizer {
 // build it.
 Result<std::unique_ptr<Tokenizer>> MakeSentencePieceTokenizer(const std::string& model_path);
 
-// "byte" or "sentencepiece:PATH"; anything else is an error listing the allowed forms.
+// "byte", "tiktoken:PATH", "hf:PATH" or "sentencepiece:PATH"; anything else is an error listing
+// the allowed forms.
 Result<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::string& spec);
 
 // tenax-spm: $TENAX_SPM if set, else beside the running executable or one folder up (build/ for
