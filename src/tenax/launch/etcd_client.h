@@ -233,8 +233,9 @@ struct WatchOptions {
 //
 // Thread safety: callbacks run one at a time on the watcher's thread, never after Stop returns.
 // A callback must not destroy or Stop its own watcher (that would join its own thread). Stop and
-// the destructor may be called from any other thread; they return promptly (they shut the stream's
-// socket down rather than wait for etcd) once a running callback has returned.
+// the destructor may be called from any other thread; they shut the stream's socket down rather
+// than wait for etcd, so they return once a running callback has returned (or, if a connect or TLS
+// handshake is under way, once it ends: at most attempt_timeout).
 class EtcdWatcher {
  public:
   using EventsFn = std::function<void(const std::vector<WatchEvent>&)>;
