@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -579,6 +580,69 @@ TEST(EtcdCluster, ThreeMembersServeAgainAfterTheLeaderIsKilled) {
   }
   EXPECT_EQ(next, acknowledged.size());
   for (size_t i = 1; i < rec.events.size(); ++i) {
+    EXPECT_GT(rec.events[i].kv.mod_revision, rec.events[i - 1].kv.mod_revision);
+  }
+}
+
+// The member a watch is connected to loses its leader (the other two hang, as behind a
+// partition): the watch carries etcd's "hasleader" requirement, so the member ends it instead of
+// going silent, and the watcher reports it (well before its idle reconnect, set long here). Once
+// the others are back, the watcher resumes and misses nothing.
+TEST(EtcdCluster, AWatchOnAMemberThatLostItsLeaderEndsAndResumes) {
+  SKIP_WITHOUT_HTTPLIB();
+  int leader = 0;
+  auto etcd = StartCluster(&leader);
+  ASSERT_NE(etcd, nullptr);
+  const int watched = (leader + 1) % 3;
+  auto client = MakeClient(etcd->client_options());
+  auto start = client->Put("/partition/seq", "0");
+  ASSERT_TRUE(start.ok()) << start.status().ToString();
+  EtcdOptions only_watched = etcd->client_options();
+  only_watched.endpoints = {etcd->endpoints()[watched]};
+  WatchOptions slow_idle;
+  slow_idle.idle_reconnect = seconds(120);
+  Recorder rec;
+  auto watcher = EtcdWatcher::Start(only_watched, "/partition/", *start + 1, rec.OnEvents(),
+                                    rec.OnError(), slow_idle);
+  ASSERT_TRUE(watcher.ok());
+  ASSERT_TRUE(client->Put("/partition/seq", "1").ok());
+  ASSERT_TRUE(rec.WaitForEvents(1));
+
+  for (int m = 0; m < 3; ++m) {
+    if (m != watched) {
+      ASSERT_TRUE(etcd->PauseMember(m).ok());
+    }
+  }
+  const auto paused_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(rec.WaitForError());
+  const auto noticed = std::chrono::steady_clock::now() - paused_at;
+  {
+    std::lock_guard<std::mutex> lock(rec.mu);
+    EXPECT_EQ(rec.errors[0].code(), StatusCode::kUnavailable);
+    EXPECT_NE(rec.errors[0].message().find("leader"), std::string::npos)
+        << rec.errors[0].ToString();
+  }
+  EXPECT_LT(noticed, slow_idle.idle_reconnect);
+  std::printf("[          ] the watch ended %.1f s after its member lost the others\n",
+              std::chrono::duration<double>(noticed).count());
+  for (int m = 0; m < 3; ++m) {
+    if (m != watched) {
+      ASSERT_TRUE(etcd->ResumeMember(m).ok());
+    }
+  }
+  // A put whose outcome was unknown may have applied too: each applied put is one event.
+  ASSERT_TRUE(Eventually([&] { return client->Put("/partition/seq", "2").ok(); }));
+  auto last = client->Get("/partition/seq");
+  ASSERT_TRUE(last.ok() && last->has_value());
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(rec.mu);
+    return !rec.events.empty() && rec.events.back().kv.mod_revision == (*last)->mod_revision;
+  }));
+  std::lock_guard<std::mutex> lock(rec.mu);
+  EXPECT_EQ(rec.events[0].kv.value, "1");
+  EXPECT_EQ(rec.events.size(), static_cast<size_t>((*last)->version - 1));  // every put after "0"
+  for (size_t i = 1; i < rec.events.size(); ++i) {
+    EXPECT_EQ(rec.events[i].kv.value, "2");
     EXPECT_GT(rec.events[i].kv.mod_revision, rec.events[i - 1].kv.mod_revision);
   }
 }

@@ -119,9 +119,18 @@ Status EtcdWatcher::WatchOnce(const std::string& endpoint, bool* compacted) {
     status = res.status;
     return true;
   };
-  // One JSON object per line; each is a WatchResponse under "result".
+  // One JSON object per line; each is a WatchResponse under "result", or the stream's end under
+  // "error" (e.g. "etcdserver: no leader" when the member lost its leader: see hasleader).
   auto handle_line = [&](const std::string& line) -> bool {
     json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("error")) {
+      const json& e = j["error"];
+      const std::string why = e.is_object() && e.contains("message") && e["message"].is_string()
+                                  ? e["message"].get<std::string>()
+                                  : e.dump();
+      result = Unavailable(endpoint + ": watch ended by etcd (" + why + ")");
+      return false;
+    }
     const json* r = j.is_object() && j.contains("result") ? &j["result"] : nullptr;
     if (r == nullptr || !r->is_object()) {
       result = Malformed("watch response", j);

@@ -269,6 +269,22 @@ Status TestingEtcd::KillMember(int i) {
   return Status::Ok();
 }
 
+Status TestingEtcd::PauseMember(int i) {
+  if (i < 0 || i >= members() || members_[i].pid <= 0) {
+    return InvalidArgument(fmt::format("no running etcd member {}", i));
+  }
+  ::kill(members_[i].pid, SIGSTOP);
+  return Status::Ok();
+}
+
+Status TestingEtcd::ResumeMember(int i) {
+  if (i < 0 || i >= members() || members_[i].pid <= 0) {
+    return InvalidArgument(fmt::format("no running etcd member {}", i));
+  }
+  ::kill(members_[i].pid, SIGCONT);
+  return Status::Ok();
+}
+
 void TestingEtcd::KillAll() {
   for (int i = 0; i < members(); ++i) (void)KillMember(i);
 }

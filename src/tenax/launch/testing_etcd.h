@@ -66,6 +66,10 @@ class TestingEtcd {
 
   // Kills member `i` with SIGKILL and reaps it.
   Status KillMember(int i);
+  // Freezes member `i` (SIGSTOP) / lets it go on (SIGCONT): a member that hangs without closing
+  // its connections, like one behind a partition.
+  Status PauseMember(int i);
+  Status ResumeMember(int i);
   bool running(int i) const { return members_[i].pid > 0; }
   // The index of the member that is leader now, asked of the running members; NotFound while
   // there is none.
