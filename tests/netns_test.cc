@@ -135,5 +135,38 @@ TEST(Netns, HostsReachEachOtherAndEtcdUntilTheirCableIsPulled) {
   ::close(listener);
 }
 
+// An etcd with TLS and client-certificate auth on the bridge: its certificate names the bridge's
+// address, so a host with the client certificate gets in, and one without it does not.
+TEST(Netns, HostsReachATlsEtcdOnTheBridgeOnlyWithTheCertificate) {
+  if (!launch::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
+  auto made = NetnsHosts::Create(1);
+  if (!made.ok()) GTEST_SKIP() << made.status().message();
+  NetnsHosts& net = **made;
+  launch::testing::TestingEtcdOptions options;
+  options.host = net.bridge_address();
+  options.tls = true;
+  auto etcd = launch::testing::TestingEtcd::Start(options);
+  ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
+  launch::EtcdOptions with_cert = (*etcd)->client_options();
+  launch::EtcdOptions without_cert = with_cert;
+  without_cert.cert_file.clear();
+  without_cert.key_file.clear();
+  Status put_with, put_without;
+  ASSERT_TRUE(
+      net.RunIn(0,
+                [&] {
+                  put_with = (*launch::EtcdClient::Create(with_cert))->Put("/tls", "in").status();
+                  put_without =
+                      (*launch::EtcdClient::Create(without_cert))->Put("/tls2", "in").status();
+                })
+          .ok());
+  EXPECT_TRUE(put_with.ok()) << put_with.ToString();
+  EXPECT_FALSE(put_without.ok());
+  auto check = launch::EtcdClient::Create(with_cert);
+  ASSERT_TRUE(check.ok());
+  EXPECT_TRUE((*check)->Get("/tls")->has_value());
+  EXPECT_FALSE((*check)->Get("/tls2")->has_value());
+}
+
 }  // namespace
 }  // namespace tenax::testing
