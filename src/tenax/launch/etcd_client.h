@@ -18,8 +18,10 @@
 // Delete, Txn, lease grant/revoke) and was sent but got no answer is NOT repeated, because it may
 // have been applied (a compare-and-swap applied twice reports that it lost): it returns
 // Unavailable with "outcome unknown", and the caller reads back the key to learn what happened.
-// Every attempt is bounded by EtcdOptions::attempt_timeout (connect, and each read and write), so
-// one call takes at most endpoints x attempt_timeout.
+// Every attempt is bounded by EtcdOptions::attempt_timeout (connect, TLS handshake, and each read
+// and write), so one call takes at most endpoints x attempt_timeout; resolving a host name is not
+// bounded (give addresses where that matters). Each call opens a fresh connection: on loopback
+// about 1 ms per call, about 8-12 ms with TLS (the handshake), measured on a busy 2-core machine.
 //
 // Errors are Status values, never exceptions or aborts: Unavailable when no endpoint answered
 // (naming each endpoint and why), NotFound for an unknown lease, InvalidArgument for bad options
