@@ -253,7 +253,8 @@ class EtcdWatcher {
   EtcdWatcher& operator=(const EtcdWatcher&) = delete;
 
   void Stop();
-  // The revision the watcher would resume from: one past the last event delivered.
+  // The revision the watcher would resume from: one past the last event delivered (already
+  // advanced while the callback for those events runs).
   int64_t next_revision() const { return next_revision_.load(); }
 
  private:

@@ -185,8 +185,10 @@ Status EtcdWatcher::WatchOnce(const std::string& endpoint, bool* compacted) {
     if (!events.empty()) {
       // Events come in revision order; a resumed stream starts after the last one delivered.
       if (stop_.load()) return false;
-      on_events_(events);
+      // Advanced before the callback, so that whoever the callback wakes sees next_revision()
+      // past these events (the stream cannot resume before the callback returns anyway).
       next_revision_.store(events.back().kv.mod_revision + 1);
+      on_events_(events);
     } else {
       // A progress notification: every event up to the header's revision has been sent, so
       // resuming after it loses nothing.
