@@ -321,12 +321,15 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   return true;
 }
 
-Supervisor::Outcome Supervisor::RunGeneration(int gen) {
+Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const StopFn& stop) {
   Outcome out;
+  const int gen = plan.generation;
+  node_rank_ = plan.node_rank;
   const int n = o_.nproc_per_node;
-  const int world = n * o_.nnodes;
+  const int world = n * plan.nnodes;
   // A fresh store port each generation: the old one may linger in TIME_WAIT.
-  const int port = fixed_port_ > 0 ? fixed_port_ : FreeTcpPort();
+  const int port = plan.master_port > 0 ? plan.master_port : FreeTcpPort();
+  const std::string master = plan.master_addr.empty() ? host_ : plan.master_addr;
   goodput_.GenerationStarted(gen, Elapsed());
   stragglers_.Reset();
   protocol::Beat none;  // no beat yet this generation
@@ -355,7 +358,7 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
     a.world = world;
     a.local_rank = local;
     a.local_world = n;
-    a.master_addr = host_;
+    a.master_addr = master;
     a.master_port = port;
     a.generation = gen;
     a.run_elapsed_s = Elapsed();
@@ -380,6 +383,7 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
     where += fmt::format("{}{}@slot{}", local ? " " : "", Rank(local), slots_->SlotOf(local));
   }
   log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{}; rank@slot: {})", gen,
+            Rank(0), Rank(n - 1), world, master, port, where); rank@slot: {})", gen,
             Rank(0), Rank(n - 1), world, host_, port, where);
   // Refill the spare pool after the ranks got their processes: they must not wait for it.
   if (Status st = slots_->FillStandbys(); !st.ok()) {
@@ -397,6 +401,15 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
       out.exit_code = 128 + sig;
       out.interrupted = true;
       begin_stop(sig, o_.kill_grace_s);
+    }
+    if (!out.superseded && stop) {
+      if (std::optional<std::string> why = stop()) {
+        // Another node decided, or this node lost its lease: the ranks must stop now (a fenced
+        // node's ranks must not go on after its lease time), so no grace period.
+        log::Info("launch: stopping generation {} on this node: {}", gen, *why);
+        out.superseded = why;
+        begin_stop(SIGKILL, 0);
+      }
     }
     for (const ChildEnd& e : ends) {
       const SlotTable::ReapedProcess r = slots_->Reaped(e.pid);
@@ -463,7 +476,8 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
   return out;
 }
 
-Result<int> Supervisor::Run() {
+Status Supervisor::Start() {
+  if (slots_) return Status::Ok();
   hb_dir_ = "/tmp/tenax-heartbeat-XXXXXX";
   if (::mkdtemp(hb_dir_.data()) == nullptr) {
     const std::string tried = hb_dir_;
@@ -479,13 +493,24 @@ Result<int> Supervisor::Run() {
   slots_ = std::make_unique<SlotTable>(
       o_.nproc_per_node, o_.spares, policy, [this](int slot, int fd) { return Spawn(slot, fd); },
       [this] { return Elapsed(); });
+  return Status::Ok();
+}
+
+Result<int> Supervisor::Run() {
+  TENAX_RETURN_IF_ERROR(Start());
   if (goodput_.segment() > 0) {
     log::Info("launch: launch {} of this run (earlier launches are in {})", goodput_.segment() + 1,
               job_.goodput_path);
   }
   int result = 0;
   for (int gen = 0;; ++gen) {
-    Outcome g = RunGeneration(gen);
+    GenerationPlan plan;
+    plan.generation = gen;
+    plan.node_rank = o_.node_rank;
+    plan.nnodes = o_.nnodes;
+    plan.master_addr = host_;
+    plan.master_port = fixed_port_;
+    Outcome g = RunGeneration(plan, nullptr);
     result = g.exit_code;
     if (g.exit_code == 0 || g.interrupted) break;
     const Verdict& v = *g.verdict;

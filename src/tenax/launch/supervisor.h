@@ -16,6 +16,7 @@
 // Thread safety: one thread runs it (the monitor's HTTP thread only reads published copies).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,6 +35,20 @@
 #include "tenax/protocol/fault_injection.h"
 
 namespace tenax::launch {
+
+// One generation's assignment on this node: single-node launches make their own; on several
+// nodes the node agent (node_agent.h) takes it from the plan the agents agreed on in etcd.
+struct GenerationPlan {
+  int generation = 0;  // the ranks' TENAX_RESTART_COUNT
+  int node_rank = 0;
+  int nnodes = 1;
+  std::string master_addr;  // rank 0's store
+  int master_port = 0;      // 0: a free port on this machine (single node)
+};
+
+// Asked on every turn of the loop while a generation runs: a reason to stop it from outside
+// (another node failed, this node lost its lease, the job is over), or nullopt to go on.
+using StopFn = std::function<std::optional<std::string>()>;
 
 // What Launch learned about the job before starting it.
 struct JobInfo {
@@ -75,7 +90,6 @@ class Supervisor {
   int AnalyzeHang();
   RankEnd Evidence(int gen, int local, pid_t pid, const ChildEnd& end);
   void Publish(int gen, bool force);
-  void WriteGoodput(bool ended, int exit_code);
 
   // Constant after construction.
   const LaunchOptions& o_;
@@ -92,7 +106,8 @@ class Supervisor {
   std::unique_ptr<Monitor> monitor_;
   Goodput goodput_;
   StragglerDetector stragglers_;
-  std::vector<protocol::Beat> beats_;  // newest beat per local rank, this generation
+  int node_rank_ = 0;                  // this generation's
+  std::vector<protocol::Beat> beats_ = std::vector<protocol::Beat>(1);  // per local rank
   std::vector<pid_t> rank_pids_;       // pid per local rank, this generation
   int straggler_count_ = 0;
   double last_goodput_write_ = -1;
