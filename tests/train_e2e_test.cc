@@ -179,7 +179,7 @@ TEST(TrainE2E, BadConfigNamesKeyValueAndFix) {
   auto r = RunTenax("train --config " + dir / "bad.toml", dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;  // invalid argument: fix the input, do not restart
   EXPECT_NE(r.output.find("unknown key 'training.learning_rate'"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("optimizer.lr = -1 is invalid: must be > 0"), std::string::npos)
+  EXPECT_NE(r.output.find("optimizer.lr = -1 is invalid: must be in (0, 1]"), std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "runs"));  // nothing was created
 

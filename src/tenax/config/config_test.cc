@@ -55,7 +55,7 @@ TEST(Config, NonFiniteAndOutOfRangeNumbersNameTheKey) {
            {"optimizer.lr=-inf", "optimizer.lr = -inf is invalid: expected a finite number"},
            {"training.max_norm=inf", "training.max_norm = inf is invalid"},
            {"parallelism.collective_timeout_s=nan", "parallelism.collective_timeout_s = nan"},
-           {"optimizer.weight_decay=1e9", "optimizer.weight_decay = 1e+09 is invalid"},
+           {"optimizer.weight_decay=1e9", "optimizer.weight_decay = 1000000000 is invalid"},
        }) {
     auto c = ParseConfig("", {set}, "t.toml");
     ASSERT_FALSE(c.ok()) << set;
