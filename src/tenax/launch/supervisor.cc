@@ -92,6 +92,7 @@ Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
   setup.launch_time_unix = t0_wall_;
   setup.heartbeat_dir = hb_dir_;
   setup.inject = o_.inject;
+  setup.agent_socket = agent_socket_;
   Result<int> standby = inherit(read_fd);
   Result<int> liveness = standby.ok() ? inherit(liveness_[0]) : standby;
   Result<int> lock = Result<int>(-1);
@@ -206,17 +207,24 @@ int Supervisor::AnalyzeHang() {
     if (have == n || Elapsed() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::vector<nlohmann::json> dumps;
+  // Indexed by global rank; other nodes' ranks are absent here. On several nodes only a rank of
+  // this node may be named: when this node's ranks all wait inside a collective, the rank they
+  // wait for is elsewhere, and this node's report is secondary (the node agent says so).
+  std::vector<nlohmann::json> dumps(static_cast<size_t>(n * nnodes_));
   for (int i = 0; i < n; ++i) {
     auto text = LocalFs().ReadFile(protocol::FlightRecordPath(hb_dir_, Rank(i)));
     nlohmann::json j;
     if (text.ok()) j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    dumps.push_back(j.is_discarded() ? nlohmann::json() : j);
+    dumps[static_cast<size_t>(Rank(i))] = j.is_discarded() ? nlohmann::json() : j;
   }
-  if (o_.node_rank != 0 || o_.nnodes != 1) return -1;  // other nodes' ranks are not here
   const protocol::FlightAnalysis a = protocol::AnalyzeFlightRecords(dumps);
   log::Error("launch: flight records: {}", a.Summary());
-  return a.waited_on.size() == 1 ? a.waited_on[0] : -1;
+  std::vector<int> here;
+  for (int r : a.waited_on) {
+    if (r >= Rank(0) && r <= Rank(n - 1)) here.push_back(r - Rank(0));
+  }
+  if (nnodes_ == 1) return a.waited_on.size() == 1 ? a.waited_on[0] : -1;
+  return here.size() == 1 ? here[0] : -1;
 }
 
 RankEnd Supervisor::Evidence(int gen, int local, pid_t pid, const ChildEnd& end) {
@@ -325,6 +333,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   Outcome out;
   const int gen = plan.generation;
   node_rank_ = plan.node_rank;
+  nnodes_ = plan.nnodes;
   const int n = o_.nproc_per_node;
   const int world = n * plan.nnodes;
   // A fresh store port each generation: the old one may linger in TIME_WAIT.
@@ -383,8 +392,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
     where += fmt::format("{}{}@slot{}", local ? " " : "", Rank(local), slots_->SlotOf(local));
   }
   log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{}; rank@slot: {})", gen,
-            Rank(0), Rank(n - 1), world, master, port, where); rank@slot: {})", gen,
-            Rank(0), Rank(n - 1), world, host_, port, where);
+            Rank(0), Rank(n - 1), world, master, port, where);
   // Refill the spare pool after the ranks got their processes: they must not wait for it.
   if (Status st = slots_->FillStandbys(); !st.ok()) {
     log::Warn("launch: could not start a standby process: {}", st.message());

@@ -68,21 +68,37 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Runs generations until done, out of restarts, or stopped. Returns the job's exit code.
+  // The single-node policy: runs generations until done, out of restarts, or stopped. Returns the
+  // job's exit code.
   Result<int> Run();
 
- private:
+  // The pieces the node agent drives (several nodes): Start once (heartbeat folder, pipes, slots,
+  // standbys), then one RunGeneration per generation this node takes part in.
   struct Outcome {
     int exit_code = 0;
-    bool interrupted = false;        // the launcher itself was told to stop
-    std::optional<Verdict> verdict;  // why the generation ended, when it failed
+    bool interrupted = false;  // the launcher itself was told to stop (SIGINT/SIGTERM)
+    std::optional<std::string> superseded;  // stopped from outside (StopFn's reason)
+    std::optional<Verdict> verdict;  // why the generation ended, when one of its ranks failed
     double detected_s = 0;           // launch clock
     double detection_s = 0;
   };
-  int Rank(int local) const { return o_.node_rank * o_.nproc_per_node + local; }
+  Status Start();
+  Outcome RunGeneration(const GenerationPlan& plan, const StopFn& stop);
+  // Wakes the loop of a running generation, so that it asks its StopFn now; any thread.
+  void Wake() { watcher_->Wake(); }
+  // This node's lead (local rank 0) beat of the running or last generation.
+  const protocol::Beat& lead_beat() const { return beats_.front(); }
   double Elapsed() const;
+  double start_unix() const { return t0_wall_; }
+  const std::string& heartbeat_dir() const { return hb_dir_; }
+  Goodput& goodput() { return goodput_; }
+  void WriteGoodput(bool ended, int exit_code);
+  // Several nodes: the node agent's channel, passed to every rank started from now on.
+  void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
+
+ private:
+  int Rank(int local) const { return node_rank_ * o_.nproc_per_node + local; }
   Result<pid_t> Spawn(int slot, int read_fd);
-  Outcome RunGeneration(int gen);
   // Heartbeats: progress, stragglers, hang. Returns true when the generation must stop.
   bool CheckBeats(int gen, Outcome* out);
   // On a hang: every rank dumps its flight record (SIGUSR1, up to --flight-dump seconds);
@@ -107,6 +123,8 @@ class Supervisor {
   Goodput goodput_;
   StragglerDetector stragglers_;
   int node_rank_ = 0;                  // this generation's
+  int nnodes_ = 1;                     // this generation's
+  std::string agent_socket_;           // several nodes: protocol/agent_channel.h
   std::vector<protocol::Beat> beats_ = std::vector<protocol::Beat>(1);  // per local rank
   std::vector<pid_t> rank_pids_;       // pid per local rank, this generation
   int straggler_count_ = 0;
