@@ -206,7 +206,8 @@ struct ReconcileOptions {
 // could not be obtained, NotFound (every source answered, none had matching bytes) or
 // Unavailable (some peer could not be reached), naming every such file and, for each, every
 // source tried and what it answered; files already fetched stay (a retry needs fewer). Blocks for
-// the transfers: at most files x peers x TransferOptions bounds when peers hang.
+// the transfers; a peer that does not answer costs one connect_timeout (or io_timeout, when it
+// accepts the connection and then hangs) once per call, as it is not asked again.
 Result<ReconcileReport> Reconcile(FileSystem& fs, const std::string& folder,
                                   const ckpt::Manifest& manifest,
                                   const std::vector<FilePeer>& peers, const std::string& secret,

@@ -281,7 +281,8 @@ struct CheckpointFileServer::Impl {
         {JoinPath(JoinPath(options.checkpoint_folder, ckpt::StepDirName(step)), name), "folder"},
         {ReplicaPath(options.replica_root, step, name), "replica"}};
     for (const auto& [path, source] : candidates) {
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      // O_NOFOLLOW: tenax never puts links there, so one is not followed out of the folder.
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0) continue;
       // Owned by the content provider, which cpp-httplib keeps until the response is written.
       auto file = std::shared_ptr<int>(new int(fd), [](int* p) {

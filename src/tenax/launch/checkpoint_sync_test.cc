@@ -9,6 +9,7 @@
 #include "tenax/launch/checkpoint_sync.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <mutex>
@@ -377,6 +378,14 @@ TEST_F(CheckpointSyncTest, PathTraversalAndBadNamesAreRefused) {
   for (const std::string step : {"abc", "-1", "1e3", "1234567890123456789"}) {
     EXPECT_EQ(Raw(n0, "GET", "/v1/steps/" + step + "/files/a.bin", auth).status, 400) << step;
   }
+  // A link planted in a step folder is not followed.
+  ASSERT_EQ(::symlink((tmp_ / "node 0/secret.txt").c_str(),
+                      (n0.folder + "/step_00000001/link.bin").c_str()),
+            0);
+  RawAnswer link = Raw(n0, "GET", "/v1/steps/1/files/link.bin", auth);
+  EXPECT_EQ(link.status, 404);
+  EXPECT_EQ(link.body.find("private key"), std::string::npos);
+  ASSERT_TRUE(LocalFs().RemoveAll(n0.folder + "/step_00000001/link.bin").ok());
   // Nothing was written anywhere under the node's folders.
   EXPECT_TRUE(ListAll(n0.replicas).empty());
   EXPECT_EQ(ListAll(tmp_ / "node 0"), (std::vector<std::string>{"ckpt", "secret.txt", "shm"}));
