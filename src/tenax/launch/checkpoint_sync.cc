@@ -162,19 +162,29 @@ Result<ReconcileReport> Reconcile(FileSystem& fs, const std::string& folder,
         tries.push_back(peer.label() + ": not asked (unreachable earlier: " + it->second + ")");
         continue;
       }
-      Result<FetchedFile> fetched = FetchCheckpointFile(peer, secret, step, name, options.transfer);
-      if (!fetched.ok()) {
-        tries.push_back(fetched.status().message());
-        if (fetched.status().code() == StatusCode::kUnavailable) {
-          unreachable[peer.endpoint] = fetched.status().message();
-          any_unreachable = true;
+      // The peer's folder copy first; if that one does not match, the copy in its RAM may.
+      for (PeerSource from : {PeerSource::kAny, PeerSource::kReplica}) {
+        Result<FetchedFile> fetched =
+            FetchCheckpointFile(peer, secret, step, name, options.transfer, from);
+        if (!fetched.ok()) {
+          // Asking for the replica after a mismatch: a 404 there adds nothing worth reporting.
+          if (from == PeerSource::kAny || fetched.status().code() != StatusCode::kNotFound) {
+            tries.push_back(fetched.status().message());
+          }
+          if (fetched.status().code() == StatusCode::kUnavailable) {
+            unreachable[peer.endpoint] = fetched.status().message();
+            any_unreachable = true;
+          }
+          break;
         }
-      } else if (!Matches(fetched->bytes, entry)) {
+        if (Matches(fetched->bytes, entry)) {
+          origin.source = peer.label() + " (" + fetched->source + ")";
+          got = std::move(fetched->bytes);
+          break;
+        }
         tries.push_back(fmt::format("{} ({}): {}", peer.label(), fetched->source,
                                     Mismatch(fetched->bytes, entry)));
-      } else {
-        origin.source = peer.label() + " (" + fetched->source + ")";
-        got = std::move(fetched->bytes);
+        if (fetched->source != "folder") break;  // the replica was what did not match
       }
     }
     if (!got) {

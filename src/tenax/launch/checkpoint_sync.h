@@ -24,7 +24,8 @@
 // file names are checkpoint data file names (ckpt::ValidateDataFileName: no '/', no leading '.'),
 // percent-encoded in the path:
 //   GET /v1/steps/<step>/files/<name>     200 with the bytes (X-Tenax-Source: folder | replica),
-//                                         404 when the node has neither
+//                                         404 when the node has neither; "?from=replica" skips
+//                                         the folder
 //   PUT /v1/steps/<step>/replicas/<name>  X-Tenax-Crc32: the body's CRC-32 (8 hex digits);
 //                                         200 stored, 400 bad name or CRC, 409 a newer step held
 // Trust comes from the manifest, not from the sender: a fetched file is used only when its size
@@ -149,11 +150,16 @@ struct FetchedFile {
   std::string source;  // where the peer found it: "folder" or "replica"
 };
 
+// Where a peer may look for a file: its checkpoint folder, else its replicas (kAny); or its
+// replicas only (kReplica: its folder's copy was already found not to match).
+enum class PeerSource { kAny, kReplica };
+
 // Fetches file `name` of `step` from `peer`. Blocks until done or failed (see TransferOptions).
 // The bytes are not checked against anything: callers compare them with their manifest.
 Result<FetchedFile> FetchCheckpointFile(const FilePeer& peer, const std::string& secret,
                                         int64_t step, const std::string& name,
-                                        const TransferOptions& options = {});
+                                        const TransferOptions& options = {},
+                                        PeerSource from = PeerSource::kAny);
 // Stores `bytes` as `peer`'s replica of file `name` of `step`. Blocks until the peer confirmed
 // that the file is written (or failed).
 Status PushReplicaFile(const FilePeer& peer, const std::string& secret, int64_t step,
@@ -189,8 +195,9 @@ struct ReconcileOptions {
 // Makes `folder`'s step `manifest.step` complete and committed. Every file the manifest lists
 // must end up in the step folder with the manifest's size and CRC-32: a file already there and
 // matching is kept (not rewritten); a missing or different one is taken from the first source
-// that has matching bytes: this node's replica store, then each peer in turn (a peer that could
-// not be reached is not asked again in this call). Fetched bytes are checked before they are
+// that has matching bytes: this node's replica store, then each peer in turn (its folder's copy,
+// and when that does not match, its replica; a peer that could not be reached is not asked
+// again in this call). Fetched bytes are checked before they are
 // written, atomically, into the step folder. Then the manifest is committed with
 // CheckpointStore::CommitManifest, unless the folder is already committed with this same
 // manifest. A folder committed for this step with a different manifest (a fenced rank's commit)

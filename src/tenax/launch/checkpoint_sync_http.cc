@@ -277,10 +277,12 @@ struct CheckpointFileServer::Impl {
     int64_t step = 0;
     std::string name;
     if (!ParsePath(req, res, &step, &name)) return;
+    const bool replica_only = req.get_param_value("from") == "replica";
     const std::pair<std::string, const char*> candidates[] = {
         {JoinPath(JoinPath(options.checkpoint_folder, ckpt::StepDirName(step)), name), "folder"},
         {ReplicaPath(options.replica_root, step, name), "replica"}};
     for (const auto& [path, source] : candidates) {
+      if (replica_only && std::strcmp(source, "folder") == 0) continue;
       // O_NOFOLLOW: tenax never puts links there, so one is not followed out of the folder.
       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0) continue;
@@ -471,9 +473,10 @@ int64_t CheckpointFileServer::refused() const { return impl_->refused.load(); }
 
 Result<FetchedFile> FetchCheckpointFile(const FilePeer& peer, const std::string& secret,
                                         int64_t step, const std::string& name,
-                                        const TransferOptions& options) {
+                                        const TransferOptions& options, PeerSource from) {
   TENAX_RETURN_IF_ERROR(ValidateTransferName(name));
-  const std::string what = fmt::format("fetching {} of step {} from {}", name, step, peer.label());
+  const std::string what = fmt::format("fetching {} of step {} from {}{}", name, step, peer.label(),
+                                       from == PeerSource::kReplica ? "'s replicas" : "");
   if (secret.empty()) return InvalidArgument(what + ": the job secret is empty");
   TENAX_ASSIGN_OR_RETURN(auto client, MakeClient(peer, options));
   BlockSigpipe no_sigpipe;
@@ -481,7 +484,8 @@ Result<FetchedFile> FetchCheckpointFile(const FilePeer& peer, const std::string&
   FetchedFile out;
   const httplib::Headers headers = {{kJobSecretHeader, secret}};
   auto result = client->Get(
-      FilePath("files", step, name), headers,
+      FilePath("files", step, name) + (from == PeerSource::kReplica ? "?from=replica" : ""),
+      headers,
       [&](const httplib::Response& r) {
         status = r.status;
         out.source = r.get_header_value(kSourceHeader);
@@ -542,7 +546,7 @@ Status CheckpointFileServer::DropReplicasNewerThan(int64_t) { return InvalidArgu
 int64_t CheckpointFileServer::refused() const { return 0; }
 
 Result<FetchedFile> FetchCheckpointFile(const FilePeer&, const std::string&, int64_t,
-                                        const std::string&, const TransferOptions&) {
+                                        const std::string&, const TransferOptions&, PeerSource) {
   return InvalidArgument(kNoHttplib);
 }
 Status PushReplicaFile(const FilePeer&, const std::string&, int64_t, const std::string&,

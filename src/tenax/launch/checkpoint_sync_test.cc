@@ -245,6 +245,24 @@ TEST_F(CheckpointSyncTest, ADamagedLocalFileIsReplacedFromAPeer) {
   ExpectComplete(n1.folder, 100, AllFiles());
 }
 
+TEST_F(CheckpointSyncTest, APeersReplicaIsUsedWhenItsFolderCopyIsDamaged) {
+  Node n0 = StartNode("node 0"), n1 = StartNode("node 1"), spare = StartNode("spare");
+  const Manifest m = WriteSpreadStep(n0, n1);
+  ASSERT_TRUE(PushReplicas(LocalFs(), n0.folder, m, n1.peer, kSecret).ok());
+  ASSERT_TRUE(Reconcile(LocalFs(), n1.folder, m, {n0.peer}, kSecret).ok());
+  // Node 1's folder copy of a node 0 file goes bad; its RAM copy of it is still good.
+  const std::string name = "optimizer-rank00001-of-00004.safetensors";
+  ASSERT_TRUE(ckpt::FaultyFileSystem::FlipByte(
+                  LocalFs(), JoinPath(CheckpointStore(LocalFs(), n1.folder).StepDir(100), name), 3)
+                  .ok());
+  auto r = Reconcile(LocalFs(), spare.folder, m, {n1.peer}, kSecret);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& [file, source] : Sources(*r)) {
+    EXPECT_EQ(source, file == name ? "node 1 (replica)" : "node 1 (folder)") << file;
+  }
+  ExpectComplete(spare.folder, 100, AllFiles());
+}
+
 TEST_F(CheckpointSyncTest, ACompleteCommittedFolderIsOnlyRead) {
   Node n0 = StartNode("node 0"), n1 = StartNode("node 1");
   const Manifest m = WriteSpreadStep(n0, n1);
