@@ -31,7 +31,8 @@ std::string Train(const std::string& dump, const std::string& name) {
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "
          "--set metrics.eval_interval=1000 --set metrics.progress=never --set optimizer.lr=3e-3 "
-         "--set checkpoint.interval=4 --set training.steps=" + std::to_string(kSteps) +
+         "--set checkpoint.interval=4 --set training.steps=" +
+         std::to_string(kSteps) +
          " --set training.local_batch_size=2 --set job.dump_folder=" + dump +
          " --set job.name=" + name;
 }
@@ -67,9 +68,10 @@ class MultiNode : public ::testing::Test {
   }
 
   // An etcd on the bridge, reachable from every host.
-  static std::unique_ptr<launch::testing::TestingEtcd> Etcd(int members = 1) {
+  static std::unique_ptr<launch::testing::TestingEtcd> Etcd(int members = 1, bool tls = false) {
     launch::testing::TestingEtcdOptions o;
     o.members = members;
+    o.tls = tls;
     o.host = net_->bridge_address();
     auto etcd = launch::testing::TestingEtcd::Start(o);
     EXPECT_TRUE(etcd.ok()) << etcd.status().message();
@@ -77,15 +79,33 @@ class MultiNode : public ::testing::Test {
   }
 
   // The node agent of `host` for job `job`, in the background.
+  // `dump`: the host's job.dump_folder (default: the folder every host shares).
   static std::unique_ptr<Background> Agent(int host, const launch::testing::TestingEtcd& etcd,
                                            const std::string& job, const std::string& flags,
-                                           int lease_s = 3) {
-    std::vector<std::string> argv = {"ip", "netns", "exec", net_->name(host), "env",
+                                           int lease_s = 3, std::string dump = "") {
+    if (dump.empty()) dump = dir_->path();
+    std::vector<std::string> argv = {"ip",
+                                     "netns",
+                                     "exec",
+                                     net_->name(host),
+                                     "env",
                                      "GLOO_SOCKET_IFNAME=" + net_->interface(host),
-                                     TenaxBinary(), "launch", "--nnodes", "2",
-                                     "--nproc-per-node", "2", "--rdzv", etcd.url(), "--job-id",
-                                     job, "--rdzv-lease", std::to_string(lease_s)};
-    for (const std::string& w : Words(flags + " -- " + Train(dir_->path(), job))) {
+                                     TenaxBinary(),
+                                     "launch",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--rdzv",
+                                     etcd.url(),
+                                     "--job-id",
+                                     job,
+                                     "--rdzv-lease",
+                                     std::to_string(lease_s)};
+    // --nnodes 2 unless the flags say otherwise.
+    if (flags.find("--nnodes") == std::string::npos) {
+      argv.push_back("--nnodes");
+      argv.push_back("2");
+    }
+    for (const std::string& w : Words(flags + " -- " + Train(dump, job))) {
       argv.push_back(w);
     }
     return std::make_unique<Background>(Background::Program{}, argv, dir_->path(),
@@ -121,9 +141,10 @@ class MultiNode : public ::testing::Test {
   }
 
   // Starts two active agents and a spare for `job`; returns them (index = host) and the plan.
-  static std::vector<std::unique_ptr<Background>> StartJob(
-      const launch::testing::TestingEtcd& etcd, const std::string& job, const std::string& flags,
-      launch::rdzv::Plan* plan) {
+  static std::vector<std::unique_ptr<Background>> StartJob(const launch::testing::TestingEtcd& etcd,
+                                                           const std::string& job,
+                                                           const std::string& flags,
+                                                           launch::rdzv::Plan* plan) {
     std::vector<std::unique_ptr<Background>> agents(3);
     agents[0] = Agent(0, etcd, job, flags);
     agents[1] = Agent(1, etcd, job, flags);
@@ -195,7 +216,8 @@ TEST_F(MultiNode, AKilledNodeIsReplacedByTheSpare) {
   for (pid_t p : node) ::kill(p, SIGKILL);
   for (size_t i = 0; i < agents.size(); ++i) {
     EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
-        << "host " << i << "\n" << AllOutput(agents);
+        << "host " << i << "\n"
+        << AllOutput(agents);
   }
   ExpectSameWeights("killed", reference);
   const nlohmann::json report = Goodput("killed");
@@ -310,6 +332,107 @@ TEST_F(MultiNode, WithNoSpareTheJobWaitsThenStopsWithAReport) {
   EXPECT_NE(agents[0]->output().find("only 1 of 2 nodes after waiting 8s (--rdzv-timeout)"),
             std::string::npos)
       << agents[0]->output();
+}
+
+// Each host has its own checkpoint folder (no shared storage). Node 1 is killed and its folder
+// deleted with it: the spare that takes its node rank starts with an empty folder and gets node
+// 0's files from node 0's folder and node 1's from the copy node 0 kept in RAM.
+TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  auto folder = [&](int host) { return *dir_ / ("private/host" + std::to_string(host)); };
+  std::vector<std::unique_ptr<Background>> agents(3);
+  agents[0] = Agent(0, *etcd, "private", "--max-restarts 2", 3, folder(0));
+  agents[1] = Agent(1, *etcd, "private", "--max-restarts 2", 3, folder(1));
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, "private", 0);
+  agents[2] = Agent(2, *etcd, "private", "--max-restarts 2", 3, folder(2));
+  const int node0 = HostOf(agents, plan.nodes[0]);
+  const int victim = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(node0, 0);
+  ASSERT_GE(victim, 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(folder(node0) +
+                                       "/private/checkpoints/step_00000008/COMMITTED");
+      },
+      180))
+      << AllOutput(agents);
+  // Node 0 holds node 1's files of a commit in RAM once they were pushed (in the background).
+  std::vector<pid_t> node = Descendants(agents[victim]->pid());
+  node.push_back(agents[victim]->pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  EXPECT_EQ(agents[victim]->Wait(60), 128 + SIGKILL);
+  std::filesystem::remove_all(folder(victim));  // its disk is gone with it
+  EXPECT_EQ(agents[node0]->Wait(300), 0) << AllOutput(agents);
+  EXPECT_EQ(agents[2]->Wait(300), 0) << AllOutput(agents);
+  // The final weights, from the folders that hold them: node 0's shards on its host, node 1's
+  // on the spare's.
+  for (int shard = 0; shard < 4; ++shard) {
+    const std::string host_dir = shard < 2 ? folder(node0) : folder(2);
+    EXPECT_TRUE(Shard(host_dir, "private", shard) == Shard(dir_->path(), reference, shard))
+        << "shard " << shard << "\n"
+        << AllOutput(agents);
+  }
+  // Node 1's files came out of RAM: node 0's replica store (into node 0's folder, from which the
+  // spare then took them) or straight to the spare from it.
+  const std::string all = AllOutput(agents);
+  EXPECT_TRUE(all.find("from local replica") != std::string::npos ||
+              all.find("(replica)") != std::string::npos)
+      << all;
+}
+
+// Who may join: an etcd with client-certificate auth. Agents with the job's CA, certificate and
+// key train the job; an agent without a certificate, or with one the cluster does not trust, is
+// refused before it learns or writes anything.
+TEST_F(MultiNode, OnlyAgentsWithTheCertificateJoin) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd(1, /*tls=*/true);
+  ASSERT_NE(etcd, nullptr);
+  const std::string trusted = "--rdzv-ca " + etcd->ca_file() + " --rdzv-cert " +
+                              etcd->client_cert_file() + " --rdzv-key " + etcd->client_key_file();
+  auto stranger =
+      Agent(2, *etcd, "tls",
+            "--rdzv-ca " + etcd->ca_file() + " --rdzv-cert " + etcd->untrusted_cert_file() +
+                " --rdzv-key " + etcd->untrusted_key_file());
+  auto anonymous = Agent(3, *etcd, "tls", "--rdzv-ca " + etcd->ca_file());
+  EXPECT_NE(stranger->Wait(60), 0);
+  EXPECT_NE(anonymous->Wait(60), 0);
+  EXPECT_EQ(stranger->output().find("generation 0"), std::string::npos) << stranger->output();
+  EXPECT_EQ(anonymous->output().find("generation 0"), std::string::npos) << anonymous->output();
+  std::vector<std::unique_ptr<Background>> agents;
+  agents.push_back(Agent(0, *etcd, "tls", trusted));
+  agents.push_back(Agent(1, *etcd, "tls", trusted));
+  for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
+  ExpectSameWeights("tls", reference);
+}
+
+// Not a test: node loss to detection and detection to training again, for NODES nodes of 2 ranks
+// (bench/multinode_recovery.sh runs it for 2, 3 and 4 nodes and prints the table).
+TEST_F(MultiNode, DISABLED_RecoveryBench) {
+  const char* env = std::getenv("TENAX_BENCH_NODES");
+  const int nodes = env != nullptr ? std::atoi(env) : 2;
+  ASSERT_GE(nodes, 2);
+  ASSERT_LE(nodes + 1, 4) << "the test bed has 4 hosts: at most 3 nodes and a spare";
+  auto etcd = Etcd();
+  const std::string job = "bench" + std::to_string(nodes);
+  const std::string flags = "--max-restarts 2 --nnodes " + std::to_string(nodes);
+  std::vector<std::unique_ptr<Background>> agents(static_cast<size_t>(nodes + 1));
+  for (int h = 0; h < nodes; ++h) agents[h] = Agent(h, *etcd, job, flags);
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
+  agents[nodes] = Agent(nodes, *etcd, job, flags);
+  const int victim = HostOf(agents, plan.nodes[static_cast<size_t>(nodes - 1)]);
+  ASSERT_TRUE(WaitCommitted(job, 8)) << AllOutput(agents);
+  std::vector<pid_t> node = Descendants(agents[victim]->pid());
+  node.push_back(agents[victim]->pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (static_cast<int>(i) != victim) EXPECT_EQ(agents[i]->Wait(300), 0) << AllOutput(agents);
+  }
+  const nlohmann::json report = Goodput(job);
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+  std::printf("BENCH nodes=%d ranks=%d detection_s=%.2f recovery_s=%.2f\n", nodes, 2 * nodes,
+              report["failures"][0]["detection_s"].get<double>(),
+              report["failures"][0]["recovery_s"].get<double>());
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ Status CheckWritable(const char* flag, const std::string& path) {
 // and goodput.json.
 struct TrainJob {
   std::string run_dir;
+  std::string checkpoint_dir;  // empty: checkpoints off
   int64_t total_steps = 0;
   bool async_checkpoints = false;
 };
@@ -69,8 +70,12 @@ Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& arg
   TENAX_ASSIGN_OR_RETURN(TrainCommand cmd, ParseTrainCommand({args.begin() + 1, args.end()}));
   TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(cmd.config_path, cmd.overrides));
   TrainJob job;
-  job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
-    job.total_steps = config.training.steps;
+    job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
+  if (config.checkpoint.enable) {
+    const std::string& f = config.checkpoint.folder;  // as the trainer resolves it
+    job.checkpoint_dir = (!f.empty() && f[0] == '/') ? f : JoinPath(job.run_dir, f);
+  }
+  job.total_steps = config.training.steps;
   job.async_checkpoints = config.checkpoint.enable && config.checkpoint.async;
   return std::optional<TrainJob>(job);
 }
@@ -149,7 +154,7 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
 
 Result<int> Launch(const LaunchOptions& o) {
   TENAX_RETURN_IF_ERROR(ValidateLaunchOptions(o));
-    std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";
   int fixed_port = 0;
   const bool etcd = o.rdzv.rfind("etcd://", 0) == 0;
   AgentOptions agent;
@@ -182,7 +187,8 @@ Result<int> Launch(const LaunchOptions& o) {
   TENAX_ASSIGN_OR_RETURN(std::optional<TrainJob> train, ReadTrainJob(o.args));
   JobInfo job;
   if (train) {
-    job.run_dir = train->run_dir;
+        job.run_dir = train->run_dir;
+    job.checkpoint_dir = train->checkpoint_dir;
     job.total_steps = train->total_steps;
   }
   if (!o.inject.empty()) {
@@ -190,7 +196,7 @@ Result<int> Launch(const LaunchOptions& o) {
     TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(
         job.faults, {o.nproc_per_node * o.nnodes, job.total_steps, o.max_restarts}));
   }
-    if (etcd && train && train->async_checkpoints) {
+  if (etcd && train && train->async_checkpoints) {
     return InvalidArgument(
         "checkpoint.async = true is not supported across several nodes yet (each node's ranks "
         "commit through their node agent); set checkpoint.async = false");
@@ -210,7 +216,7 @@ Result<int> Launch(const LaunchOptions& o) {
   // One owner per run folder: taken before anything in it is touched, held (and inherited by
   // every rank) until the last process of this launch is gone. Node 0 owns it; on other nodes
   // the folder may be shared storage.
-    std::optional<RunLock> lock;
+  std::optional<RunLock> lock;
   // (Several nodes with etcd: the job id owns the run, and commits are fenced by generation.)
   if (!job.run_dir.empty() && o.node_rank == 0 && !etcd) {
     std::string command = "tenax launch";
@@ -230,7 +236,7 @@ Result<int> Launch(const LaunchOptions& o) {
       }
     }
   }
-    ::signal(SIGPIPE, SIG_IGN);  // a standby that died must not kill the launcher on Assign
+  ::signal(SIGPIPE, SIG_IGN);  // a standby that died must not kill the launcher on Assign
   if (etcd) {
     char name[256] = {};
     ::gethostname(name, sizeof(name) - 1);

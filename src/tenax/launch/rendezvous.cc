@@ -1,9 +1,9 @@
 #include "tenax/launch/rendezvous.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
-
-#include <fmt/format.h>
 
 namespace tenax::launch::rdzv {
 namespace {
@@ -19,8 +19,8 @@ Result<nlohmann::json> Parse(const std::string& text, const char* what) {
 std::string Keys::commit(int64_t step) const { return commits() + fmt::format("{:012d}", step); }
 
 nlohmann::json AgentInfo::ToJson() const {
-  return {{"id", id},     {"host", host},       {"address", address},
-          {"pid", pid},   {"nproc", nproc},     {"file_port", file_port}};
+  return {{"id", id},   {"host", host},   {"address", address},
+          {"pid", pid}, {"nproc", nproc}, {"file_port", file_port}};
 }
 
 Result<AgentInfo> AgentInfo::FromJson(const std::string& text) {
@@ -88,9 +88,9 @@ std::optional<Plan> MakePlan(int64_t generation, int nnodes,
 }
 
 nlohmann::json FailureReport::ToJson() const {
-  return {{"agent", agent},   {"host", host},         {"node_rank", node_rank},
-          {"rank", rank},     {"code", code},         {"kind", kind},
-          {"cause", cause},   {"secondary", secondary}, {"wall_s", wall_s}};
+  return {{"agent", agent}, {"host", host},           {"node_rank", node_rank},
+          {"rank", rank},   {"code", code},           {"kind", kind},
+          {"cause", cause}, {"secondary", secondary}, {"wall_s", wall_s}};
 }
 
 Result<FailureReport> FailureReport::FromJson(const std::string& text) {

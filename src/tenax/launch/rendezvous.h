@@ -28,11 +28,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tenax/core/status.h"
 
@@ -92,17 +91,16 @@ struct Plan {
 // Keeps each previous node rank with its holder when it joined again; fills the others in join
 // order; the rest are spares. Needs at least `nnodes` joined agents (else nullopt).
 std::optional<Plan> MakePlan(int64_t generation, int nnodes,
-                             const std::vector<std::string>& joined_in_order,
-                             const Plan* previous);
+                             const std::vector<std::string>& joined_in_order, const Plan* previous);
 
 // A node's account of a generation's failure (failures/<G>/<id>).
 struct FailureReport {
   std::string agent;
   std::string host;
   int node_rank = -1;
-  int rank = -1;          // the global rank the node's evidence names (-1: none)
+  int rank = -1;  // the global rank the node's evidence names (-1: none)
   int code = 0;
-  std::string kind;       // protocol::FailureKindName, or "node-lost" / "partition"
+  std::string kind;  // protocol::FailureKindName, or "node-lost" / "partition"
   std::string cause;
   bool secondary = false;  // the node's ranks only lost peers
   double wall_s = 0;       // the evidence's time (wall clock: nodes compare)

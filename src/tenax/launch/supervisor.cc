@@ -504,6 +504,13 @@ Status Supervisor::Start() {
   return Status::Ok();
 }
 
+void Supervisor::Prewarm() {
+  if (!slots_) return;
+  if (Status st = slots_->FillStandbys(); !st.ok()) {
+    log::Warn("launch: could not start a standby process: {}", st.message());
+  }
+}
+
 Result<int> Supervisor::Run() {
   TENAX_RETURN_IF_ERROR(Start());
   if (goodput_.segment() > 0) {

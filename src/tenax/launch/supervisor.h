@@ -52,7 +52,8 @@ using StopFn = std::function<std::optional<std::string>()>;
 
 // What Launch learned about the job before starting it.
 struct JobInfo {
-  std::string run_dir;                  // the run folder (`train`); empty for other commands
+    std::string run_dir;                  // the run folder (`train`); empty for other commands
+  std::string checkpoint_dir;           // its checkpoint folder (`train` with checkpoints on)
   int64_t total_steps = 0;              // training.steps (`train`); 0: unknown
   std::vector<protocol::Fault> faults;  // the parsed --inject spec
   std::string goodput_path;             // where goodput.json goes; empty: nowhere
@@ -76,7 +77,7 @@ class Supervisor {
   // standbys), then one RunGeneration per generation this node takes part in.
   struct Outcome {
     int exit_code = 0;
-    bool interrupted = false;  // the launcher itself was told to stop (SIGINT/SIGTERM)
+    bool interrupted = false;               // the launcher itself was told to stop (SIGINT/SIGTERM)
     std::optional<std::string> superseded;  // stopped from outside (StopFn's reason)
     std::optional<Verdict> verdict;  // why the generation ended, when one of its ranks failed
     double detected_s = 0;           // launch clock
@@ -84,8 +85,11 @@ class Supervisor {
   };
   Status Start();
   Outcome RunGeneration(const GenerationPlan& plan, const StopFn& stop);
-  // Wakes the loop of a running generation, so that it asks its StopFn now; any thread.
+    // Wakes the loop of a running generation, so that it asks its StopFn now; any thread.
   void Wake() { watcher_->Wake(); }
+  // Starts a standby process in every empty slot now, so that the next generation's ranks have
+  // done their start-up (process, libraries, config) by the time it is planned.
+  void Prewarm();
   // This node's lead (local rank 0) beat of the running or last generation.
   const protocol::Beat& lead_beat() const { return beats_.front(); }
   double Elapsed() const;
@@ -122,11 +126,11 @@ class Supervisor {
   std::unique_ptr<Monitor> monitor_;
   Goodput goodput_;
   StragglerDetector stragglers_;
-  int node_rank_ = 0;                  // this generation's
-  int nnodes_ = 1;                     // this generation's
-  std::string agent_socket_;           // several nodes: protocol/agent_channel.h
+  int node_rank_ = 0;         // this generation's
+  int nnodes_ = 1;            // this generation's
+  std::string agent_socket_;  // several nodes: protocol/agent_channel.h
   std::vector<protocol::Beat> beats_ = std::vector<protocol::Beat>(1);  // per local rank
-  std::vector<pid_t> rank_pids_;       // pid per local rank, this generation
+  std::vector<pid_t> rank_pids_;  // pid per local rank, this generation
   int straggler_count_ = 0;
   double last_goodput_write_ = -1;
   // Progress of the running generation (CheckBeats).

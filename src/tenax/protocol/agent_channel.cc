@@ -1,6 +1,7 @@
 #include "tenax/protocol/agent_channel.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace tenax::protocol {
 namespace {
@@ -85,8 +84,8 @@ Status RequestCommit(const std::string& socket_path, int64_t generation, int64_t
     } else {
       const auto answer = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
       if (!answer.is_object()) {
-        st = Unavailable(fmt::format("the node agent gave no answer to the commit of step {}",
-                                     step));
+        st = Unavailable(
+            fmt::format("the node agent gave no answer to the commit of step {}", step));
       } else if (!answer.value("ok", false)) {
         st = Unavailable(fmt::format("the node agent refused to commit step {}: {}", step,
                                      answer.value("error", std::string("no reason given"))));
@@ -150,9 +149,9 @@ void AgentChannelServer::Serve(int fd) {
   if (line.ok()) {
     const auto request = nlohmann::json::parse(*line, nullptr, /*allow_exceptions=*/false);
     if (request.is_object() && request.value("op", std::string()) == "commit") {
-      const Status st = on_commit_(request.value("generation", int64_t{-1}),
-                                   request.value("step", int64_t{-1}),
-                                   request.value("manifest", nlohmann::json::object()));
+      const Status st =
+          on_commit_(request.value("generation", int64_t{-1}), request.value("step", int64_t{-1}),
+                     request.value("manifest", nlohmann::json::object()));
       answer = st.ok() ? nlohmann::json{{"ok", true}}
                        : nlohmann::json{{"ok", false}, {"error", st.message()}};
     }

@@ -14,10 +14,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "tenax/core/status.h"
 
@@ -34,8 +33,8 @@ Status RequestCommit(const std::string& socket_path, int64_t generation, int64_t
 // must return quickly enough for the rank's timeout (it is called on the server's thread).
 class AgentChannelServer {
  public:
-  using CommitFn = std::function<Status(int64_t generation, int64_t step,
-                                        const nlohmann::json& manifest)>;
+  using CommitFn =
+      std::function<Status(int64_t generation, int64_t step, const nlohmann::json& manifest)>;
   static Result<std::unique_ptr<AgentChannelServer>> Start(const std::string& socket_path,
                                                            CommitFn on_commit);
   ~AgentChannelServer();

@@ -149,8 +149,8 @@ Status CommitFenced(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot
   for (size_t r = 0; r < all.size(); ++r) {
     const auto j = nlohmann::json::parse(all[r], nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) {
-      return PeerLost(fmt::format("rank {} could not read back its files of checkpoint step {}",
-                                  r, snap.step));
+      return PeerLost(
+          fmt::format("rank {} could not read back its files of checkpoint step {}", r, snap.step));
     }
     for (const auto& [name, e] : j.items()) {
       m.files[name] = ckpt::FileEntry{e.value("bytes", uint64_t{0}), e.value("crc32", 0u)};
