@@ -37,6 +37,11 @@ CommandResult RunTenax(const std::string& args, const std::string& cwd);
 class Background {
  public:
   Background(const std::vector<std::string>& args, const std::string& cwd, std::string log);
+  // Any program: `argv[0]` is looked up in PATH (e.g. {"ip", "netns", "exec", ...}); exec
+  // chains keep the pid, so pid() ends up as the last program's.
+  struct Program {};
+  Background(Program, const std::vector<std::string>& argv, const std::string& cwd,
+             std::string log);
   ~Background();
   Background(const Background&) = delete;
   Background& operator=(const Background&) = delete;

@@ -65,9 +65,14 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
 // Collective when `world` is set: rank 0 prepares, every rank writes its files, rank 0 commits
 // once all wrote (docs/checkpoint_format.md, "Several processes"). `faults` (tests of recovery,
 // may be null) strike after the files and after the commit.
+// On several nodes a commit must be allowed by the node agent first (only a rank of the current
+// generation may commit; protocol/agent_channel.h): `fence(step, manifest)`, called on rank 0
+// with the manifest gathered from every rank's own files (each node may have its own folder).
+using CommitFence = std::function<Status(int64_t step, const nlohmann::json& manifest)>;
 Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
                             parallel::Communicator* world,
-                            protocol::FaultInjector* faults = nullptr);
+                            protocol::FaultInjector* faults = nullptr,
+                            const CommitFence& fence = nullptr);
 
 // SnapshotTrainCheckpoint + WriteTrainCheckpoint: collective when distributed; every rank calls
 // it; rank 0 prepares and commits.
@@ -99,6 +104,7 @@ class TrainCheckpointer {
     std::string attempt;        // identifies this launch generation (async_writer.h)
     ObservedFailures observed;  // what the launcher saw so far (protocol::RankContext)
     protocol::FaultInjector* faults = nullptr;  // --inject checkpoint faults; may be null
+    CommitFence fence;  // several nodes: the node agent allows each commit; null: none
   };
   // `store` is the trainer's (main-thread) store of `setup.folder`; `world` null for one process.
   TrainCheckpointer(Setup setup, ckpt::CheckpointStore& store, parallel::Communicator* world);

@@ -19,6 +19,7 @@
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/parallel/mesh.h"
+#include "tenax/protocol/agent_channel.h"
 #include "tenax/protocol/fault_injection.h"
 #include "tenax/protocol/flight_recorder.h"
 #include "tenax/protocol/heartbeat.h"
@@ -262,7 +263,9 @@ Status Trainer::SetupRunFolder() {
   // otherwise rank 0 takes it before writing anything.
   if (ctx_.run_lock_fd >= 0) {
     TENAX_RETURN_IF_ERROR(RunLock::VerifyInherited(ctx_.run_lock_fd, run_dir_));
-  } else if (env_.rank == 0) {
+  } else if (env_.rank == 0 && ctx_.agent_socket.empty()) {
+    // (On several nodes the job id in etcd owns the run and commits are fenced by generation;
+    // a stopped rank of an old generation may still hold a lock on shared storage.)
     TENAX_ASSIGN_OR_RETURN(run_lock_, RunLock::Acquire(run_dir_, "tenax train"));
   } else {
     TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(run_dir_));
@@ -394,6 +397,19 @@ Status Trainer::SetupCheckpoints() {
       ctx_.supervised ? fmt::format("{:.0f}.{}", ctx_.launch_time_unix, ctx_.generation) : "0";
   cs.observed = ObservedFailures{ctx_.generation, ctx_.run_elapsed_s};
   cs.faults = faults_.get();
+  if (!ctx_.agent_socket.empty()) {
+    // Several nodes: rank 0 commits only with its node agent's consent (the generation must still
+    // be current: a rank of a fenced or replaced node never commits).
+    if (config_.checkpoint.async) {
+      return InvalidArgument(
+          "checkpoint.async = true is not supported across several nodes yet (each node's ranks "
+          "commit through their node agent); set checkpoint.async = false");
+    }
+    cs.fence = [socket = ctx_.agent_socket, gen = ctx_.generation](
+                   int64_t step, const nlohmann::json& manifest) {
+      return protocol::RequestCommit(socket, gen, step, manifest, /*timeout_s=*/60);
+    };
+  }
   checkpointer_ =
       std::make_unique<TrainCheckpointer>(cs, *store_, env_.distributed() ? &world : nullptr);
 
