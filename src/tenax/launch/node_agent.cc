@@ -122,6 +122,7 @@ class NodeAgent {
   // Joins generation g and waits for its plan; nullopt when g is no longer current, the job
   // stopped, or the lease was lost.
   Result<std::optional<rdzv::Plan>> Rendezvous(int64_t g);
+  void LogFailureOf(int64_t g);
   Result<std::optional<rdzv::StopRecord>> ReadStop();
   Status Stop(int code, const std::string& reason);
   // After g failed: the next generation, or the job's end.
@@ -539,6 +540,25 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
   if (ended) log::Info("launch: {}", Goodput::Summary(report));
 }
 
+void NodeAgent::LogFailureOf(int64_t g) {
+  // Every node's log names the failure the job decided on, from every node's evidence: a node's
+  // own "generation G -> G+1" line tells only what its ranks saw (often: peers lost).
+  Result<RangeResponse> fs = etcd_->GetPrefix(keys_.failures(g));
+  if (!fs.ok()) return;
+  std::vector<rdzv::FailureReport> reports;
+  for (const KeyValue& kv : fs->kvs) {
+    auto f = rdzv::FailureReport::FromJson(kv.value);
+    if (f.ok()) reports.push_back(*f);
+  }
+  std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(reports);
+  if (!first) return;
+  const std::string who = first->rank >= 0 ? fmt::format("rank {} on node {}", first->rank,
+                                                         first->node_rank)
+                                           : fmt::format("node {}", first->node_rank);
+  log::Info("launch: generation {} failed: {} ({}; {}): {}", g, who, first->kind, first->host,
+            first->cause);
+}
+
 Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
   rdzv::Plan previous;
   bool have_previous = false;
@@ -780,6 +800,7 @@ Result<int> NodeAgent::Run() {
     TENAX_ASSIGN_OR_RETURN(std::optional<rdzv::Plan> plan, Rendezvous(g));
     if (!plan) continue;
     const int node_rank = plan->NodeRankOf(info_.id);
+    if (g > 0) LogFailureOf(g - 1);
     last_plan_ = *plan;
     last_plan_gen_ = g;
     {
