@@ -41,7 +41,12 @@ TEST(TrainCheckpointTest, AsyncSaveWritesTheSameFilesAsTheSyncSave) {
   TakeOneStep(model, opt);
   TrainTarget target = SingleProcess(model, opt);
   target.layout = {{"world_size", 1}};
-  const TrainProgress progress{/*step=*/5, /*data_position=*/40, /*tokens_seen=*/1280, {}};
+  TrainProgress progress;
+  progress.step = 5;
+  progress.data_position = 40;
+  progress.tokens_seen = 1280;
+  progress.batch = BatchShape{/*local=*/2, /*accum=*/3, /*data_parallel=*/4, /*global=*/24};
+  target.tokenizer = {{"spec", "byte"}, {"bos_id", nullptr}, {"eos_id", 256}};
 
   ckpt::CheckpointStore sync_store(LocalFs(), tmp / "sync");
   ASSERT_TRUE(SaveTrainCheckpoint(sync_store, progress, target, "# config").ok());
@@ -78,6 +83,15 @@ TEST(TrainCheckpointTest, AsyncSaveWritesTheSameFilesAsTheSyncSave) {
   ASSERT_TRUE(restored.ok()) << restored.status().message();
   EXPECT_EQ(restored->step, 5);
   EXPECT_EQ(restored->data_position, 40);
+  // The batch the steps were made with comes back (a resume on other ranks keeps it), and so does
+  // the config the checkpoint was written with (to name deliberate changes).
+  EXPECT_EQ(restored->batch.global, 24);
+  EXPECT_EQ(restored->batch.local, 2);
+  EXPECT_EQ(restored->batch.accum, 3);
+  EXPECT_EQ(restored->batch.data_parallel, 4);
+  EXPECT_EQ(restored->saved_config, "# config");
+  const nlohmann::json state = nlohmann::json::parse(a->files.at("train_state.json"));
+  EXPECT_EQ(state["tokenizer"]["eos_id"], 256);
   EXPECT_EQ(restored->tokens_seen, 1280);
   EXPECT_EQ(fresh_opt.step_count(), 1);
   for (size_t i = 0; i < model.params().size(); ++i) {
@@ -113,7 +127,7 @@ void RunCheckpointer(bool async) {
     ckpt.RecordStepTime(0.01);
     if (!ckpt.Due(step, step == 10)) continue;
     Result<std::vector<std::string>> lines =
-        ckpt.Save(TrainProgress{step, step * 4, step * 128, {}}, target, "# config", 1.0);
+        ckpt.Save(TrainProgress{step, step * 4, step * 128, {}, {}, {}}, target, "# config", 1.0);
     ASSERT_TRUE(lines.ok()) << lines.status().message();
     reported += static_cast<int>(lines->size());
     saved.push_back(step);
