@@ -20,6 +20,7 @@
 #include "tenax/protocol/launcher_watch.h"
 #include "tenax/protocol/rank_context.h"
 #include "tenax/train/evaluate.h"
+#include "tenax/train/export_hf.h"
 #include "tenax/train/trainer.h"
 
 namespace tenax {
@@ -77,11 +78,12 @@ Status RunTrain(const TrainCommand& command) {
 }
 
 Status RunEval(const std::string& checkpoint, const std::string& data_spec, int64_t tokens,
-               const std::string& device) {
+               const std::string& device, int64_t seq_len, int64_t batch_size) {
   TrainingOptions device_options;
   device_options.device = device;
   TENAX_ASSIGN_OR_RETURN(train::EvalResult r,
-                         train::EvaluateCheckpoint(checkpoint, data_spec, tokens, device_options));
+                         train::EvaluateCheckpoint(checkpoint, data_spec, tokens, device_options,
+                                                   seq_len, batch_size));
   std::printf("%s\n", nlohmann::json({{"loss", r.loss}, {"tokens", r.tokens}}).dump().c_str());
   return Status::Ok();
 }
@@ -114,6 +116,11 @@ int main(int argc, char** argv) {
       ->required();
   eval->add_option("--tokens", tokens, "at most this many tokens (default: eval_tokens)");
   eval->add_option("--device", device, "auto | cpu | cuda");
+  int64_t eval_seq_len = 0, eval_batch = 0;
+  eval->add_option("--seq-len", eval_seq_len,
+                   "window length (default: the checkpoint's training.seq_len)");
+  eval->add_option("--batch-size", eval_batch,
+                   "windows per batch (default: the checkpoint's training.local_batch_size)");
 
   std::string hf_dir, dtype = "float32";
   auto* import_hf =
@@ -125,6 +132,15 @@ int main(int argc, char** argv) {
   export_hf->add_option("checkpoint", checkpoint, "step or checkpoint folder")->required();
   export_hf->add_option("--out", out, "output folder")->required();
   export_hf->add_option("--dtype", dtype, "float32 | bfloat16");
+  train::ExportHfRequest export_request;
+  export_hf
+      ->add_option("--max-shard-size", export_request.max_shard_size,
+                   "split weights into model-0000K-of-0000N.safetensors files of at most "
+                   "this size (e.g. 5GB, 500MB, 2GiB)")
+      ->capture_default_str();
+  export_hf->add_option("--tokenizer", export_request.tokenizer,
+                        "tokenizer files to include: none | tiktoken:FILE | hf:FILE (default: the "
+                        "tokenizer the run trained with)");
 
   try {
     app.parse(argc, argv);
@@ -136,9 +152,16 @@ int main(int argc, char** argv) {
   Status st;
   try {
     if (train->parsed()) st = RunTrain(train_command);
-    if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
+    if (eval->parsed()) {
+      st = RunEval(checkpoint, data_spec, tokens, device, eval_seq_len, eval_batch);
+    }
     if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
-    if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
+    if (export_hf->parsed()) {
+      export_request.checkpoint = checkpoint;
+      export_request.out = out;
+      export_request.dtype = dtype;
+      st = train::ExportCheckpointToHf(export_request);
+    }
   } catch (const std::exception& e) {
     st = Internal(std::string("libtorch: ") + e.what());
   }
