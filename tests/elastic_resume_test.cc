@@ -9,10 +9,11 @@
 // is a mean over the same number of tokens, so the step's loss and gradient are the same means
 // summed in another order (per-rank means all-reduced vs micro-batch gradients accumulated).
 // Tolerance: float32 rounding of those sums differs at ~1e-7 relative per step and AdamW
-// amplifies it a little over 10 steps; we measured at most 3.6e-7 on losses of ~3.4 nats (2 and 1
-// ranks against 4). 1e-4 is the parallel tests' bound (tests/parallel_e2e_test.cc), far below what
-// a wrong batch moves: a halved batch or a skipped window changes the loss by > 1e-2 within a step
-// or two (the DifferentBatchWouldShow test below measures it).
+// amplifies it a little over 10 steps; we measured at most 1.2e-7 (2 ranks) and 6e-8 (1 rank)
+// against 4 ranks, and 2.4e-7 for 1 rank against 2, on losses of ~3.4 nats. 1e-4 is the parallel
+// tests' bound (tests/parallel_e2e_test.cc), far below what a wrong batch moves: the halved batch
+// at the end of the second test leaves the trajectory by more than 100x the tolerance within
+// three steps.
 #include <gtest/gtest.h>
 
 #include <string>
