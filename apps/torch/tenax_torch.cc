@@ -1,13 +1,14 @@
-// tenax-torch: the subcommands that need libtorch (train, eval, import-hf, export-hf). Users run
-// `tenax SUBCOMMAND`; the torch-free `tenax` executable replaces itself with this one (same pid,
-// same arguments) for these subcommands, so `tenax launch`, `plan` and `simulate` never load
-// libtorch. Thin on purpose: parse flags, call the library, map the result to an exit code
+// tenax-torch: the subcommands that need libtorch (train, eval, import-hf, export-hf, generate).
+// Users run `tenax SUBCOMMAND`; the torch-free `tenax` executable replaces itself with this one
+// (same pid, same arguments) for these subcommands, so `tenax launch`, `plan` and `simulate` never
+// load libtorch. Thin on purpose: parse flags, call the library, map the result to an exit code
 // (docs/exit_codes.md).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "tenax/config/config.h"
@@ -21,6 +22,7 @@
 #include "tenax/protocol/rank_context.h"
 #include "tenax/train/evaluate.h"
 #include "tenax/train/export_hf.h"
+#include "tenax/train/generate_text.h"
 #include "tenax/train/trainer.h"
 
 namespace tenax {
@@ -88,6 +90,42 @@ Status RunEval(const std::string& checkpoint, const std::string& data_spec, int6
   return Status::Ok();
 }
 
+// Streams the text to stdout as it is generated; with `as_json`, one JSON line at the end instead.
+Status RunGenerate(const train::GenerateRequest& request, const std::string& prompt_ids,
+                   bool as_json) {
+  train::GenerateRequest r = request;
+  std::string rest = prompt_ids;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    try {
+      size_t used = 0;
+      r.prompt_ids.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      return InvalidArgument("--prompt-ids " + prompt_ids +
+                             ": expected comma-separated token ids, e.g. 128000,791,6864");
+    }
+  }
+  std::function<void(const std::string&)> stream;
+  if (!as_json) {
+    stream = [](const std::string& text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  TENAX_ASSIGN_OR_RETURN(train::GenerateResult g, train::GenerateText(r, stream));
+  if (as_json) {
+    nlohmann::json j = {{"prompt_ids", g.prompt_ids}, {"ids", g.ids}, {"text", g.text}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    log::Info("{} tokens, {:.1f} tokens/s", g.ids.size(), g.tokens_per_s);
+  }
+  return Status::Ok();
+}
+
 int ExitCode(const Status& st) {
   if (st.ok()) return 0;
   log::Error("{}", st.message());
@@ -142,6 +180,34 @@ int main(int argc, char** argv) {
                         "tokenizer files to include: none | tiktoken:FILE | hf:FILE (default: the "
                         "tokenizer the run trained with)");
 
+  train::GenerateRequest gen;
+  std::string prompt_ids;
+  bool gen_json = false, no_bos = false, ignore_eos = false, no_cache = false;
+  auto* generate =
+      app.add_subcommand("generate", "sample text from a checkpoint or a Hugging Face folder");
+  generate->add_option("--checkpoint", gen.checkpoint, "tenax step or checkpoint folder");
+  generate->add_option("--hf", gen.hf_dir, "Hugging Face model folder");
+  generate->add_option("--prompt", gen.prompt, "prompt text (default: empty, after the BOS)");
+  generate->add_option("--prompt-ids", prompt_ids,
+                       "prompt as comma-separated token ids instead of text (nothing prepended)");
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to generate")
+      ->capture_default_str();
+  generate->add_option("--temperature", gen.sampling.temperature, "0: greedy")
+      ->capture_default_str();
+  generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass; 1: off")
+      ->capture_default_str();
+  generate->add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str();
+  generate->add_option(
+      "--tokenizer", gen.tokenizer,
+      "tokenizer spec (default: the checkpoint's, or the folder's tokenizer.json)");
+  generate->add_option("--device", gen.device, "auto | cpu | cuda");
+  generate->add_flag("--no-bos", no_bos, "do not start the prompt with BOS (or EOS)");
+  generate->add_flag("--ignore-eos", ignore_eos, "keep generating after the EOS");
+  generate->add_flag("--json", gen_json,
+                     "print one JSON line {prompt_ids, ids, text} at the end instead of streaming");
+  generate->add_flag("--no-cache", no_cache,
+                     "recompute the whole sequence for every token (slow; checks the KV cache)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -161,6 +227,12 @@ int main(int argc, char** argv) {
       export_request.out = out;
       export_request.dtype = dtype;
       st = train::ExportCheckpointToHf(export_request);
+    }
+    if (generate->parsed()) {
+      gen.add_bos = !no_bos;
+      gen.stop_at_eos = !ignore_eos;
+      gen.use_cache = !no_cache;
+      st = RunGenerate(gen, prompt_ids, gen_json);
     }
   } catch (const std::exception& e) {
     st = Internal(std::string("libtorch: ") + e.what());
