@@ -100,6 +100,44 @@ TEST(TrainCheckpointTest, AsyncSaveWritesTheSameFilesAsTheSyncSave) {
   }
 }
 
+// A checkpoint written before the batch was recorded: its batch is derived from its config
+// (local_batch_size x grad_accum_steps) and layout (data-parallel degree), so that resuming it on
+// another number of ranks still keeps its global batch.
+TEST(TrainCheckpoint, OlderCheckpointsDeriveTheirBatchFromConfigAndLayout) {
+  testing::TempDir tmp;
+  model::Llama model(TinySpec(), /*seed=*/7, at::kCPU);
+  AdamW opt(OptimizerOptions{}, model.params());
+  TakeOneStep(model, opt);
+  TrainTarget target = SingleProcess(model, opt);
+  TrainProgress progress;
+  progress.step = 3;
+  Result<ckpt::CheckpointSnapshot> snap =
+      SnapshotTrainCheckpoint(progress, target,
+                              "[training]\nlocal_batch_size = 3\n"
+                              "grad_accum_steps = 2\n");
+  ASSERT_TRUE(snap.ok()) << snap.status().message();
+  for (auto& [name, bytes] : snap->files) {
+    if (name != "train_state.json") continue;
+    nlohmann::json state = nlohmann::json::parse(bytes);
+    state["data"] = {{"position", 12}};  // as written before the batch fields existed
+    state["layout"] = {
+        {"world_size", 4}, {"data_parallel_replicate", 2}, {"data_parallel_shard", 2}};
+    bytes = state.dump();
+  }
+  ckpt::CheckpointStore store(LocalFs(), tmp / "ckpt");
+  ASSERT_TRUE(store.Save(3, snap->files, {{"world_size", 1}}, {}).ok());
+  model::Llama fresh(TinySpec(), /*seed=*/8, at::kCPU);
+  AdamW fresh_opt(OptimizerOptions{}, fresh.params());
+  TrainTarget fresh_target = SingleProcess(fresh, fresh_opt);
+  Result<TrainProgress> restored = RestoreTrainCheckpoint(store, 3, fresh_target);
+  ASSERT_TRUE(restored.ok()) << restored.status().message();
+  EXPECT_EQ(restored->data_position, 12);
+  EXPECT_EQ(restored->batch.local, 3);
+  EXPECT_EQ(restored->batch.accum, 2);
+  EXPECT_EQ(restored->batch.data_parallel, 4);
+  EXPECT_EQ(restored->batch.global, 24);
+}
+
 // The trainer's glue in both modes: saves at the interval and the final step, prunes, keeps
 // memory replicas, and reports completed saves.
 void RunCheckpointer(bool async) {
