@@ -413,6 +413,27 @@ TEST(HfInterop, Llama3RunExportsAFolderTransformersLoadsAndReimportsToTheSameLos
   const std::string sample = ReadFile(brown + "/ca01");
   EXPECT_EQ(*(*exported)->Encode(sample), *(*original)->Encode(sample));
 
+  // tenax generate reads the folder's tokenizer and the checkpoint's recorded one alike: the
+  // prompt starts with BOS and is encoded as the tiktoken file encodes it, and greedy tokens agree.
+  auto generate = [&](const std::string& source) {
+    auto g = testing::RunTenaxStdout("generate " + source +
+                                         " --prompt 'The jury said' --max-new-tokens 4 "
+                                         "--temperature 0 --json",
+                                     dir.path());
+    EXPECT_EQ(g.exit_code, 0) << g.output;
+    return json::parse(g.output);
+  };
+  const json from_hf = generate("--hf " + Quote(dir / "hf"));
+  const json from_ckpt = generate("--checkpoint " + Quote(dir / "run/checkpoints"));
+  std::vector<int64_t> prompt = {128000};
+  const Result<std::vector<uint32_t>> words = (*original)->Encode("The jury said");
+  ASSERT_TRUE(words.ok());
+  for (uint32_t id : *words) prompt.push_back(id);
+  EXPECT_EQ(from_hf["prompt_ids"].get<std::vector<int64_t>>(), prompt);
+  EXPECT_EQ(from_ckpt["prompt_ids"], from_hf["prompt_ids"]);
+  EXPECT_EQ(from_ckpt["ids"], from_hf["ids"]);
+  EXPECT_EQ(from_ckpt["text"], from_hf["text"]);
+
   // Re-imported, the model evaluates to the same loss on the same prepared validation split.
   r = Import(dir, dir / "hf", dir / "imported");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -121,6 +121,7 @@ Status RunGenerate(const train::GenerateRequest& request, const std::string& pro
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // before the log line on stderr
     log::Info("{} tokens, {:.1f} tokens/s", g.ids.size(), g.tokens_per_s);
   }
   return Status::Ok();
