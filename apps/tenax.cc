@@ -82,6 +82,7 @@ constexpr std::pair<const char*, const char*> kTorchCommands[] = {
     {"eval", "validation loss of a checkpoint, as one JSON line"},
     {"import-hf", "Hugging Face Llama folder -> tenax checkpoint"},
     {"export-hf", "tenax checkpoint -> Hugging Face Llama folder"},
+    {"generate", "sample text from a checkpoint or a Hugging Face folder"},
 };
 
 // Replaces this process with tenax-torch (beside this executable) running the same arguments.

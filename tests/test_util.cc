@@ -43,6 +43,10 @@ CommandResult RunTenax(const std::string& args, const std::string& cwd) {
   return Run("'" + TenaxBinary() + "' " + args, cwd);
 }
 
+CommandResult RunTenaxStdout(const std::string& args, const std::string& cwd) {
+  return Run("{ '" + TenaxBinary() + "' " + args + " 2>/dev/null; }", cwd);
+}
+
 Background::Background(const std::vector<std::string>& args, const std::string& cwd,
                        std::string log)
     : Background(Program{}, [&] {

@@ -320,6 +320,7 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   t.Get("local_batch_size", &c->training.local_batch_size);
   t.Get("seq_len", &c->training.seq_len);
   t.Get("grad_accum_steps", &c->training.grad_accum_steps);
+  t.Get("global_batch_size", &c->training.global_batch_size);
   t.Get("max_norm", &c->training.max_norm);
   t.Get("mixed_precision", &c->training.mixed_precision, {"auto", "bf16", "fp32"});
   t.Get("device", &c->training.device, {"auto", "cpu", "cuda"});
@@ -337,6 +338,12 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   t.Positive("local_batch_size", c->training.local_batch_size);
   t.Positive("seq_len", c->training.seq_len);
   t.Positive("grad_accum_steps", c->training.grad_accum_steps);
+  t.NonNegative("global_batch_size", c->training.global_batch_size);
+  t.Check(c->training.global_batch_size == 0 || c->training.grad_accum_steps == 1,
+          "grad_accum_steps", std::to_string(c->training.grad_accum_steps),
+          fmt::format("1 (unset) when training.global_batch_size ({}) is set: accumulation is then "
+                      "derived from the global batch",
+                      c->training.global_batch_size));
   t.NonNegative("max_norm", c->training.max_norm);
   t.NonNegative("threads", c->training.threads);
   t.NonNegative("stop_at", c->training.stop_at);
@@ -481,6 +488,7 @@ std::string ConfigToToml(const Config& c) {
                                {"local_batch_size", c.training.local_batch_size},
                                {"seq_len", c.training.seq_len},
                                {"grad_accum_steps", c.training.grad_accum_steps},
+                               {"global_batch_size", c.training.global_batch_size},
                                {"max_norm", c.training.max_norm},
                                {"mixed_precision", c.training.mixed_precision},
                                {"device", c.training.device},

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <map>
 
+#include "tenax/config/config.h"
 #include "tenax/config/model_spec_json.h"
 #include "tenax/core/check.h"
 #include "tenax/core/log.h"
@@ -44,6 +45,31 @@ Result<at::Tensor> FromHex(const std::string& hex) {
     p[i / 2] = static_cast<uint8_t>(hi * 16 + lo);
   }
   return t;
+}
+
+// The batch a checkpoint's steps were made with: recorded under "data" since global batches
+// exist; before that, derived from its config (local_batch_size x grad_accum_steps) and layout
+// (data-parallel degree). All zero when neither tells.
+BatchShape SavedBatch(const nlohmann::json& state) {
+  BatchShape b;
+  const nlohmann::json& d = state.at("data");
+  if (d.contains("global_batch_size")) {
+    b.global = d.at("global_batch_size").get<int64_t>();
+    b.local = d.at("local_batch_size").get<int64_t>();
+    b.accum = d.at("grad_accum_steps").get<int64_t>();
+    b.data_parallel = d.at("data_parallel").get<int64_t>();
+    return b;
+  }
+  if (!state.contains("config") || !state.contains("layout")) return b;
+  Result<Config> config = ParseConfig(state["config"].get<std::string>(), {}, "train_state.json");
+  const nlohmann::json& l = state["layout"];
+  if (!config.ok() || !l.contains("data_parallel_replicate")) return b;
+  b.local = config->training.local_batch_size;
+  b.accum = config->training.grad_accum_steps;
+  b.data_parallel =
+      l.at("data_parallel_replicate").get<int64_t>() * l.value("data_parallel_shard", int64_t{1});
+  b.global = b.local * b.accum * b.data_parallel;
+  return b;
 }
 
 }  // namespace
@@ -90,7 +116,12 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
     nlohmann::json state = {
         {"step", progress.step},
         {"optimizer_step", target.optimizer.step_count()},
-        {"data", {{"position", progress.data_position}}},
+        {"data",
+         {{"position", progress.data_position},
+          {"global_batch_size", progress.batch.global},
+          {"local_batch_size", progress.batch.local},
+          {"grad_accum_steps", progress.batch.accum},
+          {"data_parallel", progress.batch.data_parallel}}},
         {"tokens_seen", progress.tokens_seen},
         {"rng", {{"torch_cpu", ToHex(gen.get_state())}}},
         {"model", ModelSpecToJson(target.model.spec())},
@@ -98,6 +129,7 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
         {"layout", target.layout},
     };
     if (!progress.loss_history.empty()) state["loss_history"] = progress.loss_history;
+    if (!target.tokenizer.empty()) state["tokenizer"] = target.tokenizer;
     files.push_back({model::kTrainStateFile, state.dump(2)});
   }
   return snap;
@@ -256,6 +288,8 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
   try {
     p.step = s.at("step").get<int64_t>();
     p.data_position = s.at("data").at("position").get<int64_t>();
+    p.batch = SavedBatch(s);
+    if (s.contains("config")) p.saved_config = s["config"].get<std::string>();
     p.tokens_seen = s.at("tokens_seen").get<int64_t>();
     if (s.contains("loss_history")) p.loss_history = s["loss_history"].get<std::vector<double>>();
     const int64_t opt_step = s.at("optimizer_step").get<int64_t>();
