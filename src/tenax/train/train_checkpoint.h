@@ -48,6 +48,11 @@ struct TrainTarget {
   ParallelModel* parallel = nullptr;
   parallel::Communicator* world = nullptr;
   nlohmann::json layout = nlohmann::json::object();  // recorded in the manifest
+  // Mixture of experts: the state whose sigmoid-router biases are saved in train_state.json
+  // ("moe_expert_bias", one row per layer) and restored; null for dense models. `moe_copies`:
+  // ranks holding each layer (train/moe_metrics.h).
+  model::MoeState* moe = nullptr;
+  int moe_copies = 1;
 };
 
 // A save is two steps, so synchronous and asynchronous saves share one file format:
