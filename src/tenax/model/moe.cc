@@ -69,11 +69,13 @@ void MoeState::SetBiasTable(const at::Tensor& table) {
   }
 }
 
-void MoeState::Record(int64_t layer, const at::Tensor& global_counts, double aux) {
+void MoeState::Record(int64_t layer, const at::Tensor& global_counts, double aux,
+                      int64_t remote_rows) {
   LayerStats& s = stats_.at(static_cast<size_t>(layer));
   at::Tensor c = global_counts.detach().to(at::kCPU, at::kDouble);
   s.counts = s.counts.defined() ? s.counts + c : c;
   s.aux_sum += aux;
+  s.remote_rows += remote_rows;
   ++s.forwards;
 }
 
@@ -148,7 +150,8 @@ at::Tensor MoeFeedForward(const at::Tensor& x, const MoeWeights& w, const MoeSpe
   if (state.runtime) global = state.runtime->SumCounts(global);
   const at::Tensor f = (global / global.sum()).to(probs.device(), rt);        // (E), sums to 1
   const at::Tensor aux = static_cast<double>(e) * (f * probs.mean(0)).sum();  // ()
-  state.Record(layer, global, aux.item<double>());
+  state.Record(layer, global, aux.item<double>(),
+               state.runtime ? state.runtime->RemoteRows(counts) : 0);
   if (spec.aux_loss_coef > 0) {
     const double share = state.runtime ? state.runtime->loss_share() : 1.0;
     // The loss is the mean over MoE layers of the layers' aux, times the coefficient.

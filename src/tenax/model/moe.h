@@ -80,6 +80,8 @@ class MoeRuntime {
   // This rank's share of the loss's gradient (1 / tensor_parallel: sequence shards each
   // back-propagate their part of the mean, as TensorParallelHeadLoss does).
   virtual double loss_share() const { return 1.0; }
+  // Of the rows Exchange sends for `counts`, how many go to other ranks (what crosses links).
+  virtual int64_t RemoteRows(const std::vector<int64_t>& counts) const { return 0; }
 };
 
 // Routing statistics and balancing state of the MoE layers of one model on this rank.
@@ -112,13 +114,14 @@ class MoeState {
   MoeRuntime* runtime = nullptr;  // null: one process, every expert here
 
   // Called by a layer's forward.
-  void Record(int64_t layer, const at::Tensor& global_counts, double aux);
+  void Record(int64_t layer, const at::Tensor& global_counts, double aux, int64_t remote_rows);
   // The step's statistics per layer: global assignments per expert (summed over micro-batches),
   // and this rank's aux summed over micro-batches with their number.
   struct LayerStats {
     at::Tensor counts;  // (E) fp64
     double aux_sum = 0;
     int64_t forwards = 0;
+    int64_t remote_rows = 0;  // rows this rank's forwards sent to experts on other ranks
   };
   const std::vector<LayerStats>& step_stats() const { return stats_; }
   // After the optimizer step: moves the biases by the step's loads (when has_bias() and

@@ -274,8 +274,8 @@ TEST(Moe, SigmoidBiasMovesTowardsBalance) {
   m.bias_update_rate = 0.01;
   MoeState state(OneLayer(m));
   ASSERT_TRUE(state.has_bias());
-  state.Record(0, at::tensor({10.0, 2.0, 2.0, 2.0}, at::kDouble), 1.0);
-  state.Record(0, at::tensor({0.0, 2.0, 1.0, 1.0}, at::kDouble), 1.0);  // totals 10, 4, 3, 3
+  state.Record(0, at::tensor({10.0, 2.0, 2.0, 2.0}, at::kDouble), 1.0, 0);
+  state.Record(0, at::tensor({0.0, 2.0, 1.0, 1.0}, at::kDouble), 1.0, 0);  // totals 10, 4, 3, 3
   state.EndStep();
   const at::Tensor b = state.bias(0);
   EXPECT_FLOAT_EQ(b[0].item<float>(), -0.01f);

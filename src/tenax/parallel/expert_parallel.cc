@@ -110,6 +110,15 @@ at::Tensor ExpertParallelRuntime::Exchange(const at::Tensor& rows,
   return AllToAllRows(computed.index_select(0, inverse), recv_splits, send_splits, ep_);
 }
 
+int64_t ExpertParallelRuntime::RemoteRows(const std::vector<int64_t>& counts) const {
+  const auto [begin, end] = ExpertRange(n_experts_, ep_.rank(), ep_.size());
+  int64_t remote = 0;
+  for (int64_t e = 0; e < n_experts_; ++e) {
+    if (e < begin || e >= end) remote += counts[static_cast<size_t>(e)];
+  }
+  return remote;
+}
+
 at::Tensor ExpertParallelRuntime::SumCounts(const at::Tensor& counts) {
   at::Tensor total = counts.to(at::kCPU, at::kDouble).contiguous().clone();
   for (Communicator* g : batch_groups_) {

@@ -61,6 +61,7 @@ class ExpertParallelRuntime final : public model::MoeRuntime {
                       const model::LocalExpertsFn& local) override;
   at::Tensor SumCounts(const at::Tensor& counts) override;
   double loss_share() const override { return loss_share_; }
+  int64_t RemoteRows(const std::vector<int64_t>& counts) const override;
 
  private:
   Communicator& ep_;

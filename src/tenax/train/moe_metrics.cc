@@ -25,13 +25,16 @@ MoeMetrics CollectMoeMetrics(const model::MoeState& state, parallel::Communicato
   for (int64_t i = 0; i < state.n_layers(); ++i) {
     if (spec.IsMoeLayer(i)) moe_layers.push_back(i);
   }
-  // Row per MoE layer: tokens per expert, then this rank's mean aux over its micro-batches.
-  at::Tensor table = at::zeros({static_cast<int64_t>(moe_layers.size()), e + 1}, at::kDouble);
+  // Row per MoE layer: tokens per expert, this rank's mean aux over its micro-batches, and its
+  // remote rows times the holders (so that the division below leaves their sum).
+  const int64_t w = e + 2;
+  at::Tensor table = at::zeros({static_cast<int64_t>(moe_layers.size()), w}, at::kDouble);
   for (size_t r = 0; r < moe_layers.size(); ++r) {
     const auto& s = state.step_stats()[static_cast<size_t>(moe_layers[r])];
     if (s.forwards == 0) continue;  // another pipeline stage's layer
     table[static_cast<int64_t>(r)].narrow(0, 0, e).copy_(s.counts);
     table[static_cast<int64_t>(r)][e] = s.aux_sum / static_cast<double>(s.forwards);
+    table[static_cast<int64_t>(r)][e + 1] = static_cast<double>(s.remote_rows * copies);
   }
   table = SumOverHolders(table, world, copies).contiguous();
   MoeMetrics out;
@@ -39,11 +42,12 @@ MoeMetrics CollectMoeMetrics(const model::MoeState& state, parallel::Communicato
   for (size_t r = 0; r < moe_layers.size(); ++r) {
     MoeLayerMetrics l;
     l.layer = moe_layers[r];
-    l.tokens.assign(v + r * (e + 1), v + r * (e + 1) + e);
+    l.tokens.assign(v + r * w, v + r * w + e);
     const double total = std::accumulate(l.tokens.begin(), l.tokens.end(), 0.0);
     const double most = *std::max_element(l.tokens.begin(), l.tokens.end());
     l.imbalance = total > 0 ? most / (total / static_cast<double>(e)) : 0;
-    l.aux_loss = v[r * (e + 1) + e];
+    l.aux_loss = v[r * w + e];
+    l.remote_rows = v[r * w + e + 1];
     out.aux_loss += l.aux_loss / static_cast<double>(moe_layers.size());
     out.max_imbalance = std::max(out.max_imbalance, l.imbalance);
     out.layers.push_back(std::move(l));

@@ -21,6 +21,10 @@ struct MoeLayerMetrics {
   std::vector<double> tokens;  // [expert]
   double imbalance = 0;        // max / mean of tokens
   double aux_loss = 0;         // mean over the step's micro-batches and the ranks
+  // Rows (token-expert assignments) sent to experts on other ranks in the step's forward passes,
+  // summed over the ranks: each crosses a link 4 times (dispatch and combine, forward and
+  // backward; 6 with recomputation). bench/moe_layouts.sh checks the all-to-all bytes with it.
+  double remote_rows = 0;
 };
 
 struct MoeMetrics {

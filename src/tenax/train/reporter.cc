@@ -79,18 +79,20 @@ Status Reporter::LogStep(const StepMetrics& m) {
   if (m.moe) {
     // Per MoE layer (keyed by layer index): tokens per expert, max / mean imbalance, aux loss.
     nlohmann::json load = nlohmann::json::object(), imbalance = nlohmann::json::object(),
-                   aux = nlohmann::json::object();
+                   aux = nlohmann::json::object(), remote = nlohmann::json::object();
     for (const auto& l : m.moe->layers) {
       const std::string key = std::to_string(l.layer);
       load[key] = l.tokens;
       imbalance[key] = l.imbalance;
       aux[key] = l.aux_loss;
+      remote[key] = l.remote_rows;
     }
     j["moe_aux_loss"] = m.moe->aux_loss;
     j["moe_max_imbalance"] = m.moe->max_imbalance;
     j["moe_expert_tokens"] = load;
     j["moe_imbalance"] = imbalance;
     j["moe_layer_aux_loss"] = aux;
+    j["moe_remote_rows"] = remote;
   }
   TENAX_RETURN_IF_ERROR(jsonl_->Write(j));
   if (tb_) {
