@@ -757,7 +757,7 @@ Status Trainer::Finish() {
     const double n = static_cast<double>(steps_timed_);
     log::Info(
         "communication per step on this rank: all-reduce {:.0f} B, all-gather {:.0f} B "
-        "received, reduce-scatter {:.0f} B sent, p2p {:.0f} B, all-to-all {:.0f} B sent; "
+        "received, reduce-scatter {:.0f} B sent, p2p {:.0f} B, all-to-all {:.1f} B sent; "
         "{:.4f} s/step",
         step_comm_.all_reduce_bytes / n, step_comm_.all_gather_bytes / n,
         step_comm_.reduce_scatter_bytes / n, step_comm_.p2p_bytes / n,
