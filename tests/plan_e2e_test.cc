@@ -286,3 +286,40 @@ TEST(SimulateE2E, BadRateIsAClearError) {
 
 }  // namespace
 }  // namespace tenax::testing
+
+namespace tenax::testing {
+namespace {
+
+// A mixture-of-experts model on 64 H100s: the plan runs, counts total and active parameters,
+// picks an expert-parallel degree and explains the choice against the other degrees it tried.
+TEST(PlanE2E, MixtralOn64H100ChoosesAndExplainsExpertParallelism) {
+  TempDir dir;
+  const std::string args =
+      "plan --model mixtral-8x7b --gpus 64 --gpu h100-sxm --seq-len 4096 "
+      "--global-batch-tokens 4Mi";
+  auto r = RunTenax(args + " --explain", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"46.70B parameters, 12.88B active: 2 of 8 experts per token",
+                        "expert parallelism: 32 MoE layers of 8 experts", "<- chosen",
+                        "all-to-all", "routed experts"}) {
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  }
+  auto j = RunTenax(args + " --json --top 3", dir.path());
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const nlohmann::json plan = ParseJson(j);
+  EXPECT_NEAR(plan["model"]["params"]["active"].get<double>() / 1e9, 12.88, 0.01);
+  const auto& best = plan["layouts"][0];
+  const int64_t ep = best["ep"].get<int64_t>();
+  EXPECT_EQ(best["dp_shard"].get<int64_t>() % ep, 0);
+  if (ep > 1) {
+    EXPECT_GT(best["all_to_all_bytes_sent_per_step"].get<double>(), 0);
+    EXPECT_GT(best["time_s"]["ep_all_to_all"].get<double>(), 0);
+  }
+  if (ep > 1) EXPECT_NE(r.output.find(" ep" + std::to_string(ep) + " "), std::string::npos);
+  // Pinned: an ep that does not divide dp_shard leaves no layout.
+  auto bad = RunTenax(args + " --fix dp_shard=4,ep=8", dir.path());
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+}
+
+}  // namespace
+}  // namespace tenax::testing

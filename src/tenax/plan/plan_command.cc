@@ -187,6 +187,7 @@ Status RunPlan(const PlanFlags& f) {
   std::string explain;
   if (f.explain && !result.best.empty()) {
     explain = ExplainText(w, hw, result.best.front());
+    if (const std::string moe = ExpertChoiceText(report); !moe.empty()) explain += "\n" + moe;
   } else if (f.explain && !result.leanest_not_fitting.empty()) {
     explain = "does not fit: " + ExplainText(w, hw, result.leanest_not_fitting.front());
   }
