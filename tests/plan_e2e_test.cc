@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tenax/plan/failure.h"
 #include "test_util.h"
 
 namespace tenax::testing {
@@ -319,6 +320,36 @@ TEST(PlanE2E, MixtralOn64H100ChoosesAndExplainsExpertParallelism) {
   // Pinned: an ep that does not divide dp_shard leaves no layout.
   auto bad = RunTenax(args + " --fix dp_shard=4,ep=8", dir.path());
   EXPECT_NE(bad.exit_code, 0) << bad.output;
+}
+
+// An MoE checkpoint holds every expert: simulate (and plan --failure-rate) derive its stall from
+// the total parameters, 12 bytes each, at the given bandwidth: 46.70B x 12 B / 10 GB/s = 56.0 s.
+TEST(PlanE2E, SimulateSizesMoeCheckpointsByAllExperts) {
+  TempDir dir;
+  auto r = RunTenax(
+      "simulate --gpus 64 --failure-rate 0.0004/node-hour --model mixtral-8x7b "
+      "--checkpoint-bandwidth 10GB/s --restart-cost 10m --duration 30d --runs 100 --json",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_NE(j["checkpoint_cost_from"].get<std::string>().find("every expert"), std::string::npos);
+  const double stall = 46702792704.0 * 12 / 10e9;  // 56.04 s
+  EXPECT_NEAR(j["daly_interval_s"].get<double>(),
+              plan::DalyInterval(stall, j["mtbf_s"].get<double>()), 1e-6);
+  auto text = RunTenax(
+      "simulate --gpus 64 --failure-rate 0.0004/node-hour --model mixtral-8x7b "
+      "--checkpoint-bandwidth 10GB/s --restart-cost 10m --duration 30d --runs 10",
+      dir.path());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("46.70G parameters (every expert; 12.88G active per token)"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("56.0 s stall"), std::string::npos) << text.output;
+  auto both = RunTenax(
+      "simulate --gpus 64 --failure-rate 0.0004/node-hour --model mixtral-8x7b "
+      "--checkpoint-bandwidth 10G --checkpoint-cost 30s --restart-cost 10m --duration 30d",
+      dir.path());
+  EXPECT_EQ(both.exit_code, 2) << both.output;
 }
 
 }  // namespace
