@@ -301,8 +301,8 @@ TEST(PlanE2E, MixtralOn64H100ChoosesAndExplainsExpertParallelism) {
   auto r = RunTenax(args + " --explain", dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* s : {"46.70B parameters, 12.88B active: 2 of 8 experts per token",
-                        "expert parallelism: 32 MoE layers of 8 experts", "<- chosen",
-                        "all-to-all", "routed experts"}) {
+                        "expert parallelism: 32 MoE layers of 8 experts", "<- chosen", "all-to-all",
+                        "routed experts"}) {
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
   }
   auto j = RunTenax(args + " --json --top 3", dir.path());
