@@ -12,6 +12,7 @@
 #include "tenax/model/layers.h"
 #include "tenax/parallel/mesh.h"
 #include "tenax/parallel/testing.h"
+#include "tenax/protocol/flight_recorder.h"
 
 namespace tenax::parallel {
 namespace {
@@ -28,6 +29,8 @@ TEST(ExpertParallelWorker, DISABLED_AllToAll) {
   ASSERT_TRUE(groups.ok()) << groups.status().ToString();
   Communicator& c = (*groups)->world();
   const int r = c.rank(), n = c.size();
+  protocol::FlightRecorder recorder(r);
+  c.SetFlightRecorder(&recorder, "ep");
   auto rows = [](int src, int dst) { return src == 0 && dst == 0 ? 0 : src + dst + 1; };
   std::vector<int64_t> send, recv;
   std::vector<at::Tensor> parts;
@@ -52,6 +55,14 @@ TEST(ExpertParallelWorker, DISABLED_AllToAll) {
   }
   EXPECT_EQ(out.size(0), row);
   EXPECT_EQ(c.stats().all_to_all_bytes, sent_elsewhere * 3 * 8);
+  // Recorded as one completed collective of the group, with the bytes it sent elsewhere.
+  const auto records = recorder.Records();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].op, "all_to_all");
+  EXPECT_EQ(records[0].group, "ep");
+  EXPECT_EQ(records[0].seq, 1);
+  EXPECT_EQ(records[0].bytes, sent_elsewhere * 3 * 8);
+  EXPECT_EQ(records[0].state, protocol::CollectiveState::kCompleted);
 }
 
 TEST(ExpertParallel, AllToAllOnThreeRanks) {
