@@ -45,7 +45,11 @@ Status RunModel(const std::string& preset, const std::vector<std::string>& overr
           {"attention", c.attention},
           {"feed_forward", c.feed_forward},
           {"norms", c.norms},
-          {"output", c.output}}},
+          {"output", c.output},
+          {"router", c.router},
+          {"experts", c.experts},
+          {"shared_experts", c.shared_experts},
+          {"active", c.active}}},
         {"seq_len", seq_len},
         {"training_flops_per_token",
          {{"total", f.total()}, {"dense_6n", f.dense}, {"attention", f.attention}}}};
@@ -64,8 +68,27 @@ Status RunModel(const std::string& preset, const std::vector<std::string>& overr
               FormatParams(c.embedding).c_str(), FormatParams(c.attention).c_str(),
               FormatParams(c.feed_forward).c_str(), FormatParams(c.norms).c_str(),
               FormatParams(c.output).c_str());
-  std::printf("  training FLOPs/token at seq_len %lld: %s (6N %s + attention %s)\n",
-              (long long)seq_len, FormatCount(f.total()).c_str(), FormatCount(f.dense).c_str(),
+  if (spec.moe.enabled()) {
+    const MoeSpec& m = spec.moe;
+    std::printf(
+        "  mixture of experts: %lld of %lld layers, %lld experts (ffn %lld) + %lld shared, %lld "
+        "per token, %s router, aux loss coef %g\n",
+        (long long)spec.n_moe_layers(), (long long)spec.n_layers, (long long)m.n_experts,
+        (long long)m.ffn_hidden_dim, (long long)m.n_shared, (long long)m.top_k, m.router.c_str(),
+        m.aux_loss_coef);
+    // One decimal, as MoE models are quoted ("46.7B total, 12.9B active").
+    auto short_count = [](int64_t n) {
+      return n >= 1000000000 ? fmt::format("{:.1f}B", static_cast<double>(n) / 1e9)
+                             : FormatParams(static_cast<double>(n));
+    };
+    std::printf("  %s total, %s active per token (experts %s, router %s, shared %s)\n",
+                short_count(c.total).c_str(), short_count(c.active).c_str(),
+                FormatParams(c.experts).c_str(), FormatParams(c.router).c_str(),
+                FormatParams(c.shared_experts).c_str());
+  }
+  std::printf("  training FLOPs/token at seq_len %lld%s: %s (6N %s + attention %s)\n",
+              (long long)seq_len, spec.moe.enabled() ? ", N = active parameters" : "",
+              FormatCount(f.total()).c_str(), FormatCount(f.dense).c_str(),
               FormatCount(f.attention).c_str());
   std::printf(
       "  rope theta %.0f%s, max_seq_len %lld\n", spec.rope_theta,

@@ -480,3 +480,80 @@ TEST(HfInterop, ExportRefusesAFolderThatIsNotEmpty) {
 
 }  // namespace
 }  // namespace tenax
+
+namespace tenax {
+namespace {
+
+// A Mixtral-shaped MoE model (every layer MoE, softmax router, 4 experts, 2 per token); the dense
+// width equals the experts' so the shape round-trips field for field.
+ModelSpec MixtralSpec() {
+  ModelSpec s = SmallSpec(/*tied=*/false, /*rope_scaling=*/false);
+  s.name = "interop-moe";
+  s.moe.n_experts = 4;
+  s.moe.top_k = 2;
+  s.moe.ffn_hidden_dim = 24;
+  s.ffn_hidden_dim = 24;
+  s.moe.router = "softmax";
+  s.moe.aux_loss_coef = 0.02;
+  return s;
+}
+
+TEST(HfInterop, MixtralRoundTripsBitExactBothWays) {
+  TempDir dir;
+  const ModelSpec spec = MixtralSpec();
+  WriteRandomCheckpoint(dir / "ckpt", spec, 17);
+  auto r = Export(dir, dir / "ckpt", dir / "hf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = Import(dir, dir / "hf", dir / "imported");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ModelSpec imported_spec;
+  ExpectBitIdentical(StoredCheckpoint(dir / "ckpt"),
+                     StoredCheckpoint(dir / "imported", &imported_spec));
+  EXPECT_EQ(ModelSpecToJson(imported_spec).dump(), ModelSpecToJson(spec).dump());
+  r = Export(dir, dir / "imported", dir / "hf_again");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectBitIdentical(StoredHf(dir / "hf"), StoredHf(dir / "hf_again"));
+
+  // MixtralForCausalLM's names and config fields.
+  const json c = json::parse(ReadFile(dir / "hf/config.json"));
+  EXPECT_EQ(c["architectures"], json::array({"MixtralForCausalLM"}));
+  EXPECT_EQ(c["model_type"], "mixtral");
+  EXPECT_EQ(c["num_local_experts"], 4);
+  EXPECT_EQ(c["num_experts_per_tok"], 2);
+  EXPECT_EQ(c["intermediate_size"], 24);
+  EXPECT_EQ(c["router_aux_loss_coef"], 0.02);
+  EXPECT_TRUE(c["sliding_window"].is_null());
+  const StoredTensors hf = StoredHf(dir / "hf");
+  EXPECT_EQ(hf.at("model.layers.1.block_sparse_moe.gate.weight").shape,
+            (std::vector<int64_t>{4, 32}));
+  EXPECT_EQ(hf.at("model.layers.0.block_sparse_moe.experts.3.w1.weight").shape,
+            (std::vector<int64_t>{24, 32}));
+  EXPECT_EQ(hf.at("model.layers.0.block_sparse_moe.experts.3.w2.weight").shape,
+            (std::vector<int64_t>{32, 24}));
+  EXPECT_EQ(hf.count("model.layers.0.block_sparse_moe.experts.3.w3.weight"), 1u);
+  EXPECT_EQ(hf.count("model.layers.0.mlp.gate_proj.weight"), 0u);
+  // tenax's names carry the expert's global index.
+  const StoredTensors tenax = StoredCheckpoint(dir / "imported");
+  EXPECT_TRUE(tenax.at("layers.0.moe.experts.3.w1.weight").bytes ==
+              hf.at("model.layers.0.block_sparse_moe.experts.3.w1.weight").bytes);
+}
+
+// Shapes transformers has no class for are refused, naming every reason.
+TEST(HfInterop, NonMixtralMoeExportFailsNamingWhy) {
+  TempDir dir;
+  ModelSpec spec = MixtralSpec();
+  spec.moe.router = "sigmoid";
+  spec.moe.n_shared = 1;
+  spec.moe.layer_start = 1;
+  WriteRandomCheckpoint(dir / "ckpt", spec, 18);
+  const auto r = Export(dir, dir / "ckpt", dir / "hf");
+  EXPECT_NE(r.exit_code, 0);
+  for (const char* why : {"only 1 of 2 layers are MoE", "the router is sigmoid", "1 shared experts",
+                          "MixtralForCausalLM"}) {
+    EXPECT_NE(r.output.find(why), std::string::npos) << why << "\n" << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "hf/model.safetensors"));
+}
+
+}  // namespace
+}  // namespace tenax

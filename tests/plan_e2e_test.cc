@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "tenax/plan/failure.h"
 #include "test_util.h"
 
 namespace tenax::testing {
@@ -282,6 +283,73 @@ TEST(SimulateE2E, BadRateIsAClearError) {
       dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--failure-rate 'often'"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tenax::testing
+
+namespace tenax::testing {
+namespace {
+
+// A mixture-of-experts model on 64 H100s: the plan runs, counts total and active parameters,
+// picks an expert-parallel degree and explains the choice against the other degrees it tried.
+TEST(PlanE2E, MixtralOn64H100ChoosesAndExplainsExpertParallelism) {
+  TempDir dir;
+  const std::string args =
+      "plan --model mixtral-8x7b --gpus 64 --gpu h100-sxm --seq-len 4096 "
+      "--global-batch-tokens 4Mi";
+  auto r = RunTenax(args + " --explain", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"46.70B parameters, 12.88B active: 2 of 8 experts per token",
+                        "expert parallelism: 32 MoE layers of 8 experts", "<- chosen", "all-to-all",
+                        "routed experts"}) {
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  }
+  auto j = RunTenax(args + " --json --top 3", dir.path());
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  const nlohmann::json plan = ParseJson(j);
+  EXPECT_NEAR(plan["model"]["params"]["active"].get<double>() / 1e9, 12.88, 0.01);
+  const auto& best = plan["layouts"][0];
+  const int64_t ep = best["ep"].get<int64_t>();
+  EXPECT_EQ(best["dp_shard"].get<int64_t>() % ep, 0);
+  if (ep > 1) {
+    EXPECT_GT(best["all_to_all_bytes_sent_per_step"].get<double>(), 0);
+    EXPECT_GT(best["time_s"]["ep_all_to_all"].get<double>(), 0);
+  }
+  if (ep > 1) EXPECT_NE(r.output.find(" ep" + std::to_string(ep) + " "), std::string::npos);
+  // Pinned: an ep that does not divide dp_shard leaves no layout.
+  auto bad = RunTenax(args + " --fix dp_shard=4,ep=8", dir.path());
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+}
+
+// An MoE checkpoint holds every expert: simulate (and plan --failure-rate) derive its stall from
+// the total parameters, 12 bytes each, at the given bandwidth: 46.70B x 12 B / 10 GB/s = 56.0 s.
+TEST(PlanE2E, SimulateSizesMoeCheckpointsByAllExperts) {
+  TempDir dir;
+  auto r = RunTenax(
+      "simulate --gpus 64 --failure-rate 0.0004/node-hour --model mixtral-8x7b "
+      "--checkpoint-bandwidth 10GB/s --restart-cost 10m --duration 30d --runs 100 --json",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_NE(j["checkpoint_cost_from"].get<std::string>().find("every expert"), std::string::npos);
+  const double stall = 46702792704.0 * 12 / 10e9;  // 56.04 s
+  EXPECT_NEAR(j["daly_interval_s"].get<double>(),
+              plan::DalyInterval(stall, j["mtbf_s"].get<double>()), 1e-6);
+  auto text = RunTenax(
+      "simulate --gpus 64 --failure-rate 0.0004/node-hour --model mixtral-8x7b "
+      "--checkpoint-bandwidth 10GB/s --restart-cost 10m --duration 30d --runs 10",
+      dir.path());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("46.70G parameters (every expert; 12.88G active per token)"),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("56.0 s stall"), std::string::npos) << text.output;
+  auto both = RunTenax(
+      "simulate --gpus 64 --failure-rate 0.0004/node-hour --model mixtral-8x7b "
+      "--checkpoint-bandwidth 10G --checkpoint-cost 30s --restart-cost 10m --duration 30d",
+      dir.path());
+  EXPECT_EQ(both.exit_code, 2) << both.output;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Reference tests: tenax's Llama forward pass against tests/reference/llama_reference.py, an
-// independent float64 implementation written in Hugging Face's conventions. The reference reads
+// independent float64 implementation written in Hugging Face's conventions (Llama and Mixtral:
+// for mixture-of-experts models also the load-balancing loss). The reference reads
 // what `tenax export-hf` writes (run as a user runs it), so one agreement checks the model (RoPE
 // layout and Llama 3.1 scaling, GQA, RMSNorm, SwiGLU, tied output) and the exporter (names,
 // config.json, the q/k row permutation between Meta's interleaved and HF's half-split RoPE).
@@ -113,6 +114,7 @@ void WriteSafetensors(const std::string& path, const std::map<std::string, at::T
 struct ReferenceOutput {
   at::Tensor logits;  // (B, T, V) fp32
   at::Tensor loss;    // () fp32
+  at::Tensor aux_loss, router_margin;  // () fp64, Mixtral only
 };
 
 // Runs the Python reference on `hf_dir`; fails the test (and returns empty tensors) on error.
@@ -124,7 +126,7 @@ ReferenceOutput RunReference(const TempDir& dir, const std::string& hf_dir,
   EXPECT_EQ(r.exit_code, 0) << r.output;
   if (r.exit_code != 0) return {};
   auto tensors = ReadSafetensors(out);
-  return {tensors["logits"], tensors["loss"]};
+  return {tensors["logits"], tensors["loss"], tensors["aux_loss"], tensors["router_margin"]};
 }
 
 // The full check for one model shape: export with the CLI, run the reference, compare.
@@ -238,6 +240,125 @@ TEST(Reference, DetectsWrongRopeLayoutAndMissingScaling) {
   const double unscaled_diff = (logits - unscaled.logits).abs().max().item<double>();
   std::printf("rope_scaling dropped: max |logits diff| = %.3g\n", unscaled_diff);
   EXPECT_GT(unscaled_diff, 1e-3) << "rope scaling does not affect logits at this sequence length";
+}
+
+}  // namespace
+}  // namespace tenax
+
+namespace tenax {
+namespace {
+
+// Mixtral: debug-moe's shape (8 experts, 2 per token) and a top-1 variant with 4 experts. tenax's
+// MoE runs in fp32 against the reference's fp64; the expert choice is the same only where the
+// router's k-th and (k+1)-th probabilities differ by more than fp32 rounding, which the
+// reference reports (router_margin) and the test requires (> 1e-5, against ~1e-7 rounding), so
+// the tolerances above keep their meaning. The aux loss is a mean of products of counts and
+// probabilities (observed 3.2e-8 apart; logits 8.6e-6 and 2.2e-5, loss <= 4.8e-7); 1e-5.
+constexpr double kAuxTolerance = 1e-5;
+
+ModelSpec MixtralSpec(int64_t experts, int64_t top_k, bool tied) {
+  ModelOptions o;
+  o.preset = "debug-moe";
+  o.vocab_size = kVocab;
+  o.n_experts = experts;
+  o.n_experts_per_token = top_k;
+  o.tie_embeddings = tied;
+  o.init_std = 0.2;
+  Result<ModelSpec> spec = ResolveModelSpec(o, kVocab);
+  if (!spec.ok()) throw std::runtime_error(spec.status().ToString());
+  return *spec;
+}
+
+double CppAuxLoss(model::Llama& model, const at::Tensor& tokens) {
+  model::MoeState& moe = *model.moe();
+  moe.EndStep(false);
+  { (void)model.Loss(tokens, tokens); }  // with gradients on: the statistics are recorded
+  double sum = 0;
+  int layers = 0;
+  for (const auto& s : moe.step_stats()) {
+    if (s.forwards == 0) continue;
+    sum += s.aux_sum;
+    ++layers;
+  }
+  moe.EndStep(false);
+  return sum / layers;
+}
+
+void ExpectMixtralMatchesReference(const ModelSpec& spec, uint64_t seed) {
+  if (!PythonHasTorch()) GTEST_SKIP() << Python() << " cannot import torch";
+  TempDir dir;
+  auto model = RandomModel(spec, seed);
+  ASSERT_TRUE(model::WriteModelCheckpoint(dir / "ckpt", 0, spec, model->params(), {}).ok());
+  const auto exported =
+      RunTenax("export-hf " + Quote(dir / "ckpt") + " --out " + Quote(dir / "hf"), dir.path());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const nlohmann::json config = nlohmann::json::parse(ReadFile(dir / "hf/config.json"));
+  EXPECT_EQ(config["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(config["num_local_experts"], spec.moe.n_experts);
+  at::Generator gen = at::detail::createCPUGenerator(seed + 2);
+  const at::Tensor tokens = at::randint(0, spec.vocab_size, {kBatch, kSeqLen}, gen, at::kLong);
+  const at::Tensor targets = at::randint(0, spec.vocab_size, {kBatch, kSeqLen}, gen, at::kLong);
+  WriteSafetensors(dir / "tokens.safetensors", {{"tokens", tokens}, {"targets", targets}});
+  const ReferenceOutput ref = RunReference(dir, dir / "hf", dir / "tokens.safetensors");
+  ASSERT_TRUE(ref.logits.defined() && ref.aux_loss.defined() && ref.router_margin.defined());
+  ASSERT_GT(ref.router_margin.item<double>(), 1e-5) << "choose another seed: a near tie";
+  ASSERT_GT(ref.logits.std().item<double>(), 0.5);
+  const double aux = CppAuxLoss(*model, tokens);
+  at::NoGradGuard no_grad;
+  const double max_diff = (model->Logits(tokens) - ref.logits).abs().max().item<double>();
+  const double loss_diff =
+      std::abs(model->Loss(tokens, targets).item<double>() - ref.loss.item<double>());
+  const double aux_diff = std::abs(aux - ref.aux_loss.item<double>());
+  std::printf(
+      "max |logits diff| = %.3g, |loss diff| = %.3g, |aux diff| = %.3g (aux %.6f, "
+      "router margin %.3g)\n",
+      max_diff, loss_diff, aux_diff, aux, ref.router_margin.item<double>());
+  EXPECT_LT(max_diff, kLogitsTolerance);
+  EXPECT_LT(loss_diff, kLossTolerance);
+  EXPECT_LT(aux_diff, kAuxTolerance);
+  EXPECT_GT(aux, 1.0) << "a random router is not perfectly balanced";
+}
+
+TEST(Reference, MixtralEightExpertsTopTwo) {
+  ExpectMixtralMatchesReference(MixtralSpec(8, 2, false), 31);
+}
+
+TEST(Reference, MixtralFourExpertsTopOneTied) {
+  ExpectMixtralMatchesReference(MixtralSpec(4, 1, true), 32);
+}
+
+// Experts are named by global index on both sides: an HF folder whose experts 0 and 1 trade
+// places (routers unchanged) must disagree, or the MoE comparison could not see a wrong order.
+TEST(Reference, DetectsSwappedExperts) {
+  if (!PythonHasTorch()) GTEST_SKIP() << Python() << " cannot import torch";
+  const ModelSpec spec = MixtralSpec(8, 2, false);
+  TempDir dir;
+  auto model = RandomModel(spec, 41);
+  ASSERT_TRUE(model::WriteModelCheckpoint(dir / "ckpt", 0, spec, model->params(), {}).ok());
+  ASSERT_EQ(RunTenax("export-hf " + Quote(dir / "ckpt") + " --out " + Quote(dir / "hf"), dir.path())
+                .exit_code,
+            0);
+  at::Generator gen = at::detail::createCPUGenerator(42);
+  const at::Tensor tokens = at::randint(0, kVocab, {kBatch, kSeqLen}, gen, at::kLong);
+  WriteSafetensors(dir / "tokens.safetensors", {{"tokens", tokens}, {"targets", tokens}});
+  std::filesystem::copy(dir / "hf", dir / "hf_swapped");
+  auto hf = ReadSafetensors(dir / "hf/model.safetensors");
+  for (const char* w : {"w1", "w2", "w3"}) {
+    const std::string a = std::string("model.layers.0.block_sparse_moe.experts.0.") + w + ".weight";
+    const std::string b = std::string("model.layers.0.block_sparse_moe.experts.1.") + w + ".weight";
+    ASSERT_TRUE(hf.count(a) && hf.count(b)) << a;
+    std::swap(hf[a], hf[b]);
+  }
+  WriteSafetensors(dir / "hf_swapped/model.safetensors", hf);
+  at::NoGradGuard no_grad;
+  const at::Tensor logits = model->Logits(tokens);
+  const ReferenceOutput good = RunReference(dir, dir / "hf", dir / "tokens.safetensors");
+  const ReferenceOutput swapped = RunReference(dir, dir / "hf_swapped", dir / "tokens.safetensors");
+  ASSERT_TRUE(good.logits.defined() && swapped.logits.defined());
+  EXPECT_LT((logits - good.logits).abs().max().item<double>(), kLogitsTolerance);
+  const double diff = (logits - swapped.logits).abs().max().item<double>();
+  std::printf("experts 0 and 1 swapped: max |logits diff| = %.3g\n", diff);
+  EXPECT_GT(diff, 1e-3);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""An independent Llama 3 forward pass in Hugging Face's conventions, for tests/reference_test.cc.
+"""An independent Llama 3 / Mixtral forward pass in Hugging Face's conventions, for
+tests/reference_test.cc.
 
 Usage: llama_reference.py HF_DIR TOKENS.safetensors OUT.safetensors
        llama_reference.py generate HF_DIR PROMPT_IDS N OUT.json
@@ -7,15 +8,21 @@ Usage: llama_reference.py HF_DIR TOKENS.safetensors OUT.safetensors
 HF_DIR holds config.json and model.safetensors (or the shards model.safetensors.index.json names)
 as transformers writes them (e.g. by `tenax export-hf`). TOKENS holds int64 "tokens" (B, T) and
 "targets" (B, T). OUT receives "logits" (B, T, V) float32 and "loss" (scalar float32, mean
-cross-entropy of logits vs targets).
+cross-entropy of logits vs targets); for Mixtral also "aux_loss" (the mean over layers of
+E * sum_e f_e P_e, f_e the fraction of the token-to-expert assignments going to expert e, P_e its
+mean routing probability: Switch Transformer's balancing loss, as tenax defines it per layer) and
+"router_margin" (the smallest gap between a token's k-th and (k+1)-th routing probability: where it
+is tiny, fp32 and fp64 may pick different experts and a comparison would not mean anything).
 `generate` continues PROMPT_IDS (comma-separated) by N greedy tokens, recomputing the whole
 sequence for each (no cache), and writes {"ids": [...], "margins": [...]}: the new ids and, for
 each, how far its logit lies above the runner-up's (a near-tie may legitimately flip under another
 implementation's rounding; the test only trusts tokens with a clear margin).
 
-It follows transformers' LlamaForCausalLM (modeling_llama.py) and shares nothing with tenax: HF
+It follows transformers' LlamaForCausalLM (modeling_llama.py) and MixtralForCausalLM
+(modeling_mixtral.py: MixtralSparseMoeBlock's per-expert loop) and shares nothing with tenax: HF
 tensor names, rotate_half RoPE (pairs (i, i + D/2)), Llama 3.1 "llama3" rope scaling, GQA by
-repeat_kv, RMSNorm, SwiGLU, tied lm_head. Everything runs in float64 so this side's rounding is
+repeat_kv, RMSNorm, SwiGLU, tied lm_head; Mixtral's softmax router, top-k experts with their
+probabilities renormalised, experts as w2(silu(w1 x) * w3 x). Everything runs in float64 so this side's rounding is
 far below tenax's fp32 rounding and a mismatch points at tenax. If transformers is importable
 (the GPU machine may have it) its own model is loaded too and must agree within 1e-4.
 Non-goals: KV caches, attention masks other than causal, sampling, speed.
@@ -108,8 +115,35 @@ def rms_norm(x, weight, eps):
     return weight * xf.to(x.dtype)
 
 
-def forward(cfg, w, tokens):
-    """tokens (B, T) int64 -> logits (B, T, V) float64."""
+def sparse_moe(cfg, w, p, x, stats):
+    """Mixtral's block: x (B, T, C) -> (B, T, C); appends (aux, margin) of the layer to stats."""
+    E, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    B, T, C = x.shape
+    flat = x.reshape(-1, C)
+    probs = (flat @ w[p + "block_sparse_moe.gate.weight"].T).softmax(-1)   # (N, E)
+    ranked = probs.sort(-1, descending=True).values
+    margin = (ranked[:, k - 1] - ranked[:, k]).min().item() if k < E else float("inf")
+    top, chosen = probs.topk(k, -1)                                        # (N, k)
+    top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(flat)
+    for e in range(E):  # like transformers: each expert over the tokens that chose it
+        token, slot = (chosen == e).nonzero(as_tuple=True)
+        if token.numel() == 0:
+            continue
+        q = f"{p}block_sparse_moe.experts.{e}."
+        xe = flat[token]
+        ye = (torch.nn.functional.silu(xe @ w[q + "w1.weight"].T) * (xe @ w[q + "w3.weight"].T)) \
+            @ w[q + "w2.weight"].T
+        out.index_add_(0, token, ye * top[token, slot].unsqueeze(-1))
+    counts = torch.bincount(chosen.reshape(-1), minlength=E).to(torch.float64)
+    stats.append((E * (counts / counts.sum() * probs.mean(0)).sum().item(), margin))
+    return out.view(B, T, C)
+
+
+def forward(cfg, w, tokens, stats=None):
+    """tokens (B, T) int64 -> logits (B, T, V) float64. Mixtral layers append (aux, router
+    margin) to `stats`."""
+    stats = [] if stats is None else stats
     H, K = cfg["num_attention_heads"], cfg.get("num_key_value_heads", cfg["num_attention_heads"])
     C, eps = cfg["hidden_size"], cfg["rms_norm_eps"]
     D = cfg.get("head_dim") or C // H
@@ -134,6 +168,9 @@ def forward(cfg, w, tokens):
         y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
         h = h + y @ w[p + "self_attn.o_proj.weight"].T
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
+        if cfg.get("model_type") == "mixtral":
+            h = h + sparse_moe(cfg, w, p, x, stats)
+            continue
         gate = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T)
         h = h + (gate * (x @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
     h = rms_norm(h, w["model.norm.weight"], eps)
@@ -142,8 +179,9 @@ def forward(cfg, w, tokens):
     return h @ lm_head.T
 
 
-def check_against_transformers(hf_dir, tokens, logits):
-    """Optional second opinion: transformers' own LlamaForCausalLM, when it is installed."""
+def check_against_transformers(hf_dir, tokens, logits, mixtral):
+    """Optional second opinion: transformers' own LlamaForCausalLM / MixtralForCausalLM, when it
+    is installed."""
     try:
         import transformers  # noqa: F401
     except ImportError:
@@ -153,7 +191,8 @@ def check_against_transformers(hf_dir, tokens, logits):
         print(f"transformers {transformers.__version__} predates Llama 3.1; not compared",
               file=sys.stderr)
         return
-    model = transformers.LlamaForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float64)
+    cls = transformers.MixtralForCausalLM if mixtral else transformers.LlamaForCausalLM
+    model = cls.from_pretrained(hf_dir, torch_dtype=torch.float64)
     model.eval()
     with torch.no_grad():
         theirs = model(tokens).logits
@@ -212,12 +251,18 @@ def main(argv):
     weights = read_weights(hf_dir)
     batch = read_safetensors(tokens_path)
     tokens, targets = batch["tokens"].long(), batch["targets"].long()
+    stats = []
     with torch.no_grad():
-        logits = forward(cfg, weights, tokens)
+        logits = forward(cfg, weights, tokens, stats)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                  targets.reshape(-1))
-    check_against_transformers(hf_dir, tokens, logits)
-    write_safetensors(out_path, {"logits": logits.float(), "loss": loss.float().reshape(())})
+    mixtral = cfg.get("model_type") == "mixtral"
+    check_against_transformers(hf_dir, tokens, logits, mixtral)
+    out = {"logits": logits.float(), "loss": loss.float().reshape(())}
+    if mixtral:
+        out["aux_loss"] = torch.tensor(sum(a for a, _ in stats) / len(stats), dtype=torch.float64)
+        out["router_margin"] = torch.tensor(min(m for _, m in stats), dtype=torch.float64)
+    write_safetensors(out_path, out)
 
 
 if __name__ == "__main__":

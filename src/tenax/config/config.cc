@@ -233,6 +233,15 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   m.Get("tie_embeddings", &c->model.tie_embeddings);
   m.Get("max_seq_len", &c->model.max_seq_len);
   m.Get("init_std", &c->model.init_std);
+  m.Get("n_experts", &c->model.n_experts);
+  m.Get("n_experts_per_token", &c->model.n_experts_per_token);
+  m.Get("n_shared_experts", &c->model.n_shared_experts);
+  m.Get("moe_ffn_hidden_dim", &c->model.moe_ffn_hidden_dim);
+  m.Get("moe_router", &c->model.moe_router);
+  m.Get("moe_aux_loss_coef", &c->model.moe_aux_loss_coef);
+  m.Get("moe_bias_update_rate", &c->model.moe_bias_update_rate);
+  m.Get("moe_layer_start", &c->model.moe_layer_start);
+  m.Get("moe_layer_interval", &c->model.moe_layer_interval);
   for (auto [key, v] : {std::pair{"dim", c->model.dim},
                         {"n_layers", c->model.n_layers},
                         {"n_heads", c->model.n_heads},
@@ -242,6 +251,29 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
     if (v) m.Positive(key, *v);
   }
   if (c->model.vocab_size) m.NonNegative("vocab_size", *c->model.vocab_size);
+  // Mixture of experts: ranges here; how the keys fit together in ResolveModelSpec.
+  if (c->model.n_experts) m.NonNegative("n_experts", *c->model.n_experts);
+  if (c->model.n_experts_per_token)
+    m.Positive("n_experts_per_token", *c->model.n_experts_per_token);
+  if (c->model.n_shared_experts) m.NonNegative("n_shared_experts", *c->model.n_shared_experts);
+  if (c->model.moe_ffn_hidden_dim) m.Positive("moe_ffn_hidden_dim", *c->model.moe_ffn_hidden_dim);
+  if (c->model.moe_router) {
+    m.Check(*c->model.moe_router == "softmax" || *c->model.moe_router == "sigmoid", "moe_router",
+            "\"" + *c->model.moe_router + "\"",
+            "\"softmax\" (Mixtral) or \"sigmoid\" (DeepSeek-V3)");
+  }
+  if (c->model.moe_aux_loss_coef) {
+    m.Check(*c->model.moe_aux_loss_coef >= 0 && *c->model.moe_aux_loss_coef <= 1,
+            "moe_aux_loss_coef", fmt::format("{}", *c->model.moe_aux_loss_coef),
+            "in [0, 1] (Mixtral uses 0.02, 0 turns the load-balancing loss off)");
+  }
+  if (c->model.moe_bias_update_rate) {
+    m.Check(*c->model.moe_bias_update_rate >= 0 && *c->model.moe_bias_update_rate <= 1,
+            "moe_bias_update_rate", fmt::format("{}", *c->model.moe_bias_update_rate),
+            "in [0, 1] (DeepSeek-V3 uses 0.001)");
+  }
+  if (c->model.moe_layer_start) m.NonNegative("moe_layer_start", *c->model.moe_layer_start);
+  if (c->model.moe_layer_interval) m.Positive("moe_layer_interval", *c->model.moe_layer_interval);
   m.Check(c->model.init_std > 0 && c->model.init_std <= 1, "init_std",
           fmt::format("{}", c->model.init_std), "in (0, 1]");
   if (c->model.norm_eps) {
@@ -354,6 +386,7 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
   pa.Get("data_parallel_shard", &po.data_parallel_shard);
   pa.Get("tensor_parallel", &po.tensor_parallel);
   pa.Get("pipeline_parallel", &po.pipeline_parallel);
+  pa.Get("expert_parallel", &po.expert_parallel);
   pa.Get("pipeline_schedule", &po.pipeline_schedule, {"gpipe", "1f1b", "interleaved_1f1b"});
   pa.Get("virtual_stages", &po.virtual_stages);
   pa.Get("microbatches", &po.microbatches);
@@ -366,6 +399,7 @@ void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* er
            std::to_string(po.data_parallel_shard), "-1 (the rest of the world) or > 0");
   pa.Positive("tensor_parallel", po.tensor_parallel);
   pa.Positive("pipeline_parallel", po.pipeline_parallel);
+  pa.Positive("expert_parallel", po.expert_parallel);
   pa.Positive("virtual_stages", po.virtual_stages);
   pa.Positive("microbatches", po.microbatches);
 
@@ -455,6 +489,15 @@ std::string ConfigToToml(const Config& c) {
   opt(model, "rope_scaling", c.model.rope_scaling);
   opt(model, "tie_embeddings", c.model.tie_embeddings);
   opt(model, "max_seq_len", c.model.max_seq_len);
+  opt(model, "n_experts", c.model.n_experts);
+  opt(model, "n_experts_per_token", c.model.n_experts_per_token);
+  opt(model, "n_shared_experts", c.model.n_shared_experts);
+  opt(model, "moe_ffn_hidden_dim", c.model.moe_ffn_hidden_dim);
+  opt(model, "moe_router", c.model.moe_router);
+  opt(model, "moe_aux_loss_coef", c.model.moe_aux_loss_coef);
+  opt(model, "moe_bias_update_rate", c.model.moe_bias_update_rate);
+  opt(model, "moe_layer_start", c.model.moe_layer_start);
+  opt(model, "moe_layer_interval", c.model.moe_layer_interval);
   const SyntheticOptions& s = c.data.synthetic;
   toml::table root{
       {"job", toml::table{{"name", c.job.name},
@@ -506,6 +549,7 @@ std::string ConfigToToml(const Config& c) {
                    {"pipeline_schedule", c.parallelism.pipeline_schedule},
                    {"virtual_stages", c.parallelism.virtual_stages},
                    {"microbatches", c.parallelism.microbatches},
+                   {"expert_parallel", c.parallelism.expert_parallel},
                    {"activation_checkpoint", c.parallelism.activation_checkpoint},
                    {"collective_timeout_s", c.parallelism.collective_timeout_s}}},
       {"checkpoint", toml::table{{"enable", c.checkpoint.enable},

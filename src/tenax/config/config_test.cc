@@ -114,5 +114,36 @@ TEST(Config, TomlRoundTrip) {
   EXPECT_FALSE(back->model.dim.has_value());
 }
 
+// Mixture-of-experts keys: read, range-checked naming the key, and written back.
+TEST(Config, MoeKeysRoundTripAndRanges) {
+  auto c = ParseConfig(
+      "[model]\npreset = \"debug-tiny\"\nn_experts = 8\nn_experts_per_token = 2\n"
+      "n_shared_experts = 1\nmoe_ffn_hidden_dim = 32\nmoe_router = \"sigmoid\"\n"
+      "moe_aux_loss_coef = 0.001\nmoe_bias_update_rate = 0.001\nmoe_layer_start = 1\n"
+      "moe_layer_interval = 2\n[parallelism]\nexpert_parallel = 4\n",
+      {}, "t");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c->model.n_experts, 8);
+  EXPECT_EQ(*c->model.moe_router, "sigmoid");
+  EXPECT_EQ(c->parallelism.expert_parallel, 4);
+  const std::string text = ConfigToToml(*c);
+  auto back = ParseConfig(text, {}, "roundtrip");
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << text;
+  EXPECT_EQ(ConfigToToml(*back), text);
+  EXPECT_EQ(*back->model.moe_layer_interval, 2);
+  EXPECT_DOUBLE_EQ(*back->model.moe_bias_update_rate, 0.001);
+  for (const auto& [set, message] : std::vector<std::pair<std::string, std::string>>{
+           {"model.moe_router=\"top2\"", "model.moe_router = \"top2\" is invalid"},
+           {"model.n_experts=-1", "model.n_experts = -1 is invalid: must be >= 0"},
+           {"model.n_experts_per_token=0", "model.n_experts_per_token = 0 is invalid"},
+           {"model.moe_aux_loss_coef=2", "model.moe_aux_loss_coef = 2 is invalid"},
+           {"parallelism.expert_parallel=0", "parallelism.expert_parallel = 0 is invalid"},
+       }) {
+    auto bad = ParseConfig("", {set}, "t.toml");
+    ASSERT_FALSE(bad.ok()) << set;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos) << bad.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace tenax

@@ -21,6 +21,25 @@ struct RopeScaling {
   int64_t original_max_position = 8192;
 };
 
+// Mixture of experts in place of the dense SwiGLU on some layers (model/moe.h). Dropless: every
+// token reaches its top-k experts whatever the load (no capacity factor, no token dropped).
+struct MoeSpec {
+  int64_t n_experts = 0;           // routed experts per MoE layer; 0: a dense model
+  int64_t top_k = 0;               // experts per token
+  int64_t n_shared = 0;            // shared experts: one SwiGLU of width n_shared x ffn_hidden_dim
+  int64_t ffn_hidden_dim = 0;      // each expert's SwiGLU width
+  std::string router = "softmax";  // softmax (Mixtral) | sigmoid (DeepSeek-V3)
+  double aux_loss_coef = 0;        // weight of the load-balancing loss (mean over MoE layers)
+  double bias_update_rate = 0;     // sigmoid: selection-bias step per optimizer step; 0 = none
+  int64_t layer_start = 0;         // MoE layers: layer_start, layer_start + layer_interval, ...
+  int64_t layer_interval = 1;
+
+  bool enabled() const { return n_experts > 0; }
+  bool IsMoeLayer(int64_t layer) const {
+    return enabled() && layer >= layer_start && (layer - layer_start) % layer_interval == 0;
+  }
+};
+
 struct ModelSpec {
   std::string name;
   int64_t dim = 0;
@@ -35,17 +54,24 @@ struct ModelSpec {
   bool tie_embeddings = false;
   int64_t max_seq_len = 8192;
   double init_std = 0.02;
+  MoeSpec moe;
 
   int64_t head_dim() const { return dim / n_heads; }
+  int64_t n_moe_layers() const;
 };
 
 struct ParamCounts {
   int64_t embedding = 0;   // token embedding table
   int64_t attention = 0;   // wq, wk, wv, wo over all layers
-  int64_t feed_forward = 0;
+  int64_t feed_forward = 0;  // dense layers' SwiGLU
   int64_t norms = 0;
   int64_t output = 0;      // 0 when tied to the embedding
+  int64_t router = 0;      // MoE layers' router matrices
+  int64_t experts = 0;     // MoE layers' routed experts, all of them
+  int64_t shared_experts = 0;
   int64_t total = 0;
+  // What one token uses: total minus the routed experts it is not sent to (top_k of n_experts).
+  int64_t active = 0;
 };
 
 ParamCounts CountParams(const ModelSpec& spec);
@@ -53,6 +79,7 @@ ParamCounts CountParams(const ModelSpec& spec);
 // Training FLOPs per token at sequence length `seq_len` (forward + backward), torchtitan's
 // convention: 6 x (parameters used in matmuls: all but the embedding lookup; the output
 // projection counts even when tied) + 12 x layers x heads x head_dim x seq_len for attention.
+// MoE models count the active parameters only (a token runs top_k of the routed experts).
 struct FlopsPerToken {
   double dense = 0;      // 6N part
   double attention = 0;  // 12 L H Q T part

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tenax/config/model_spec_json.h"
+
 namespace tenax {
 namespace {
 
@@ -68,6 +70,83 @@ TEST(ModelSpec, InvalidShapesNameTheFactors) {
   v.preset = "llama3-8b";
   v.vocab_size = 100;
   EXPECT_FALSE(ResolveModelSpec(v, 257).ok());
+}
+
+// Mixtral 8x7B: 46.7B parameters, 12.9B active (Mistral AI's announcement), and FLOPs from the
+// active ones: 6 x (active - embedding) + attention.
+TEST(ModelSpec, MixtralTotalAndActiveParameters) {
+  const ModelSpec s = Preset("mixtral-8x7b");
+  const ParamCounts c = CountParams(s);
+  EXPECT_EQ(c.total, 46702792704);
+  EXPECT_EQ(c.experts, 32LL * 8 * 3 * 4096 * 14336);
+  EXPECT_EQ(c.active, c.total - c.experts / 8 * 6);
+  EXPECT_NEAR(c.active / 1e9, 12.9, 0.05);
+  EXPECT_EQ(c.feed_forward, 0);
+  const FlopsPerToken f = TrainingFlopsPerToken(s, 4096);
+  EXPECT_DOUBLE_EQ(f.dense, 6.0 * static_cast<double>(c.active - c.embedding));
+  EXPECT_EQ(s.n_moe_layers(), 32);
+}
+
+TEST(ModelSpec, MoeLayersAndOverrides) {
+  ModelOptions o;
+  o.preset = "debug-small";  // 4 dense layers
+  o.n_experts = 4;
+  o.n_experts_per_token = 1;
+  o.moe_layer_start = 1;
+  o.moe_layer_interval = 2;
+  auto r = ResolveModelSpec(o, 257);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->moe.ffn_hidden_dim, r->ffn_hidden_dim);  // defaults to the dense width
+  EXPECT_FALSE(r->moe.IsMoeLayer(0));
+  EXPECT_TRUE(r->moe.IsMoeLayer(1));
+  EXPECT_FALSE(r->moe.IsMoeLayer(2));
+  EXPECT_TRUE(r->moe.IsMoeLayer(3));
+  const ParamCounts c = CountParams(*r);
+  EXPECT_EQ(c.feed_forward, 2 * 3 * 128 * 384);
+  EXPECT_EQ(c.experts, 2 * 4 * 3 * 128 * 384);
+  EXPECT_EQ(c.active, c.total - c.experts / 4 * 3);
+}
+
+TEST(ModelSpec, MoeJsonRoundTrip) {
+  ModelSpec s = Preset("mixtral-8x7b");
+  s.moe.router = "sigmoid";
+  s.moe.bias_update_rate = 0.001;
+  s.moe.n_shared = 2;
+  auto back = ModelSpecFromJson(ModelSpecToJson(s));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ModelSpecToJson(*back), ModelSpecToJson(s));
+  EXPECT_FALSE(ModelSpecToJson(Preset("llama3-8b")).contains("moe"));
+}
+
+TEST(ModelSpec, MoeMistakesNameTheKeys) {
+  auto message = [](ModelOptions o) {
+    auto r = ResolveModelSpec(o, 257);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string() : r.status().message();
+  };
+  ModelOptions a;
+  a.preset = "debug-moe";
+  a.n_experts_per_token = 9;
+  EXPECT_NE(message(a).find("model.n_experts_per_token (9) must be between 1 and model.n_experts "
+                            "(8)"),
+            std::string::npos);
+  ModelOptions b;
+  b.preset = "debug-moe";
+  b.moe_bias_update_rate = 0.001;
+  EXPECT_NE(message(b).find("model.moe_bias_update_rate (0.001) needs model.moe_router = "
+                            "\"sigmoid\""),
+            std::string::npos);
+  ModelOptions c;
+  c.preset = "debug-tiny";
+  c.n_experts_per_token = 2;
+  EXPECT_NE(message(c).find("model.n_experts_per_token is set but model.n_experts is 0"),
+            std::string::npos);
+  ModelOptions d;
+  d.preset = "debug-moe";
+  d.moe_layer_start = 2;
+  EXPECT_NE(message(d).find("model.moe_layer_start (2) must name a layer: 0 .. model.n_layers - 1 "
+                            "= 1"),
+            std::string::npos);
 }
 
 }  // namespace

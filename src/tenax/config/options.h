@@ -31,6 +31,20 @@ struct ModelOptions {
   std::optional<bool> tie_embeddings;
   std::optional<int64_t> max_seq_len;
   double init_std = 0.02;
+  // Mixture of experts (model/moe.h; all unset on dense presets). n_experts > 0 puts an MoE block
+  // in place of the dense SwiGLU on the layers moe_layer_start, moe_layer_start +
+  // moe_layer_interval, ...
+  std::optional<int64_t> n_experts;            // routed experts per MoE layer
+  std::optional<int64_t> n_experts_per_token;  // top-k
+  std::optional<int64_t> n_shared_experts;     // always applied to every token
+  std::optional<int64_t> moe_ffn_hidden_dim;   // each expert's SwiGLU width
+  std::optional<std::string> moe_router;       // softmax (Mixtral) | sigmoid (DeepSeek-V3)
+  std::optional<double> moe_aux_loss_coef;     // load-balancing loss weight; 0 = off
+  // sigmoid router: step size of the per-expert selection bias (DeepSeek-V3's auxiliary-loss-free
+  // balancing); 0 = no bias
+  std::optional<double> moe_bias_update_rate;
+  std::optional<int64_t> moe_layer_start;     // first MoE layer
+  std::optional<int64_t> moe_layer_interval;  // every k-th layer from moe_layer_start
 };
 
 struct SyntheticOptions {
@@ -117,6 +131,10 @@ struct ParallelismOptions {
   int64_t data_parallel_shard = -1;     // FSDP / ZeRO-3 shards
   int64_t tensor_parallel = 1;
   int64_t pipeline_parallel = 1;
+  // Experts of MoE layers split over this many ranks, borrowed from data_parallel_shard (each
+  // group of expert_parallel consecutive shard ranks holds every expert once; expert weights are
+  // FSDP-sharded over the remaining data_parallel_shard / expert_parallel ranks).
+  int64_t expert_parallel = 1;
   std::string pipeline_schedule = "1f1b";  // gpipe | 1f1b | interleaved_1f1b
   int64_t virtual_stages = 1;
   int64_t microbatches = 1;

@@ -60,14 +60,32 @@ Result<KvCacheDecoder> KvCacheDecoder::Create(Llama& model, int64_t capacity,
   d.tok_embeddings_ = w.at("tok_embeddings.weight");
   d.norm_ = w.at("norm.weight");
   d.output_ = s.tie_embeddings ? d.tok_embeddings_ : w.at("output.weight");
+  d.moe_ = model.moe();
   for (int64_t i = 0; i < s.n_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
-    d.layers_.push_back(Layer{w.at(p + "attention_norm.weight"), w.at(p + "attention.wq.weight"),
-                              w.at(p + "attention.wk.weight"), w.at(p + "attention.wv.weight"),
-                              w.at(p + "attention.wo.weight"), w.at(p + "ffn_norm.weight"),
-                              w.at(p + "feed_forward.w1.weight"),
-                              w.at(p + "feed_forward.w2.weight"),
-                              w.at(p + "feed_forward.w3.weight")});
+    Layer l{w.at(p + "attention_norm.weight"), w.at(p + "attention.wq.weight"),
+            w.at(p + "attention.wk.weight"),   w.at(p + "attention.wv.weight"),
+            w.at(p + "attention.wo.weight"),   w.at(p + "ffn_norm.weight")};
+    if (s.moe.IsMoeLayer(i)) {  // the same routed block as training (model/moe.h)
+      l.is_moe = true;
+      l.moe.router = w.at(p + "moe.router.weight");
+      for (int64_t e = 0; e < s.moe.n_experts; ++e) {
+        const std::string x = ExpertParamPrefix(i, e);
+        l.moe.w1.push_back(w.at(x + "w1.weight"));
+        l.moe.w2.push_back(w.at(x + "w2.weight"));
+        l.moe.w3.push_back(w.at(x + "w3.weight"));
+      }
+      if (s.moe.n_shared > 0) {
+        l.moe.shared_w1 = w.at(p + "moe.shared.w1.weight");
+        l.moe.shared_w2 = w.at(p + "moe.shared.w2.weight");
+        l.moe.shared_w3 = w.at(p + "moe.shared.w3.weight");
+      }
+    } else {
+      l.w1 = w.at(p + "feed_forward.w1.weight");
+      l.w2 = w.at(p + "feed_forward.w2.weight");
+      l.w3 = w.at(p + "feed_forward.w3.weight");
+    }
+    d.layers_.push_back(std::move(l));
   }
   d.rope_ = MakeRopeTable(s, capacity, model.device());
   d.k_cache_.resize(d.layers_.size());
@@ -117,7 +135,14 @@ at::Tensor KvCacheDecoder::Forward(const at::Tensor& tokens) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     h = h + Attend(i, RmsNorm(h, l.attention_norm, spec_.norm_eps), rope);
-    h = h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
+    if (l.is_moe) {  // tokens are routed independently: (B, T, C) -> (B T, C) and back
+      const at::Tensor y = RmsNorm(h, l.ffn_norm, spec_.norm_eps);
+      h = h + MoeFeedForward(y.reshape({-1, y.size(-1)}), l.moe, spec_.moe, *moe_,
+                             static_cast<int64_t>(i))
+                  .view(y.sizes());
+    } else {
+      h = h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
+    }
   }
   length_ += t;
   const at::Tensor logits = Linear(RmsNorm(h, norm_, spec_.norm_eps), output_);  // (B, T, V)

@@ -67,12 +67,15 @@ class KvCacheDecoder {
  private:
   struct Layer {  // aliases of the model's parameters
     at::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+    bool is_moe = false;
+    MoeWeights moe;  // MoE layers (w1, w2, w3 then undefined)
   };
   KvCacheDecoder() = default;
   at::Tensor Attend(size_t layer, const at::Tensor& x, const RopeTable& rope);
 
   // Constant after construction.
   ModelSpec spec_;
+  MoeState* moe_ = nullptr;  // the model's (routing biases); MoE models only
   at::ScalarType dtype_ = at::kFloat;
   int64_t capacity_ = 0;
   at::Tensor tok_embeddings_, norm_, output_;

@@ -71,6 +71,20 @@ TEST(KvCache, EqualsFullRecomputationAtEveryPosition) {
             1e-4);
 }
 
+TEST(KvCache, MixtureOfExpertsLayersDecodeAsTrainingComputes) {
+  // Layer 1 routed (top 2 of 4 experts, a shared expert), layer 0 dense: the decoder must run the
+  // same routed block as the training forward, one position at a time.
+  ModelSpec s = Spec(0.2);
+  s.moe.n_experts = 4;
+  s.moe.top_k = 2;
+  s.moe.n_shared = 1;
+  s.moe.ffn_hidden_dim = 16;
+  s.moe.layer_start = 1;
+  Llama m(s, 6, at::kCPU);
+  m.CastParams(at::kDouble);
+  EXPECT_LT(MaxCacheError(m, Tokens(2, 12, 40, 3), {4, 1, 1, 1, 1, 1, 1, 2}, at::kDouble), 1e-12);
+}
+
 TEST(KvCache, AWrongMaskOrPositionWouldShow) {
   // The comparison above is sensitive: logits of a sequence shifted by one position differ by far
   // more than the tolerance, so a cache that rotated keys at the wrong positions would fail.

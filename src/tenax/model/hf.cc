@@ -14,6 +14,7 @@
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/model/model_checkpoint.h"
+#include "tenax/model/moe.h"
 #include "tenax/model/tensor_io.h"
 
 namespace tenax::model {
@@ -43,10 +44,44 @@ std::map<std::string, std::string> TenaxToHfNames(const ModelSpec& s) {
   if (!s.tie_embeddings) m["output.weight"] = "lm_head.weight";
   for (int64_t i = 0; i < s.n_layers; ++i) {
     for (const auto& [t, h] : LayerNames()) {
+      if (s.moe.IsMoeLayer(i) && t.rfind("feed_forward.", 0) == 0) continue;
       m[fmt::format("layers.{}.{}", i, t)] = fmt::format("model.layers.{}.{}", i, h);
+    }
+    if (!s.moe.IsMoeLayer(i)) continue;
+    // MixtralForCausalLM: the router is block_sparse_moe.gate, expert e's SwiGLU is
+    // block_sparse_moe.experts.{e}.w1 (gate), w2 (down), w3 (up): tenax's w1, w2, w3.
+    const std::string hf = fmt::format("model.layers.{}.block_sparse_moe.", i);
+    m[fmt::format("layers.{}.moe.router.weight", i)] = hf + "gate.weight";
+    for (int64_t e = 0; e < s.moe.n_experts; ++e) {
+      for (const char* w : {"w1", "w2", "w3"}) {
+        m[ExpertParamPrefix(i, e) + w + ".weight"] =
+            fmt::format("{}experts.{}.{}.weight", hf, e, w);
+      }
     }
   }
   return m;
+}
+
+// Mixtral is what Hugging Face can load: every layer MoE, a softmax router, no shared experts,
+// no rope scaling. Other MoE shapes have no transformers class tenax writes.
+Status CheckMixtralExportable(const ModelSpec& s) {
+  if (!s.moe.enabled()) return Status::Ok();
+  std::vector<std::string> problems;
+  if (s.n_moe_layers() != s.n_layers) {
+    problems.push_back(
+        fmt::format("only {} of {} layers are MoE (model.moe_layer_start {}, "
+                    "model.moe_layer_interval {})",
+                    s.n_moe_layers(), s.n_layers, s.moe.layer_start, s.moe.layer_interval));
+  }
+  if (s.moe.router != "softmax") problems.push_back("the router is " + s.moe.router);
+  if (s.moe.n_shared > 0) problems.push_back(fmt::format("{} shared experts", s.moe.n_shared));
+  if (s.rope_scaling.enabled) problems.push_back("rope scaling is on");
+  if (problems.empty()) return Status::Ok();
+  std::string msg =
+      "export-hf writes MoE models as MixtralForCausalLM (every layer MoE, softmax router, no "
+      "shared experts, no rope scaling); this model does not fit:";
+  for (const auto& p : problems) msg += "\n  - " + p;
+  return InvalidArgument(msg);
 }
 
 // Within each head's D rows: interleaved order (0,1,2,3,...) holds pairs (2i, 2i+1); HF's order
@@ -68,10 +103,11 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 json IdOrNull(const std::optional<int64_t>& id) { return id ? json(*id) : json(nullptr); }
 
 json HfConfig(const ModelSpec& s, const HfExportOptions& o) {
-  json c = {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
+  const bool moe = s.moe.enabled();
+  json c = {{"architectures", {moe ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
+            {"model_type", moe ? "mixtral" : "llama"},
             {"hidden_size", s.dim},
-            {"intermediate_size", s.ffn_hidden_dim},
+            {"intermediate_size", moe ? s.moe.ffn_hidden_dim : s.ffn_hidden_dim},
             {"num_attention_heads", s.n_heads},
             {"num_hidden_layers", s.n_layers},
             {"num_key_value_heads", s.n_kv_heads},
@@ -91,6 +127,18 @@ json HfConfig(const ModelSpec& s, const HfExportOptions& o) {
             {"bos_token_id", IdOrNull(o.bos_id)},
             {"eos_token_id", IdOrNull(o.eos_id)},
             {"tenax_name", s.name}};
+  if (moe) {
+    c.erase("mlp_bias");
+    c["num_local_experts"] = s.moe.n_experts;
+    c["num_experts_per_tok"] = s.moe.top_k;
+    // tenax's aux loss is Switch Transformer's per-layer E sum f P (1 when balanced), which is
+    // transformers' load_balancing_loss_func divided by top_k (and taken per layer): the
+    // coefficient is written as tenax uses it.
+    c["router_aux_loss_coef"] = s.moe.aux_loss_coef;
+    c["output_router_logits"] = false;
+    c["sliding_window"] = nullptr;
+    c["router_jitter_noise"] = 0.0;
+  }
   if (s.rope_scaling.enabled) {
     c["rope_scaling"] = {
         {"rope_type", "llama3"},
@@ -106,9 +154,10 @@ json HfConfig(const ModelSpec& s, const HfExportOptions& o) {
 
 Result<ModelSpec> SpecFromHfConfig(const json& c, const std::string& where) {
   try {
-    if (c.value("model_type", std::string("llama")) != "llama") {
-      return InvalidArgument(where + ": model_type is \"" + c["model_type"].get<std::string>() +
-                             "\"; tenax imports Llama models only");
+    const std::string type = c.value("model_type", std::string("llama"));
+    if (type != "llama" && type != "mixtral") {
+      return InvalidArgument(where + ": model_type is \"" + type +
+                             "\"; tenax imports Llama and Mixtral models only");
     }
     ModelSpec s;
     s.name = c.value("tenax_name", std::string("hf-llama"));
@@ -128,6 +177,23 @@ Result<ModelSpec> SpecFromHfConfig(const json& c, const std::string& where) {
       return InvalidArgument(where +
                              ": head_dim * num_attention_heads != hidden_size; tenax "
                              "supports only head_dim = hidden_size / num_attention_heads");
+    }
+    if (type == "mixtral") {
+      s.moe.n_experts = c.at("num_local_experts").get<int64_t>();
+      s.moe.top_k = c.at("num_experts_per_tok").get<int64_t>();
+      s.moe.ffn_hidden_dim = s.ffn_hidden_dim;
+      s.moe.aux_loss_coef = c.value("router_aux_loss_coef", 0.0);
+      s.moe.router = "softmax";
+      if (c.contains("sliding_window") && !c["sliding_window"].is_null()) {
+        return InvalidArgument(where +
+                               ": sliding_window attention is not supported (tenax "
+                               "attends to the whole causal context)");
+      }
+      if (s.moe.n_experts < 1 || s.moe.top_k < 1 || s.moe.top_k > s.moe.n_experts) {
+        return InvalidArgument(where +
+                               ": num_experts_per_tok must be between 1 and "
+                               "num_local_experts");
+      }
     }
     if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
       const json& r = c["rope_scaling"];
@@ -281,6 +347,7 @@ Status ExportHf(const ModelCheckpoint& ckpt, const std::string& hf_dir, const Hf
   const at::ScalarType st = o.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   std::vector<NamedTensor> out;
   int64_t total_bytes = 0;
+  TENAX_RETURN_IF_ERROR(CheckMixtralExportable(s).WithContext(ckpt.dir));
   for (const auto& p : ckpt.params) {
     auto it = names.find(p.name);
     if (it == names.end()) return DataError(ckpt.dir + ": unexpected tensor " + p.name);
@@ -384,9 +451,9 @@ Result<HfModel> ReadHf(const std::string& hf_dir) {
       auto it = hf_to_tenax.find(t.name);
       if (it == hf_to_tenax.end()) {
         return DataError(
-            fmt::format("{}: tensor '{}' is not part of a Llama model with this "
+            fmt::format("{}: tensor '{}' is not part of a {} model with this "
                         "config (tie_word_embeddings = {})",
-                        f, t.name, s.tie_embeddings));
+                        f, t.name, s.moe.enabled() ? "Mixtral" : "Llama", s.tie_embeddings));
       }
       by_name[it->second] = t.tensor;
     }

@@ -6,6 +6,10 @@
 // {q,k,v,o}_proj.weight <-> layers.{i}.attention.w{q,k,v,o}.weight, mlp.{gate,down,up}_proj <->
 // feed_forward.w{1,2,3}, input_layernorm / post_attention_layernorm <-> attention_norm / ffn_norm,
 // model.norm <-> norm, lm_head <-> output (absent when tie_word_embeddings).
+// Mixtral (MixtralForCausalLM, model_type "mixtral"): the attention as above, and per layer
+// block_sparse_moe.gate.weight <-> layers.{i}.moe.router.weight, block_sparse_moe.experts.{e}.
+// w{1,2,3}.weight <-> layers.{i}.moe.experts.{e}.w{1,2,3}.weight (experts by global index).
+// MoE models export only in Mixtral's shape (every layer MoE, softmax router, no shared experts).
 // RoPE layout: tenax (like Meta's release) rotates interleaved pairs (2i, 2i+1) of each head; HF
 // rotates (i, i + D/2). Export permutes the rows of wq and wk within each head from interleaved
 // to half-split order; import applies the inverse, so import(export(x)) == x bit for bit.

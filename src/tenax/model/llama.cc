@@ -25,6 +25,22 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> Llama::ParamShapes(
     out.push_back({p + "attention.wv.weight", {s.n_kv_heads * hd, c}});
     out.push_back({p + "attention.wo.weight", {c, s.n_heads * hd}});
     out.push_back({p + "ffn_norm.weight", {c}});
+    if (s.moe.IsMoeLayer(i)) {  // model/moe.h
+      const int64_t f = s.moe.ffn_hidden_dim, sf = s.moe.n_shared * f;
+      out.push_back({p + "moe.router.weight", {s.moe.n_experts, c}});
+      for (int64_t e = 0; e < s.moe.n_experts; ++e) {
+        const std::string x = ExpertParamPrefix(i, e);
+        out.push_back({x + "w1.weight", {f, c}});
+        out.push_back({x + "w2.weight", {c, f}});
+        out.push_back({x + "w3.weight", {f, c}});
+      }
+      if (sf > 0) {
+        out.push_back({p + "moe.shared.w1.weight", {sf, c}});
+        out.push_back({p + "moe.shared.w2.weight", {c, sf}});
+        out.push_back({p + "moe.shared.w3.weight", {sf, c}});
+      }
+      continue;
+    }
     out.push_back({p + "feed_forward.w1.weight", {s.ffn_hidden_dim, c}});
     out.push_back({p + "feed_forward.w2.weight", {c, s.ffn_hidden_dim}});
     out.push_back({p + "feed_forward.w3.weight", {s.ffn_hidden_dim, c}});
@@ -55,6 +71,7 @@ Llama::Llama(ModelSpec spec, uint64_t seed, const at::Device& device)
     t.set_requires_grad(true);
     params_.push_back({name, t});
   }
+  if (spec_.moe.enabled()) moe_ = std::make_unique<MoeState>(spec_);
   BindAliases();
 }
 
@@ -75,15 +92,33 @@ void Llama::BindAliases() {
   }
   for (int64_t i = 0; i < spec_.n_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
-    layers_.push_back(Layer{by_name.at(p + "attention_norm.weight"),
-                            by_name.at(p + "attention.wq.weight"),
-                            by_name.at(p + "attention.wk.weight"),
-                            by_name.at(p + "attention.wv.weight"),
-                            by_name.at(p + "attention.wo.weight"),
-                            by_name.at(p + "ffn_norm.weight"),
-                            by_name.at(p + "feed_forward.w1.weight"),
-                            by_name.at(p + "feed_forward.w2.weight"),
-                            by_name.at(p + "feed_forward.w3.weight")});
+    Layer l;
+    l.attention_norm = by_name.at(p + "attention_norm.weight");
+    l.wq = by_name.at(p + "attention.wq.weight");
+    l.wk = by_name.at(p + "attention.wk.weight");
+    l.wv = by_name.at(p + "attention.wv.weight");
+    l.wo = by_name.at(p + "attention.wo.weight");
+    l.ffn_norm = by_name.at(p + "ffn_norm.weight");
+    if (spec_.moe.IsMoeLayer(i)) {
+      l.is_moe = true;
+      l.moe.router = by_name.at(p + "moe.router.weight");
+      for (int64_t e = 0; e < spec_.moe.n_experts; ++e) {
+        const std::string x = ExpertParamPrefix(i, e);
+        l.moe.w1.push_back(by_name.at(x + "w1.weight"));
+        l.moe.w2.push_back(by_name.at(x + "w2.weight"));
+        l.moe.w3.push_back(by_name.at(x + "w3.weight"));
+      }
+      if (spec_.moe.n_shared > 0) {
+        l.moe.shared_w1 = by_name.at(p + "moe.shared.w1.weight");
+        l.moe.shared_w2 = by_name.at(p + "moe.shared.w2.weight");
+        l.moe.shared_w3 = by_name.at(p + "moe.shared.w3.weight");
+      }
+    } else {
+      l.w1 = by_name.at(p + "feed_forward.w1.weight");
+      l.w2 = by_name.at(p + "feed_forward.w2.weight");
+      l.w3 = by_name.at(p + "feed_forward.w3.weight");
+    }
+    layers_.push_back(std::move(l));
   }
 }
 
@@ -137,6 +172,12 @@ void Llama::SetActivationCheckpoint(const std::string& mode) {
 at::Tensor Llama::Block(const Layer& l, const at::Tensor& x, const RopeTable& rope) const {
   at::Tensor h = x + Attention(RmsNorm(x, l.attention_norm, spec_.norm_eps), l.wq, l.wk, l.wv,
                                l.wo, spec_.n_heads, spec_.n_kv_heads, rope);
+  if (l.is_moe) {  // tokens are routed independently: (B, T, C) -> (B T, C) and back
+    const at::Tensor y = RmsNorm(h, l.ffn_norm, spec_.norm_eps);
+    const int64_t layer = &l - layers_.data();
+    return h + MoeFeedForward(y.reshape({-1, y.size(-1)}), l.moe, spec_.moe, *moe_, layer)
+                   .view(y.sizes());
+  }
   return h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
 }
 

@@ -10,6 +10,7 @@
 //   layers.{i}.attention.wq.weight       (H*D, C)   wk, wv: (K*D, C)   wo: (C, H*D)
 //   layers.{i}.ffn_norm.weight           (C)
 //   layers.{i}.feed_forward.w1.weight    (F, C)     w3: (F, C)   w2: (C, F)
+//   (MoE layers have layers.{i}.moe.* instead of feed_forward.*: model/moe.h)
 //   norm.weight                          (C)
 //   output.weight                        (V, C)     absent when tied to tok_embeddings
 // wq/wk rows follow Meta's interleaved RoPE layout (see layers.h).
@@ -20,6 +21,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +29,7 @@
 #include "tenax/config/model_spec.h"
 #include "tenax/core/status.h"
 #include "tenax/model/layers.h"
+#include "tenax/model/moe.h"
 
 namespace tenax::model {
 
@@ -89,10 +92,14 @@ class Llama {
   void ReplaceParams(const std::vector<at::Tensor>& tensors);
   // Casts every parameter to `dtype` (kDouble for finite-difference tests).
   void CastParams(at::ScalarType dtype);
+  // Routing statistics and balancing biases of the MoE layers; null for a dense model.
+  MoeState* moe() { return moe_.get(); }
 
  private:
   struct Layer {  // aliases of tensors in params_
     at::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+    bool is_moe = false;
+    MoeWeights moe;  // MoE layers (w1, w2, w3 then undefined)
   };
   void BindAliases();
   const RopeTable& Rope(int64_t seq_len);
@@ -103,10 +110,13 @@ class Llama {
   std::vector<NamedTensor> params_;
   at::Tensor tok_embeddings_, norm_, output_;
   std::vector<Layer> layers_;
+  std::unique_ptr<MoeState> moe_;  // MoE models only
   RopeTable rope_;  // cached for the longest sequence seen so far
   int64_t rope_len_ = 0;
   int checkpoint_every_ = 0;
-  std::vector<std::function<at::Tensor(const at::Tensor&)>> block_fns_;  // one per layer  // recompute block i in backward when (i + 1) % this == 0; 0: never
+  std::vector<std::function<at::Tensor(const at::Tensor&)>>
+      block_fns_;  // one per layer  // recompute block i in backward when (i + 1) % this == 0; 0:
+                   // never
 };
 
 }  // namespace tenax::model

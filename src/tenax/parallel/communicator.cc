@@ -27,6 +27,12 @@ class LocalCommunicator final : public Communicator {
   void Barrier() override {}
   void Send(const at::Tensor&, int, int) override { TENAX_CHECK_MSG(false, "Send to self"); }
   void Recv(at::Tensor&, int, int) override { TENAX_CHECK_MSG(false, "Recv from self"); }
+  at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                      const std::vector<int64_t>& output_splits) override {
+    TENAX_CHECK(input_splits.size() == 1 && output_splits == input_splits &&
+                input_splits[0] == input.size(0));
+    return input.clone();
+  }
 };
 
 class C10dCommunicator final : public Communicator {
@@ -102,6 +108,35 @@ class C10dCommunicator final : public Communicator {
     Wait(group_->recv(v, peer, tag));
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
+  }
+
+  at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                      const std::vector<int64_t>& output_splits) override {
+    TENAX_CHECK(static_cast<int>(input_splits.size()) == size_ &&
+                static_cast<int>(output_splits.size()) == size_);
+    // Flat buffers with element counts: c10d's row arithmetic divides by dim 0, which may be 0.
+    int64_t row = 1;  // elements per row
+    for (int64_t d = 1; d < input.dim(); ++d) row *= input.size(d);
+    std::vector<int64_t> in_elems, out_elems;
+    int64_t in_rows = 0, out_rows = 0, sent = 0;
+    for (int r = 0; r < size_; ++r) {
+      in_elems.push_back(input_splits[static_cast<size_t>(r)] * row);
+      out_elems.push_back(output_splits[static_cast<size_t>(r)] * row);
+      in_rows += input_splits[static_cast<size_t>(r)];
+      out_rows += output_splits[static_cast<size_t>(r)];
+      if (r != rank_) sent += input_splits[static_cast<size_t>(r)];
+    }
+    TENAX_CHECK(in_rows == input.size(0));
+    std::vector<int64_t> out_shape = input.sizes().vec();
+    out_shape[0] = out_rows;
+    at::Tensor in = input.contiguous().view({-1});
+    at::Tensor out = at::empty({out_rows * row}, in.options());
+    const int64_t bytes = sent * row * static_cast<int64_t>(input.element_size());
+    CollectiveScope rec(recorder_, "all_to_all", name_, bytes);
+    Wait(group_->alltoall_base(out, in, out_elems, in_elems));
+    stats_.all_to_all_bytes += bytes;
+    ++stats_.calls;
+    return out.view(out_shape);
   }
 
   PendingCollective AllGatherAsync(const at::Tensor& shard) override {

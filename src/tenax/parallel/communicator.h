@@ -30,6 +30,7 @@ struct CommStats {
   int64_t reduce_scatter_bytes = 0;  // bytes sent per rank
   int64_t broadcast_bytes = 0;
   int64_t p2p_bytes = 0;
+  int64_t all_to_all_bytes = 0;  // bytes sent to other ranks (the own chunk stays local)
   int64_t calls = 0;
   double wait_s = 0;  // seconds blocked waiting for collectives to complete
 
@@ -39,6 +40,7 @@ struct CommStats {
     reduce_scatter_bytes += o.reduce_scatter_bytes;
     broadcast_bytes += o.broadcast_bytes;
     p2p_bytes += o.p2p_bytes;
+    all_to_all_bytes += o.all_to_all_bytes;
     calls += o.calls;
     wait_s += o.wait_s;
     return *this;
@@ -50,6 +52,7 @@ struct CommStats {
     d.reduce_scatter_bytes -= o.reduce_scatter_bytes;
     d.broadcast_bytes -= o.broadcast_bytes;
     d.p2p_bytes -= o.p2p_bytes;
+    d.all_to_all_bytes -= o.all_to_all_bytes;
     d.calls -= o.calls;
     d.wait_s -= o.wait_s;
     return d;
@@ -89,6 +92,13 @@ class Communicator {
   // dtype on `peer` with the same tag.
   virtual void Send(const at::Tensor& t, int peer, int tag = 0) = 0;
   virtual void Recv(at::Tensor& t, int peer, int tag = 0) = 0;
+  // All-to-all with variable sizes along dim 0 (expert parallelism's token exchange): this rank
+  // sends rows [sum(input_splits[0..d)), + input_splits[d]) of `input` to rank d and receives
+  // output_splits[s] rows from each rank s, concatenated in rank order into the result
+  // (sum(output_splits), input's other dims). Every rank's input_splits[d] must equal rank d's
+  // output_splits[this rank] (the callers exchange counts first). Blocking.
+  virtual at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                              const std::vector<int64_t>& output_splits) = 0;
   // Non-blocking variants (the backend runs them on its own threads; results as above). The
   // defaults run the blocking version; c10d groups override them. Same-order contract: issue order
   // counts, not wait order.

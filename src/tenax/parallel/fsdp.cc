@@ -6,6 +6,7 @@
 #include <map>
 
 #include "tenax/core/check.h"
+#include "tenax/model/moe.h"
 
 namespace tenax::parallel {
 namespace {
@@ -42,7 +43,8 @@ FlatLayout MakeFlatLayout(const std::vector<model::NamedTensor>& params, int sha
 }
 
 struct Fsdp::Unit {
-  std::string name;         // "root" or "layers.<i>"
+  std::string name;              // "root", "layers.<i>" or "layers.<i>.experts"
+  Communicator* comm = nullptr;  // the group sharding this unit
   std::vector<int> params;  // model params() indices, in params() order
   FlatLayout layout;
   std::vector<std::pair<int64_t, int64_t>> tp_replicated;  // shard-local ranges summed over TP
@@ -58,14 +60,22 @@ struct Fsdp::Unit {
   std::vector<PendingCollective> reductions;  // reduce-scatters in flight
 };
 
-Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, FsdpOptions options)
-    : model_(model), shard_(shard), replicate_(replicate), options_(options) {
+Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, FsdpOptions options,
+           Communicator* expert_shard)
+    : model_(model),
+      shard_(shard),
+      replicate_(replicate),
+      options_(options),
+      expert_shard_(expert_shard != &shard ? expert_shard : nullptr) {
+  TENAX_CHECK_MSG(expert_shard_ == nullptr || sharded(),
+                  "expert parallelism borrows from data_parallel_shard, which must be > 1");
   auto& params = model_.params();
   const int64_t n_layers = model_.spec().n_layers;
-  unit_of_layer_.assign(static_cast<size_t>(n_layers), -1);
+  units_of_layer_.assign(static_cast<size_t>(n_layers), {});
   units_.push_back(std::make_unique<Unit>());
   units_[0]->name = "root";
-  std::map<int64_t, int> unit_by_layer;
+  units_[0]->comm = &shard_;
+  std::map<std::pair<int64_t, bool>, int> unit_by_layer;  // (layer, experts) -> unit
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& name = params[i].name;
     if (name.rfind("layers.", 0) != 0) {
@@ -73,12 +83,14 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, Fs
       continue;
     }
     const int64_t layer = std::stoll(name.substr(7));
-    auto it = unit_by_layer.find(layer);
+    const bool experts = expert_shard_ != nullptr && model::ExpertOfParam(name) >= 0;
+    auto it = unit_by_layer.find({layer, experts});
     if (it == unit_by_layer.end()) {
-      it = unit_by_layer.emplace(layer, static_cast<int>(units_.size())).first;
+      it = unit_by_layer.emplace(std::pair{layer, experts}, static_cast<int>(units_.size())).first;
       units_.push_back(std::make_unique<Unit>());
-      units_.back()->name = fmt::format("layers.{}", layer);
-      unit_of_layer_[static_cast<size_t>(layer)] = it->second;
+      units_.back()->name = fmt::format(experts ? "layers.{}.experts" : "layers.{}", layer);
+      units_.back()->comm = experts ? expert_shard_ : &shard_;
+      units_of_layer_[static_cast<size_t>(layer)].push_back(it->second);
     }
     units_[static_cast<size_t>(it->second)]->params.push_back(static_cast<int>(i));
   }
@@ -90,9 +102,9 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, Fs
     Unit& u = *units_[k];
     std::vector<model::NamedTensor> entries;
     for (int i : u.params) entries.push_back(params[static_cast<size_t>(i)]);
-    u.layout = MakeFlatLayout(entries, shard_.size());
+    u.layout = MakeFlatLayout(entries, u.comm->size());
     if (tp_split) {  // ranges of this rank's shard (or of everything, unsharded) replicated over TP
-      const int64_t lo = sharded() ? shard_.rank() * u.layout.shard_size : 0;
+      const int64_t lo = sharded() ? u.comm->rank() * u.layout.shard_size : 0;
       const int64_t hi = sharded() ? lo + u.layout.shard_size : u.layout.total;
       for (size_t e = 0; e < u.params.size(); ++e) {
         if (specs[static_cast<size_t>(u.params[e])].dim >= 0) continue;
@@ -114,7 +126,7 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, Fs
     at::Tensor all =
         flat.empty() ? at::zeros({0}, at::TensorOptions().device(model_.device())) : at::cat(flat);
     all = at::constant_pad_nd(all, {0, u.layout.padded - u.layout.total});
-    u.shard = all.narrow(0, shard_.rank() * u.layout.shard_size, u.layout.shard_size).clone();
+    u.shard = all.narrow(0, u.comm->rank() * u.layout.shard_size, u.layout.shard_size).clone();
     u.shard.set_requires_grad(true);
     u.full = at::empty({u.layout.padded}, u.shard.options().requires_grad(false));
     for (size_t e = 0; e < u.params.size(); ++e) {
@@ -176,21 +188,22 @@ std::vector<at::Tensor> Fsdp::decay_masks() const {
     for (const auto& e : u->layout.entries) {
       if (e.shape.size() >= 2) mask.narrow(0, e.offset, e.numel).fill_(1.0);
     }
-    masks.push_back(mask.narrow(0, shard_.rank() * u->layout.shard_size, u->layout.shard_size)
+    masks.push_back(mask.narrow(0, u->comm->rank() * u->layout.shard_size, u->layout.shard_size)
                         .clone()
                         .to(u->shard.device()));
   }
   return masks;
 }
 
-int Fsdp::UnitOfLayer(int64_t layer) const {
-  if (layer < 0 || layer >= static_cast<int64_t>(unit_of_layer_.size())) return -1;
-  return unit_of_layer_[static_cast<size_t>(layer)];
+const std::vector<int>& Fsdp::UnitsOfLayer(int64_t layer) const {
+  static const std::vector<int> kNone;
+  if (layer < 0 || layer >= static_cast<int64_t>(units_of_layer_.size())) return kNone;
+  return units_of_layer_[static_cast<size_t>(layer)];
 }
 
 void Fsdp::StartGather(Unit& u) {
   if (u.gathered || u.gather.pending() || u.layout.padded == 0) return;
-  u.gather = shard_.AllGatherAsync(u.shard.detach());
+  u.gather = u.comm->AllGatherAsync(u.shard.detach());
 }
 
 void Fsdp::EnsureGathered(Unit& u) {
@@ -223,28 +236,27 @@ void Fsdp::BeginStep() {
 }
 
 void Fsdp::BeforeBlock(int64_t layer) {
-  const int k = UnitOfLayer(layer);
-  if (!sharded() || k < 0) return;
-  EnsureGathered(*units_[static_cast<size_t>(k)]);
-  const int next = UnitOfLayer(layer + 1);
-  if (options_.prefetch && next >= 0) StartGather(*units_[static_cast<size_t>(next)]);
+  if (!sharded()) return;
+  for (int k : UnitsOfLayer(layer)) EnsureGathered(*units_[static_cast<size_t>(k)]);
+  if (!options_.prefetch) return;
+  for (int k : UnitsOfLayer(layer + 1)) StartGather(*units_[static_cast<size_t>(k)]);
 }
 
 void Fsdp::AfterBlock(int64_t layer, const at::Tensor& output) {
-  const int k = UnitOfLayer(layer);
-  if (!sharded() || k < 0 || !options_.reshard_after_forward) return;
-  Unit& u = *units_[static_cast<size_t>(k)];
+  const std::vector<int>& ks = UnitsOfLayer(layer);
+  if (!sharded() || ks.empty() || !options_.reshard_after_forward) return;
   if (output.requires_grad() && at::GradMode::is_enabled()) {
     // Fires when the gradient of the block's output is complete: just before its backward.
     output.register_hook([this, layer](const at::Tensor&) {
-      EnsureGathered(*units_[static_cast<size_t>(UnitOfLayer(layer))]);
-      const int prev = UnitOfLayer(layer - 1);
-      if (options_.prefetch && prev >= 0) StartGather(*units_[static_cast<size_t>(prev)]);
+      for (int k : UnitsOfLayer(layer)) EnsureGathered(*units_[static_cast<size_t>(k)]);
+      if (!options_.prefetch) return;
+      for (int k : UnitsOfLayer(layer - 1)) StartGather(*units_[static_cast<size_t>(k)]);
     });
   }
   // The last block's backward comes first: keep it (torchtitan does the same).
-  const bool last_held = k == static_cast<int>(units_.size()) - 1;
-  if (!(last_held && at::GradMode::is_enabled())) Reshard(u);
+  const bool last_held = ks.back() == static_cast<int>(units_.size()) - 1;
+  if (last_held && at::GradMode::is_enabled()) return;
+  for (int k : ks) Reshard(*units_[static_cast<size_t>(k)]);
 }
 
 void Fsdp::OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad) {
@@ -260,7 +272,7 @@ void Fsdp::OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad) {
     u.bucket = at::Tensor();
     return;
   }
-  u.reductions.push_back(shard_.ReduceScatterSumAsync(u.bucket));
+  u.reductions.push_back(u.comm->ReduceScatterSumAsync(u.bucket));
   u.bucket = at::Tensor();
   for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();  // the bucket has them
   Reshard(u);
@@ -279,7 +291,7 @@ at::Tensor Fsdp::FlatGrads(const Unit& u) const {
 void Fsdp::ReduceFromGrads(Unit& u) {
   at::NoGradGuard no_grad;
   if (u.layout.padded == 0) return;
-  u.reductions.push_back(shard_.ReduceScatterSumAsync(FlatGrads(u)));
+  u.reductions.push_back(u.comm->ReduceScatterSumAsync(FlatGrads(u)));
   for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();
 }
 
@@ -400,7 +412,7 @@ at::Tensor Fsdp::ShardOf(int k, const std::vector<model::NamedTensor>& full,
   }
   at::Tensor all = flat.empty() ? at::zeros({0}, at::kFloat) : at::cat(flat);
   all = at::constant_pad_nd(all, {0, u.layout.padded - u.layout.total});
-  const int64_t lo = sharded() ? shard_.rank() * u.layout.shard_size : 0;
+  const int64_t lo = sharded() ? u.comm->rank() * u.layout.shard_size : 0;
   return all.narrow(0, lo, sharded() ? u.layout.shard_size : u.layout.total).clone();
 }
 
@@ -424,7 +436,7 @@ void Fsdp::LoadFull(const std::vector<model::NamedTensor>& full_params) {
 std::vector<Fsdp::Slice> Fsdp::Slices(int k, const at::Tensor& flat) const {
   const Unit& u = *units_.at(static_cast<size_t>(k));
   std::vector<Slice> out;
-  const int64_t lo = sharded() ? shard_.rank() * u.layout.shard_size : 0;
+  const int64_t lo = sharded() ? u.comm->rank() * u.layout.shard_size : 0;
   const int64_t hi = sharded() ? lo + u.layout.shard_size : u.layout.total;
   for (size_t e = 0; e < u.params.size(); ++e) {
     const auto& en = u.layout.entries[e];

@@ -27,6 +27,11 @@
 // gradient is the sum of the ranks' gradients divided by the data-parallel degree.
 // Tensor parallelism: parameters replicated over TP (norms, embedding, output) get partial
 // gradients on each TP rank; FinishStep sums them over the TP group (on the shards).
+// Expert parallelism (sharded mode, `expert_shard` given): a block's routed experts form a unit
+// of their own ("layers.<i>.experts"), sharded over `expert_shard` (the data-parallel shard ranks
+// holding the same experts) instead of the whole shard group, gathered and reduced together with
+// the block's other unit. Their gradients already sum the tokens of every expert-parallel rank
+// (the all-to-all's backward brings them), so the same 1 / dp averaging applies.
 //
 // Memory: gathered buffers are released by freeing their storage while autograd still refers to
 // the parameter views, and re-filled in place for backward (the same trick as PyTorch FSDP).
@@ -71,22 +76,23 @@ class Fsdp final : public BlockHooks {
   // `shard` and `replicate`: this rank's groups along the two data axes (size 1 = absent).
   // Takes the model's current parameters (identical across the data-parallel ranks) as the
   // starting point and, when sharded, frees them. All references must outlive this object.
-  Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, FsdpOptions options);
+  // `expert_shard` (expert parallelism; null otherwise): the group that shards expert units.
+  Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, FsdpOptions options,
+       Communicator* expert_shard = nullptr);
   ~Fsdp() override;
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;
 
   bool sharded() const { return shard_.size() > 1; }
-  int shard_rank() const { return shard_.rank(); }
-  int shard_count() const { return shard_.size(); }
   int replica_index() const { return replicate_.rank(); }
   int dp_degree() const { return shard_.size() * replicate_.size(); }
 
-  // Units: 0 is the root (may be empty on middle pipeline stages), then one per held block.
+  // Units: 0 is the root (may be empty on middle pipeline stages), then one per held block (two
+  // under expert parallelism: the block, then its experts).
   struct Unit;
   int num_units() const { return static_cast<int>(units_.size()); }
   const FlatLayout& layout(int unit) const;
-  const std::string& unit_name(int unit) const;  // "root" or "layers.<i>"
+  const std::string& unit_name(int unit) const;   // "root", "layers.<i>" or "layers.<i>.experts"
   at::Tensor unit_shard(int unit) const;          // this rank's flat shard (sharded only)
   // The model's params() index of each entry of layout(unit).
   const std::vector<int>& param_indices(int unit) const;
@@ -132,14 +138,15 @@ class Fsdp final : public BlockHooks {
   at::Tensor FlatGrads(const Unit& u) const;  // (padded) the unit's .grad, zeros where absent
   void ReduceFromGrads(Unit& u);  // issue the reduction of the unit's accumulated .grad
   void WaitReduction(Unit& u);
-  int UnitOfLayer(int64_t layer) const;
+  const std::vector<int>& UnitsOfLayer(int64_t layer) const;  // empty when not held
 
   // Constant after construction.
   ShardedLlama& model_;
   Communicator& shard_;
   Communicator& replicate_;
   const FsdpOptions options_;
-  std::vector<int> unit_of_layer_;  // [layer] -> unit or -1
+  Communicator* const expert_shard_;              // null: experts stay in their block's unit
+  std::vector<std::vector<int>> units_of_layer_;  // [layer] -> units (block, then experts)
 
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<model::NamedTensor> opt_params_;

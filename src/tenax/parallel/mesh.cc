@@ -85,14 +85,34 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
         "training.local_batch_size ({}) is not divisible by microbatches ({})",
         training.local_batch_size, o.microbatches));
   }
+  const int64_t ep = o.expert_parallel;
+  if (ep > 1) {
+    if (!model.moe.enabled()) {
+      problems.push_back(fmt::format(
+          "expert_parallel ({}) needs a mixture-of-experts model (model.n_experts > 0)", ep));
+    } else if (model.moe.n_experts % ep != 0) {
+      problems.push_back(
+          fmt::format("model.n_experts ({}) is not divisible by expert_parallel ({})",
+                      model.moe.n_experts, ep));
+    }
+    if (shard % ep != 0) {
+      problems.push_back(fmt::format(
+          "data_parallel_shard ({}) is not divisible by expert_parallel ({}): expert parallelism "
+          "borrows its ranks from data_parallel_shard (world {} = data_parallel_replicate({}) * "
+          "data_parallel_shard({}) * pipeline_parallel({}) * tensor_parallel({}))",
+          shard, ep, world, rep, shard, pp, tp));
+    }
+  }
   if (!problems.empty()) {
-    std::string msg = fmt::format("the parallel layout {} x {} x {} x {} does not fit:", rep,
-                                  shard, pp, tp);
+    std::string msg =
+        fmt::format("the parallel layout {} x {} x {} x {}{} does not fit:", rep, shard, pp, tp,
+                    ep > 1 ? fmt::format(" (expert_parallel {})", ep) : "");
     for (const auto& p : problems) msg += "\n  - " + p;
     return InvalidArgument(msg);
   }
   m.degrees_ = {static_cast<int>(rep), static_cast<int>(shard), static_cast<int>(pp),
                 static_cast<int>(tp)};
+  m.ep_ = static_cast<int>(ep);
   return m;
 }
 
@@ -116,8 +136,27 @@ std::vector<int> Mesh::GroupOf(int rank, Axis a) const {
 }
 
 std::string Mesh::Describe() const {
-  return fmt::format("dp_replicate {} x dp_shard {} x pp {} x tp {}", degrees_[0], degrees_[1],
-                     degrees_[2], degrees_[3]);
+  return fmt::format("dp_replicate {} x dp_shard {} x pp {} x tp {}{}", degrees_[0], degrees_[1],
+                     degrees_[2], degrees_[3],
+                     ep_ > 1 ? fmt::format(" (expert_parallel {} within dp_shard)", ep_) : "");
+}
+
+std::vector<int> Mesh::ExpertGroupOf(int rank) const {
+  // Shard coordinate s = outer * ep + inner: vary inner.
+  const std::vector<int> shard = GroupOf(rank, Axis::kShard);
+  const int s = coord(rank, Axis::kShard);
+  const int base = s / ep_ * ep_;
+  return std::vector<int>(shard.begin() + base, shard.begin() + base + ep_);
+}
+
+std::vector<int> Mesh::ExpertShardGroupOf(int rank) const {
+  const std::vector<int> shard = GroupOf(rank, Axis::kShard);
+  std::vector<int> out;
+  for (size_t i = static_cast<size_t>(coord(rank, Axis::kShard) % ep_); i < shard.size();
+       i += static_cast<size_t>(ep_)) {
+    out.push_back(shard[i]);
+  }
+  return out;
 }
 
 }  // namespace tenax::parallel

@@ -2,6 +2,12 @@
 // reject impossible layouts at start-up with a message naming every factor (torchtitan's habit).
 // Axis order, outermost first: data_parallel_replicate, data_parallel_shard, pipeline, tensor.
 // Tensor parallel is innermost so its ranks are neighbours (same node, fastest links).
+// Expert parallelism is no axis of its own: it borrows from data_parallel_shard (torchtitan's
+// dp_shard_in_ep), splitting each shard coordinate s into s = outer x ep + inner. Ranks that differ
+// only in `inner` form an expert-parallel group (together they hold every expert once; inner is
+// the fastest-varying part of s, so the all-to-all stays among the closest data-parallel ranks);
+// ranks that differ only in `outer` hold the same experts and FSDP-shard them
+// (torchtitan's dp_shard_mod_ep).
 // Pure arithmetic; no communication happens here.
 #pragma once
 
@@ -28,16 +34,21 @@ class Mesh {
   int degree(Axis a) const { return degrees_[static_cast<int>(a)]; }
   // Data-parallel degree: replicas x shards (ranks that see different data).
   int dp() const { return degree(Axis::kReplicate) * degree(Axis::kShard); }
+  int ep() const { return ep_; }  // expert-parallel degree (divides the shard degree)
   int coord(int rank, Axis a) const;
   // Index of `rank` among the data-parallel ranks (which slice of the global batch it reads).
   int dp_index(int rank) const;
   // Ranks that differ from `rank` only along `axis`, in axis order (a process group).
   std::vector<int> GroupOf(int rank, Axis axis) const;
+  // The expert-parallel group of `rank`, and the ranks that shard the same experts.
+  std::vector<int> ExpertGroupOf(int rank) const;
+  std::vector<int> ExpertShardGroupOf(int rank) const;
   std::string Describe() const;  // "dp_replicate 2 x dp_shard 2 x pp 1 x tp 1"
 
  private:
   int world_ = 1;
   std::array<int, 4> degrees_{1, 1, 1, 1};
+  int ep_ = 1;
 };
 
 }  // namespace tenax::parallel

@@ -19,7 +19,9 @@ bool Owned(const Ownership& own, const ModelSpec& spec, const std::string& name)
   if (name == "tok_embeddings.weight") return own.embed || (own.head && spec.tie_embeddings);
   if (name == "norm.weight" || name == "output.weight") return own.head;
   TENAX_CHECK(name.rfind("layers.", 0) == 0);
-  return own.layers.at(static_cast<size_t>(std::stoll(name.substr(7))));
+  if (!own.layers.at(static_cast<size_t>(std::stoll(name.substr(7))))) return false;
+  const int64_t expert = model::ExpertOfParam(name);
+  return expert < 0 || (own.expert_begin <= expert && expert < own.expert_end);
 }
 
 }  // namespace
@@ -27,6 +29,7 @@ bool Owned(const Ownership& own, const ModelSpec& spec, const std::string& name)
 Ownership Ownership::All(const ModelSpec& spec) {
   Ownership o;
   o.layers.assign(static_cast<size_t>(spec.n_layers), true);
+  o.expert_end = spec.moe.n_experts;
   return o;
 }
 
@@ -52,11 +55,32 @@ ShardedLlama::ShardedLlama(const ModelSpec& spec, const std::vector<model::Named
   layer_index_.resize(static_cast<size_t>(spec_.n_layers));
   for (int64_t i = 0; i < spec_.n_layers; ++i) {
     if (!own_.layers[static_cast<size_t>(i)]) continue;
-    for (const char* suffix : kLayerParams) {
-      const int idx = IndexOf(fmt::format("layers.{}.{}", i, suffix));
-      TENAX_CHECK(idx >= 0);
+    std::vector<std::string> names;
+    for (int k = 0; k < 6; ++k) names.push_back(fmt::format("layers.{}.{}", i, kLayerParams[k]));
+    if (spec_.moe.IsMoeLayer(i)) {
+      names.push_back(fmt::format("layers.{}.moe.router.weight", i));
+      for (int64_t e = own_.expert_begin; e < own_.expert_end; ++e) {
+        for (const char* w : {"w1", "w2", "w3"}) {
+          names.push_back(model::ExpertParamPrefix(i, e) + w + ".weight");
+        }
+      }
+      if (spec_.moe.n_shared > 0) {
+        for (const char* w : {"w1", "w2", "w3"}) {
+          names.push_back(fmt::format("layers.{}.moe.shared.{}.weight", i, w));
+        }
+      }
+    } else {
+      for (int k = 6; k < 9; ++k) names.push_back(fmt::format("layers.{}.{}", i, kLayerParams[k]));
+    }
+    for (const auto& name : names) {
+      const int idx = IndexOf(name);
+      TENAX_CHECK_MSG(idx >= 0, name.c_str());
       layer_index_[static_cast<size_t>(i)].push_back(idx);
     }
+  }
+  if (spec_.moe.enabled()) {
+    moe_ = std::make_unique<model::MoeState>(spec_);
+    moe_->SetHeldLayers(own_.layers);
   }
   embed_index_ = IndexOf("tok_embeddings.weight");
   norm_index_ = IndexOf("norm.weight");
@@ -97,10 +121,37 @@ at::Tensor ShardedLlama::Embed(const at::Tensor& tokens, at::ScalarType compute_
 at::Tensor ShardedLlama::Block(int64_t layer, const at::Tensor& h) {
   const auto& idx = layer_index_[static_cast<size_t>(layer)];
   TENAX_CHECK_MSG(!idx.empty(), fmt::format("this rank does not hold layer {}", layer).c_str());
-  auto p = [&](int k) { return params_[static_cast<size_t>(idx[static_cast<size_t>(k)])].tensor; };
-  TensorParallelLayer l{p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8)};
+  auto p = [&](size_t k) { return params_[static_cast<size_t>(idx[k])].tensor; };
   // The rope table covers the full sequence: h holds T / tp positions of it.
-  return TensorParallelBlock(spec_, l, tp_, h, rope_);
+  if (!spec_.moe.IsMoeLayer(layer)) {
+    TensorParallelLayer l{p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8)};
+    return TensorParallelBlock(spec_, l, tp_, h, rope_);
+  }
+  TensorParallelLayer attention;  // the attention half's fields only
+  attention.attention_norm = p(0);
+  attention.wq = p(1);
+  attention.wk = p(2);
+  attention.wv = p(3);
+  attention.wo = p(4);
+  const at::Tensor r = TensorParallelAttentionResidual(spec_, attention, tp_, h, rope_);
+  model::MoeWeights w;
+  w.router = p(6);
+  w.first_expert = own_.expert_begin;
+  size_t k = 7;
+  for (int64_t e = own_.expert_begin; e < own_.expert_end; ++e, k += 3) {
+    w.w1.push_back(p(k));
+    w.w2.push_back(p(k + 1));
+    w.w3.push_back(p(k + 2));
+  }
+  if (spec_.moe.n_shared > 0) {
+    w.shared_w1 = p(k);
+    w.shared_w2 = p(k + 1);
+    w.shared_w3 = p(k + 2);
+  }
+  // The experts see this rank's sequence shard: tokens are routed independently.
+  const at::Tensor x = model::RmsNorm(r, p(5), spec_.norm_eps);  // (B, T/tp, C)
+  return r + model::MoeFeedForward(x.reshape({-1, x.size(-1)}), w, spec_.moe, *moe_, layer)
+                 .view(x.sizes());
 }
 
 at::Tensor ShardedLlama::Blocks(const at::Tensor& input, int64_t begin, int64_t end) {

@@ -10,6 +10,11 @@
 // its backward starts (parallel/fsdp.h). Parameters are looked up by index at every call, so FSDP
 // may swap params()[i].tensor between calls.
 //
+// Mixture-of-experts layers (model/moe.h) run on the sequence shard: the router, the experts and
+// the shared experts are replicated over TP (each TP rank routes its own T/tp tokens, so their
+// gradients are partial sums like the norms'), and under expert parallelism this rank holds only
+// the experts [expert_begin, expert_end) (parallel/expert_parallel.h ships tokens to the others).
+//
 // Contract: the ranks of the TP group call every method in the same order with equal shapes.
 // Non-goals: vocabulary-parallel embedding/output (replicated over TP), context parallelism.
 #pragma once
@@ -17,12 +22,14 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tenax/config/model_spec.h"
 #include "tenax/model/layers.h"
 #include "tenax/model/llama.h"
+#include "tenax/model/moe.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/parallel/stage_model.h"
 #include "tenax/parallel/tensor_parallel.h"
@@ -34,6 +41,9 @@ struct Ownership {
   std::vector<bool> layers;  // [n_layers]
   bool embed = true;         // tok_embeddings (stage 0)
   bool head = true;          // norm + output (last stage; a tied output reuses tok_embeddings)
+  // MoE layers: the routed experts held here (expert parallelism), global indices.
+  int64_t expert_begin = 0;
+  int64_t expert_end = 0;
   static Ownership All(const ModelSpec& spec);
 };
 
@@ -66,6 +76,9 @@ class ShardedLlama final : public StageModel {
   int IndexOf(const std::string& name) const;
 
   void SetActivationCheckpoint(const std::string& mode);  // none | selective | full
+  // Routing statistics, balancing biases and (set by the caller) the MoE runtime; null for a
+  // dense model.
+  model::MoeState* moe() { return moe_.get(); }
   void SetHooks(BlockHooks* hooks) { hooks_ = hooks; }
 
   at::Tensor Embed(const at::Tensor& tokens, at::ScalarType compute_dtype) override;
@@ -88,11 +101,15 @@ class ShardedLlama final : public StageModel {
   const Ownership own_;
   const at::Device device_;
   std::vector<ShardSpec> specs_;                      // parallel to params_
-  std::vector<std::vector<int>> layer_index_;         // [layer] -> 9 indices into params_, or empty
+  // [layer] -> indices into params_ (empty when not held): the 6 attention-half parameters in
+  // kLayerParams order, then w1, w2, w3 (dense) or the router, (w1, w2, w3) per held expert and
+  // the shared w1, w2, w3 (MoE).
+  std::vector<std::vector<int>> layer_index_;
   int embed_index_ = -1, norm_index_ = -1, output_index_ = -1;
   std::vector<std::function<at::Tensor(const at::Tensor&)>> block_fns_;  // [layer], for recompute
 
   std::vector<model::NamedTensor> params_;
+  std::unique_ptr<model::MoeState> moe_;  // MoE models only
   model::RopeTable rope_;  // cached for the longest sequence seen
   int64_t rope_len_ = 0;
   int checkpoint_every_ = 0;  // recompute block i when (i + 1) % this == 0; 0: never

@@ -97,6 +97,12 @@ TensorParallelLayer TensorParallelLayerOf(const std::vector<model::NamedTensor>&
 // tokens (B, T) -> this rank's sequence shard of the embedded tokens (B, T/tp, C).
 at::Tensor TensorParallelEmbed(const at::Tensor& table, const at::Tensor& tokens, Communicator& tp,
                                at::ScalarType compute_dtype);
+// The attention half of TensorParallelBlock, h + attention(norm(h)): (B, T/tp, C) ->
+// (B, T/tp, C); reads only the attention fields of `layer` (MoE blocks follow it with their own
+// feed-forward half on the sequence shard, parallel/expert_parallel.h).
+at::Tensor TensorParallelAttentionResidual(const ModelSpec& spec, const TensorParallelLayer& layer,
+                                           Communicator& tp, const at::Tensor& h,
+                                           const model::RopeTable& rope);
 // (B, T/tp, C) -> (B, T/tp, C); `rope` covers the full sequence T.
 at::Tensor TensorParallelBlock(const ModelSpec& spec, const TensorParallelLayer& layer,
                                Communicator& tp, const at::Tensor& h, const model::RopeTable& rope);

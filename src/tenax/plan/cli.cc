@@ -65,6 +65,9 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
   plan->add_option("--failure-rate", p->failure_rate,
                    "add failures to the training time: 0.0004/node-hour, 2e-5/gpu-hour, "
                    "\"419 in 54d on 16384 gpus\"");
+  plan->add_option("--checkpoint-bandwidth", p->checkpoint_bandwidth,
+                   "with --failure-rate: the checkpoint cost from the model's size (12 B per "
+                   "parameter, every expert of an MoE model) at this many bytes/s, e.g. 10G");
   plan->add_option("--checkpoint-cost", p->checkpoint_cost,
                    "training stall per checkpoint, with --failure-rate (default 30s)");
   plan->add_option("--restart-cost", p->restart_cost,
@@ -89,8 +92,13 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
                   "\"419 in 54d on 16384 gpus\"")
       ->required();
   sim->add_option("--checkpoint-cost", s->checkpoint_cost,
-                  "training stall per checkpoint, e.g. 30s")
-      ->required();
+                  "training stall per checkpoint, e.g. 30s (or --model with "
+                  "--checkpoint-bandwidth)");
+  sim->add_option("--model", s->model,
+                  "preset or TOML config: with --checkpoint-bandwidth, the checkpoint cost is its "
+                  "size (12 B per parameter, every expert of an MoE model) / bandwidth");
+  sim->add_option("--checkpoint-bandwidth", s->checkpoint_bandwidth,
+                  "bytes per second the checkpoint is written at, e.g. 10G or 10GB/s");
   sim->add_option("--restart-cost", s->restart_cost,
                   "detection + relaunch + loading once a node is ready, e.g. 10m")
       ->required();

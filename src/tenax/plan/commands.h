@@ -40,6 +40,7 @@ struct PlanFlags {
   std::string pp_overlap = "no";
   std::string failure_rate;
   std::string checkpoint_cost = "30s";
+  std::string checkpoint_bandwidth;  // when set: the checkpoint cost from the model's size
   std::string restart_cost = "10m";
   bool validate = false;
   std::vector<std::string> calibrate;
@@ -53,6 +54,9 @@ struct SimulateFlags {
   int64_t gpus_per_node = 8;
   std::string failure_rate;
   std::string checkpoint_cost;
+  // Or the checkpoint cost from the model's size and the storage bandwidth (MoE: every expert).
+  std::string model;
+  std::string checkpoint_bandwidth;
   std::string restart_cost;
   std::string detect_time = "0s";
   int64_t spares = 0;

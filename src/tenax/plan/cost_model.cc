@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tenax/plan/kernels.h"
+#include "tenax/plan/moe_model.h"
 
 namespace tenax::plan {
 namespace {
@@ -80,6 +81,14 @@ struct TpCollective {
   double pair;        // the neighbouring GEMM (TpOverlap::kFull)
   double wgrad_pair;  // > 0: an input-gradient reduction TpOverlap::kBackward hides behind this
   bool forward;
+  bool mlp;  // around the MLP (an MoE layer has none: its experts run on the sequence shard)
+};
+
+// What of a dense layer's LayerTime belongs to its MLP, so that an MoE layer's time is the dense
+// layer's with the MLP replaced (plan/moe_model.h).
+struct MlpShare {
+  double matmul = 0, fwd_gemm = 0, elementwise = 0, ew_fwd = 0, tp_exposed = 0, tp_hidden = 0,
+         tp_fwd_exposed = 0, tp_fwd_hidden = 0, op_recompute = 0;
 };
 
 }  // namespace
@@ -149,7 +158,8 @@ double RecomputeFlopsPerToken(const Workload& w, Recompute r) {
 }
 
 MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, int64_t tp,
-                                  int64_t cp, int64_t micro_batch, Recompute r, bool fp8) {
+                                  int64_t cp, int64_t micro_batch, Recompute r, bool fp8,
+                                  int64_t ep) {
   const ModelSpec& model = w.model;
   const Architecture& a = w.arch;
   const Software& sw = w.sw;
@@ -195,6 +205,16 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
   MicroBatchCost c;
   LayerTime& lt = c.layer;
   for (const Proj& p : proj) lt.matmul += p.fwd + p.dgrad + p.wgrad;
+  MlpShare mlp;
+  for (size_t i = fc1; i <= fc2; ++i) {
+    mlp.matmul += proj[i].fwd + proj[i].dgrad + proj[i].wgrad;
+    mlp.fwd_gemm += proj[i].fwd;
+    if (prec == Precision::kFp8) {
+      mlp.elementwise += StreamTime(
+          hw, kFp8CastBytesPerElement *
+                  (2.0 * n * proj[i].in + 2.0 * proj[i].in * proj[i].out + n * proj[i].out));
+    }
+  }
 
   // Attention core.
   double attn_fwd = 0;
@@ -224,6 +244,8 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
   const double ew_fwd = StreamTime(hw, n * (eb.norms * he + eb.q * q + eb.kv * kv + eb.f * f +
                                             (sw.dropout > 0 ? 2.0 * eb.dropout * he : 0.0)));
   lt.elementwise = ew_fwd * (1.0 + kBackwardElementwiseFactor) + StreamTime(hw, cast_bytes);
+  mlp.ew_fwd = StreamTime(hw, n * eb.f * f);
+  mlp.elementwise += mlp.ew_fwd * (1.0 + kBackwardElementwiseFactor);
 
   // Tensor parallelism. With sequence parallelism: all-gather before attention and MLP,
   // reduce-scatter after, mirrored in backward; without: an all-reduce after each block forward
@@ -236,18 +258,18 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     const double ar = CollectiveTime(hw, Collective::kAllReduce, 1, tp, bytes);
     const double o_fwd = proj[o_idx].fwd, fc2_fwd = proj[fc2].fwd;
     // Built whole and moved in (copy-assigning a list trips GCC 12's -Wnonnull).
-    tpc = sp ? std::vector<TpCollective>{{ag, qkv_fwd, 0, true},
-                                         {rs, o_fwd, 0, true},
-                                         {ag, fc1_fwd, 0, true},
-                                         {rs, fc2_fwd, 0, true},
-                                         {ag, proj[fc2].dgrad, 0, false},
-                                         {rs, fc1_dgrad, fc1_wgrad, false},
-                                         {ag, proj[o_idx].dgrad, 0, false},
-                                         {rs, qkv_dgrad, qkv_wgrad, false}}
-             : std::vector<TpCollective>{{ar, o_fwd, 0, true},
-                                         {ar, fc2_fwd, 0, true},
-                                         {ar, fc1_dgrad, fc1_wgrad, false},
-                                         {ar, qkv_dgrad, qkv_wgrad, false}};
+    tpc = sp ? std::vector<TpCollective>{{ag, qkv_fwd, 0, true, false},
+                                         {rs, o_fwd, 0, true, false},
+                                         {ag, fc1_fwd, 0, true, true},
+                                         {rs, fc2_fwd, 0, true, true},
+                                         {ag, proj[fc2].dgrad, 0, false, true},
+                                         {rs, fc1_dgrad, fc1_wgrad, false, true},
+                                         {ag, proj[o_idx].dgrad, 0, false, false},
+                                         {rs, qkv_dgrad, qkv_wgrad, false, false}}
+             : std::vector<TpCollective>{{ar, o_fwd, 0, true, false},
+                                         {ar, fc2_fwd, 0, true, true},
+                                         {ar, fc1_dgrad, fc1_wgrad, false, true},
+                                         {ar, qkv_dgrad, qkv_wgrad, false, false}};
   }
   double tp_fwd_exposed = 0, tp_fwd_hidden = 0;
   for (const TpCollective& x : tpc) {
@@ -262,6 +284,14 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     if (x.forward) {
       tp_fwd_exposed += exposed;
       tp_fwd_hidden += x.time - exposed;
+    }
+    if (x.mlp) {
+      mlp.tp_exposed += exposed;
+      mlp.tp_hidden += x.time - exposed;
+      if (x.forward) {
+        mlp.tp_fwd_exposed += exposed;
+        mlp.tp_fwd_hidden += x.time - exposed;
+      }
     }
   }
   // Context parallelism (Llama 3's all-gather flavour): gather K and V forward, reduce-scatter
@@ -278,8 +308,12 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
       lt.recompute = attn_fwd;
       break;
     case Recompute::kOp: {
-      for (size_t i = 1; i < proj.size(); i += 2) lt.recompute += proj[i].fwd;
+      for (size_t i = 1; i < proj.size(); i += 2) {
+        lt.recompute += proj[i].fwd;
+        if (i >= fc1) mlp.op_recompute += proj[i].fwd;
+      }
       lt.recompute += ew_fwd;
+      mlp.op_recompute += mlp.ew_fwd;
       break;
     }
     case Recompute::kAlternate:
@@ -293,6 +327,48 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     }
   }
   lt.forward = fwd_gemm + attn_fwd + ew_fwd + tp_fwd_exposed + cp_one;
+  c.layer_params = lw.params;
+  if (IsMoe(w)) {
+    // An MoE layer: the dense layer with its MLP (GEMMs, activation, the tensor-parallel
+    // collectives around it) replaced by the MoE half; the model's layer is the mean of both.
+    const MoeFeedForwardTime moe = EstimateMoeFeedForward(w, hw, tp, cp, micro_batch, ep, fp8);
+    LayerTime m = lt;
+    m.matmul += moe.matmul - mlp.matmul;
+    m.elementwise += moe.elementwise - mlp.elementwise;
+    m.tp_comm -= mlp.tp_exposed;
+    m.tp_hidden -= mlp.tp_hidden;
+    m.ep_comm = moe.all_to_all;
+    const double mlp_fwd = mlp.fwd_gemm + mlp.ew_fwd + mlp.tp_fwd_exposed;
+    switch (r) {
+      case Recompute::kNone:
+      case Recompute::kSelective:
+        break;
+      case Recompute::kOp:  // about half of the MoE half's forward (every second GEMM)
+        m.recompute += 0.5 * moe.forward - mlp.op_recompute;
+        break;
+      case Recompute::kAlternate:
+      case Recompute::kFull: {
+        const double share = r == Recompute::kFull ? 1.0 : 0.5;
+        m.recompute += share * (moe.forward - mlp.fwd_gemm - mlp.ew_fwd);
+        m.tp_comm -= share * mlp.tp_fwd_exposed;
+        m.tp_hidden -= share * mlp.tp_fwd_hidden;
+        break;
+      }
+    }
+    m.forward += moe.forward - mlp_fwd;
+    const double f_moe = MoeFraction(w), f_dense = 1.0 - f_moe;
+    auto mix = [&](double LayerTime::*field) {
+      lt.*field = f_dense * lt.*field + f_moe * m.*field;
+    };
+    for (double LayerTime::*field :
+         {&LayerTime::matmul, &LayerTime::attention, &LayerTime::elementwise, &LayerTime::recompute,
+          &LayerTime::tp_comm, &LayerTime::cp_comm, &LayerTime::ep_comm, &LayerTime::tp_hidden,
+          &LayerTime::forward}) {
+      mix(field);
+    }
+    c.layer_params = LayerParamsOnGpu(w, tp, ep, &c.expert_params);
+    c.a2a_bytes_sent = f_moe * moe.bytes_sent;
+  }
 
   // Output projection (bf16; torchtitan keeps it out of fp8) and a vocabulary-parallel loss.
   const double v = static_cast<double>(model.vocab_size) / t;
@@ -306,7 +382,6 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     // Vocabulary-parallel cross-entropy: max, sum of exponentials, target logit (fp32 per token).
     c.output += 3.0 * CollectiveTime(hw, Collective::kAllReduce, 1, tp, n * 4.0);
   }
-  c.layer_params = lw.params;
   c.recompute_flops_per_token = RecomputeFlopsPerToken(w, r);
   const double tables = a.learned_positions ? 2.0 : 1.0;
   c.embedding = StreamTime(hw, tables * n * h * kEmbeddingBytesPerElement);
@@ -357,6 +432,7 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   const double layers_run = m * static_cast<double>(s.split.max_layers());
   s.tp_comm = layers_run * mb.layer.tp_comm;
   s.cp_comm = layers_run * mb.layer.cp_comm;
+  s.ep_comm = layers_run * mb.layer.ep_comm;
 
   const double tokens = static_cast<double>(l.micro_batch * w.seq_len / l.cp);
   const double layer_params = mb.layer_params;
@@ -400,6 +476,13 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   const double fwd_mb = s.stage * fwd_share, bwd_mb = s.stage * (1.0 - fwd_share);
   const double unit = std::min(1.0, layer_params / params);
   const bool overlap = w.sw.dp_overlap;
+  // MoE: of the stage's parameters on this GPU, the routed experts (E / ep per layer) are sharded
+  // over the shard / ep ranks holding the same experts; the rest over the whole shard group.
+  // Sharded state per GPU is the same either way: (rest + experts x ep) / shard.
+  const double stage_layers =
+      l.pp == 1 ? static_cast<double>(L) : static_cast<double>(s.split.max_layers());
+  const double experts = stage_layers * mb.expert_params;
+  const double state_params = params + experts * static_cast<double>(l.ep - 1);
   auto exposed = [&](double comm, double behind) {
     if (!overlap) return comm;
     return unit * comm + std::max(0.0, (1.0 - unit) * comm - behind);
@@ -408,10 +491,18 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   double dp = 0, dp_exposed = 0, copies = 0;
   const int64_t shard = l.shard();  // dp_shard x cp: the CP ranks share parameters
   if (shard > 1) {
-    const double gather = CollectiveTime(hw, Collective::kAllGather, l.tp, shard,
-                                         2.0 * params);  // bf16
-    const double scatter = CollectiveTime(hw, Collective::kReduceScatter, l.tp, shard,
-                                          4.0 * params);  // fp32
+    // Without expert parallelism the experts travel with their layer (one unit, tenax train's
+    // Fsdp); with it they are a unit of their own over the shard / ep ranks (ep x tp x cp apart).
+    const int64_t eshard = shard / l.ep;
+    const double apart = l.ep > 1 ? experts : 0.0;
+    auto both = [&](Collective kind, double bytes_per_param) {
+      return CollectiveTime(hw, kind, l.tp, shard, bytes_per_param * (params - apart)) +
+             (apart > 0
+                  ? CollectiveTime(hw, kind, l.tp * l.cp * l.ep, eshard, bytes_per_param * apart)
+                  : 0.0);
+    };
+    const double gather = both(Collective::kAllGather, 2.0);       // bf16
+    const double scatter = both(Collective::kReduceScatter, 4.0);  // fp32
     if (l.reshard) {  // ZeRO-3: gather for forward, again for backward, reduce per micro-batch
       dp = m * (2.0 * gather + scatter);
       dp_exposed = m * (exposed(gather, fwd_mb) + exposed(gather + scatter, bwd_mb));
@@ -425,7 +516,7 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   if (l.dp_replicate > 1) {  // DDP / HSDP: all-reduce the fp32 gradient (shard) across replicas
     const int64_t stride = l.tp * l.cp * l.dp_shard;
     const double ar = CollectiveTime(hw, Collective::kAllReduce, stride, l.dp_replicate,
-                                     4.0 * params / static_cast<double>(shard));
+                                     4.0 * state_params / static_cast<double>(shard));
     dp += ar;
     dp_exposed += exposed(ar, shard > 1 ? 0.0 : bwd_mb);
   }
@@ -434,7 +525,7 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   s.dp_copies = copies;
   const double tp_hidden = layers_run * mb.layer.tp_hidden;
   s.interference = hw.eff.comm_interference * ((dp - dp_exposed) + tp_hidden + s.pp_hidden);
-  s.optimizer = kOptimizerBytesPerParam * params / static_cast<double>(shard) / mem_bw;
+  s.optimizer = kOptimizerBytesPerParam * state_params / static_cast<double>(shard) / mem_bw;
 
   s.step =
       s.compute + s.bubble + s.pp_comm + s.dp_exposed + s.dp_copies + s.interference + s.optimizer;
@@ -450,8 +541,8 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
 }
 
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l) {
-  return EstimateStepTime(w, hw, l,
-                          EstimateMicroBatch(w, hw, l.tp, l.cp, l.micro_batch, l.recompute, l.fp8));
+  return EstimateStepTime(
+      w, hw, l, EstimateMicroBatch(w, hw, l.tp, l.cp, l.micro_batch, l.recompute, l.fp8, l.ep));
 }
 
 }  // namespace tenax::plan

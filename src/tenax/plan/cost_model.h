@@ -26,22 +26,29 @@ struct LayerTime {
   double recompute = 0;    // extra forward work the recompute policy adds
   double tp_comm = 0;      // exposed tensor-parallel all-gathers / reduce-scatters / all-reduces
   double cp_comm = 0;      // context-parallel key/value all-gathers / reduce-scatters
+  double ep_comm = 0;      // MoE: the expert-parallel all-to-alls (blocking, so all exposed)
   double tp_hidden = 0;    // tensor-parallel traffic overlapped with GEMMs (not in total())
   double forward = 0;      // the forward part of total() (gradient reduction cannot overlap it)
-  double total() const { return matmul + attention + elementwise + recompute + tp_comm + cp_comm; }
+  double total() const {
+    return matmul + attention + elementwise + recompute + tp_comm + cp_comm + ep_comm;
+  }
 };
 
-// Per-micro-batch costs that depend only on (tp, cp, micro_batch, recompute, fp8): the search
-// computes them once and reuses them across pipeline and data-parallel choices.
+// Per-micro-batch costs that depend only on (tp, cp, micro_batch, recompute, fp8, and for MoE
+// models ep): the search computes them once and reuses them across pipeline and data-parallel
+// choices. A model with MoE layers gets the mean layer (plan/moe_model.h).
 struct MicroBatchCost {
   LayerTime layer;
-  double output = 0;        // output projection + loss (+ its tensor-parallel traffic)
-  double embedding = 0;     // lookup and its backward scatter (+ its tensor-parallel traffic)
-  double layer_params = 0;  // parameters of one layer on this tensor-parallel rank
+  double output = 0;          // output projection + loss (+ its tensor-parallel traffic)
+  double embedding = 0;       // lookup and its backward scatter (+ its tensor-parallel traffic)
+  double layer_params = 0;    // parameters of one layer on this GPU (after tp, and ep for experts)
+  double expert_params = 0;   // ... of which routed experts (MoE), FSDP-sharded over shard / ep
+  double a2a_bytes_sent = 0;  // MoE: bytes one all-to-all sends off this GPU, per layer (mean)
   double recompute_flops_per_token = 0;  // RecomputeFlopsPerToken for this policy
 };
 MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, int64_t tp,
-                                  int64_t cp, int64_t micro_batch, Recompute r, bool fp8);
+                                  int64_t cp, int64_t micro_batch, Recompute r, bool fp8,
+                                  int64_t ep = 1);
 
 // Layers on each kind of pipeline rank after resolving Layout::first_layers / last_layers.
 struct StageSplit {
@@ -65,6 +72,7 @@ struct StepTime {
   double pp_hidden = 0;     // pipeline sends hidden behind compute
   double tp_comm = 0;       // exposed tensor-parallel traffic over the step (inside compute)
   double cp_comm = 0;       // exposed context-parallel traffic over the step (inside compute)
+  double ep_comm = 0;       // MoE all-to-alls over the step (inside compute)
   double dp_comm = 0;       // all FSDP / DDP traffic
   double dp_exposed = 0;    // the part not hidden behind compute
   double dp_copies = 0;     // FSDP's copy-in / copy-out and dtype casts around each collective

@@ -111,4 +111,32 @@ double DalyExpectedWallTime(double work, double tau, double c, double r, double 
   return m * std::exp(r / m) * std::expm1((tau + c) / m) * work / tau;
 }
 
+Result<double> CheckpointCostFromModel(const ModelSpec& model, const std::string& bandwidth,
+                                       std::string* description) {
+  std::string text = bandwidth;
+  for (const char* suffix : {"B/s", "/s"}) {
+    const std::string s(suffix);
+    if (text.size() > s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0) {
+      text.resize(text.size() - s.size());
+      break;
+    }
+  }
+  TENAX_ASSIGN_OR_RETURN(const double bytes_per_s, ParseCount(text, "--checkpoint-bandwidth"));
+  if (!(bytes_per_s > 0)) return InvalidArgument("--checkpoint-bandwidth must be > 0");
+  const ParamCounts c = CountParams(model);
+  const double bytes = 12.0 * static_cast<double>(c.total);
+  const double seconds = bytes / bytes_per_s;
+  if (description != nullptr) {
+    *description = fmt::format(
+        "{}: {} parameters{} x 12 B (fp32 weights, AdamW m and v) = {} per checkpoint at {}/s: "
+        "{} stall",
+        model.name, FormatCount(static_cast<double>(c.total)),
+        model.moe.enabled() ? fmt::format(" (every expert; {} active per token)",
+                                          FormatCount(static_cast<double>(c.active)))
+                            : "",
+        FormatBytes(bytes), FormatBytes(bytes_per_s), FormatDuration(seconds));
+  }
+  return seconds;
+}
+
 }  // namespace tenax::plan

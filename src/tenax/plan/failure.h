@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tenax/config/model_spec.h"
 #include "tenax/core/status.h"
 
 namespace tenax::plan {
@@ -34,5 +35,12 @@ double DalyInterval(double checkpoint_cost, double mtbf);
 // computation, checkpoints and restarts alike):  M e^{R/M} (e^{(tau + C)/M} - 1) work / tau.
 double DalyExpectedWallTime(double work, double tau, double checkpoint_cost, double restart_cost,
                             double mtbf);
+
+// A checkpoint's stall from the model and the storage bandwidth: tenax writes fp32 weights and
+// AdamW's two moments, 12 bytes per parameter, and a mixture-of-experts model's checkpoint holds
+// every expert (its total, not its active, parameters). `bandwidth` ("10G" or "10GB/s": bytes
+// per second, as ParseCount reads counts). `description` receives the arithmetic, for reports.
+Result<double> CheckpointCostFromModel(const ModelSpec& model, const std::string& bandwidth,
+                                       std::string* description);
 
 }  // namespace tenax::plan

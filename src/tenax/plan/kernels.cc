@@ -99,6 +99,18 @@ double CollectiveTime(const HardwareProfile& hw, Collective c, int64_t stride, i
   return passes * (k - 1.0) * latency + passes * (k - 1.0) / k * bytes / BusBandwidth(hw, c, g);
 }
 
+double AllToAllTime(const HardwareProfile& hw, int64_t stride, int64_t ranks, double bytes) {
+  if (ranks <= 1) return 0;
+  const GroupPlacement g = PlaceGroup(hw, stride, ranks);
+  const double k = static_cast<double>(ranks);
+  const double local = static_cast<double>(g.in_node ? ranks : g.per_node);  // incl. this GPU
+  const double intra = (local - 1.0) / k * bytes, inter = (k - local) / k * bytes;
+  const double t_intra = intra / (hw.nvlink.bandwidth * hw.eff.collective_nvlink);
+  const double t_inter =
+      inter > 0 ? inter / (hw.network.bandwidth * hw.eff.collective_network) : 0.0;
+  return (inter > 0 ? hw.network.latency : hw.nvlink.latency) + std::max(t_intra, t_inter);
+}
+
 double SendTime(const HardwareProfile& hw, bool in_node, double bytes) {
   const Link& link = in_node ? hw.nvlink : hw.network;
   const double eff = in_node ? hw.eff.collective_nvlink : hw.eff.collective_network;

@@ -63,6 +63,13 @@ double BusBandwidth(const HardwareProfile& hw, Collective c, const GroupPlacemen
 double CollectiveTime(const HardwareProfile& hw, Collective c, int64_t stride, int64_t ranks,
                       double bytes);
 
+// Seconds for an all-to-all over `ranks` GPUs (`stride` apart) in which each GPU sends `bytes` in
+// all, an equal share to every rank of the group (its own share stays local). NCCL runs it as
+// ranks - 1 simultaneous point-to-point sends: the shares for GPUs of the same node move over
+// NVLink while the others leave through this GPU's NIC, so the time is one latency plus the
+// longer of the two, each at its measured collective efficiency.
+double AllToAllTime(const HardwareProfile& hw, int64_t stride, int64_t ranks, double bytes);
+
 // Seconds for one point-to-point send of `bytes` inside a node or across nodes.
 double SendTime(const HardwareProfile& hw, bool in_node, double bytes);
 

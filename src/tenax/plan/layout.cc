@@ -45,6 +45,7 @@ std::string LayoutName(const Layout& l) {
   } else {
     s += " dp1";
   }
+  if (l.ep > 1) s += fmt::format(" ep{}", l.ep);
   s += fmt::format(" mbs{}x{}", l.micro_batch, l.micro_batches);
   s += fmt::format(" ac={}", RecomputeName(l.recompute));
   s += l.fp8 ? " fp8" : " bf16";
@@ -57,7 +58,7 @@ bool LayoutConstraints::Allows(const Layout& l) const {
          ok(dp_replicate, l.dp_replicate) && ok(dp_shard, l.dp_shard) &&
          ok(micro_batch, l.micro_batch) && ok(recompute, l.recompute) && ok(fp8, l.fp8) &&
          ok(reshard, l.reshard) && ok(first_layers, l.first_layers) &&
-         ok(last_layers, l.last_layers);
+         ok(last_layers, l.last_layers) && ok(ep, l.ep);
 }
 
 Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text) {
@@ -107,6 +108,8 @@ Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text) {
       TENAX_RETURN_IF_ERROR(integer(&c.dp_shard));
     else if (key == "mbs")
       TENAX_RETURN_IF_ERROR(integer(&c.micro_batch));
+    else if (key == "ep")
+      TENAX_RETURN_IF_ERROR(integer(&c.ep));
     else if (key == "fp8")
       TENAX_RETURN_IF_ERROR(boolean(&c.fp8));
     else if (key == "reshard")
@@ -135,8 +138,8 @@ Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text) {
       }
     } else {
       return InvalidArgument(fmt::format(
-          "--fix: unknown key '{}'; keys: tp cp pp v dp dp_replicate dp_shard mbs ac fp8 reshard "
-          "first last",
+          "--fix: unknown key '{}'; keys: tp cp pp v dp dp_replicate dp_shard ep mbs ac fp8 "
+          "reshard first last",
           key));
     }
   }

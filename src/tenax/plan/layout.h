@@ -4,7 +4,10 @@
 // layouts users pin on the command line (`--fix tp=8,pp=16`).
 // Mesh order, outermost to innermost, is pp, dp_replicate, dp_shard, cp, tp (torchtitan's): the
 // inner axes get the fastest links, which is why tensor parallelism lands on NVLink first.
-// Non-goals: expert parallelism; per-stage layer counts beyond first / last / the rest.
+// Expert parallelism (MoE models) is no axis of its own: it splits dp_shard (torchtitan's and
+// tenax train's dp_shard_in_ep), so it does not change the GPU count.
+// Non-goals: per-stage layer counts beyond first / last / the rest; expert parallelism across
+// context-parallel ranks.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +34,15 @@ constexpr Recompute kAllRecompute[] = {Recompute::kNone, Recompute::kSelective, 
 const char* RecomputeName(Recompute r);
 
 struct Layout {
-  int64_t tp = 1;             // tensor parallel (with sequence parallel on the norms)
-  int64_t cp = 1;             // context parallel: each GPU holds seq_len / cp of every sequence
-  int64_t pp = 1;             // pipeline stages
-  int64_t vpp = 1;            // virtual stages per pipeline rank (interleaved 1F1B when > 1)
-  int64_t dp_replicate = 1;   // data-parallel replicas (HSDP's outer axis; plain DDP when shard=1)
-  int64_t dp_shard = 1;       // FSDP shards parameters, gradients and optimizer state this wide
+  int64_t tp = 1;            // tensor parallel (with sequence parallel on the norms)
+  int64_t cp = 1;            // context parallel: each GPU holds seq_len / cp of every sequence
+  int64_t pp = 1;            // pipeline stages
+  int64_t vpp = 1;           // virtual stages per pipeline rank (interleaved 1F1B when > 1)
+  int64_t dp_replicate = 1;  // data-parallel replicas (HSDP's outer axis; plain DDP when shard=1)
+  int64_t dp_shard = 1;      // FSDP shards parameters, gradients and optimizer state this wide
+  // Mixture of experts: each MoE layer's routed experts split over `ep` of the dp_shard ranks
+  // (ep divides dp_shard); expert weights are FSDP-sharded over the other dp_shard / ep.
+  int64_t ep = 1;
   int64_t micro_batch = 1;    // sequences per micro-batch
   int64_t micro_batches = 1;  // micro-batches per step through each pipeline
   Recompute recompute = Recompute::kNone;
@@ -64,7 +70,7 @@ std::string LayoutName(const Layout& l);
 
 // Fields a user pins; unset ones are searched.
 struct LayoutConstraints {
-  std::optional<int64_t> tp, cp, pp, vpp, dp, dp_replicate, dp_shard, micro_batch;
+  std::optional<int64_t> tp, cp, pp, vpp, dp, dp_replicate, dp_shard, micro_batch, ep;
   std::optional<Recompute> recompute;
   std::optional<bool> fp8, reshard;
   std::optional<int64_t> first_layers, last_layers;  // 0 pins the even split
@@ -72,7 +78,8 @@ struct LayoutConstraints {
   bool Allows(const Layout& l) const;
 };
 
-// "tp=8,pp=16,dp=64,v=4,mbs=1,ac=selective,fp8=no,reshard=no,dp_shard=64,cp=1,first=7,last=7".
+// "tp=8,pp=16,dp=64,v=4,mbs=1,ac=selective,fp8=no,reshard=no,dp_shard=64,cp=1,first=7,last=7",
+// and ep=8 for MoE models.
 Result<LayoutConstraints> ParseLayoutConstraints(const std::string& text);
 
 }  // namespace tenax::plan

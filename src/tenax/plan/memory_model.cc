@@ -3,19 +3,23 @@
 #include <algorithm>
 
 #include "tenax/plan/cost_model.h"
+#include "tenax/plan/moe_model.h"
 
 namespace tenax::plan {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Per-GPU bytes of one stage's parameters, gradients and optimizer state.
-void AddStateBytes(double stage_params, double unit_params, const Layout& l, MemoryBreakdown* m) {
+// Per-GPU bytes of one stage's parameters, gradients and optimizer state. `stage_params`: what
+// the GPU computes with (MoE: E / ep experts per layer); `state_params`: what its shard group
+// holds between them (MoE: every expert, as expert parallelism borrows dp_shard ranks).
+void AddStateBytes(double stage_params, double state_params, double unit_params, const Layout& l,
+                   MemoryBreakdown* m) {
   const double ds = static_cast<double>(l.shard());
   // Mixed precision as in torchtitan and Llama 3: fp32 master weights and AdamW moments (12 B),
   // fp32 gradients (4 B, reduced in fp32), bf16 copies for compute (2 B).
-  m->optimizer = 12.0 * stage_params / ds;
-  m->grads = 4.0 * stage_params / ds;
+  m->optimizer = 12.0 * state_params / ds;
+  m->grads = 4.0 * state_params / ds;
   if (l.shard() == 1) {
     m->params = 2.0 * stage_params;
     return;
@@ -56,7 +60,13 @@ double ActivationBytesPerToken(const Workload& w, int64_t tp, Recompute r) {
   // (2q), the core, the dropout mask. MLP block: input and norm output (2h + 2h), then SwiGLU's
   // w1 and w3 outputs, silu(w1 x) and the product fed to w2 (4 x 2f) or GELU's input and output
   // (2 x 2f), the dropout mask. Norm statistics: fp32 rstd (and mean), 8 B.
-  const double mlp = (w.arch.gated_mlp ? 8.0 : 4.0) * f;
+  double mlp = (w.arch.gated_mlp ? 8.0 : 4.0) * f;
+  double op_mlp = 2.0 * f;  // what the op policy keeps of the MLP (w1's output)
+  if (IsMoe(w)) {           // MoE layers: the routed rows and the experts' intermediates instead
+    const double frac = MoeFraction(w), moe = MoeFeedForwardBytesPerToken(w, tp);
+    mlp = (1.0 - frac) * mlp + frac * moe;
+    op_mlp = (1.0 - frac) * op_mlp + frac * 0.5 * moe;
+  }
   const double none = 4.0 * he + 4.0 * q + 4.0 * kv + core + mask + 4.0 * he + mlp + mask + 8.0;
   switch (r) {
     case Recompute::kNone:
@@ -68,7 +78,7 @@ double ActivationBytesPerToken(const Workload& w, int64_t tp, Recompute r) {
     case Recompute::kOp:
       // torchtitan's op policy keeps the layer input, the 1st and 3rd matmul outputs (q and v, or
       // the fused qkv), the attention output, the 5th (w1 or fc1) and the block output.
-      return 2.0 * he + 2.0 * q + 2.0 * kv + 2.0 * q + 2.0 * f + 2.0 * he + 4.0 * heads;
+      return 2.0 * he + 2.0 * q + 2.0 * kv + 2.0 * q + op_mlp + 2.0 * he + 4.0 * heads;
     case Recompute::kAlternate:
       return 0.5 * (none + 2.0 * he);
     case Recompute::kFull:
@@ -92,7 +102,6 @@ MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, con
 MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, const Layout& l,
                                const LayerFootprint& f) {
   const ModelSpec& m = w.model;
-  const LayerWidths& lw = f.widths;
   const int64_t L = m.n_layers;
   const StageSplit split = SplitStages(L, l);
   const double vocab_params = static_cast<double>(m.vocab_size) * static_cast<double>(m.dim) /
@@ -110,13 +119,19 @@ MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, con
 
   // `first` and `last` pick the rank; neither is the second rank (the busiest middle one: most
   // micro-batches in flight after the first).
+  double layer_experts = 0;  // MoE: routed experts per layer on this GPU (mean over layers)
+  const double layer_params = LayerParamsOnGpu(w, l.tp, l.ep, &layer_experts);
   auto stage = [&](bool first, bool last) {
     MemoryBreakdown b;
     const int64_t layers = l.pp == 1 ? L : first ? split.first : last ? split.last : split.middle;
-    double params = static_cast<double>(layers) * lw.params;
+    double params = static_cast<double>(layers) * layer_params;
     if (first) params += vocab_params + positions;
     if (last && (!first || !m.tie_embeddings)) params += vocab_params + m.dim;
-    AddStateBytes(params, std::max(lw.params, first || last ? vocab_params : 0.0), l, &b);
+    const double state =
+        params + static_cast<double>(layers) * layer_experts * static_cast<double>(l.ep - 1);
+    AddStateBytes(params, state, std::max(layer_params, first || last ? vocab_params : 0.0), l, &b);
+    b.expert_state = 16.0 * static_cast<double>(layers) * layer_experts *
+                     static_cast<double>(l.ep) / static_cast<double>(l.shard());
     const int64_t chunk_layers = CeilDiv(layers, l.vpp);
     int64_t sets = 0;
     if (l.pp == 1) {

@@ -25,6 +25,7 @@ struct MemoryBreakdown {
   double workspace = 0;       // one layer's full activations during its backward or recompute
   double buffers = 0;         // tensor/pipeline communication buffers
   double reserved = 0;        // from the profile
+  double expert_state = 0;    // MoE: of optimizer + grads, the routed experts' share (not extra)
   int64_t layers_held = 0;    // layers whose weights this GPU holds (max over stages)
   int64_t inflight_sets = 0;  // layer x micro-batch activation sets alive at the peak
   const char* stage = "";     // "only", "first", "second" or "last": where the peak is

@@ -9,6 +9,7 @@
 #include "tenax/core/fs.h"
 #include "tenax/plan/calibrate.h"
 #include "tenax/plan/commands.h"
+#include "tenax/plan/failure.h"
 #include "tenax/plan/report.h"
 #include "tenax/plan/search.h"
 #include "tenax/plan/units.h"
@@ -177,8 +178,13 @@ Status RunPlan(const PlanFlags& f) {
     FailureCosts fc;
     TENAX_ASSIGN_OR_RETURN(fc.rate, ParseFailureRate(f.failure_rate, hw.gpus_per_node));
     fc.gpus_per_node = hw.gpus_per_node;
-    TENAX_ASSIGN_OR_RETURN(fc.checkpoint_cost,
-                           ParseDuration(f.checkpoint_cost, "--checkpoint-cost"));
+    if (!f.checkpoint_bandwidth.empty()) {  // the model's checkpoint size (MoE: every expert)
+      TENAX_ASSIGN_OR_RETURN(fc.checkpoint_cost,
+                             CheckpointCostFromModel(spec, f.checkpoint_bandwidth, nullptr));
+    } else {
+      TENAX_ASSIGN_OR_RETURN(fc.checkpoint_cost,
+                             ParseDuration(f.checkpoint_cost, "--checkpoint-cost"));
+    }
     TENAX_ASSIGN_OR_RETURN(fc.restart_cost, ParseDuration(f.restart_cost, "--restart-cost"));
     report.failures = fc;
   }
@@ -187,6 +193,7 @@ Status RunPlan(const PlanFlags& f) {
   std::string explain;
   if (f.explain && !result.best.empty()) {
     explain = ExplainText(w, hw, result.best.front());
+    if (const std::string moe = ExpertChoiceText(report); !moe.empty()) explain += "\n" + moe;
   } else if (f.explain && !result.leanest_not_fitting.empty()) {
     explain = "does not fit: " + ExplainText(w, hw, result.leanest_not_fitting.front());
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "tenax/plan/moe_model.h"
 #include "tenax/plan/support.h"
 #include "tenax/plan/units.h"
 
@@ -36,14 +37,18 @@ std::optional<TrainingEstimate> Training(const PlanReport& r, const Candidate& c
 std::string PlanText(const PlanReport& r) {
   const Workload& w = *r.workload;
   const SearchResult& s = *r.search;
+  const std::string params =
+      IsMoe(w) ? fmt::format("{:.2f}B parameters, {:.2f}B active: {} of {} experts per token",
+                             w.params.total / 1e9, w.params.active / 1e9, w.model.moe.top_k,
+                             w.model.moe.n_experts)
+               : fmt::format("{:.2f}B parameters", w.params.total / 1e9);
   std::string out = fmt::format(
-      "tenax plan: {} ({:.2f}B parameters, {} model FLOP/token at seq_len {}) on {} x {}\n"
+      "tenax plan: {} ({}, {} model FLOP/token at seq_len {}) on {} x {}\n"
       "  batch {} sequences x {} = {} tokens per step; {} kernels, {} attention{}{}\n"
       "  searched {} layouts in {:.3f} s: {} fit, dropped:{}\n",
-      w.shape_name, w.params.total / 1e9, FormatCount(w.flops_per_token), w.seq_len, r.gpus,
-      r.hardware->name, w.sequences(), w.seq_len,
-      FormatCount(static_cast<double>(w.global_batch_tokens)), KernelsName(w.sw.kernels),
-      AttentionName(w.sw.attention),
+      w.shape_name, params, FormatCount(w.flops_per_token), w.seq_len, r.gpus, r.hardware->name,
+      w.sequences(), w.seq_len, FormatCount(static_cast<double>(w.global_batch_tokens)),
+      KernelsName(w.sw.kernels), AttentionName(w.sw.attention),
       w.sw.dropout > 0 ? fmt::format(", dropout {:g}", w.sw.dropout) : "",
       w.sw.tp_overlap != TpOverlap::kNone
           ? fmt::format(", tp overlap {}", TpOverlapName(w.sw.tp_overlap))
@@ -137,6 +142,7 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
       {"vpp", l.vpp},
       {"dp_replicate", l.dp_replicate},
       {"dp_shard", l.dp_shard},
+      {"ep", l.ep},
       {"micro_batch", l.micro_batch},
       {"micro_batches", l.micro_batches},
       {"recompute", RecomputeName(l.recompute)},
@@ -162,6 +168,7 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
         {"tp_exposed", lt.tp_comm},
         {"tp_hidden", lt.tp_hidden},
         {"cp_exposed", lt.cp_comm},
+        {"ep_all_to_all", lt.ep_comm},
         {"total", lt.total()}}},
       {"stage_s",
        {{"first", t.stage_first},
@@ -173,6 +180,7 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
        {{"compute", t.compute},
         {"tp_exposed", t.tp_comm},
         {"cp_exposed", t.cp_comm},
+        {"ep_all_to_all", t.ep_comm},
         {"bubble", t.bubble},
         {"pp_exposed", t.pp_comm},
         {"pp_hidden", t.pp_hidden},
@@ -190,7 +198,13 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
         {"workspace", m.workspace},
         {"buffers", m.buffers},
         {"reserved", m.reserved},
+        {"expert_state", m.expert_state},
         {"stage", m.stage}}}};
+  if (IsMoe(w)) {
+    j["all_to_all_bytes_sent_per_step"] = 4.0 * t.mb.a2a_bytes_sent *
+                                          static_cast<double>(l.micro_batches) *
+                                          static_cast<double>(t.split.max_layers());
+  }
   if (auto t2 = Training(r, c)) {
     nlohmann::json tj = {{"tokens", t2->tokens},
                          {"days", t2->seconds / kDay},
@@ -234,7 +248,9 @@ nlohmann::json PlanJson(const PlanReport& r, bool with_layouts) {
                             {"per_layer", w.params.per_layer},
                             {"layers", w.params.layers},
                             {"output", w.params.output},
-                            {"matmul", w.params.matmul}}}}},
+                            {"matmul", w.params.matmul},
+                            {"experts", w.params.experts},
+                            {"active", w.params.active}}}}},
                         {"software",
                          {{"kernels", KernelsName(w.sw.kernels)},
                           {"attention", AttentionName(w.sw.attention)},
@@ -309,6 +325,12 @@ std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Cand
   out += fmt::format("  tp traffic    {:>10}   exposed ({} hidden)\n", Ms(lt.tp_comm),
                      Ms(lt.tp_hidden));
   out += fmt::format("  cp traffic    {:>10}\n", Ms(lt.cp_comm));
+  if (IsMoe(w)) {
+    out += fmt::format(
+        "  all-to-all    {:>10}   MoE token exchange over ep {} (2 forward, 2 backward; {} sent "
+        "per all-to-all, mean over layers)\n",
+        Ms(lt.ep_comm), l.ep, FormatBytes(t.mb.a2a_bytes_sent));
+  }
   out += fmt::format("  = layer       {:>10}\n", Ms(lt.total()));
   out += fmt::format("  output layer and loss {}, embedding {}\n", Ms(t.mb.output),
                      Ms(t.mb.embedding));
@@ -351,8 +373,57 @@ std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Cand
   out += fmt::format("  buffers       {:>10}   tp / pp communication\n", FormatGiB(m.buffers));
   out += fmt::format("  reserved      {:>10}   CUDA context, NCCL, fragmentation\n",
                      FormatGiB(m.reserved));
+  if (IsMoe(w)) {
+    out += fmt::format(
+        "  (experts      {:>10}   of optimizer + gradients: routed experts, {} per layer on this "
+        "GPU (ep {}), FSDP over {})\n",
+        FormatGiB(m.expert_state), w.model.moe.n_experts / l.ep, l.ep, l.shard() / l.ep);
+  }
   out += fmt::format("  = total       {:>10}   of {}\n", FormatGiB(m.total()),
                      FormatGiB(hw.hbm_bytes));
+  return out;
+}
+
+std::string ExpertChoiceText(const PlanReport& r) {
+  const Workload& w = *r.workload;
+  const SearchResult& s = *r.search;
+  if (!IsMoe(w) || s.best_per_ep.empty()) return "";
+  const MoeSpec& e = w.model.moe;
+  std::string out = fmt::format(
+      "expert parallelism: {} MoE layers of {} experts ({} per token), {:.2f}B of the {:.2f}B "
+      "parameters in routed experts; the fastest fitting layout for each expert-parallel degree "
+      "the search tried (ep divides dp_shard and {}):\n",
+      w.model.n_moe_layers(), e.n_experts, e.top_k, w.params.experts / 1e9, w.params.total / 1e9,
+      e.n_experts);
+  out += fmt::format("  {:>4}  {:<58} {:>9} {:>11} {:>12} {:>11} {:>11} {:>10}\n", "ep", "layout",
+                     "step", "tokens/s", "all-to-all", "a2a bytes", "dp traffic", "memory");
+  const Candidate* chosen = s.best.empty() ? nullptr : &s.best.front();
+  for (const auto& [ep, c] : s.best_per_ep) {
+    const double a2a_bytes = 4.0 * c.time.mb.a2a_bytes_sent *
+                             static_cast<double>(c.layout.micro_batches) *
+                             static_cast<double>(c.time.split.max_layers());
+    out += fmt::format("  {:>4}  {:<58} {:>9} {:>11} {:>12} {:>11} {:>11} {:>10}{}\n", ep,
+                       LayoutName(c.layout), FormatDuration(c.time.step),
+                       FormatCount(c.time.tokens_per_s_per_gpu * static_cast<double>(r.gpus)),
+                       Sec(c.time.ep_comm), FormatBytes(a2a_bytes), Sec(c.time.dp_comm),
+                       FormatGiB(c.memory.total()),
+                       chosen && chosen->layout.ep == ep ? "  <- chosen" : "");
+  }
+  out +=
+      "  all-to-all: the step's exposed token exchange (and the bytes one GPU sends); dp "
+      "traffic: FSDP / DDP collectives (expert weights gathered and reduced over dp_shard / ep "
+      "ranks only). A larger ep trades expert-weight traffic and the gathered window for token "
+      "traffic, which leaves the node once ep x tp x cp exceeds a node.\n";
+  if (chosen != nullptr) {
+    const auto one = s.best_per_ep.find(1);
+    if (one != s.best_per_ep.end() && chosen->layout.ep > 1) {
+      out += fmt::format(
+          "  chosen: ep {}, {:.1f}% faster than the best layout without expert parallelism\n",
+          chosen->layout.ep, 100.0 * (one->second.time.step / chosen->time.step - 1.0));
+    } else if (chosen->layout.ep == 1 && s.best_per_ep.size() > 1) {
+      out += "  chosen: ep 1: every expert-parallel degree was slower\n";
+    }
+  }
   return out;
 }
 

@@ -36,5 +36,9 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c);
 void WritePlanJson(const PlanReport& r, const std::string& explain, std::FILE* out);
 // The breakdown of one candidate: time per layer and per step, memory per GPU, and why.
 std::string ExplainText(const Workload& w, const HardwareProfile& hw, const Candidate& c);
+// MoE models: why the search chose its expert-parallel degree: the fastest fitting layout for
+// every degree it tried, with its all-to-all and FSDP traffic and expert memory. Empty for dense
+// models.
+std::string ExpertChoiceText(const PlanReport& r);
 
 }  // namespace tenax::plan

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <tuple>
 
+#include "tenax/plan/moe_model.h"
+
 namespace tenax::plan {
 namespace {
 
@@ -125,7 +127,7 @@ std::string LayoutProblem(const Workload& w, const HardwareProfile& hw, const La
         w.sequences(), w.global_batch_tokens, w.seq_len);
   }
   if (l.fp8 && hw.peak_fp8 <= 0) return hw.name + " has no fp8 tensor cores (peak_fp8_tflops = 0)";
-  return "";
+  return ExpertParallelProblem(w, l);
 }
 
 Result<Candidate> EvaluateLayout(const Workload& w, const HardwareProfile& hw, const Layout& l) {
@@ -151,7 +153,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
   TopK best(k);
   auto pinned = [](const auto& pin, int64_t v) { return !pin || *pin == v; };
 
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool>, MicroBatchCost> cache;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int64_t>, MicroBatchCost> cache;
   std::map<std::pair<int64_t, int>, LayerFootprint> footprints;
   const bool materialized = w.sw.attention == AttentionKind::kMaterialized;
   for (int64_t tp : Divisors(o.gpus)) {
@@ -199,12 +201,17 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
             for (bool fp8 : {false, true}) {
               if (fix.fp8 && *fix.fp8 != fp8) continue;
               if (fp8 && hw.peak_fp8 <= 0) continue;
-              auto key = std::make_tuple(tp, cp, mbs, static_cast<int>(rc), fp8);
-              auto it = cache.find(key);
-              if (it == cache.end()) {
-                it = cache.emplace(key, EstimateMicroBatch(w, hw, tp, cp, mbs, rc, fp8)).first;
-              }
-              const MicroBatchCost& mb = it->second;
+              // The micro-batch cost per expert-parallel degree (MoE; 1 otherwise).
+              auto cost = [&](int64_t ep) -> const MicroBatchCost& {
+                auto key = std::make_tuple(tp, cp, mbs, static_cast<int>(rc), fp8, ep);
+                auto it = cache.find(key);
+                if (it == cache.end()) {
+                  it =
+                      cache.emplace(key, EstimateMicroBatch(w, hw, tp, cp, mbs, rc, fp8, ep)).first;
+                }
+                return it->second;
+              };
+              const MicroBatchCost& mb = cost(1);
               auto fit = footprints.find({tp, static_cast<int>(rc)});
               if (fit == footprints.end()) {
                 fit = footprints
@@ -241,44 +248,62 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                   }
                   for (int64_t ds : Divisors(dp)) {
                     if (!pinned(fix.dp_shard, ds) || !pinned(fix.dp_replicate, dp / ds)) continue;
-                    for (bool reshard : {false, true}) {
-                      const bool sharded = ds * cp > 1;    // see Layout::shard
-                      if (!sharded && !reshard) continue;  // nothing to reshard
-                      if (sharded && fix.reshard && *fix.reshard != reshard) continue;
-                      Layout l;
-                      l.tp = tp;
-                      l.cp = cp;
-                      l.pp = pp;
-                      l.vpp = v;
-                      l.dp_shard = ds;
-                      l.dp_replicate = dp / ds;
-                      l.micro_batch = mbs;
-                      l.micro_batches = micro_batches;
-                      l.recompute = rc;
-                      l.fp8 = fp8;
-                      l.reshard = reshard;
-                      l.first_layers = first;
-                      l.last_layers = last;
-                      Candidate c;
-                      c.layout = l;
-                      c.memory = EstimateMemory(w, hw, l, footprint);
-                      ++r.evaluated;
-                      if (c.memory.total() > hw.hbm_bytes) {
-                        ++r.dropped["does not fit in GPU memory"];
-                        if (r.leanest_not_fitting.empty() ||
-                            c.memory.total() < r.leanest_not_fitting[0].memory.total()) {
-                          c.time = EstimateStepTime(w, hw, l, mb);
-                          r.leanest_not_fitting = {std::move(c)};
-                        }
+                    for (int64_t ep : Divisors(ds)) {
+                      if (!pinned(fix.ep, ep)) continue;
+                      if (ep > 1 && (!IsMoe(w) || m.moe.n_experts % ep != 0)) {
+                        if (IsMoe(w)) ++r.dropped["expert parallelism does not divide the experts"];
                         continue;
                       }
-                      ++r.fitting;
-                      // Compute and bubble alone bound the step from below: a layout they
-                      // already make slower than the k-th best cannot enter the top k.
-                      EstimatePipeline(w, l, mb, &c.time);
-                      if (best.Full() && c.time.compute + c.time.bubble > best.Slowest()) continue;
-                      c.time = EstimateStepTime(w, hw, l, mb);
-                      best.Offer(std::move(c));
+                      const MicroBatchCost& emb = ep == 1 ? mb : cost(ep);
+                      for (bool reshard : {false, true}) {
+                        const bool sharded = ds * cp > 1;    // see Layout::shard
+                        if (!sharded && !reshard) continue;  // nothing to reshard
+                        if (sharded && fix.reshard && *fix.reshard != reshard) continue;
+                        Layout l;
+                        l.tp = tp;
+                        l.cp = cp;
+                        l.pp = pp;
+                        l.vpp = v;
+                        l.dp_shard = ds;
+                        l.dp_replicate = dp / ds;
+                        l.micro_batch = mbs;
+                        l.micro_batches = micro_batches;
+                        l.recompute = rc;
+                        l.fp8 = fp8;
+                        l.reshard = reshard;
+                        l.first_layers = first;
+                        l.last_layers = last;
+                        l.ep = ep;
+                        Candidate c;
+                        c.layout = l;
+                        c.memory = EstimateMemory(w, hw, l, footprint);
+                        ++r.evaluated;
+                        if (c.memory.total() > hw.hbm_bytes) {
+                          ++r.dropped["does not fit in GPU memory"];
+                          if (r.leanest_not_fitting.empty() ||
+                              c.memory.total() < r.leanest_not_fitting[0].memory.total()) {
+                            c.time = EstimateStepTime(w, hw, l, emb);
+                            r.leanest_not_fitting = {std::move(c)};
+                          }
+                          continue;
+                        }
+                        ++r.fitting;
+                        // Compute and bubble alone bound the step from below: a layout they
+                        // already make slower than the k-th best (and, for MoE models, than the
+                        // best of its ep) cannot enter the top k.
+                        EstimatePipeline(w, l, emb, &c.time);
+                        const double bound = c.time.compute + c.time.bubble;
+                        auto per_ep = r.best_per_ep.find(ep);
+                        const bool ep_done = !IsMoe(w) || (per_ep != r.best_per_ep.end() &&
+                                                           bound > per_ep->second.time.step);
+                        if (best.Full() && bound > best.Slowest() && ep_done) continue;
+                        c.time = EstimateStepTime(w, hw, l, emb);
+                        if (IsMoe(w) && (per_ep == r.best_per_ep.end() ||
+                                         c.time.step < per_ep->second.time.step)) {
+                          r.best_per_ep[ep] = c;
+                        }
+                        best.Offer(std::move(c));
+                      }
                     }
                   }
                 }

@@ -3,7 +3,10 @@
 // recompute policy, precision and FSDP resharding choice; drops the layouts that are invalid or do
 // not fit in memory, counting why; and keeps the K fastest.
 // It is fast because the per-micro-batch cost depends on only (tp, cp, micro-batch, recompute,
-// fp8) and is computed once per combination; the rest of a layout's cost is a few dozen flops.
+// fp8, and for MoE models the expert-parallel degree) and is computed once per combination; the
+// rest of a layout's cost is a few dozen flops. For MoE models every expert-parallel degree
+// dividing dp_shard and the expert count is tried, and the fastest layout of each is kept so that
+// the report can say why one was chosen.
 // Non-goals: layouts whose axis sizes do not divide the GPU count; uneven stage splits.
 #pragma once
 
@@ -38,6 +41,7 @@ struct SearchResult {
   int64_t fitting = 0;
   std::map<std::string, int64_t> dropped;      // reason -> how many layouts
   std::vector<Candidate> leanest_not_fitting;  // up to 1, least memory: for "nothing fits"
+  std::map<int64_t, Candidate> best_per_ep;    // MoE: the fastest fitting layout per ep
   double seconds = 0;                          // wall time of the search
 };
 

@@ -9,6 +9,7 @@
 #include "tenax/plan/failure.h"
 #include "tenax/plan/simulate.h"
 #include "tenax/plan/units.h"
+#include "tenax/plan/workload.h"
 
 namespace tenax::plan {
 namespace {
@@ -32,7 +33,25 @@ Status RunSimulate(const SimulateFlags& f) {
   c.gpus_per_node = f.gpus_per_node;
   if (f.gpus_per_node < 1) return InvalidArgument("--gpus-per-node must be >= 1");
   TENAX_ASSIGN_OR_RETURN(c.rate, ParseFailureRate(f.failure_rate, f.gpus_per_node));
-  TENAX_ASSIGN_OR_RETURN(c.checkpoint_cost, ParseDuration(f.checkpoint_cost, "--checkpoint-cost"));
+  std::string checkpoint_source;  // how the checkpoint cost was derived, when it was
+  if (!f.checkpoint_bandwidth.empty() || !f.model.empty()) {
+    if (f.checkpoint_bandwidth.empty() || f.model.empty() || !f.checkpoint_cost.empty()) {
+      return InvalidArgument(
+          "give either --checkpoint-cost, or --model and --checkpoint-bandwidth (the cost is then "
+          "the model's checkpoint size / bandwidth)");
+    }
+    int64_t ignored = 0;
+    TENAX_ASSIGN_OR_RETURN(ModelSpec model, LoadPlanModel(f.model, &ignored));
+    TENAX_ASSIGN_OR_RETURN(c.checkpoint_cost, CheckpointCostFromModel(model, f.checkpoint_bandwidth,
+                                                                      &checkpoint_source));
+  } else {
+    if (f.checkpoint_cost.empty()) {
+      return InvalidArgument(
+          "--checkpoint-cost is required (or --model and --checkpoint-bandwidth)");
+    }
+    TENAX_ASSIGN_OR_RETURN(c.checkpoint_cost,
+                           ParseDuration(f.checkpoint_cost, "--checkpoint-cost"));
+  }
   TENAX_ASSIGN_OR_RETURN(c.restart_cost, ParseDuration(f.restart_cost, "--restart-cost"));
   TENAX_ASSIGN_OR_RETURN(c.detect_time, ParseDuration(f.detect_time, "--detect-time"));
   TENAX_ASSIGN_OR_RETURN(c.swap_time, ParseDuration(f.swap_time, "--swap-time"));
@@ -90,6 +109,7 @@ Status RunSimulate(const SimulateFlags& f) {
         {"waiting_s", SummaryJson(r.waiting)},
         {"daly_expected_wall_s", c.spares > 0 ? nlohmann::json(analytic) : nlohmann::json(nullptr)},
         {"lost_cost", lost_cost}};
+    if (!checkpoint_source.empty()) j["checkpoint_cost_from"] = checkpoint_source;
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
   }
@@ -105,6 +125,9 @@ Status RunSimulate(const SimulateFlags& f) {
       FormatDuration(young), FormatDuration(daly), FormatDuration(c.checkpoint_cost),
       FormatDuration(c.detect_time), FormatDuration(c.restart_cost), c.spares,
       FormatDuration(c.swap_time), FormatDuration(c.repair_time), c.runs, c.seed);
+  if (!checkpoint_source.empty()) {
+    out.insert(out.find("\n\nover"), "\n  checkpoint " + checkpoint_source);
+  }
   out += Line("wall-clock time", r.wall, true);
   Summary pct = r.efficiency;
   for (double* v : {&pct.mean, &pct.ci_low, &pct.ci_high, &pct.p05, &pct.p95}) *v *= 100;

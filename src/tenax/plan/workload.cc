@@ -60,15 +60,30 @@ ModelParams CountModelParams(const ModelSpec& m, const Architecture& a, int64_t 
   const LayerWidths w = WidthsFor(m, 1, a);
   ModelParams p;
   const double h = static_cast<double>(m.dim), v = static_cast<double>(m.vocab_size);
-  p.per_layer = w.params;
-  p.layers = static_cast<double>(m.n_layers) * w.params;
+  // MoE layers: the dense MLP replaced by a router (E x h), E routed SwiGLU experts of width F
+  // and S shared ones (one SwiGLU of width S x F).
+  const double n_moe = static_cast<double>(m.n_moe_layers());
+  const double n_dense = static_cast<double>(m.n_layers) - n_moe;
+  const MoeSpec& e = m.moe;
+  const double f = static_cast<double>(e.ffn_hidden_dim),
+               experts = static_cast<double>(e.n_experts);
+  const double dense_mlp = (a.gated_mlp ? 3.0 : 2.0) * h * static_cast<double>(m.ffn_hidden_dim);
+  const double moe_layer = w.params - dense_mlp + experts * h +
+                           3.0 * h * f * (experts + static_cast<double>(e.n_shared));
+  p.layers = n_dense * w.params + n_moe * moe_layer;
+  p.experts = n_moe * experts * 3.0 * h * f;
+  const double unused =
+      e.enabled() ? p.experts * (1.0 - static_cast<double>(e.top_k) / experts) : 0;
+  p.per_layer = (p.layers - unused) / static_cast<double>(m.n_layers);
   p.embedding = v * h + (a.learned_positions ? static_cast<double>(seq_len) * h : 0.0);
   p.output = m.tie_embeddings ? 0.0 : v * h;
   const double final_norm = a.layer_norm ? 2.0 * h : h;
   p.total = p.embedding + p.layers + p.output + final_norm;
+  p.active = p.total - unused;
   // torchtitan's convention (and, to within norms and biases, Megatron-LM's): every parameter
-  // but the embedding tables, plus the output projection even when it is tied.
-  p.matmul = p.total - p.embedding + (m.tie_embeddings ? v * h : 0.0);
+  // but the embedding tables, plus the output projection even when it is tied; MoE layers count
+  // the experts a token runs through (top_k of them).
+  p.matmul = p.active - p.embedding + (m.tie_embeddings ? v * h : 0.0);
   return p;
 }
 
@@ -88,6 +103,12 @@ Result<Workload> MakeWorkload(const ModelSpec& model, const Architecture& arch, 
         "--global-batch-tokens = {} is not a whole number of {}-token sequences; use {} ({} "
         "sequences) or {} ({} sequences)",
         batch_tokens, seq_len, lo * seq_len, lo, (lo + 1) * seq_len, lo + 1));
+  }
+  if (model.moe.enabled() && !arch.gated_mlp) {
+    return InvalidArgument(
+        "mixture-of-experts layers are SwiGLU experts: --mlp gelu (or --arch "
+        "gpt) does not apply to " +
+        model.name);
   }
   if (!(sw.dropout >= 0 && sw.dropout < 1)) {
     return InvalidArgument(fmt::format("--dropout = {} must be in [0, 1)", sw.dropout));

@@ -1,8 +1,9 @@
 // What is being trained and how, as the planner sees it: the model's shape (a Llama-style or a
 // GPT-style transformer of any size), the sequence length and global batch, the software features
 // of the run (attention kernel, dropout, overlaps, fused kernels), and the per-GPU widths of a
-// layer once tensor parallelism has cut it. Non-goals: the data pipeline, optimizer
-// hyper-parameters (only AdamW's state size matters here), mixture-of-experts layers.
+// layer once tensor parallelism has cut it. Mixture-of-experts layers (ModelSpec::moe) are
+// counted here (total vs active parameters); their per-GPU costs are in plan/moe_model.h.
+// Non-goals: the data pipeline, optimizer hyper-parameters (only AdamW's state size matters).
 #pragma once
 
 #include <cstdint>
@@ -66,11 +67,14 @@ struct Software {
 // Parameter counts of the model as the planner sizes it (biases and position tables included).
 struct ModelParams {
   double embedding = 0;  // token (+ position) embedding tables
-  double per_layer = 0;  // one transformer layer
+  double per_layer = 0;  // one transformer layer (MoE: the mean over layers of what a token uses)
   double layers = 0;     // all layers
   double output = 0;     // output projection (0 when tied to the embedding)
   double total = 0;
-  double matmul = 0;  // parameters in matmuls: layers' projections + output (6N's N)
+  double matmul = 0;   // parameters a token runs through in matmuls: layers' projections (MoE:
+                       // top_k of the routed experts) + output (6N's N)
+  double experts = 0;  // routed experts of every MoE layer (0 for dense models)
+  double active = 0;   // total minus the routed experts a token does not use
 };
 
 struct Workload {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "tenax/core/check.h"
 #include "tenax/parallel/gradients.h"
@@ -33,7 +34,20 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     own.embed = r == 0;
     own.head = r == p - 1;
   }
+  // 3b. (before the model is built, so that only the held experts are copied) This rank's
+  // experts.
+  if (spec.moe.enabled()) {
+    std::tie(own.expert_begin, own.expert_end) =
+        parallel::ExpertRange(spec.moe.n_experts, g.ep ? g.ep->rank() : 0, g.ep ? g.ep->size() : 1);
+  }
   m->model_ = std::make_unique<parallel::ShardedLlama>(spec, full, *g.tp, own, device);
+  if (spec.moe.enabled()) {
+    m->local_ = parallel::MakeLocalCommunicator();
+    m->moe_runtime_ = std::make_unique<parallel::ExpertParallelRuntime>(
+        g.ep ? *g.ep : *m->local_, std::vector<parallel::Communicator*>{g.tp, g.shard, g.replicate},
+        spec.moe.n_experts, 1.0 / g.tp->size());
+    m->model_->moe()->runtime = m->moe_runtime_.get();
+  }
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [name, shape] : model::Llama::ParamShapes(spec)) shapes[name] = shape;
   for (const auto& sp : m->model_->shard_specs()) m->full_shapes_.push_back(shapes.at(sp.name));
@@ -43,6 +57,7 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     parallel::PipelineOptions po;
     TENAX_ASSIGN_OR_RETURN(po.schedule, parallel::ParseScheduleKind(options.pipeline_schedule));
     po.microbatches = static_cast<int>(options.microbatches);
+    m->pipeline_microbatches_ = po.microbatches;
     po.virtual_stages = static_cast<int>(options.virtual_stages);
     po.compute_dtype = compute_dtype;
     TENAX_ASSIGN_OR_RETURN(m->pipeline_,
@@ -52,7 +67,8 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   // the whole step (each micro-batch would otherwise gather them again).
   parallel::FsdpOptions fo;
   fo.reshard_after_forward = p == 1;
-  m->fsdp_ = std::make_unique<parallel::Fsdp>(*m->model_, *g.shard, *g.replicate, fo);
+  m->fsdp_ =
+      std::make_unique<parallel::Fsdp>(*m->model_, *g.shard, *g.replicate, fo, g.expert_shard);
   m->model_->SetHooks(m->fsdp_.get());
   // Per-element weights of each flat shard for the gradient norm: 1 / copies of the values.
   for (int u = 0; u < m->fsdp_->num_units() && m->fsdp_->sharded(); ++u) {
@@ -68,6 +84,12 @@ void ParallelModel::BeginStep() { fsdp_->BeginStep(); }
 
 Result<double> ParallelModel::ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
                                               int micro_batches) {
+  if (model::MoeState* moe = model_->moe()) {
+    // The aux loss's gradient is scaled like the cross-entropy it joins: the pipeline
+    // back-propagates each of its micro-batches at 1 / m (FinishStep applies 1 / micro_batches
+    // to everything afterwards); otherwise the loss below is divided by micro_batches.
+    moe->aux_grad_scale = pipeline_ ? 1.0 / pipeline_microbatches_ : 1.0 / micro_batches;
+  }
   micro_batches_ = micro_batches;
   if (pipeline_) {
     // The executor back-propagates each step at scale 1; FinishStep applies 1 / micro_batches.

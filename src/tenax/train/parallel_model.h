@@ -5,8 +5,16 @@
 //   2. pipeline          the layers of this rank's stages (chunks c * p + r), the embedding on
 //                        stage 0 and the head on the last; nothing else is allocated.
 //   3. act. checkpoint   inside the blocks, so recomputation also re-runs TP collectives.
+//   3b. expert parallel  MoE layers keep only this rank's experts (those of its position in the
+//                        expert-parallel group) and exchange tokens with all-to-alls inside the
+//                        blocks (parallel/expert_parallel.h). After TP and PP because the expert
+//                        group is made of data-parallel ranks of the same TP and PP coordinates
+//                        (torchtitan borrows it from dp_shard too), so what it splits is the
+//                        local layer; before FSDP, which must see the experts this rank keeps.
 //   4. data parallel     Fsdp over what remains (per-block units; DDP when the shard degree is
-//                        1); last, because it shards the local tensors steps 1-2 produced.
+//                        1); last, because it shards the local tensors steps 1-3b produced. The
+//                        experts form units of their own, sharded over the shard ranks that hold
+//                        the same experts (data_parallel_shard / expert_parallel of them).
 // Every combination whose product is the world size works (3D: replicate x shard x pp x tp).
 // The step: BeginStep, ForwardBackward per accumulated micro-batch, FinishStep (all gradient
 // reductions), ClipGradNorm, then the optimizer on optimizer_params().
@@ -27,6 +35,7 @@
 #include "tenax/model/llama.h"
 #include "tenax/model/tensor_io.h"
 #include "tenax/parallel/communicator.h"
+#include "tenax/parallel/expert_parallel.h"
 #include "tenax/parallel/fsdp.h"
 #include "tenax/parallel/mesh.h"
 #include "tenax/parallel/pipeline.h"
@@ -41,6 +50,10 @@ struct ParallelGroups {  // this rank's group along each mesh axis (size 1 when 
   parallel::Communicator* shard = nullptr;
   parallel::Communicator* pp = nullptr;
   parallel::Communicator* tp = nullptr;
+  // Expert parallelism (null when expert_parallel = 1): the expert-parallel group and the shard
+  // ranks holding the same experts (mesh.h).
+  parallel::Communicator* ep = nullptr;
+  parallel::Communicator* expert_shard = nullptr;
 };
 
 class ParallelModel final : public StepModel {
@@ -57,6 +70,9 @@ class ParallelModel final : public StepModel {
   std::vector<at::Tensor> decay_masks() const override { return fsdp_->decay_masks(); }
   int64_t ResidentStateBytes() const override { return fsdp_->ResidentStateBytes(); }
   int replicas() const { return groups_.replicate->size(); }
+  model::MoeState* moe_state() override { return model_->moe(); }
+  // Ranks holding each layer (the MoE statistics' copies): all but the pipeline axis.
+  int moe_layer_copies() const override { return groups_.world->size() / groups_.pp->size(); }
 
   void BeginStep() override;
   // One micro-batch (B, T) of this data-parallel rank: forward and backward; returns its mean
@@ -101,6 +117,9 @@ class ParallelModel final : public StepModel {
   std::unique_ptr<parallel::ShardedLlama> model_;
   std::unique_ptr<parallel::PipelineExecutor> pipeline_;
   std::unique_ptr<parallel::Fsdp> fsdp_;
+  std::unique_ptr<parallel::Communicator> local_;   // the expert group when expert_parallel = 1
+  std::unique_ptr<model::MoeRuntime> moe_runtime_;  // MoE models only
+  int pipeline_microbatches_ = 1;
   std::vector<at::Tensor> norm_weights_;  // sharded: [optimizer param] (shard_size) fp64
   int micro_batches_ = 1;
 };

@@ -76,6 +76,24 @@ Status Reporter::LogStep(const StepMetrics& m) {
                       {"step_time_s", m.step_time_s},
                       {"tokens", m.tokens_seen},
                       {"time", now}};
+  if (m.moe) {
+    // Per MoE layer (keyed by layer index): tokens per expert, max / mean imbalance, aux loss.
+    nlohmann::json load = nlohmann::json::object(), imbalance = nlohmann::json::object(),
+                   aux = nlohmann::json::object(), remote = nlohmann::json::object();
+    for (const auto& l : m.moe->layers) {
+      const std::string key = std::to_string(l.layer);
+      load[key] = l.tokens;
+      imbalance[key] = l.imbalance;
+      aux[key] = l.aux_loss;
+      remote[key] = l.remote_rows;
+    }
+    j["moe_aux_loss"] = m.moe->aux_loss;
+    j["moe_max_imbalance"] = m.moe->max_imbalance;
+    j["moe_expert_tokens"] = load;
+    j["moe_imbalance"] = imbalance;
+    j["moe_layer_aux_loss"] = aux;
+    j["moe_remote_rows"] = remote;
+  }
   TENAX_RETURN_IF_ERROR(jsonl_->Write(j));
   if (tb_) {
     TENAX_RETURN_IF_ERROR(tb_->AddScalar("train/loss", m.step, float(m.loss), now));
@@ -86,13 +104,31 @@ Status Reporter::LogStep(const StepMetrics& m) {
     if (m.mfu) TENAX_RETURN_IF_ERROR(tb_->AddScalar("perf/mfu", m.step, float(*m.mfu), now));
     TENAX_RETURN_IF_ERROR(
         tb_->AddScalar("memory/peak_gib", m.step, float(m.mem_peak_bytes / 1073741824.0), now));
+    if (m.moe) {
+      TENAX_RETURN_IF_ERROR(tb_->AddScalar("moe/aux_loss", m.step, float(m.moe->aux_loss), now));
+      TENAX_RETURN_IF_ERROR(
+          tb_->AddScalar("moe/max_imbalance", m.step, float(m.moe->max_imbalance), now));
+      for (const auto& l : m.moe->layers) {
+        const std::string layer = fmt::format("moe/layer_{}/", l.layer);
+        TENAX_RETURN_IF_ERROR(tb_->AddScalar(layer + "imbalance", m.step, float(l.imbalance), now));
+        TENAX_RETURN_IF_ERROR(tb_->AddScalar(layer + "aux_loss", m.step, float(l.aux_loss), now));
+        for (size_t e = 0; e < l.tokens.size(); ++e) {
+          TENAX_RETURN_IF_ERROR(tb_->AddScalar(fmt::format("{}expert_{}_tokens", layer, e), m.step,
+                                               float(l.tokens[e]), now));
+        }
+      }
+    }
     TENAX_RETURN_IF_ERROR(tb_->Flush());
   }
   const std::string perf = m.mfu ? fmt::format("mfu {:.1f}%", 100 * *m.mfu)
                                  : fmt::format("{}FLOP/s", FormatCount(m.flops_per_s));
+  const std::string moe =
+      m.moe ? fmt::format(" | aux {:.3f} | imbalance {:.2f}", m.moe->aux_loss, m.moe->max_imbalance)
+            : "";
   const std::string line = fmt::format(
-      "step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {} tok/s | {} | mem {}B | eta {}",
-      m.step, m.total_steps, m.loss, m.lr, m.grad_norm, FormatCount(m.tokens_per_s), perf,
+      "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f} | {} tok/s | {} | mem {}B | eta "
+      "{}",
+      m.step, m.total_steps, m.loss, moe, m.lr, m.grad_norm, FormatCount(m.tokens_per_s), perf,
       FormatCount(static_cast<double>(m.mem_peak_bytes)), FormatDuration(m.eta_s));
   if (live_) {
     std::fprintf(stderr, "\r\033[K%s", line.c_str());

@@ -13,6 +13,7 @@
 #include "tenax/core/metrics_writer.h"
 #include "tenax/core/status.h"
 #include "tenax/core/tensorboard.h"
+#include "tenax/train/moe_metrics.h"
 
 namespace tenax::train {
 
@@ -29,6 +30,7 @@ struct StepMetrics {
   double step_time_s = 0;
   int64_t tokens_seen = 0;
   double eta_s = 0;
+  std::optional<MoeMetrics> moe;  // mixture-of-experts models
 };
 
 class Reporter {

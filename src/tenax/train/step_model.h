@@ -41,6 +41,11 @@ class StepModel {
   // Forward only: mean loss of (tokens, targets).
   virtual Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) = 0;
   virtual void EndEval() = 0;  // frees what evaluation gathered
+
+  // Mixture of experts (model/moe.h): the routing statistics and balancing biases of the layers
+  // this rank runs; null for a dense model. Ranks holding each layer: moe_layer_copies().
+  virtual model::MoeState* moe_state() { return nullptr; }
+  virtual int moe_layer_copies() const { return 1; }
 };
 
 // One process, no layout: the whole model::Llama.
@@ -60,6 +65,7 @@ class SingleProcessModel final : public StepModel {
   void ZeroGrad() override;
   Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) override;
   void EndEval() override {}
+  model::MoeState* moe_state() override { return model_.moe(); }
 
  private:
   model::Llama& model_;

@@ -14,6 +14,7 @@
 #include "tenax/core/log.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/model/tensor_io.h"
+#include "tenax/train/moe_metrics.h"
 
 namespace tenax::train {
 namespace {
@@ -111,6 +112,10 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
                                                                     {{"format", "tenax"}})});
   }
   expected.push_back(model::kTrainStateFile);
+  at::Tensor expert_bias;  // collective when distributed: every rank takes part
+  if (target.moe != nullptr && target.moe->has_bias()) {
+    expert_bias = GatherExpertBias(*target.moe, target.world, target.moe_copies);
+  }
   if (rank == 0) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     nlohmann::json state = {
@@ -130,6 +135,15 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
     };
     if (!progress.loss_history.empty()) state["loss_history"] = progress.loss_history;
     if (!target.tokenizer.empty()) state["tokenizer"] = target.tokenizer;
+    if (expert_bias.defined()) {
+      // fp32 values as JSON doubles: exact both ways.
+      std::vector<std::vector<double>> rows;
+      for (int64_t i = 0; i < expert_bias.size(0); ++i) {
+        const at::Tensor r = expert_bias[i].contiguous();
+        rows.emplace_back(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+      }
+      state["moe_expert_bias"] = rows;
+    }
     files.push_back({model::kTrainStateFile, state.dump(2)});
   }
   return snap;
@@ -260,9 +274,16 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
   model::Llama& model = target.model;
   const ModelSpec& want = model.spec();
   const ModelSpec& have = ckpt.spec;
+  // The dense SwiGLU width is no shape of a model whose every layer is MoE (Mixtral imports set
+  // it to the experts' width).
+  const bool ffn_used = want.n_moe_layers() < want.n_layers;
   if (have.dim != want.dim || have.n_layers != want.n_layers || have.n_heads != want.n_heads ||
-      have.n_kv_heads != want.n_kv_heads || have.ffn_hidden_dim != want.ffn_hidden_dim ||
-      have.vocab_size != want.vocab_size || have.tie_embeddings != want.tie_embeddings) {
+      have.n_kv_heads != want.n_kv_heads ||
+      (ffn_used && have.ffn_hidden_dim != want.ffn_hidden_dim) ||
+      have.vocab_size != want.vocab_size || have.tie_embeddings != want.tie_embeddings ||
+      have.moe.n_experts != want.moe.n_experts || have.moe.top_k != want.moe.top_k ||
+      have.moe.ffn_hidden_dim != want.moe.ffn_hidden_dim ||
+      have.moe.n_shared != want.moe.n_shared) {
     return InvalidArgument(fmt::format(
         "checkpoint {} holds a different model ({}: dim {}, {} layers, vocab {}) than the config "
         "asks for ({}: dim {}, {} layers, vocab {}); fix [model] or point checkpoint.resume "
@@ -310,6 +331,24 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
               .WithContext(ckpt.dir));
     } else {
       TENAX_RETURN_IF_ERROR(target.optimizer.LoadState(state, opt_step).WithContext(ckpt.dir));
+    }
+    if (target.moe != nullptr && target.moe->has_bias() && s.contains("moe_expert_bias")) {
+      const auto rows = s["moe_expert_bias"].get<std::vector<std::vector<double>>>();
+      at::Tensor table = at::zeros({want.n_layers, want.moe.n_experts}, at::kDouble);
+      if (static_cast<int64_t>(rows.size()) != want.n_layers) {
+        return DataError(ckpt.dir + "/train_state.json: moe_expert_bias has " +
+                         std::to_string(rows.size()) + " rows for " +
+                         std::to_string(want.n_layers) + " layers");
+      }
+      for (int64_t i = 0; i < want.n_layers; ++i) {
+        const auto& r = rows[static_cast<size_t>(i)];
+        if (static_cast<int64_t>(r.size()) != want.moe.n_experts) {
+          return DataError(ckpt.dir + "/train_state.json: moe_expert_bias row " +
+                           std::to_string(i) + " does not have one value per expert");
+        }
+        table[i].copy_(at::tensor(r, at::kDouble));
+      }
+      target.moe->SetBiasTable(table);
     }
     TENAX_ASSIGN_OR_RETURN(at::Tensor rng, FromHex(s.at("rng").at("torch_cpu").get<std::string>()));
     at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default state

@@ -63,6 +63,11 @@ struct TrainTarget {
   // "bos_id", "eos_id"} (null ids where it has none); empty when the ids are not text (synthetic,
   // token files). Recorded in train_state.json so export-hf and generate find it.
   nlohmann::json tokenizer = nlohmann::json::object();
+  // Mixture of experts: the state whose sigmoid-router biases are saved in train_state.json
+  // ("moe_expert_bias", one row per layer) and restored; null for dense models. `moe_copies`:
+  // ranks holding each layer (train/moe_metrics.h).
+  model::MoeState* moe = nullptr;
+  int moe_copies = 1;
 };
 
 // A save is two steps, so synchronous and asynchronous saves share one file format:

@@ -176,6 +176,7 @@ class Trainer {
   std::string run_dir_, ckpt_dir_, config_toml_;
   std::unique_ptr<parallel::ProcessGroups> groups_;
   std::unique_ptr<parallel::Communicator> shard_group_, replicate_group_, tp_group_, pp_group_;
+  std::unique_ptr<parallel::Communicator> ep_group_, ep_shard_group_;  // expert_parallel > 1
   std::vector<const parallel::Communicator*> all_groups_;
   std::unique_ptr<protocol::FlightRecorder> flight_;
   std::unique_ptr<protocol::FlightRecorderWatchdog> watchdog_;
@@ -298,8 +299,13 @@ Status Trainer::SetupGroups() {
   TENAX_RETURN_IF_ERROR(group("dp_replicate", parallel::Axis::kReplicate, &replicate_group_));
   TENAX_RETURN_IF_ERROR(group("tp", parallel::Axis::kTensor, &tp_group_));
   TENAX_RETURN_IF_ERROR(group("pp", parallel::Axis::kPipeline, &pp_group_));
+  if (mesh.ep() > 1) {  // expert parallelism within dp_shard (parallel/mesh.h)
+    TENAX_ASSIGN_OR_RETURN(ep_group_, groups_->NewGroup("ep", mesh.ExpertGroupOf(env_.rank)));
+    TENAX_ASSIGN_OR_RETURN(ep_shard_group_,
+                           groups_->NewGroup("ep_shard", mesh.ExpertShardGroupOf(env_.rank)));
+  }
   all_groups_ = {&groups_->world(), shard_group_.get(), replicate_group_.get(), tp_group_.get(),
-                 pp_group_.get()};
+                 pp_group_.get(),   ep_group_.get(),    ep_shard_group_.get()};
   if (!env_.distributed()) return Status::Ok();
   log::Info("rank {} of {} ({}), layout {}", env_.rank, env_.world, env_.source, mesh.Describe());
   // Flight recorder: this rank's last collectives in every group, dumped when the launcher
@@ -338,6 +344,12 @@ Status Trainer::SetupGroups() {
     recorded[i].first->SetFlightRecorder(flight_.get(), names[i]);
     flight_->RegisterGroup(names[i], mesh.GroupOf(env_.rank, recorded[i].second));
   }
+  if (ep_group_) {
+    ep_group_->SetFlightRecorder(flight_.get(), "ep");
+    flight_->RegisterGroup("ep", mesh.ExpertGroupOf(env_.rank));
+    ep_shard_group_->SetFlightRecorder(flight_.get(), "ep_shard");
+    flight_->RegisterGroup("ep_shard", mesh.ExpertShardGroupOf(env_.rank));
+  }
   return Status::Ok();
 }
 
@@ -349,8 +361,9 @@ Status Trainer::SetupModel() {
   if (env_.distributed()) {
     // This rank's part of the model under the layout (train/parallel_model.h); the full model
     // then only serves as the shape reference (its tensors are released).
-    ParallelGroups pg{&groups_->world(), replicate_group_.get(), shard_group_.get(),
-                      pp_group_.get(), tp_group_.get()};
+    ParallelGroups pg{&groups_->world(),    replicate_group_.get(), shard_group_.get(),
+                      pp_group_.get(),      tp_group_.get(),        ep_group_.get(),
+                      ep_shard_group_.get()};
     TENAX_ASSIGN_OR_RETURN(parallel_model_,
                            ParallelModel::Create(spec_, model_->params(), pg, config_.parallelism,
                                                  device_.device, device_.compute_dtype));
@@ -372,6 +385,7 @@ Status Trainer::SetupModel() {
                        {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
                        {"tensor_parallel", mesh.degree(parallel::Axis::kTensor)},
                        {"pipeline_parallel", mesh.degree(parallel::Axis::kPipeline)},
+                       {"expert_parallel", mesh.ep()},
                        {"sharding", parallel_model_ ? "rank-pieces" : "none"}}});
   if (!data_.tokenizer.empty()) {  // for export-hf and generate (train_checkpoint.h)
     auto id = [](std::optional<uint32_t> v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
@@ -379,8 +393,15 @@ Status Trainer::SetupModel() {
                           {"bos_id", id(data_.bos)},
                           {"eos_id", id(data_.eos)}};
   }
-  log::Info("model: {} with {} parameters, {} training FLOP/token at seq_len {}; device {} ({})",
+  target_->moe = step_model_->moe_state();  // the sigmoid router's biases travel with it
+  target_->moe_copies = step_model_->moe_layer_copies();
+  log::Info("model: {} with {} parameters{}, {} training FLOP/token at seq_len {}; device {} ({})",
             spec_.name, FormatParams(static_cast<double>(summary_.n_params)),
+            spec_.moe.enabled()
+                ? fmt::format(" ({} active: {} of {} experts per token)",
+                              FormatParams(static_cast<double>(CountParams(spec_).active)),
+                              spec_.moe.top_k, spec_.moe.n_experts)
+                : "",
             FormatCount(flops_.total()), t_.seq_len, device_.name,
             device_.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
   log::Info("parameters + gradients + optimizer state per rank: {} bytes",
@@ -620,8 +641,15 @@ Status Trainer::Step(int64_t step) {
                               step, loss, grad_norm, whose, config_.optimizer.lr, ckpt_dir_)),
         secondary);
   }
+  std::optional<MoeMetrics> moe_metrics;
+  if (model::MoeState* moe = step_model_->moe_state()) {  // collective: every rank, every step
+    moe_metrics = CollectMoeMetrics(*moe, env_.distributed() ? &world : nullptr,
+                                    step_model_->moe_layer_copies());
+  }
   TENAX_ASSIGN_OR_RETURN(const SpikeAction spike, CheckSpike(step, loss));
   if (spike != SpikeAction::kSkip) optimizer_->Step(lr);
+  // The sigmoid router's biases move with the step's loads (not when its update was skipped).
+  if (model::MoeState* moe = step_model_->moe_state()) moe->EndStep(spike != SpikeAction::kSkip);
   if (spike == SpikeAction::kNone) spikes_->Add(loss);
   step_model_->ZeroGrad();
   progress_.step = step;
@@ -652,6 +680,7 @@ Status Trainer::Step(int64_t step) {
   m.tokens_seen = progress_.tokens_seen;
   m.eta_s =
       train_seconds_ / static_cast<double>(steps_timed_) * static_cast<double>(last_step_ - step);
+  m.moe = std::move(moe_metrics);
   if (reporter_out_ && (step % config_.metrics.log_interval == 0 || step == last_step_)) {
     TENAX_RETURN_IF_ERROR(reporter_out_->LogStep(m));
   }
@@ -779,9 +808,11 @@ Status Trainer::Finish() {
     const double n = static_cast<double>(steps_timed_);
     log::Info(
         "communication per step on this rank: all-reduce {:.0f} B, all-gather {:.0f} B "
-        "received, reduce-scatter {:.0f} B sent, p2p {:.0f} B; {:.4f} s/step",
+        "received, reduce-scatter {:.0f} B sent, p2p {:.0f} B, all-to-all {:.1f} B sent; "
+        "{:.4f} s/step",
         step_comm_.all_reduce_bytes / n, step_comm_.all_gather_bytes / n,
-        step_comm_.reduce_scatter_bytes / n, step_comm_.p2p_bytes / n, train_seconds_ / n);
+        step_comm_.reduce_scatter_bytes / n, step_comm_.p2p_bytes / n,
+        step_comm_.all_to_all_bytes / n, train_seconds_ / n);
   }
   summary_.last_step = last_step_;
   if (last_step_ < t_.steps) {
