@@ -251,7 +251,14 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     beats_[i] = *beat;
     stragglers_.Add(i, beat->recent);
     if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
-    if (beat->step == last_step_[i]) continue;
+    if (beat->step == last_step_[i]) {
+      if (beat->work != last_work_[i]) {  // evaluating: progress, but not a step's interval
+        last_work_[i] = beat->work;
+        last_progress_ = Elapsed();
+      }
+      continue;
+    }
+    last_work_[i] = beat->work;
     if (i == 0 && last_step_[0] >= 0) intervals_.push_back(Elapsed() - last_progress_);
     any_step_done_ = any_step_done_ || last_step_[i] >= 0;
     last_step_[i] = beat->step;
@@ -346,6 +353,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   beats_.assign(n, none);
   rank_pids_.assign(n, -1);
   last_step_.assign(n, -1);
+  last_work_.assign(n, 0);
   intervals_.clear();
   any_step_done_ = false;
   for (int local = 0; local < n; ++local) {

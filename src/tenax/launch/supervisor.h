@@ -135,6 +135,7 @@ class Supervisor {
   double last_goodput_write_ = -1;
   // Progress of the running generation (CheckBeats).
   std::vector<int64_t> last_step_;
+  std::vector<int64_t> last_work_;  // beats' evaluation progress (Beat::work)
   std::vector<double> intervals_;  // seconds between step completions (local rank 0)
   double last_progress_ = 0, last_check_ = 0;
   bool any_step_done_ = false;

@@ -38,6 +38,7 @@ std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   b.pid = j.value("pid", 0);
   b.host = j.value("host", std::string());
   b.writing_checkpoint = j.value("writing_checkpoint", int64_t{-1});
+  b.work = j.value("work", int64_t{0});
   b.resume_step = j.value("resume_step", int64_t{0});
   b.set_aside = j.value("set_aside", 0);
   b.run_dir = j.value("run_dir", std::string());
@@ -84,6 +85,13 @@ void HeartbeatWriter::StepDone(int64_t step, double step_s, double compute_s, do
 
 void HeartbeatWriter::CheckpointBegin(int64_t step) { Write(step, Phase::kCheckpoint); }
 
+void HeartbeatWriter::EvalProgress(int64_t step) {
+  ++beat_.work;
+  if (last_phase_ != Phase::kEval || MonotonicNow() - last_write_s_ >= 0.2) {
+    Write(step, Phase::kEval);
+  }
+}
+
 void HeartbeatWriter::CheckpointDone(int64_t step, double seconds) {
   beat_.checkpoint_s += seconds;
   Write(step, Phase::kTrain);
@@ -99,6 +107,7 @@ void HeartbeatWriter::Write(int64_t step, Phase phase) {
   if (dir_.empty()) return;
   last_step_ = step;
   last_phase_ = phase;
+  last_write_s_ = MonotonicNow();
   nlohmann::json recent = nlohmann::json::array();
   for (const auto& [s, c] : recent_) recent.push_back({s, c});
   const nlohmann::json j = {{"step", step},
@@ -106,6 +115,7 @@ void HeartbeatWriter::Write(int64_t step, Phase phase) {
                             {"phase", PhaseName(phase)},
                             {"generation", beat_.generation},
                             {"writing_checkpoint", beat_.writing_checkpoint},
+                            {"work", beat_.work},
                             {"pid", beat_.pid},
                             {"host", beat_.host},
                             {"resume_step", beat_.resume_step},

@@ -23,8 +23,11 @@ struct Beat {
   int64_t step = 0;
   double wall_s = 0;  // the rank's clock (seconds since the epoch)
   // kReady (set up, about to train), kTrain (a step finished), kCheckpoint (writing one),
-  // kNonFinite / kLossSpike (about to exit with that diagnosis).
+  // kNonFinite / kLossSpike (about to exit with that diagnosis), kEval (evaluating after `step`).
   Phase phase = Phase::kTrain;
+  // Progress between steps: bumped for every evaluation batch (beats rate-limited), so the
+  // launcher sees a long evaluation advance and does not take it for a hang.
+  int64_t work = 0;
   // The step an asynchronous checkpoint save is writing in the background, -1 when none (so a
   // rank that dies while its writer thread writes counts as a crash in a checkpoint).
   int64_t writing_checkpoint = -1;
@@ -55,6 +58,8 @@ class HeartbeatWriter {
   void Ready(int64_t resume_step, int set_aside, const std::string& run_dir);
   void StepDone(int64_t step, double step_s, double compute_s, double tokens_per_s);
   void CheckpointBegin(int64_t step);
+  // One evaluation batch done after `step` (a beat at most every 0.2 s).
+  void EvalProgress(int64_t step);
   void CheckpointDone(int64_t step, double seconds);
   void NonFinite(int64_t step);
   void LossSpike(int64_t step);
@@ -68,6 +73,7 @@ class HeartbeatWriter {
 
   int64_t last_step_ = 0;
   Phase last_phase_ = Phase::kReady;
+  double last_write_s_ = 0;  // MonotonicNow() of the last beat
 
   int rank_;
   std::string dir_;  // empty: beats off

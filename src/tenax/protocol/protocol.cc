@@ -11,13 +11,14 @@
 namespace tenax::protocol {
 namespace {
 
-constexpr std::array<std::pair<Phase, const char*>, 6> kPhases = {{
+constexpr std::array<std::pair<Phase, const char*>, 7> kPhases = {{
     {Phase::kSetup, "setup"},
     {Phase::kReady, "ready"},
     {Phase::kTrain, "train"},
     {Phase::kCheckpoint, "checkpoint"},
     {Phase::kNonFinite, "nonfinite"},
     {Phase::kLossSpike, "loss-spike"},
+    {Phase::kEval, "eval"},
 }};
 
 constexpr std::array<std::pair<FailureKind, const char*>, 12> kKinds = {{

@@ -55,7 +55,7 @@ bool Restartable(int code);
 std::string DescribeExitCode(int code);
 
 // Where a rank is, as its heartbeats say (heartbeat.h). kSetup: no beat yet.
-enum class Phase { kSetup, kReady, kTrain, kCheckpoint, kNonFinite, kLossSpike };
+enum class Phase { kSetup, kReady, kTrain, kCheckpoint, kNonFinite, kLossSpike, kEval };
 const char* PhaseName(Phase p);
 std::optional<Phase> ParsePhase(std::string_view name);
 

@@ -14,6 +14,7 @@
 
 #include "tenax/core/temp_dir.h"
 #include "tenax/protocol/exit_report.h"
+#include "tenax/protocol/heartbeat.h"
 #include "tenax/protocol/rank_context.h"
 
 namespace tenax::protocol {
@@ -57,7 +58,7 @@ TEST(ProtocolTest, WaitStatusBecomesTheShellsCode) {
 
 TEST(ProtocolTest, NamesRoundTrip) {
   for (Phase p : {Phase::kSetup, Phase::kReady, Phase::kTrain, Phase::kCheckpoint,
-                  Phase::kNonFinite, Phase::kLossSpike}) {
+                  Phase::kNonFinite, Phase::kLossSpike, Phase::kEval}) {
     EXPECT_EQ(ParsePhase(PhaseName(p)), p);
   }
   EXPECT_FALSE(ParsePhase("bogus"));
@@ -159,6 +160,29 @@ TEST(ExitReportTest, WrittenReportIsReadBack) {
   EXPECT_TRUE(ReadExitReport(dir.path(), 2)->secondary);
   EXPECT_FALSE(ReadExitReport(dir.path(), 7));
   ExitReporter().Report(5, FailureKind::kCrash, "no folder: a no-op");
+}
+
+TEST(HeartbeatTest, EvaluationBatchesShowAsProgressWithoutAStep) {
+  // The launcher counts a change of step or of `work` as progress (launch/supervisor.cc): a long
+  // evaluation after step 12 must keep changing `work` while the step stays 12.
+  TempDir dir;
+  HeartbeatWriter w(dir.path(), 0, 2);
+  w.StepDone(12, 0.1, 0.1, 1000);
+  std::optional<Beat> b = ReadHeartbeat(dir.path(), 0);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->work, 0);
+  EXPECT_EQ(b->phase, Phase::kTrain);
+  w.EvalProgress(12);  // the first batch of an evaluation always beats
+  b = ReadHeartbeat(dir.path(), 0);
+  EXPECT_EQ(b->step, 12);
+  EXPECT_EQ(b->phase, Phase::kEval);
+  EXPECT_EQ(b->work, 1);
+  EXPECT_EQ(b->generation, 2);
+  for (int i = 0; i < 50; ++i) w.EvalProgress(12);  // counted; beats at most every 0.2 s
+  w.StepDone(13, 0.1, 0.1, 1000);
+  b = ReadHeartbeat(dir.path(), 0);
+  EXPECT_EQ(b->step, 13);
+  EXPECT_EQ(b->work, 51);
 }
 
 TEST(ExitReportTest, RecognisesALostPeer) {

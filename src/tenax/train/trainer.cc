@@ -750,6 +750,7 @@ Status Trainer::Evaluate(int64_t step) {
   auto loss_of = [&](const at::Tensor& x, const at::Tensor& y) {
     Result<double> l = step_model_->EvalLoss(x, y);
     if (!l.ok()) log::Error("evaluation: {}", l.status().ToString());
+    beats_->EvalProgress(step);  // a long evaluation is progress, not a hang
     return at::full({}, l.ok() ? *l : std::nan(""), at::kDouble);
   };
   // This rank's share of the validation windows, combined over all ranks. `copies`: how many
