@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 // A small synthetic run: fast on 2 cores, deterministic, vocabulary known in advance.
 std::string SmallRun(const TempDir& dir, const std::string& extra = "") {
-  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set training.local_batch_size=4 "
          "--set data.synthetic.train_tokens=40000 --set data.synthetic.val_tokens=4000 "
          "--set data.synthetic.vocab_size=32 --set data.synthetic.order=1 "
@@ -340,7 +340,7 @@ TEST(PrepareE2E, TextFilesToShardsToTraining) {
     EXPECT_TRUE(fs::exists(dir / ("shards/" + std::string(f)))) << f;
   }
   EXPECT_EQ(ReadFile(dir / "shards/train.bin").substr(0, 8), "TENAXTOK");
-  auto t = RunTenax("train --set data.source=shards --set data.path=" + dir / "shards" +
+  auto t = RunTenax("train --defaults --set data.source=shards --set data.path=" + dir / "shards" +
                         " --set model.preset=debug-tiny --set training.steps=3 "
                         "--set training.seq_len=32 --set training.local_batch_size=2 "
                         "--set metrics.eval_tokens=256 --set metrics.progress=never "
