@@ -259,6 +259,10 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                       l.reshard = reshard;
                       l.first_layers = first;
                       l.last_layers = last;
+                      if (o.accept && !o.accept(l)) {
+                        ++r.dropped[o.reject_reason];
+                        continue;
+                      }
                       Candidate c;
                       c.layout = l;
                       c.memory = EstimateMemory(w, hw, l, footprint);

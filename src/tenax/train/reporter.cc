@@ -91,9 +91,9 @@ Status Reporter::LogStep(const StepMetrics& m) {
   const std::string perf = m.mfu ? fmt::format("mfu {:.1f}%", 100 * *m.mfu)
                                  : fmt::format("{}FLOP/s", FormatCount(m.flops_per_s));
   const std::string line = fmt::format(
-      "step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {} tok/s | {} | mem {}B | eta {}",
+      "step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {} tok/s | {} | mem {} | eta {}",
       m.step, m.total_steps, m.loss, m.lr, m.grad_norm, FormatCount(m.tokens_per_s), perf,
-      FormatCount(static_cast<double>(m.mem_peak_bytes)), FormatDuration(m.eta_s));
+      FormatGiB(static_cast<double>(m.mem_peak_bytes)), FormatDuration(m.eta_s));
   if (live_) {
     std::fprintf(stderr, "\r\033[K%s", line.c_str());
     std::fflush(stderr);
