@@ -254,8 +254,8 @@ std::string ReportHtml(const RunData& d, std::vector<ChartFile>* charts) {
   char when[64];
   std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
   html += fmt::format(
-      "<h1>tenax run {}</h1>\n<div class=\"sub\">{} &middot; written {} by "
-      "<code>tenax report</code></div>\n",
+      "<h1>tenax run {}</h1>\n<div class=\"sub\">{} &middot; written {} (again: "
+      "<code>tenax report RUN_FOLDER</code>)</div>\n",
       EscapeXml(name), EscapeXml(d.run_dir), when);
 
   // Summary.
