@@ -179,7 +179,8 @@ TEST(TrainE2E, BadConfigNamesKeyValueAndFix) {
   auto r = RunTenax("train --config " + dir / "bad.toml", dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;  // invalid argument: fix the input, do not restart
   EXPECT_NE(r.output.find("unknown key 'training.learning_rate'"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("optimizer.lr = -1 is invalid: must be > 0"), std::string::npos)
+  EXPECT_NE(r.output.find(":5: optimizer.lr = -1 is invalid: must be in (0, 1]"),
+            std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "runs"));  // nothing was created
 
@@ -191,6 +192,37 @@ TEST(TrainE2E, BadConfigNamesKeyValueAndFix) {
   EXPECT_EQ(bad_set.exit_code, 2);
   EXPECT_NE(bad_set.output.find("expected one of: auto, cpu, cuda"), std::string::npos)
       << bad_set.output;
+}
+
+// Edges a new user trips on: an unknown command is named (with the closest one), training
+// without a config is refused unless --defaults asks for the built-in one (also by tenax launch,
+// before any rank starts), and `config show` prints TOML that reads back to the same config.
+TEST(TrainE2E, CommandLineEdges) {
+  TempDir dir;
+  auto r = RunTenax("bogus", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'bogus'; the commands are: train, eval"),
+            std::string::npos)
+      << r.output;
+  r = RunTenax("lanch --nproc-per-node 2", dir.path());
+  EXPECT_NE(r.output.find("(did you mean 'launch'?)"), std::string::npos) << r.output;
+  r = RunTenax("train --set training.steps=1", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("tenax train needs --config FILE"), std::string::npos) << r.output;
+  r = RunTenax("launch --nproc-per-node 1 -- train --set training.steps=1", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("tenax train needs --config FILE"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("generation 0"), std::string::npos) << r.output;  // nothing started
+  EXPECT_FALSE(fs::exists(dir / "runs"));
+  r = RunTenax("config show --config " + SourceDir() + "/configs/demo.toml --set training.steps=7",
+               dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nsteps = 7  # default 100\n"), std::string::npos) << r.output;
+  WriteFile(dir / "shown.toml", r.output);
+  auto again = RunTenax("config show --config " + dir / "shown.toml", dir.path());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  // Same keys and values; only the title line differs.
+  EXPECT_EQ(again.output.substr(again.output.find('\n')), r.output.substr(r.output.find('\n')));
 }
 
 TEST(TrainE2E, EveryShippedConfigParses) {
@@ -237,6 +269,10 @@ TEST(TrainE2E, RunFolderHasMetricsAndTensorBoard) {
   }
   EXPECT_EQ(train, 8);
   EXPECT_EQ(val, 2);
+  // A plain tenax train writes its report too.
+  EXPECT_NE(r.output.find("train: report written to " + dir / "m/report.html"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir / "m/report/loss.svg"));
 
   std::string events;
   for (const auto& e : fs::directory_iterator(dir / "m/tb")) events = e.path().string();
