@@ -4,10 +4,7 @@
 // an uninterrupted run bit for bit (CPU), no committed step is lost, and goodput.json records the
 // failure with its kind and timings. Also: hot spares and quarantine, stragglers, the status file
 // and the Prometheus endpoint, and inputs that a restart cannot fix.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -269,23 +266,6 @@ TEST_F(ResilienceE2E, StragglerIsReportedByRankAndHost) {
   EXPECT_FALSE(s["host"].get<std::string>().empty());
   EXPECT_GT(s["compute_s"].get<double>(), 1.5 * s["median_s"].get<double>());
   EXPECT_EQ(report["failures"].size(), 0u);
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-    ::send(fd, req.data(), req.size(), 0);
-    char buf[4096];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, n);
-  }
-  ::close(fd);
-  return out;
 }
 
 // The status file, the live page and the Prometheus endpoint, read while the run is going:

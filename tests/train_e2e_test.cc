@@ -2,10 +2,14 @@
 // real binary, real files, asserting the numbers it writes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 
+#include "tenax/core/net.h"
+#include "tenax/report/testing_prometheus.h"
 #include "test_util.h"
 
 namespace tenax::testing {
@@ -243,6 +247,57 @@ TEST(TrainE2E, EveryShippedConfigParses) {
 
 // The run folder: metrics.jsonl with the promised fields, TensorBoard events that an independent
 // reader decodes to the same losses, validation records every eval_interval steps.
+// `tenax train --metrics-port` without a launcher: the live page and /metrics of the run, served
+// while it trains. An injected hang at step 6 (TENAX_INJECT, as tenax launch passes --inject)
+// holds the run after step 5 is logged, so the scrape sees a known state.
+TEST(TrainE2E, PlainTrainServesTheLivePageAndMetrics) {
+  TempDir dir;
+  const int port = FreeTcpPort();
+  ::setenv("TENAX_INJECT", "hang:rank=0:step=6", 1);
+  Background run(Words(SmallRun(dir,
+                                "--set job.name=live --set training.steps=20 "
+                                "--set checkpoint.interval=4 --metrics-port " +
+                                    std::to_string(port))),
+                 dir.path(), dir / "live.log");
+  ::unsetenv("TENAX_INJECT");
+  const bool held = WaitFor(
+      [&] {
+        const auto records = TrainRecords(dir / "live/metrics.jsonl");
+        return !records.empty() && records.back()["step"] == 5 &&
+               ReadFile(dir / "live.log").find("hang at step 6") != std::string::npos;
+      },
+      300);
+  ASSERT_TRUE(held) << ReadFile(dir / "live.log");
+  const std::string metrics = HttpGet(port, "/metrics");
+  const std::string page = HttpGet(port, "/");
+  const std::string status = HttpGet(port, "/status.json");
+  EXPECT_EQ(HttpGet(port, "/nothing").find("HTTP/1.0 404"), 0u);
+  ASSERT_NE(metrics.find("\r\n\r\n"), std::string::npos) << metrics;
+  std::map<std::string, report::testing::PromFamily> m;
+  ASSERT_EQ(report::testing::ParsePrometheus(metrics.substr(metrics.find("\r\n\r\n") + 4), &m), "")
+      << metrics;
+  const auto last = TrainRecords(dir / "live/metrics.jsonl").back();
+  using report::testing::PromValue;
+  EXPECT_EQ(PromValue(m, "tenax_step"), 5);
+  EXPECT_DOUBLE_EQ(PromValue(m, "tenax_train_loss"), last["loss"].get<double>());
+  EXPECT_DOUBLE_EQ(PromValue(m, "tenax_learning_rate"), last["lr"].get<double>());
+  EXPECT_EQ(PromValue(m, "tenax_trained_tokens"), 5 * 4 * 32);  // steps x batch x seq_len
+  EXPECT_EQ(PromValue(m, "tenax_tokens_total"), 5 * 4 * 32);
+  EXPECT_EQ(m["tenax_tokens_total"].type, "counter");
+  EXPECT_EQ(PromValue(m, "tenax_last_checkpoint_step"), 4);
+  EXPECT_GE(PromValue(m, "tenax_seconds_since_last_checkpoint"), 0);
+  EXPECT_EQ(m.count("tenax_restarts_total"), 0u);  // no launcher: no supervision series
+  EXPECT_NE(page.find("<title>tenax live</title>"), std::string::npos) << page.substr(0, 300);
+  EXPECT_EQ(page.find(" src="), std::string::npos);  // fetches nothing
+  ASSERT_NE(status.find("\r\n\r\n"), std::string::npos) << status;
+  const auto j = nlohmann::json::parse(status.substr(status.find("\r\n\r\n") + 4));
+  EXPECT_EQ(j["source"], "tenax train");
+  EXPECT_EQ(j["step"], 5);
+  EXPECT_NE(ReadFile(dir / "live.log")
+                .find("live page at http://127.0.0.1:" + std::to_string(port) + "/"),
+            std::string::npos);
+}
+
 TEST(TrainE2E, RunFolderHasMetricsAndTensorBoard) {
   TempDir dir;
   auto r = RunTenax(SmallRun(dir, "--set job.name=m --set training.steps=8"), dir.path());
