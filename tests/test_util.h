@@ -31,12 +31,19 @@ inline CommandResult RunCommand(const std::string& command, const std::string& c
 }
 // Runs the tenax binary with `args` (already shell-quoted where needed) in `cwd`.
 CommandResult RunTenax(const std::string& args, const std::string& cwd);
+// Same, keeping stdout only (the log, on stderr, is discarded): for commands whose stdout is data.
+CommandResult RunTenaxStdout(const std::string& args, const std::string& cwd);
 
 // A tenax process started in the background (not through a shell, so pid() is tenax's own),
 // its output going to `log`. The destructor kills it (SIGKILL) if it is still running.
 class Background {
  public:
   Background(const std::vector<std::string>& args, const std::string& cwd, std::string log);
+  // Any program: `argv[0]` is looked up in PATH (e.g. {"ip", "netns", "exec", ...}); exec
+  // chains keep the pid, so pid() ends up as the last program's.
+  struct Program {};
+  Background(Program, const std::vector<std::string>& argv, const std::string& cwd,
+             std::string log);
   ~Background();
   Background(const Background&) = delete;
   Background& operator=(const Background&) = delete;

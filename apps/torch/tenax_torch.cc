@@ -1,13 +1,14 @@
-// tenax-torch: the subcommands that need libtorch (train, eval, import-hf, export-hf). Users run
-// `tenax SUBCOMMAND`; the torch-free `tenax` executable replaces itself with this one (same pid,
-// same arguments) for these subcommands, so `tenax launch`, `plan` and `simulate` never load
-// libtorch. Thin on purpose: parse flags, call the library, map the result to an exit code
+// tenax-torch: the subcommands that need libtorch (train, eval, import-hf, export-hf, generate).
+// Users run `tenax SUBCOMMAND`; the torch-free `tenax` executable replaces itself with this one
+// (same pid, same arguments) for these subcommands, so `tenax launch`, `plan` and `simulate` never
+// load libtorch. Thin on purpose: parse flags, call the library, map the result to an exit code
 // (docs/exit_codes.md).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "tenax/config/config.h"
@@ -24,6 +25,8 @@
 #include "tenax/report/http_server.h"
 #include "tenax/report/live.h"
 #include "tenax/train/evaluate.h"
+#include "tenax/train/export_hf.h"
+#include "tenax/train/generate_text.h"
 #include "tenax/train/trainer.h"
 
 namespace tenax {
@@ -100,12 +103,50 @@ Status RunTrain(const TrainCommand& command) {
 }
 
 Status RunEval(const std::string& checkpoint, const std::string& data_spec, int64_t tokens,
-               const std::string& device) {
+               const std::string& device, int64_t seq_len, int64_t batch_size) {
   TrainingOptions device_options;
   device_options.device = device;
   TENAX_ASSIGN_OR_RETURN(train::EvalResult r,
-                         train::EvaluateCheckpoint(checkpoint, data_spec, tokens, device_options));
+                         train::EvaluateCheckpoint(checkpoint, data_spec, tokens, device_options,
+                                                   seq_len, batch_size));
   std::printf("%s\n", nlohmann::json({{"loss", r.loss}, {"tokens", r.tokens}}).dump().c_str());
+  return Status::Ok();
+}
+
+// Streams the text to stdout as it is generated; with `as_json`, one JSON line at the end instead.
+Status RunGenerate(const train::GenerateRequest& request, const std::string& prompt_ids,
+                   bool as_json) {
+  train::GenerateRequest r = request;
+  std::string rest = prompt_ids;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    try {
+      size_t used = 0;
+      r.prompt_ids.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      return InvalidArgument("--prompt-ids " + prompt_ids +
+                             ": expected comma-separated token ids, e.g. 128000,791,6864");
+    }
+  }
+  std::function<void(const std::string&)> stream;
+  if (!as_json) {
+    stream = [](const std::string& text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  TENAX_ASSIGN_OR_RETURN(train::GenerateResult g, train::GenerateText(r, stream));
+  if (as_json) {
+    nlohmann::json j = {{"prompt_ids", g.prompt_ids}, {"ids", g.ids}, {"text", g.text}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::printf("\n");
+    std::fflush(stdout);  // before the log line on stderr
+    log::Info("{} tokens, {:.1f} tokens/s", g.ids.size(), g.tokens_per_s);
+  }
   return Status::Ok();
 }
 
@@ -137,6 +178,11 @@ int main(int argc, char** argv) {
       ->required();
   eval->add_option("--tokens", tokens, "at most this many tokens (default: eval_tokens)");
   eval->add_option("--device", device, "auto | cpu | cuda");
+  int64_t eval_seq_len = 0, eval_batch = 0;
+  eval->add_option("--seq-len", eval_seq_len,
+                   "window length (default: the checkpoint's training.seq_len)");
+  eval->add_option("--batch-size", eval_batch,
+                   "windows per batch (default: the checkpoint's training.local_batch_size)");
 
   std::string hf_dir, dtype = "float32";
   auto* import_hf =
@@ -148,6 +194,43 @@ int main(int argc, char** argv) {
   export_hf->add_option("checkpoint", checkpoint, "step or checkpoint folder")->required();
   export_hf->add_option("--out", out, "output folder")->required();
   export_hf->add_option("--dtype", dtype, "float32 | bfloat16");
+  train::ExportHfRequest export_request;
+  export_hf
+      ->add_option("--max-shard-size", export_request.max_shard_size,
+                   "split weights into model-0000K-of-0000N.safetensors files of at most "
+                   "this size (e.g. 5GB, 500MB, 2GiB)")
+      ->capture_default_str();
+  export_hf->add_option("--tokenizer", export_request.tokenizer,
+                        "tokenizer files to include: none | tiktoken:FILE | hf:FILE (default: the "
+                        "tokenizer the run trained with)");
+
+  train::GenerateRequest gen;
+  std::string prompt_ids;
+  bool gen_json = false, no_bos = false, ignore_eos = false, no_cache = false;
+  auto* generate =
+      app.add_subcommand("generate", "sample text from a checkpoint or a Hugging Face folder");
+  generate->add_option("--checkpoint", gen.checkpoint, "tenax step or checkpoint folder");
+  generate->add_option("--hf", gen.hf_dir, "Hugging Face model folder");
+  generate->add_option("--prompt", gen.prompt, "prompt text (default: empty, after the BOS)");
+  generate->add_option("--prompt-ids", prompt_ids,
+                       "prompt as comma-separated token ids instead of text (nothing prepended)");
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to generate")
+      ->capture_default_str();
+  generate->add_option("--temperature", gen.sampling.temperature, "0: greedy")
+      ->capture_default_str();
+  generate->add_option("--top-p", gen.sampling.top_p, "nucleus sampling mass; 1: off")
+      ->capture_default_str();
+  generate->add_option("--seed", gen.sampling.seed, "sampling seed")->capture_default_str();
+  generate->add_option(
+      "--tokenizer", gen.tokenizer,
+      "tokenizer spec (default: the checkpoint's, or the folder's tokenizer.json)");
+  generate->add_option("--device", gen.device, "auto | cpu | cuda");
+  generate->add_flag("--no-bos", no_bos, "do not start the prompt with BOS (or EOS)");
+  generate->add_flag("--ignore-eos", ignore_eos, "keep generating after the EOS");
+  generate->add_flag("--json", gen_json,
+                     "print one JSON line {prompt_ids, ids, text} at the end instead of streaming");
+  generate->add_flag("--no-cache", no_cache,
+                     "recompute the whole sequence for every token (slow; checks the KV cache)");
 
   try {
     app.parse(argc, argv);
@@ -159,9 +242,22 @@ int main(int argc, char** argv) {
   Status st;
   try {
     if (train->parsed()) st = RunTrain(train_command);
-    if (eval->parsed()) st = RunEval(checkpoint, data_spec, tokens, device);
+    if (eval->parsed()) {
+      st = RunEval(checkpoint, data_spec, tokens, device, eval_seq_len, eval_batch);
+    }
     if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
-    if (export_hf->parsed()) st = model::ExportHf(checkpoint, out, dtype);
+    if (export_hf->parsed()) {
+      export_request.checkpoint = checkpoint;
+      export_request.out = out;
+      export_request.dtype = dtype;
+      st = train::ExportCheckpointToHf(export_request);
+    }
+    if (generate->parsed()) {
+      gen.add_bos = !no_bos;
+      gen.stop_at_eos = !ignore_eos;
+      gen.use_cache = !no_cache;
+      st = RunGenerate(gen, prompt_ids, gen_json);
+    }
   } catch (const std::exception& e) {
     st = Internal(std::string("libtorch: ") + e.what());
   }

@@ -2,17 +2,23 @@
 """An independent Llama 3 forward pass in Hugging Face's conventions, for tests/reference_test.cc.
 
 Usage: llama_reference.py HF_DIR TOKENS.safetensors OUT.safetensors
+       llama_reference.py generate HF_DIR PROMPT_IDS N OUT.json
 
-HF_DIR holds config.json and model.safetensors as transformers writes them (e.g. by
-`tenax export-hf`). TOKENS holds int64 "tokens" (B, T) and "targets" (B, T). OUT receives
-"logits" (B, T, V) float32 and "loss" (scalar float32, mean cross-entropy of logits vs targets).
+HF_DIR holds config.json and model.safetensors (or the shards model.safetensors.index.json names)
+as transformers writes them (e.g. by `tenax export-hf`). TOKENS holds int64 "tokens" (B, T) and
+"targets" (B, T). OUT receives "logits" (B, T, V) float32 and "loss" (scalar float32, mean
+cross-entropy of logits vs targets).
+`generate` continues PROMPT_IDS (comma-separated) by N greedy tokens, recomputing the whole
+sequence for each (no cache), and writes {"ids": [...], "margins": [...]}: the new ids and, for
+each, how far its logit lies above the runner-up's (a near-tie may legitimately flip under another
+implementation's rounding; the test only trusts tokens with a clear margin).
 
 It follows transformers' LlamaForCausalLM (modeling_llama.py) and shares nothing with tenax: HF
 tensor names, rotate_half RoPE (pairs (i, i + D/2)), Llama 3.1 "llama3" rope scaling, GQA by
 repeat_kv, RMSNorm, SwiGLU, tied lm_head. Everything runs in float64 so this side's rounding is
 far below tenax's fp32 rounding and a mismatch points at tenax. If transformers is importable
 (the GPU machine may have it) its own model is loaded too and must agree within 1e-4.
-Non-goals: sharded checkpoints, KV caches, attention masks other than causal, speed.
+Non-goals: KV caches, attention masks other than causal, sampling, speed.
 Needs PyTorch >= 1.13 only: safetensors is parsed by hand, attention is written out.
 """
 import json
@@ -159,14 +165,51 @@ def check_against_transformers(hf_dir, tokens, logits):
           file=sys.stderr)
 
 
+def read_weights(hf_dir):
+    """model.safetensors, or every shard model.safetensors.index.json names."""
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.exists(index) and not os.path.exists(os.path.join(hf_dir, "model.safetensors")):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    weights = {}
+    for name in files:
+        weights.update(read_safetensors(os.path.join(hf_dir, name)))
+    return {name: t.to(torch.float64) for name, t in weights.items()}
+
+
+def generate(argv):
+    if len(argv) != 6:
+        raise ValueError("usage: llama_reference.py generate HF_DIR PROMPT_IDS N OUT.json")
+    hf_dir, prompt, n, out_path = argv[2], argv[3], int(argv[4]), argv[5]
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        cfg = json.load(f)
+    weights = read_weights(hf_dir)
+    seq = [int(x) for x in prompt.split(",")]
+    ids, margins = [], []
+    with torch.no_grad():
+        for _ in range(n):
+            logits = forward(cfg, weights, torch.tensor([seq]))[0, -1]
+            top2 = torch.topk(logits, 2)
+            ids.append(int(top2.indices[0]))
+            margins.append(float(top2.values[0] - top2.values[1]))
+            seq.append(ids[-1])
+    tmp = out_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"ids": ids, "margins": margins}, f)
+    os.replace(tmp, out_path)
+
+
 def main(argv):
+    if len(argv) > 1 and argv[1] == "generate":
+        return generate(argv)
     if len(argv) != 4:
         raise ValueError("usage: llama_reference.py HF_DIR TOKENS.safetensors OUT.safetensors")
     hf_dir, tokens_path, out_path = argv[1:]
     with open(os.path.join(hf_dir, "config.json")) as f:
         cfg = json.load(f)
-    weights = {name: t.to(torch.float64)
-               for name, t in read_safetensors(os.path.join(hf_dir, "model.safetensors")).items()}
+    weights = read_weights(hf_dir)
     batch = read_safetensors(tokens_path)
     tokens, targets = batch["tokens"].long(), batch["targets"].long()
     with torch.no_grad():

@@ -7,6 +7,8 @@
 #include <cctype>
 #include <limits>
 
+#include "tenax/core/crc32.h"
+
 namespace tenax::ckpt {
 namespace {
 
@@ -136,6 +138,8 @@ Result<Manifest> Manifest::Parse(std::string_view text, const std::string& where
   m.extra = j.value("extra", nlohmann::json::object());
   return m;
 }
+
+uint32_t ManifestCrc(const Manifest& m) { return Crc32(m.Serialize()); }
 
 std::string CommitMarkerText(uint32_t manifest_crc32) {
   return std::string(kMarkerPrefix) + CrcHex(manifest_crc32) + "\n";

@@ -56,6 +56,10 @@ struct Manifest {
   static Result<Manifest> Parse(std::string_view text, const std::string& where);
 };
 
+// The CRC-32 of `m.Serialize()`: what COMMITTED records once `m` is committed (Commit,
+// CommitManifest). Node agents name an accepted commit by (step, this CRC).
+uint32_t ManifestCrc(const Manifest& m);
+
 // The whole content of COMMITTED, e.g. "manifest_crc32=1a2b3c4d\n".
 std::string CommitMarkerText(uint32_t manifest_crc32);
 // The manifest CRC recorded in a COMMITTED file; `where` names it in errors.

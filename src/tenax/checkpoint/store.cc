@@ -128,7 +128,16 @@ Status CheckpointStore::Commit(int64_t step, const nlohmann::json& layout,
   // Checksums come from reading the files back, not from the bytes the caller handed over: the
   // manifest then vouches for what is on disk, and with several ranks this process never saw the
   // other ranks' bytes anyway.
-  for (const auto& name : expected_files) {
+  TENAX_ASSIGN_OR_RETURN(m.files, ReadEntries(step, expected_files));
+  return CommitManifest(m);
+}
+
+Result<std::map<std::string, FileEntry>> CheckpointStore::ReadEntries(
+    int64_t step, const std::vector<std::string>& names) {
+  TENAX_RETURN_IF_ERROR(ValidateNames(names));
+  const std::string dir = StepDir(step);
+  std::map<std::string, FileEntry> entries;
+  for (const auto& name : names) {
     const std::string path = JoinPath(dir, name);
     Result<std::string> bytes = fs_.ReadFile(path);
     if (!bytes.ok()) {
@@ -138,8 +147,16 @@ Status CheckpointStore::Commit(int64_t step, const nlohmann::json& layout,
                       "WriteFiles succeed on every rank before Commit?)",
                       step, path));
     }
-    m.files[name] = FileEntry{bytes->size(), Crc32(*bytes)};
+    entries[name] = FileEntry{bytes->size(), Crc32(*bytes)};
   }
+  return entries;
+}
+
+Status CheckpointStore::CommitManifest(const Manifest& m) {
+  const int64_t step = m.step;
+  const std::string dir = StepDir(step);
+  if (IsCommitted(step)) return InvalidArgument(dir + " is already committed");
+  TENAX_RETURN_IF_ERROR(fs_.CreateDirs(dir));
   const std::string manifest_text = m.Serialize();
   // Order matters: the marker must reach disk after the manifest it vouches for, which
   // WriteFileAtomic's fsync before rename guarantees.

@@ -69,6 +69,13 @@ class CheckpointStore {
   // `{}` becomes for a json parameter, counts as empty).
   Status Commit(int64_t step, const nlohmann::json& layout, const nlohmann::json& extra,
                 const std::vector<std::string>& expected_files, int64_t world_size = 1);
+  // Commits `manifest` as it is (its sizes and CRCs came from wherever the files were written:
+  // on several nodes with their own folders, from every rank) without reading the files: writes
+  // manifest.json, then COMMITTED, then syncs. The files need not all be in this folder.
+  Status CommitManifest(const Manifest& manifest);
+  // Builds the manifest entries of `names` in `step`'s folder by reading them back.
+  Result<std::map<std::string, FileEntry>> ReadEntries(int64_t step,
+                                                      const std::vector<std::string>& names);
 
   // Committed steps (COMMITTED marker present, not verified), ascending. A missing folder is an
   // empty list.

@@ -129,7 +129,19 @@ std::vector<KeySpec> BuildKeys() {
   add(TENAX_KEY(training.local_batch_size, "sequences per micro-batch on each data-parallel rank"))
       .Above(0);
   add(TENAX_KEY(training.seq_len, "tokens per sequence")).Above(0);
-  add(TENAX_KEY(training.grad_accum_steps, "micro-batches per optimizer step")).Above(0);
+  add(TENAX_KEY(training.grad_accum_steps, "micro-batches per optimizer step"))
+      .Above(0)
+      .Check(
+          [](const Config& c) {
+            return c.training.global_batch_size == 0 || c.training.grad_accum_steps == 1;
+          },
+          "1 (unset) when training.global_batch_size is set: accumulation is then derived from "
+          "the global batch");
+  add(TENAX_KEY(training.global_batch_size,
+                "sequences per optimizer step over all data-parallel ranks; 0 = local_batch_size "
+                "x grad_accum_steps x data-parallel ranks. Set, grad_accum_steps is derived from "
+                "it, so a resume on another number of ranks keeps the batch (config/batch.h)"))
+      .AtLeast(0);
   add(TENAX_KEY(training.max_norm, "global gradient-norm clip; 0 disables")).AtLeast(0);
   add(TENAX_KEY(training.mixed_precision, "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"))
       .OneOf({"auto", "bf16", "fp32"});

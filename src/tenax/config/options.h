@@ -80,6 +80,10 @@ struct TrainingOptions {
   int64_t local_batch_size = 8;   // sequences per micro-batch
   int64_t seq_len = 256;
   int64_t grad_accum_steps = 1;   // micro-batches per optimizer step
+  // Sequences per optimizer step over all data-parallel ranks. 0: local_batch_size x
+  // grad_accum_steps x data-parallel ranks. Set: grad_accum_steps is derived from it (and must be
+  // left at 1), so a run resumed on another number of ranks keeps its batch (config/batch.h).
+  int64_t global_batch_size = 0;
   double max_norm = 1.0;          // global gradient-norm clip; 0 disables
   std::string mixed_precision = "auto";  // auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
   std::string device = "auto";    // auto | cpu | cuda

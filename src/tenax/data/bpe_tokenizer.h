@@ -88,6 +88,9 @@ class BpeTokenizer final : public Tokenizer {
 // is EOS; names as in Llama 3.1), and the pretokenizer is Llama 3's. FILE may also be a folder
 // holding tokenizer.model.
 Result<std::unique_ptr<Tokenizer>> LoadTiktokenTokenizer(const std::string& path);
+// The model LoadTiktokenTokenizer builds from PATH, unvalidated (for converting it to other forms,
+// data/hf_tokenizer_files.h).
+Result<BpeModel> ReadTiktokenModel(const std::string& path);
 
 // hf:FILE. A Hugging Face tokenizer.json with a byte-level BPE model (Llama 3, GPT-2 style);
 // FILE may be the folder holding it. BOS/EOS come from tokenizer_config.json beside it when

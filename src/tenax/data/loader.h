@@ -11,7 +11,10 @@
 // consumes B * world windows and rank r takes the r-th contiguous block of B:
 //   rank r's batch at position p = global windows [p + r*B, p + (r+1)*B), then p += B * world.
 // Every rank therefore holds the same position, which is the single number a checkpoint saves;
-// Seek(p) on a fresh loader continues exactly where a loader at position p would have.
+// Seek(p) on a fresh loader continues exactly where a loader at position p would have. An
+// optimizer step of A micro-batches consumes the global batch G = A * B * world windows [p, p + G),
+// however they are dealt out, so a run resumed on another number of ranks with the same G (the
+// trainer re-derives A; config/batch.h) sees the same samples in the same steps.
 //
 // EvalLoader (validation): windows 0, 1, 2, ... in order, no shuffle, capped to cover at most
 // max_tokens targets. With world > 1 the window count is rounded down to a multiple of world and

@@ -45,7 +45,7 @@ bool IsDirectory(const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<Tokenizer>> LoadTiktokenTokenizer(const std::string& given) {
+Result<BpeModel> ReadTiktokenModel(const std::string& given) {
   const std::string path = IsDirectory(given) ? JoinPath(given, "tokenizer.model") : given;
   Result<std::string> file = LocalFs().ReadFile(path);
   if (!file.ok())
@@ -103,6 +103,11 @@ Result<std::unique_ptr<Tokenizer>> LoadTiktokenTokenizer(const std::string& give
   m.bos = base;
   m.eos = base + 1;
   m.slug = fmt::format("tt-{}-{:08x}", SlugStem(path), Crc32(*file));
+  return m;
+}
+
+Result<std::unique_ptr<Tokenizer>> LoadTiktokenTokenizer(const std::string& given) {
+  TENAX_ASSIGN_OR_RETURN(BpeModel m, ReadTiktokenModel(given));
   Result<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::Create(std::move(m));
   if (!tok.ok()) return tok.status();
   return std::unique_ptr<Tokenizer>(std::move(tok).value());

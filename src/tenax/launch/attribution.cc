@@ -20,7 +20,7 @@ FailureKind ClassifyEnd(const RankEnd& e) {
   const bool in_checkpoint = e.phase == Phase::kCheckpoint || e.writing_checkpoint;
   if (e.report) {
     // The rank said what happened; a plain crash inside a checkpoint is still a checkpoint one.
-    if (e.report->kind == FailureKind::kCrash && in_checkpoint) {
+    if (e.report->kind == FailureKind::kCrash && in_checkpoint && !e.report->exact) {
       return FailureKind::kCrashInCheckpoint;
     }
     return e.report->kind;

@@ -124,6 +124,13 @@ TEST(AttributionTest, KindFollowsTheReportAndThePhase) {
   EXPECT_EQ(ClassifyEnd(r), FailureKind::kCrash);
   r.phase = Phase::kCheckpoint;
   EXPECT_EQ(ClassifyEnd(r), FailureKind::kCrashInCheckpoint);
+  // ...unless the rank knew where it was (an injected crash at a step's start while the last
+  // beat still said checkpoint, or a background write was in flight).
+  r.report->exact = true;
+  EXPECT_EQ(ClassifyEnd(r), FailureKind::kCrash);
+  r.phase = Phase::kTrain;
+  r.writing_checkpoint = true;
+  EXPECT_EQ(ClassifyEnd(r), FailureKind::kCrash);
   EXPECT_EQ(ClassifyEnd(Reported(0, 8, 0, 0, FailureKind::kLossSpike)), FailureKind::kLossSpike);
 }
 

@@ -59,6 +59,13 @@ Result<std::unique_ptr<ChildWatcher>> ChildWatcher::Create() {
   if (::epoll_ctl(w->epoll_fd_, EPOLL_CTL_ADD, g_signal_pipe[0], &ev) != 0) {
     return Internal(std::string("epoll_ctl: ") + std::strerror(errno));
   }
+  if (::pipe2(w->wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return Internal(std::string("pipe2: ") + std::strerror(errno));
+  }
+  ev.data.fd = w->wake_pipe_[0];
+  if (::epoll_ctl(w->epoll_fd_, EPOLL_CTL_ADD, w->wake_pipe_[0], &ev) != 0) {
+    return Internal(std::string("epoll_ctl: ") + std::strerror(errno));
+  }
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   ::sigemptyset(&sa.sa_mask);
@@ -76,10 +83,18 @@ Result<std::unique_ptr<ChildWatcher>> ChildWatcher::Create() {
 
 ChildWatcher::~ChildWatcher() {
   for (const auto& [fd, pid] : pidfds_) ::close(fd);
+  for (int fd : wake_pipe_) {
+    if (fd >= 0) ::close(fd);
+  }
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
 }
 
 int ChildWatcher::signal() const { return g_signal.load(); }
+
+void ChildWatcher::Wake() {
+  const char c = 'w';
+  (void)!::write(wake_pipe_[1], &c, 1);  // a full pipe already wakes the next Wait
+}
 
 Status ChildWatcher::Watch(pid_t pid) {
   if (!use_pidfd_) {
@@ -124,7 +139,12 @@ std::vector<ChildEnd> ChildWatcher::Wait(double timeout_s) {
       out = ReapPolling();
       if (!out.empty() || signal() != 0 || protocol::MonotonicNow() >= deadline) return out;
       epoll_event ev{};
-      ::epoll_wait(epoll_fd_, &ev, 1, 10);  // the signal pipe, or 10 ms
+      if (::epoll_wait(epoll_fd_, &ev, 1, 10) > 0) {  // the signal or wake pipe, or 10 ms
+        char buf[16];
+        while (::read(ev.data.fd, buf, sizeof(buf)) > 0) {
+        }
+        return ReapPolling();
+      }
     }
   }
   epoll_event events[64];
@@ -132,7 +152,7 @@ std::vector<ChildEnd> ChildWatcher::Wait(double timeout_s) {
   const double now = protocol::MonotonicNow();
   for (int i = 0; i < n; ++i) {
     const int fd = events[i].data.fd;
-    if (fd == g_signal_pipe[0]) {
+    if (fd == g_signal_pipe[0] || fd == wake_pipe_[0]) {
       char buf[16];
       while (::read(fd, buf, sizeof(buf)) > 0) {
       }

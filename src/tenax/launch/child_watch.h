@@ -39,12 +39,16 @@ class ChildWatcher {
   std::vector<ChildEnd> Wait(double timeout_s);
   // The SIGINT/SIGTERM the launcher received (0: none).
   int signal() const;
+  // Ends a Wait in progress (or the next one) early; safe from any thread. The node agent calls
+  // it when etcd says the generation must stop.
+  void Wake();
 
  private:
   ChildWatcher() = default;
   std::vector<ChildEnd> ReapPolling();
 
   int epoll_fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};
   bool use_pidfd_ = true;
   std::map<int, pid_t> pidfds_;  // pidfd -> pid
   std::vector<pid_t> polled_;    // fallback: pids reaped with waitpid

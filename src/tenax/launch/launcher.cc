@@ -17,6 +17,8 @@
 #include "tenax/core/log.h"
 #include "tenax/core/run_lock.h"
 #include "tenax/launch/child_watch.h"
+#include "tenax/launch/etcd_client.h"
+#include "tenax/launch/node_agent.h"
 #include "tenax/launch/supervisor.h"
 #include "tenax/protocol/fault_injection.h"
 
@@ -59,15 +61,22 @@ Status CheckWritable(const char* flag, const std::string& path) {
 // and goodput.json.
 struct TrainJob {
   std::string run_dir;
+  std::string checkpoint_dir;  // empty: checkpoints off
   int64_t total_steps = 0;
+  bool async_checkpoints = false;
 };
 Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train") return std::optional<TrainJob>();
   TENAX_ASSIGN_OR_RETURN(TrainCommand cmd, ParseTrainCommand({args.begin() + 1, args.end()}));
   TENAX_ASSIGN_OR_RETURN(Config config, LoadTrainConfig(cmd));
   TrainJob job;
-  job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
+    job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
+  if (config.checkpoint.enable) {
+    const std::string& f = config.checkpoint.folder;  // as the trainer resolves it
+    job.checkpoint_dir = (!f.empty() && f[0] == '/') ? f : JoinPath(job.run_dir, f);
+  }
   job.total_steps = config.training.steps;
+  job.async_checkpoints = config.checkpoint.enable && config.checkpoint.async;
   return std::optional<TrainJob>(job);
 }
 
@@ -89,19 +98,31 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
     return InvalidArgument(
         fmt::format("--max-restarts {} is invalid: must be >= 0", o.max_restarts));
   }
-  if (o.max_restarts > 0 && o.nnodes > 1) {
+  const bool etcd = o.rdzv.rfind("etcd://", 0) == 0;
+  if (o.max_restarts > 0 && o.nnodes > 1 && !etcd) {
     return InvalidArgument(
-        "--max-restarts with --nnodes > 1 is not supported yet (restarts need "
-        "a rendezvous across nodes); use one node or restart the job "
-        "from your scheduler");
+        "--max-restarts with --nnodes > 1 needs --rdzv etcd://HOST:PORT (node agents that meet "
+        "in etcd); a fixed --rdzv HOST:PORT cannot restart across nodes");
   }
   if (o.spares < 0)
     return InvalidArgument(fmt::format("--spares {} is invalid: must be >= 0", o.spares));
   if (o.spares > 0 && o.nnodes > 1) {
     return InvalidArgument(
-        "--spares with --nnodes > 1 is not supported yet (spares are local "
-        "slots of a single-node job)");
+        "--spares with --nnodes > 1 is not supported (spares are local slots of a single-node "
+        "job); on several nodes start more agents than --nnodes: the extra ones are spare nodes");
   }
+  if (etcd && o.job_id.empty()) {
+    return InvalidArgument("--rdzv etcd://... needs --job-id NAME (the same on every node)");
+  }
+  if (!o.job_id.empty() && o.job_id.find_first_of("/ ") != std::string::npos) {
+    return InvalidArgument("--job-id " + o.job_id + ": no '/' or spaces");
+  }
+  if (o.rdzv_lease_s < 2 || o.rdzv_lease_s > 600) {
+    return InvalidArgument(
+        fmt::format("--rdzv-lease {} is invalid: must be 2..600 seconds", o.rdzv_lease_s));
+  }
+  TENAX_RETURN_IF_ERROR(
+      CheckFinite("--rdzv-timeout", o.rdzv_timeout_s, 0, false, "a number of seconds > 0"));
   if (o.quarantine_after < 1) {
     return InvalidArgument(
         fmt::format("--quarantine-after {} is invalid: must be >= 1", o.quarantine_after));
@@ -135,7 +156,18 @@ Result<int> Launch(const LaunchOptions& o) {
   TENAX_RETURN_IF_ERROR(ValidateLaunchOptions(o));
   std::string host = "127.0.0.1";
   int fixed_port = 0;
-  if (!o.rdzv.empty()) {
+  const bool etcd = o.rdzv.rfind("etcd://", 0) == 0;
+  AgentOptions agent;
+  if (etcd) {
+    TENAX_ASSIGN_OR_RETURN(agent.etcd.endpoints, ParseEtcdUrl(o.rdzv));
+    agent.etcd.ca_file = o.rdzv_ca;
+    agent.etcd.cert_file = o.rdzv_cert;
+    agent.etcd.key_file = o.rdzv_key;
+    agent.job_id = o.job_id;
+    agent.lease_ttl_s = o.rdzv_lease_s;
+    agent.address = o.rdzv_address;
+    agent.nodes_timeout_s = o.rdzv_timeout_s;
+  } else if (!o.rdzv.empty()) {
     const size_t colon = o.rdzv.rfind(':');
     if (colon == std::string::npos || colon == 0) {
       return InvalidArgument("--rdzv " + o.rdzv + ": expected HOST:PORT");
@@ -155,7 +187,8 @@ Result<int> Launch(const LaunchOptions& o) {
   TENAX_ASSIGN_OR_RETURN(std::optional<TrainJob> train, ReadTrainJob(o.args));
   JobInfo job;
   if (train) {
-    job.run_dir = train->run_dir;
+        job.run_dir = train->run_dir;
+    job.checkpoint_dir = train->checkpoint_dir;
     job.total_steps = train->total_steps;
   }
   if (!o.inject.empty()) {
@@ -163,8 +196,14 @@ Result<int> Launch(const LaunchOptions& o) {
     TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(
         job.faults, {o.nproc_per_node * o.nnodes, job.total_steps, o.max_restarts}));
   }
+  if (etcd && train && train->async_checkpoints) {
+    return InvalidArgument(
+        "checkpoint.async = true is not supported across several nodes yet (each node's ranks "
+        "commit through their node agent); set checkpoint.async = false");
+  }
   job.goodput_path = o.goodput_file;
-  if (job.goodput_path.empty() && !job.run_dir.empty() && o.node_rank == 0) {
+  // On several nodes with etcd, whichever agent holds node rank 0 writes it.
+  if (job.goodput_path.empty() && !job.run_dir.empty() && (o.node_rank == 0 || etcd)) {
     job.goodput_path = JoinPath(job.run_dir, "goodput.json");
   }
   TENAX_RETURN_IF_ERROR(CheckWritable("--goodput-file", o.goodput_file));
@@ -178,7 +217,8 @@ Result<int> Launch(const LaunchOptions& o) {
   // every rank) until the last process of this launch is gone. Node 0 owns it; on other nodes
   // the folder may be shared storage.
   std::optional<RunLock> lock;
-  if (!job.run_dir.empty() && o.node_rank == 0) {
+  // (Several nodes with etcd: the job id owns the run, and commits are fenced by generation.)
+  if (!job.run_dir.empty() && o.node_rank == 0 && !etcd) {
     std::string command = "tenax launch";
     for (const auto& a : o.args) command += " " + a;
     TENAX_ASSIGN_OR_RETURN(lock, RunLock::Acquire(job.run_dir, command));
@@ -196,8 +236,13 @@ Result<int> Launch(const LaunchOptions& o) {
       }
     }
   }
-  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<ChildWatcher> watcher, ChildWatcher::Create());
   ::signal(SIGPIPE, SIG_IGN);  // a standby that died must not kill the launcher on Assign
+  if (etcd) {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    return RunNodeAgent(o, std::move(job), std::move(agent), name, exe);
+  }
+  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<ChildWatcher> watcher, ChildWatcher::Create());
   Supervisor supervisor(o, std::move(job), host, fixed_port, exe, std::move(watcher));
   return supervisor.Run();
 }

@@ -19,7 +19,15 @@ struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;
-  std::string rdzv;               // HOST:PORT of rank 0's store; empty: this node, a free port
+  // etcd://HOST:PORT[,HOST:PORT...]: node agents meet in etcd (node_agent.h): restarts, spare
+  // nodes, lost nodes. HOST:PORT: a fixed rank-0 store and no restarts across nodes. Empty: one
+  // node, a free port.
+  std::string rdzv;
+  std::string job_id;             // etcd: names the job (every node gives the same)
+  std::string rdzv_ca, rdzv_cert, rdzv_key;  // etcd over TLS with a client certificate
+  int rdzv_lease_s = 5;           // etcd: lease TTL; a lost node is noticed within about this
+  std::string rdzv_address;       // etcd: this node's address for the others (default: its own)
+  double rdzv_timeout_s = 600;    // etcd: how long to wait for enough nodes
   std::vector<std::string> args;  // the tenax subcommand and its arguments, e.g. {"train", ...}
   double kill_grace_s = 5.0;      // SIGTERM to SIGKILL when stopping ranks after a failure
   int max_restarts = 0;

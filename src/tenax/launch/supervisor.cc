@@ -93,6 +93,7 @@ Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
   setup.launch_time_unix = t0_wall_;
   setup.heartbeat_dir = hb_dir_;
   setup.inject = o_.inject;
+  setup.agent_socket = agent_socket_;
   Result<int> standby = inherit(read_fd);
   Result<int> liveness = standby.ok() ? inherit(liveness_[0]) : standby;
   Result<int> lock = Result<int>(-1);
@@ -207,17 +208,24 @@ int Supervisor::AnalyzeHang() {
     if (have == n || Elapsed() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  std::vector<nlohmann::json> dumps;
+  // Indexed by global rank; other nodes' ranks are absent here. On several nodes only a rank of
+  // this node may be named: when this node's ranks all wait inside a collective, the rank they
+  // wait for is elsewhere, and this node's report is secondary (the node agent says so).
+  std::vector<nlohmann::json> dumps(static_cast<size_t>(n * nnodes_));
   for (int i = 0; i < n; ++i) {
     auto text = LocalFs().ReadFile(protocol::FlightRecordPath(hb_dir_, Rank(i)));
     nlohmann::json j;
     if (text.ok()) j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    dumps.push_back(j.is_discarded() ? nlohmann::json() : j);
+    dumps[static_cast<size_t>(Rank(i))] = j.is_discarded() ? nlohmann::json() : j;
   }
-  if (o_.node_rank != 0 || o_.nnodes != 1) return -1;  // other nodes' ranks are not here
   const protocol::FlightAnalysis a = protocol::AnalyzeFlightRecords(dumps);
   log::Error("launch: flight records: {}", a.Summary());
-  return a.waited_on.size() == 1 ? a.waited_on[0] : -1;
+  std::vector<int> here;
+  for (int r : a.waited_on) {
+    if (r >= Rank(0) && r <= Rank(n - 1)) here.push_back(r - Rank(0));
+  }
+  if (nnodes_ == 1) return a.waited_on.size() == 1 ? a.waited_on[0] : -1;
+  return here.size() == 1 ? here[0] : -1;
 }
 
 RankEnd Supervisor::Evidence(int gen, int local, pid_t pid, const ChildEnd& end) {
@@ -322,12 +330,16 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   return true;
 }
 
-Supervisor::Outcome Supervisor::RunGeneration(int gen) {
+Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const StopFn& stop) {
   Outcome out;
+  const int gen = plan.generation;
+  node_rank_ = plan.node_rank;
+  nnodes_ = plan.nnodes;
   const int n = o_.nproc_per_node;
-  const int world = n * o_.nnodes;
+  const int world = n * plan.nnodes;
   // A fresh store port each generation: the old one may linger in TIME_WAIT.
-  const int port = fixed_port_ > 0 ? fixed_port_ : FreeTcpPort();
+  const int port = plan.master_port > 0 ? plan.master_port : FreeTcpPort();
+  const std::string master = plan.master_addr.empty() ? host_ : plan.master_addr;
   goodput_.GenerationStarted(gen, Elapsed());
   stragglers_.Reset();
   protocol::Beat none;  // no beat yet this generation
@@ -356,7 +368,7 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
     a.world = world;
     a.local_rank = local;
     a.local_world = n;
-    a.master_addr = host_;
+    a.master_addr = master;
     a.master_port = port;
     a.generation = gen;
     a.run_elapsed_s = Elapsed();
@@ -381,7 +393,7 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
     where += fmt::format("{}{}@slot{}", local ? " " : "", Rank(local), slots_->SlotOf(local));
   }
   log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{}; rank@slot: {})", gen,
-            Rank(0), Rank(n - 1), world, host_, port, where);
+            Rank(0), Rank(n - 1), world, master, port, where);
   // Refill the spare pool after the ranks got their processes: they must not wait for it.
   if (Status st = slots_->FillStandbys(); !st.ok()) {
     log::Warn("launch: could not start a standby process: {}", st.message());
@@ -398,6 +410,15 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
       out.exit_code = 128 + sig;
       out.interrupted = true;
       begin_stop(sig, o_.kill_grace_s);
+    }
+    if (!out.superseded && stop) {
+      if (std::optional<std::string> why = stop()) {
+        // Another node decided, or this node lost its lease: the ranks must stop now (a fenced
+        // node's ranks must not go on after its lease time), so no grace period.
+        log::Info("launch: stopping generation {} on this node: {}", gen, *why);
+        out.superseded = why;
+        begin_stop(SIGKILL, 0);
+      }
     }
     for (const ChildEnd& e : ends) {
       const SlotTable::ReapedProcess r = slots_->Reaped(e.pid);
@@ -464,7 +485,8 @@ Supervisor::Outcome Supervisor::RunGeneration(int gen) {
   return out;
 }
 
-Result<int> Supervisor::Run() {
+Status Supervisor::Start() {
+  if (slots_) return Status::Ok();
   hb_dir_ = "/tmp/tenax-heartbeat-XXXXXX";
   if (::mkdtemp(hb_dir_.data()) == nullptr) {
     const std::string tried = hb_dir_;
@@ -481,13 +503,31 @@ Result<int> Supervisor::Run() {
   slots_ = std::make_unique<SlotTable>(
       o_.nproc_per_node, o_.spares, policy, [this](int slot, int fd) { return Spawn(slot, fd); },
       [this] { return Elapsed(); });
+  return Status::Ok();
+}
+
+void Supervisor::Prewarm() {
+  if (!slots_) return;
+  if (Status st = slots_->FillStandbys(); !st.ok()) {
+    log::Warn("launch: could not start a standby process: {}", st.message());
+  }
+}
+
+Result<int> Supervisor::Run() {
+  TENAX_RETURN_IF_ERROR(Start());
   if (goodput_.segment() > 0) {
     log::Info("launch: launch {} of this run (earlier launches are in {})", goodput_.segment() + 1,
               job_.goodput_path);
   }
   int result = 0;
   for (int gen = 0;; ++gen) {
-    Outcome g = RunGeneration(gen);
+    GenerationPlan plan;
+    plan.generation = gen;
+    plan.node_rank = o_.node_rank;
+    plan.nnodes = o_.nnodes;
+    plan.master_addr = host_;
+    plan.master_port = fixed_port_;
+    Outcome g = RunGeneration(plan, nullptr);
     result = g.exit_code;
     if (g.exit_code == 0 || g.interrupted) break;
     const Verdict& v = *g.verdict;

@@ -16,6 +16,7 @@
 // Thread safety: one thread runs it (the monitor's HTTP thread only reads published copies).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -35,9 +36,24 @@
 
 namespace tenax::launch {
 
+// One generation's assignment on this node: single-node launches make their own; on several
+// nodes the node agent (node_agent.h) takes it from the plan the agents agreed on in etcd.
+struct GenerationPlan {
+  int generation = 0;  // the ranks' TENAX_RESTART_COUNT
+  int node_rank = 0;
+  int nnodes = 1;
+  std::string master_addr;  // rank 0's store
+  int master_port = 0;      // 0: a free port on this machine (single node)
+};
+
+// Asked on every turn of the loop while a generation runs: a reason to stop it from outside
+// (another node failed, this node lost its lease, the job is over), or nullopt to go on.
+using StopFn = std::function<std::optional<std::string>()>;
+
 // What Launch learned about the job before starting it.
 struct JobInfo {
-  std::string run_dir;                  // the run folder (`train`); empty for other commands
+    std::string run_dir;                  // the run folder (`train`); empty for other commands
+  std::string checkpoint_dir;           // its checkpoint folder (`train` with checkpoints on)
   int64_t total_steps = 0;              // training.steps (`train`); 0: unknown
   std::vector<protocol::Fault> faults;  // the parsed --inject spec
   std::string goodput_path;             // where goodput.json goes; empty: nowhere
@@ -53,21 +69,40 @@ class Supervisor {
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
-  // Runs generations until done, out of restarts, or stopped. Returns the job's exit code.
+  // The single-node policy: runs generations until done, out of restarts, or stopped. Returns the
+  // job's exit code.
   Result<int> Run();
 
- private:
+  // The pieces the node agent drives (several nodes): Start once (heartbeat folder, pipes, slots,
+  // standbys), then one RunGeneration per generation this node takes part in.
   struct Outcome {
     int exit_code = 0;
-    bool interrupted = false;        // the launcher itself was told to stop
-    std::optional<Verdict> verdict;  // why the generation ended, when it failed
+    bool interrupted = false;               // the launcher itself was told to stop (SIGINT/SIGTERM)
+    std::optional<std::string> superseded;  // stopped from outside (StopFn's reason)
+    std::optional<Verdict> verdict;  // why the generation ended, when one of its ranks failed
     double detected_s = 0;           // launch clock
     double detection_s = 0;
   };
-  int Rank(int local) const { return o_.node_rank * o_.nproc_per_node + local; }
+  Status Start();
+  Outcome RunGeneration(const GenerationPlan& plan, const StopFn& stop);
+    // Wakes the loop of a running generation, so that it asks its StopFn now; any thread.
+  void Wake() { watcher_->Wake(); }
+  // Starts a standby process in every empty slot now, so that the next generation's ranks have
+  // done their start-up (process, libraries, config) by the time it is planned.
+  void Prewarm();
+  // This node's lead (local rank 0) beat of the running or last generation.
+  const protocol::Beat& lead_beat() const { return beats_.front(); }
   double Elapsed() const;
+  double start_unix() const { return t0_wall_; }
+  const std::string& heartbeat_dir() const { return hb_dir_; }
+  Goodput& goodput() { return goodput_; }
+  void WriteGoodput(bool ended, int exit_code);
+  // Several nodes: the node agent's channel, passed to every rank started from now on.
+  void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
+
+ private:
+  int Rank(int local) const { return node_rank_ * o_.nproc_per_node + local; }
   Result<pid_t> Spawn(int slot, int read_fd);
-  Outcome RunGeneration(int gen);
   // Heartbeats: progress, stragglers, hang. Returns true when the generation must stop.
   bool CheckBeats(int gen, Outcome* out);
   // On a hang: every rank dumps its flight record (SIGUSR1, up to --flight-dump seconds);
@@ -75,7 +110,6 @@ class Supervisor {
   int AnalyzeHang();
   RankEnd Evidence(int gen, int local, pid_t pid, const ChildEnd& end);
   void Publish(int gen, bool force);
-  void WriteGoodput(bool ended, int exit_code);
 
   // Constant after construction.
   const LaunchOptions& o_;
@@ -92,8 +126,11 @@ class Supervisor {
   std::unique_ptr<Monitor> monitor_;
   Goodput goodput_;
   StragglerDetector stragglers_;
-  std::vector<protocol::Beat> beats_;  // newest beat per local rank, this generation
-  std::vector<pid_t> rank_pids_;       // pid per local rank, this generation
+  int node_rank_ = 0;         // this generation's
+  int nnodes_ = 1;            // this generation's
+  std::string agent_socket_;  // several nodes: protocol/agent_channel.h
+  std::vector<protocol::Beat> beats_ = std::vector<protocol::Beat>(1);  // per local rank
+  std::vector<pid_t> rank_pids_;  // pid per local rank, this generation
   int straggler_count_ = 0;
   double last_goodput_write_ = -1;
   // Progress of the running generation (CheckBeats).

@@ -1,7 +1,12 @@
 #include "tenax/model/hf.h"
 
 #include <fmt/format.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -56,10 +61,13 @@ at::Tensor HalvesToInterleaved(const at::Tensor& w, int64_t heads) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-json HfConfig(const ModelSpec& s, const std::string& dtype) {
+json IdOrNull(const std::optional<int64_t>& id) { return id ? json(*id) : json(nullptr); }
+
+json HfConfig(const ModelSpec& s, const HfExportOptions& o) {
   json c = {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},
             {"hidden_size", s.dim},
@@ -78,18 +86,18 @@ json HfConfig(const ModelSpec& s, const std::string& dtype) {
             {"mlp_bias", false},
             {"attention_dropout", 0.0},
             {"initializer_range", s.init_std},
-            {"torch_dtype", dtype},
+            {"torch_dtype", o.dtype},
             {"use_cache", true},
-            {"bos_token_id", nullptr},
-            {"eos_token_id", nullptr},
+            {"bos_token_id", IdOrNull(o.bos_id)},
+            {"eos_token_id", IdOrNull(o.eos_id)},
             {"tenax_name", s.name}};
   if (s.rope_scaling.enabled) {
-    c["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", s.rope_scaling.factor},
-                         {"low_freq_factor", s.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", s.rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings",
-                          s.rope_scaling.original_max_position}};
+    c["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", s.rope_scaling.factor},
+        {"low_freq_factor", s.rope_scaling.low_freq_factor},
+        {"high_freq_factor", s.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", s.rope_scaling.original_max_position}};
   } else {
     c["rope_scaling"] = nullptr;
   }
@@ -117,8 +125,9 @@ Result<ModelSpec> SpecFromHfConfig(const json& c, const std::string& where) {
     s.init_std = c.value("initializer_range", 0.02);
     if (c.contains("head_dim") && !c["head_dim"].is_null() &&
         c["head_dim"].get<int64_t>() * s.n_heads != s.dim) {
-      return InvalidArgument(where + ": head_dim * num_attention_heads != hidden_size; tenax "
-                                     "supports only head_dim = hidden_size / num_attention_heads");
+      return InvalidArgument(where +
+                             ": head_dim * num_attention_heads != hidden_size; tenax "
+                             "supports only head_dim = hidden_size / num_attention_heads");
     }
     if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
       const json& r = c["rope_scaling"];
@@ -146,13 +155,15 @@ Result<std::vector<std::string>> HfWeightFiles(const std::string& dir) {
   if (LocalFs().Exists(single)) return std::vector<std::string>{single};
   const std::string index = JoinPath(dir, "model.safetensors.index.json");
   if (!LocalFs().Exists(index)) {
-    return NotFound(dir + " has neither model.safetensors nor model.safetensors.index.json; "
-                          "tenax imports Hugging Face safetensors checkpoints");
+    return NotFound(dir +
+                    " has neither model.safetensors nor model.safetensors.index.json; "
+                    "tenax imports Hugging Face safetensors checkpoints");
   }
   TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(index));
   std::vector<std::string> files;
   try {
-    for (const auto& [name, file] : json::parse(text).at("weight_map").items()) {
+    const json index_json = json::parse(text);  // named: items() of a temporary would dangle
+    for (const auto& [name, file] : index_json.at("weight_map").items()) {
       const std::string path = JoinPath(dir, file.get<std::string>());
       if (std::find(files.begin(), files.end(), path) == files.end()) files.push_back(path);
     }
@@ -162,37 +173,193 @@ Result<std::vector<std::string>> HfWeightFiles(const std::string& dir) {
   return files;
 }
 
+// generation_config.json: the ids generation stops and starts with, and the sampling defaults of
+// `tenax generate` (Meta's for Llama 3: temperature 0.6, top-p 0.9).
+json GenerationConfig(const ModelSpec& s, const HfExportOptions& o) {
+  return {{"bos_token_id", IdOrNull(o.bos_id)},
+          {"eos_token_id", IdOrNull(o.eos_id)},
+          {"do_sample", true},
+          {"temperature", 0.6},
+          {"top_p", 0.9},
+          {"max_length", s.max_seq_len}};
+}
+
+// Consecutive tensors up to `max_bytes` per shard; a tensor larger than that goes alone.
+std::vector<std::vector<NamedTensor>> Shard(std::vector<NamedTensor> tensors, int64_t max_bytes) {
+  std::vector<std::vector<NamedTensor>> shards(1);
+  int64_t in_shard = 0;
+  for (auto& t : tensors) {
+    const int64_t bytes = t.tensor.numel() * static_cast<int64_t>(t.tensor.element_size());
+    if (!shards.back().empty() && in_shard + bytes > max_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(std::move(t));
+    in_shard += bytes;
+  }
+  return shards;
+}
+
+// Writes `files` (name -> contents) as folder `dir`, all or nothing (see HfExportOptions).
+Status WriteFolderAtomic(FileSystem& fs, const std::string& dir,
+                         const std::vector<std::pair<std::string, std::string>>& files) {
+  if (fs.Exists(dir)) {
+    TENAX_ASSIGN_OR_RETURN(std::vector<std::string> entries, fs.ListDir(dir));
+    if (!entries.empty()) {
+      return InvalidArgument(fmt::format(
+          "{} already exists and is not empty; export-hf writes a new folder: remove it or "
+          "choose another --out",
+          dir));
+    }
+  }
+  std::string clean = dir;
+  while (clean.size() > 1 && clean.back() == '/') clean.pop_back();
+  const std::string partial = fmt::format("{}.partial-{}", clean, ::getpid());
+  TENAX_RETURN_IF_ERROR(fs.RemoveAll(partial));
+  TENAX_RETURN_IF_ERROR(fs.CreateDirs(partial));
+  Status st = Status::Ok();
+  for (const auto& [name, contents] : files) {
+    st = fs.WriteFileAtomic(JoinPath(partial, name), contents);  // fsynced
+    if (!st.ok()) break;
+  }
+  if (st.ok()) st = fs.SyncDir(partial);
+  if (st.ok() && fs.Exists(clean)) st = fs.RemoveAll(clean);  // empty (checked above)
+  if (st.ok()) st = fs.Rename(partial, clean);
+  if (!st.ok()) {
+    (void)fs.RemoveAll(partial);
+    return st.WithContext("writing " + clean);
+  }
+  const std::string parent = ParentDir(clean);
+  return fs.SyncDir(parent.empty() ? "." : parent);
+}
+
 }  // namespace
 
-Status ExportHf(const std::string& checkpoint, const std::string& hf_dir,
-                const std::string& dtype) {
-  if (dtype != "float32" && dtype != "bfloat16") {
-    return InvalidArgument("--dtype " + dtype + ": expected float32 or bfloat16");
+Result<int64_t> ParseByteSize(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
   }
-  TENAX_ASSIGN_OR_RETURN(ModelCheckpoint ckpt, LoadModelCheckpoint(checkpoint));
+  std::string unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  static const std::map<std::string, double> units = {{"", 1},
+                                                      {"B", 1},
+                                                      {"KB", 1e3},
+                                                      {"MB", 1e6},
+                                                      {"GB", 1e9},
+                                                      {"TB", 1e12},
+                                                      {"KiB", 1024.0},
+                                                      {"MiB", 1048576.0},
+                                                      {"GiB", 1073741824.0},
+                                                      {"TiB", 1099511627776.0}};
+  auto it = units.find(unit);
+  double value = 0;
+  bool ok = i > 0 && it != units.end();
+  if (ok) {
+    try {
+      value = std::stod(text.substr(0, i)) * it->second;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok || value < 1 || value > 9e18) {
+    return InvalidArgument("size '" + text +
+                           "': expected a number of bytes with an optional unit (KB, MB, GB, TB "
+                           "are powers of 1000; KiB, MiB, GiB, TiB powers of 1024), e.g. 5GB");
+  }
+  return static_cast<int64_t>(value);
+}
+
+Status ExportHf(const ModelCheckpoint& ckpt, const std::string& hf_dir, const HfExportOptions& o,
+                FileSystem& fs) {
+  if (o.dtype != "float32" && o.dtype != "bfloat16") {
+    return InvalidArgument("--dtype " + o.dtype + ": expected float32 or bfloat16");
+  }
+  if (o.max_shard_bytes < 1) return InvalidArgument("--max-shard-size must be at least 1 byte");
   const ModelSpec& s = ckpt.spec;
   const auto names = TenaxToHfNames(s);
-  const at::ScalarType st = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType st = o.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
   std::vector<NamedTensor> out;
+  int64_t total_bytes = 0;
   for (const auto& p : ckpt.params) {
     auto it = names.find(p.name);
     if (it == names.end()) return DataError(ckpt.dir + ": unexpected tensor " + p.name);
     at::Tensor t = p.tensor;
     if (EndsWith(p.name, "attention.wq.weight")) t = InterleavedToHalves(t, s.n_heads);
     if (EndsWith(p.name, "attention.wk.weight")) t = InterleavedToHalves(t, s.n_kv_heads);
-    out.push_back({it->second, t.to(st)});
+    out.push_back({it->second, t.to(st).contiguous()});
+    total_bytes +=
+        out.back().tensor.numel() * static_cast<int64_t>(out.back().tensor.element_size());
   }
-  TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(hf_dir));
-  TENAX_RETURN_IF_ERROR(LocalFs().WriteFileAtomic(JoinPath(hf_dir, "model.safetensors"),
-                                                  SerializeTensors(out, {{"format", "pt"}})));
-  TENAX_RETURN_IF_ERROR(LocalFs().WriteFileAtomic(JoinPath(hf_dir, "config.json"),
-                                                  HfConfig(s, dtype).dump(2) + "\n"));
-  log::Info("exported {} (step {}) to {} ({} tensors, {})", ckpt.dir, ckpt.step, hf_dir,
-            out.size(), dtype);
+  const size_t n_tensors = out.size();
+  std::vector<std::vector<NamedTensor>> shards = Shard(std::move(out), o.max_shard_bytes);
+  std::vector<std::pair<std::string, std::string>> files;
+  if (shards.size() == 1) {
+    files.emplace_back("model.safetensors", SerializeTensors(shards[0], {{"format", "pt"}}));
+  } else {
+    json weight_map = json::object();
+    for (size_t k = 0; k < shards.size(); ++k) {
+      const std::string name =
+          fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+      for (const auto& t : shards[k]) weight_map[t.name] = name;
+      files.emplace_back(name, SerializeTensors(shards[k], {{"format", "pt"}}));
+      shards[k].clear();  // the serialized bytes are what is kept
+    }
+    const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    files.emplace_back("model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  files.emplace_back("config.json", HfConfig(s, o).dump(2) + "\n");
+  files.emplace_back("generation_config.json", GenerationConfig(s, o).dump(2) + "\n");
+  for (const auto& [name, contents] : o.extra_files) {
+    for (const auto& f : files) {
+      if (f.first == name) return Internal("export-hf: two files named " + name);
+    }
+    files.emplace_back(name, contents);
+  }
+  TENAX_RETURN_IF_ERROR(WriteFolderAtomic(fs, hf_dir, files));
+  log::Info(
+      "exported {} (step {}) to {}: {} tensors, {}, {} weight file{}{}", ckpt.dir, ckpt.step,
+      hf_dir, n_tensors, o.dtype, shards.size(), shards.size() == 1 ? "" : "s",
+      o.extra_files.empty() ? "" : fmt::format(", {} tokenizer file(s)", o.extra_files.size()));
   return Status::Ok();
 }
 
-Status ImportHf(const std::string& hf_dir, const std::string& out) {
+Status ExportHf(const std::string& checkpoint, const std::string& hf_dir,
+                const HfExportOptions& options) {
+  TENAX_ASSIGN_OR_RETURN(ModelCheckpoint ckpt, LoadModelCheckpoint(checkpoint));
+  return ExportHf(ckpt, hf_dir, options);
+}
+
+namespace {
+
+// The special token ids of an HF folder: generation_config.json overrides config.json.
+void ReadSpecialIds(const json& config, const std::string& hf_dir, HfModel* m) {
+  json merged = config;
+  Result<std::string> gen = LocalFs().ReadFile(JoinPath(hf_dir, "generation_config.json"));
+  if (gen.ok()) {
+    try {
+      const json g = json::parse(*gen);  // named: items() of a temporary would dangle
+      for (const auto& [k, v] : g.items()) merged[k] = v;
+    } catch (const json::exception& e) {
+      log::Warn("{}/generation_config.json is not valid JSON ({}); using config.json's ids", hf_dir,
+                e.what());
+    }
+  }
+  if (merged.contains("bos_token_id") && merged["bos_token_id"].is_number_integer()) {
+    m->bos_id = merged["bos_token_id"].get<int64_t>();
+  }
+  const json eos = merged.value("eos_token_id", json());
+  if (eos.is_number_integer()) m->eos_ids.push_back(eos.get<int64_t>());
+  if (eos.is_array()) {
+    for (const auto& e : eos) {
+      if (e.is_number_integer()) m->eos_ids.push_back(e.get<int64_t>());
+    }
+  }
+}
+
+}  // namespace
+
+Result<HfModel> ReadHf(const std::string& hf_dir) {
   const std::string config_path = JoinPath(hf_dir, "config.json");
   TENAX_ASSIGN_OR_RETURN(std::string config_text, LocalFs().ReadFile(config_path));
   json config;
@@ -201,7 +368,9 @@ Status ImportHf(const std::string& hf_dir, const std::string& out) {
   } catch (const json::exception& e) {
     return DataError(config_path + " is not valid JSON: " + e.what());
   }
-  TENAX_ASSIGN_OR_RETURN(ModelSpec s, SpecFromHfConfig(config, config_path));
+  HfModel m;
+  TENAX_ASSIGN_OR_RETURN(m.spec, SpecFromHfConfig(config, config_path));
+  const ModelSpec& s = m.spec;
   std::map<std::string, std::string> hf_to_tenax;
   for (const auto& [t, h] : TenaxToHfNames(s)) hf_to_tenax[h] = t;
 
@@ -214,14 +383,14 @@ Status ImportHf(const std::string& hf_dir, const std::string& out) {
       if (EndsWith(t.name, "rotary_emb.inv_freq")) continue;  // old exports carry this buffer
       auto it = hf_to_tenax.find(t.name);
       if (it == hf_to_tenax.end()) {
-        return DataError(fmt::format("{}: tensor '{}' is not part of a Llama model with this "
-                                     "config (tie_word_embeddings = {})",
-                                     f, t.name, s.tie_embeddings));
+        return DataError(
+            fmt::format("{}: tensor '{}' is not part of a Llama model with this "
+                        "config (tie_word_embeddings = {})",
+                        f, t.name, s.tie_embeddings));
       }
       by_name[it->second] = t.tensor;
     }
   }
-  std::vector<NamedTensor> params;
   for (const auto& [name, shape] : Llama::ParamShapes(s)) {
     auto it = by_name.find(name);
     if (it == by_name.end()) {
@@ -230,19 +399,36 @@ Status ImportHf(const std::string& hf_dir, const std::string& out) {
     }
     at::Tensor t = it->second;
     if (t.sizes().vec() != shape) {
-      return DataError(fmt::format("{}: {} (tenax {}) has shape {}, config.json implies {}",
-                                   hf_dir, TenaxToHfNames(s).at(name), name,
-                                   fmt::join(t.sizes(), "x"), fmt::join(shape, "x")));
+      return DataError(fmt::format("{}: {} (tenax {}) has shape {}, config.json implies {}", hf_dir,
+                                   TenaxToHfNames(s).at(name), name, fmt::join(t.sizes(), "x"),
+                                   fmt::join(shape, "x")));
     }
     if (EndsWith(name, "attention.wq.weight")) t = HalvesToInterleaved(t, s.n_heads);
     if (EndsWith(name, "attention.wk.weight")) t = HalvesToInterleaved(t, s.n_kv_heads);
     // Keep the file's precision: an fp32 export re-imports bit-exactly; bf16 widens exactly.
-    params.push_back({name, t.to(at::kFloat)});
+    m.params.push_back({name, t.to(at::kFloat)});
   }
-  TENAX_RETURN_IF_ERROR(WriteModelCheckpoint(out, 0, s, params,
-                                             {{"imported_from", hf_dir}}));
-  log::Info("imported {} into {} ({}: dim {}, {} layers, vocab {})", hf_dir,
-            out, s.name, s.dim, s.n_layers, s.vocab_size);
+  ReadSpecialIds(config, hf_dir, &m);
+  return m;
+}
+
+Status ImportHf(const std::string& hf_dir, const std::string& out) {
+  TENAX_ASSIGN_OR_RETURN(HfModel m, ReadHf(hf_dir));
+  const ModelSpec& s = m.spec;
+  json extra = {{"imported_from", hf_dir}};
+  // The folder's tokenizer, where generate and export-hf look for a checkpoint's tokenizer
+  // (train/train_checkpoint.h), by absolute path so it is found from any directory.
+  if (LocalFs().Exists(JoinPath(hf_dir, "tokenizer.json"))) {
+    char* abs = ::realpath(hf_dir.c_str(), nullptr);
+    const std::string dir = abs != nullptr ? std::string(abs) : hf_dir;
+    std::free(abs);
+    extra["tokenizer"] = {{"spec", "hf:" + dir},
+                          {"bos_id", m.bos_id ? json(*m.bos_id) : json()},
+                          {"eos_id", m.eos_ids.empty() ? json() : json(m.eos_ids[0])}};
+  }
+  TENAX_RETURN_IF_ERROR(WriteModelCheckpoint(out, 0, s, m.params, extra));
+  log::Info("imported {} into {} ({}: dim {}, {} layers, vocab {})", hf_dir, out, s.name, s.dim,
+            s.n_layers, s.vocab_size);
   return Status::Ok();
 }
 

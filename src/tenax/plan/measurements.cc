@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tenax/config/batch.h"
 #include "tenax/config/config.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
@@ -108,10 +109,10 @@ Result<std::vector<Measurement>> LoadRunFolder(const std::string& dir) {
   // into parallelism.microbatches.
   const int64_t pipeline_split = pp > 1 ? par.microbatches : 1;
   TENAX_ASSIGN_OR_RETURN(ModelSpec spec, ResolveModelSpec(config->model, 256));
-  TENAX_ASSIGN_OR_RETURN(
-      m.workload,
-      MakeWorkload(spec, t.seq_len, t.local_batch_size * t.seq_len * t.grad_accum_steps * dp,
-                   Kernels::kEager));
+  // The global batch as the trainer resolved it (training.global_batch_size derives accumulation).
+  TENAX_ASSIGN_OR_RETURN(const BatchShape batch, ResolveBatch(t, dp));
+  TENAX_ASSIGN_OR_RETURN(m.workload,
+                         MakeWorkload(spec, t.seq_len, batch.global * t.seq_len, Kernels::kEager));
   m.layout.tp = tp;
   m.layout.cp = int64_t{1};
   m.layout.pp = pp;

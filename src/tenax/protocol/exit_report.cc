@@ -75,6 +75,7 @@ std::optional<ExitReport> ReadExitReport(const std::string& dir, int rank) {
   r.kind = ParseFailureKind(j.value("kind", std::string())).value_or(FailureKind::kCrash);
   r.secondary = j.value("secondary", false);
   r.cause = j.value("cause", std::string());
+  r.exact = j.value("exact", false);
   r.wall_s = j.value("wall_s", 0.0);
   r.mono_s = j.value("mono_s", 0.0);
   return r;
@@ -90,8 +91,8 @@ bool IsPeerLostError(std::string_view m) {
   return false;
 }
 
-void ExitReporter::Report(int code, FailureKind kind, std::string_view cause,
-                          bool secondary) const {
+void ExitReporter::Report(int code, FailureKind kind, std::string_view cause, bool secondary,
+                          bool exact) const {
   int none = 0;
   if (!reported_code_.compare_exchange_strong(none, code)) return;  // the first report stands
   if (dir_.empty()) return;
@@ -102,6 +103,7 @@ void ExitReporter::Report(int code, FailureKind kind, std::string_view cause,
                             {"kind", FailureKindName(kind)},
                             {"secondary", secondary || kind == FailureKind::kPeerLost},
                             {"cause", std::string(cause)},
+                            {"exact", exact},
                             {"wall_s", WallNow()},
                             {"mono_s", MonotonicNow()}};
   const std::string path = ExitReportPath(dir_, rank_);

@@ -28,6 +28,10 @@ struct ExitReport {
   FailureKind kind = FailureKind::kCrash;
   bool secondary = false;  // a consequence of another rank's failure (kPeerLost, and others)
   std::string cause;       // one line
+  // The rank knows where it failed (an injected crash at a step's start, outside any checkpoint
+  // code): the launcher keeps `kind` as it is instead of refining it from the last heartbeat's
+  // phase, which may be a moment old.
+  bool exact = false;
   double wall_s = 0;       // WallNow() when written
   double mono_s = 0;       // MonotonicNow() when written (comparable on one machine)
 };
@@ -62,7 +66,8 @@ class ExitReporter {
   int reported_code() const { return reported_code_.load(); }
   // `secondary`: this rank fails because another one did (always so for kPeerLost), e.g. every
   // rank sees the NaN that one rank's loss brought into the all-reduce.
-  void Report(int code, FailureKind kind, std::string_view cause, bool secondary = false) const;
+  void Report(int code, FailureKind kind, std::string_view cause, bool secondary = false,
+              bool exact = false) const;
 
  private:
   std::string dir_;

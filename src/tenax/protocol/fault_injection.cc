@@ -245,7 +245,12 @@ void FaultInjector::Crash(const Fault& f, int64_t step, const std::string& where
   const std::string what = fmt::format("crash ({}) {}", f.kill ? "kill" : "exit", where);
   Say(rank_, what);
   const int code = f.kill ? 128 + SIGKILL : f.code;
-  if (reporter_ != nullptr) reporter_->Report(code, FailureKind::kCrash, "injected " + what);
+  // At a step's start the rank is outside any checkpoint code (exact); a timed crash may land
+  // anywhere, so the launcher judges it by the rank's phase.
+  if (reporter_ != nullptr) {
+    reporter_->Report(code, FailureKind::kCrash, "injected " + what, /*secondary=*/false,
+                      /*exact=*/step >= 0);
+  }
   if (f.kill) ::raise(SIGKILL);
   std::_Exit(f.code);  // a deliberate crash: no destructors, like a real one
 }

@@ -101,6 +101,7 @@ Result<RankContext> ReadRankContext(const GetEnv& getenv) {
   }
   if (const char* v = get(kEnvHeartbeatDir)) ctx.heartbeat_dir = v;
   if (const char* v = get(kEnvInject)) ctx.inject = v;
+  if (const char* v = get(kEnvAgentSocket)) ctx.agent_socket = v;
   return ctx;
 }
 
@@ -124,6 +125,9 @@ std::vector<std::string> StandbyEnvironment(const StandbySetup& s) {
     env.push_back(fmt::format("{}={}", kEnvHeartbeatDir, s.heartbeat_dir));
   }
   if (!s.inject.empty()) env.push_back(fmt::format("{}={}", kEnvInject, s.inject));
+  if (!s.agent_socket.empty()) {
+    env.push_back(fmt::format("{}={}", kEnvAgentSocket, s.agent_socket));
+  }
   return env;
 }
 

@@ -12,6 +12,8 @@
 //   TENAX_STANDBY_FD     read end of the assignment pipe: the process starts up, then blocks in
 //                        WaitForAssignment until the launcher writes one line
 //   TENAX_SLOT, TENAX_HEARTBEAT_DIR, TENAX_LAUNCH_TIME (unix seconds), TENAX_INJECT (fault spec)
+//   TENAX_AGENT_SOCKET   (several nodes) the node agent's channel: rank 0 commits checkpoints
+//                        through it, fenced by the generation (agent_channel.h)
 // Assignment line ("KEY=VALUE KEY=VALUE ...\n", AssignmentLine): RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names, read by parallel/dist_env.h),
 // TENAX_RESTART_COUNT (the launch generation) and TENAX_RUN_ELAPSED_S (seconds since the launch
@@ -38,6 +40,7 @@ inline constexpr const char* kEnvLaunchTime = "TENAX_LAUNCH_TIME";
 inline constexpr const char* kEnvInject = "TENAX_INJECT";
 inline constexpr const char* kEnvRestartCount = "TENAX_RESTART_COUNT";
 inline constexpr const char* kEnvRunElapsed = "TENAX_RUN_ELAPSED_S";
+inline constexpr const char* kEnvAgentSocket = "TENAX_AGENT_SOCKET";
 
 struct RankContext {
   bool supervised = false;  // started by tenax launch
@@ -50,6 +53,7 @@ struct RankContext {
   double run_elapsed_s = 0;     // seconds since the launch started, at assignment
   std::string heartbeat_dir;    // empty: no beats, exit reports or fired-fault records
   std::string inject;           // fault spec (fault_injection.h); empty: none
+  std::string agent_socket;     // several nodes: commit checkpoints through the agent
 };
 
 using GetEnv = std::function<const char*(const char*)>;
@@ -72,6 +76,7 @@ struct StandbySetup {
   double launch_time_unix = 0;
   std::string heartbeat_dir;
   std::string inject;
+  std::string agent_socket;
 };
 std::vector<std::string> StandbyEnvironment(const StandbySetup& s);  // "KEY=VALUE" entries
 

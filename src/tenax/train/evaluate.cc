@@ -13,8 +13,7 @@ at::Tensor BatchTensor(const std::vector<int64_t>& v, int64_t b, int64_t t, cons
   return at::tensor(v, at::kLong).view({b, t}).to(d);
 }
 
-EvalResult EvaluateLoss(const LossFn& loss_fn, data::EvalLoader& loader,
-                        const at::Device& device) {
+EvalResult EvaluateLoss(const LossFn& loss_fn, data::EvalLoader& loader, const at::Device& device) {
   at::NoGradGuard no_grad;
   loader.Reset();
   double sum = 0;
@@ -37,7 +36,8 @@ EvalResult EvaluateLoss(model::Llama& model, data::EvalLoader& loader,
 }
 
 Result<EvalResult> EvaluateCheckpoint(const std::string& checkpoint, const std::string& data_spec,
-                                      int64_t max_tokens, const TrainingOptions& device_options) {
+                                      int64_t max_tokens, const TrainingOptions& device_options,
+                                      int64_t seq_len_override, int64_t batch_override) {
   TENAX_ASSIGN_OR_RETURN(model::ModelCheckpoint ckpt, model::LoadModelCheckpoint(checkpoint));
   // The checkpoint's own config supplies the data defaults (synthetic parameters, cache folder)
   // and the sequence length it was trained with.
@@ -55,6 +55,8 @@ Result<EvalResult> EvaluateCheckpoint(const std::string& checkpoint, const std::
         "prepared with the model's tokenizer",
         data_spec, stream.vocab_size(), ckpt.spec.vocab_size));
   }
+  if (seq_len_override > 0) config.training.seq_len = seq_len_override;
+  if (batch_override > 0) config.training.local_batch_size = batch_override;
   const int64_t seq_len = std::min<int64_t>(config.training.seq_len, ckpt.spec.max_seq_len);
   TENAX_ASSIGN_OR_RETURN(DeviceInfo device, ResolveDevice(device_options));
   TENAX_ASSIGN_OR_RETURN(data::EvalLoader loader,

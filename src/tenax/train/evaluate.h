@@ -29,8 +29,12 @@ using LossFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
 EvalResult EvaluateLoss(const LossFn& loss, data::EvalLoader& loader, const at::Device& device);
 
 // `tenax eval`: loads a checkpoint and evaluates it on `data_spec` (see data/source.h) for up to
-// `max_tokens` tokens (0: the checkpoint's metrics.eval_tokens, else 65536).
+// `max_tokens` tokens (0: the checkpoint's metrics.eval_tokens, else 65536), in windows of
+// `seq_len` tokens and batches of `batch_size` (0: the checkpoint's training.seq_len and
+// local_batch_size, else the defaults; a checkpoint without a config, such as one made by
+// import-hf, needs them to be evaluated like the run it came from).
 Result<EvalResult> EvaluateCheckpoint(const std::string& checkpoint, const std::string& data_spec,
-                                      int64_t max_tokens, const TrainingOptions& device_options);
+                                      int64_t max_tokens, const TrainingOptions& device_options,
+                                      int64_t seq_len = 0, int64_t batch_size = 0);
 
 }  // namespace tenax::train

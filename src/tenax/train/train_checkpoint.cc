@@ -5,7 +5,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
+#include <map>
 
+#include "tenax/config/config.h"
 #include "tenax/config/model_spec_json.h"
 #include "tenax/core/check.h"
 #include "tenax/core/log.h"
@@ -42,6 +45,31 @@ Result<at::Tensor> FromHex(const std::string& hex) {
     p[i / 2] = static_cast<uint8_t>(hi * 16 + lo);
   }
   return t;
+}
+
+// The batch a checkpoint's steps were made with: recorded under "data" since global batches
+// exist; before that, derived from its config (local_batch_size x grad_accum_steps) and layout
+// (data-parallel degree). All zero when neither tells.
+BatchShape SavedBatch(const nlohmann::json& state) {
+  BatchShape b;
+  const nlohmann::json& d = state.at("data");
+  if (d.contains("global_batch_size")) {
+    b.global = d.at("global_batch_size").get<int64_t>();
+    b.local = d.at("local_batch_size").get<int64_t>();
+    b.accum = d.at("grad_accum_steps").get<int64_t>();
+    b.data_parallel = d.at("data_parallel").get<int64_t>();
+    return b;
+  }
+  if (!state.contains("config") || !state.contains("layout")) return b;
+  Result<Config> config = ParseConfig(state["config"].get<std::string>(), {}, "train_state.json");
+  const nlohmann::json& l = state["layout"];
+  if (!config.ok() || !l.contains("data_parallel_replicate")) return b;
+  b.local = config->training.local_batch_size;
+  b.accum = config->training.grad_accum_steps;
+  b.data_parallel =
+      l.at("data_parallel_replicate").get<int64_t>() * l.value("data_parallel_shard", int64_t{1});
+  b.global = b.local * b.accum * b.data_parallel;
+  return b;
 }
 
 }  // namespace
@@ -88,7 +116,12 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
     nlohmann::json state = {
         {"step", progress.step},
         {"optimizer_step", target.optimizer.step_count()},
-        {"data", {{"position", progress.data_position}}},
+        {"data",
+         {{"position", progress.data_position},
+          {"global_batch_size", progress.batch.global},
+          {"local_batch_size", progress.batch.local},
+          {"grad_accum_steps", progress.batch.accum},
+          {"data_parallel", progress.batch.data_parallel}}},
         {"tokens_seen", progress.tokens_seen},
         {"rng", {{"torch_cpu", ToHex(gen.get_state())}}},
         {"model", ModelSpecToJson(target.model.spec())},
@@ -96,13 +129,79 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
         {"layout", target.layout},
     };
     if (!progress.loss_history.empty()) state["loss_history"] = progress.loss_history;
+    if (!target.tokenizer.empty()) state["tokenizer"] = target.tokenizer;
     files.push_back({model::kTrainStateFile, state.dump(2)});
   }
   return snap;
 }
 
+namespace {
+
+// Every rank's string, in rank order (collective). Lengths first, then the bytes padded to the
+// longest: the communicator gathers equal-sized pieces.
+std::vector<std::string> AllGatherStrings(parallel::Communicator& world, const std::string& mine) {
+  const at::Tensor lengths =
+      world.AllGather(at::full({1}, static_cast<int64_t>(mine.size()), at::kLong)).contiguous();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  int64_t longest = 1;
+  for (int r = 0; r < world.size(); ++r) longest = std::max(longest, len[r]);
+  at::Tensor bytes = at::zeros({longest}, at::kByte);
+  std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), mine.size());
+  const at::Tensor all = world.AllGather(bytes).contiguous();
+  std::vector<std::string> out;
+  const char* base = reinterpret_cast<const char*>(all.data_ptr<uint8_t>());
+  for (int r = 0; r < world.size(); ++r) {
+    out.emplace_back(base + r * longest, static_cast<size_t>(len[r]));
+  }
+  return out;
+}
+
+// The commit when every node may have its own folder (several nodes; `fence` set): each rank
+// reads back its own files for their sizes and CRCs, rank 0 gathers them into the manifest, asks
+// the fence (the node agent: is this generation still current? then etcd records the commit),
+// and only then writes manifest.json and COMMITTED into its folder.
+Status CommitFenced(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
+                    parallel::Communicator& world, const CommitFence& fence) {
+  std::vector<std::string> names;
+  for (const auto& [name, bytes] : snap.files) names.push_back(name);
+  Result<std::map<std::string, ckpt::FileEntry>> mine = store.ReadEntries(snap.step, names);
+  nlohmann::json entries = nlohmann::json::object();
+  if (mine.ok()) {
+    for (const auto& [name, e] : *mine) entries[name] = {{"bytes", e.bytes}, {"crc32", e.crc32}};
+  }
+  const std::vector<std::string> all = AllGatherStrings(world, mine.ok() ? entries.dump() : "");
+  if (!mine.ok()) return mine.status();
+  if (snap.rank != 0) return Status::Ok();
+  ckpt::Manifest m;
+  m.step = snap.step;
+  m.created_unix = static_cast<int64_t>(std::time(nullptr));
+  m.world_size = snap.world_size;
+  m.layout = snap.layout.is_object() ? snap.layout : nlohmann::json::object();
+  m.extra = snap.extra.is_object() ? snap.extra : nlohmann::json::object();
+  for (size_t r = 0; r < all.size(); ++r) {
+    const auto j = nlohmann::json::parse(all[r], nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      return PeerLost(
+          fmt::format("rank {} could not read back its files of checkpoint step {}", r, snap.step));
+    }
+    for (const auto& [name, e] : j.items()) {
+      m.files[name] = ckpt::FileEntry{e.value("bytes", uint64_t{0}), e.value("crc32", 0u)};
+    }
+  }
+  for (const std::string& name : snap.expected_files) {
+    if (m.files.count(name) == 0) {
+      return Internal(fmt::format("checkpoint step {}: no rank wrote {}", snap.step, name));
+    }
+  }
+  TENAX_RETURN_IF_ERROR(fence(snap.step, m.ToJson()));
+  return store.CommitManifest(m);
+}
+
+}  // namespace
+
 Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
-                            parallel::Communicator* world, protocol::FaultInjector* faults) {
+                            parallel::Communicator* world, protocol::FaultInjector* faults,
+                            const CommitFence& fence) {
   const int64_t step = snap.step;
   auto barrier = [&] {
     if (world) world->Barrier();
@@ -125,7 +224,13 @@ Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::Checkpoint
                     std::to_string(step) + "; the checkpoint was not committed");
   }
   Status committed = Status::Ok();
-  if (snap.rank == 0) {
+  if (fence && world != nullptr) {
+    committed = CommitFenced(store, snap, *world, fence);
+    if (snap.rank == 0 && committed.ok() && faults != nullptr) {  // --inject ckpt-corrupt
+      committed =
+          faults->CheckpointHook(step, protocol::CheckpointPhase::kCommitted, store.StepDir(step));
+    }
+  } else if (snap.rank == 0) {
     committed = store.Commit(step, snap.layout, snap.extra, snap.expected_files, snap.world_size);
     if (committed.ok() && faults != nullptr) {  // --inject ckpt-corrupt
       committed =
@@ -183,6 +288,8 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
   try {
     p.step = s.at("step").get<int64_t>();
     p.data_position = s.at("data").at("position").get<int64_t>();
+    p.batch = SavedBatch(s);
+    if (s.contains("config")) p.saved_config = s["config"].get<std::string>();
     p.tokens_seen = s.at("tokens_seen").get<int64_t>();
     if (s.contains("loss_history")) p.loss_history = s["loss_history"].get<std::vector<double>>();
     const int64_t opt_step = s.at("optimizer_step").get<int64_t>();
@@ -355,7 +462,7 @@ Result<std::vector<std::string>> TrainCheckpointer::Save(const TrainProgress& pr
     TENAX_RETURN_IF_ERROR(writer_->Submit(std::move(snap)));
     submitted_ = progress.step;
   } else {
-    TENAX_RETURN_IF_ERROR(WriteTrainCheckpoint(store_, snap, world_, setup_.faults));
+    TENAX_RETURN_IF_ERROR(WriteTrainCheckpoint(store_, snap, world_, setup_.faults, setup_.fence));
     if (replica_) TENAX_RETURN_IF_ERROR(replica_->Put(snap.step, snap.files));
     last_committed_ = progress.step;
     if (setup_.rank == 0) TENAX_RETURN_IF_ERROR(store_.Prune(setup_.options.keep_latest));

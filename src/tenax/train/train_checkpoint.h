@@ -3,8 +3,9 @@
 //                        model-rankRRRRR-of-NNNNN.safetensors per shard holding 1-D slices
 //   optimizer state      optimizer.safetensors or optimizer-rank*.safetensors, likewise:
 //                        exp_avg.<param> / exp_avg_sq.<param>
-//   train_state.json     step, optimizer step, data position, tokens seen, CPU RNG state, the
-//                        resolved model shape, the config and the parallel layout
+//   train_state.json     step, optimizer step, the global sample cursor and the batch it
+//                        advances by, tokens seen, CPU RNG state, the resolved model shape, the
+//                        tokenizer, the config and the parallel layout
 // Restoring all of it makes the resumed trajectory identical to an uninterrupted one, and any
 // layout reads any other's checkpoint (shards are reassembled by name, then re-split).
 #pragma once
@@ -19,6 +20,7 @@
 #include "tenax/checkpoint/async_writer.h"
 #include "tenax/checkpoint/memory_replica.h"
 #include "tenax/checkpoint/store.h"
+#include "tenax/config/batch.h"
 #include "tenax/config/options.h"
 #include "tenax/core/status.h"
 #include "tenax/model/llama.h"
@@ -32,11 +34,20 @@
 namespace tenax::train {
 
 struct TrainProgress {
-  int64_t step = 0;           // optimizer steps completed
-  int64_t data_position = 0;  // training windows consumed (data/loader.h)
+  int64_t step = 0;  // optimizer steps completed
+  // The global sample cursor: training windows consumed by all data-parallel ranks together
+  // (data/loader.h). It does not depend on the layout, so any number of ranks continues from it.
+  int64_t data_position = 0;
   int64_t tokens_seen = 0;
+  // The batch the steps so far were made with (config/batch.h): saved, and restored so that a
+  // resumed run can keep (or knowingly change) it. global == 0: a checkpoint that predates the
+  // record and whose config and layout do not tell either.
+  BatchShape batch;
   // The loss-spike detector's window, oldest first (train/loss_spike.h); empty when it is off.
   std::vector<double> loss_history;
+  // Restored only: the config (TOML) the checkpoint was written with, to name what a resumed run
+  // changes (config/resume_changes.h). Empty for a weights-only checkpoint.
+  std::string saved_config;
 };
 
 // What is being saved or restored. `parallel` and `world` are null for a single process.
@@ -48,6 +59,10 @@ struct TrainTarget {
   ParallelModel* parallel = nullptr;
   parallel::Communicator* world = nullptr;
   nlohmann::json layout = nlohmann::json::object();  // recorded in the manifest
+  // The tokenizer of the training data: {"spec": "tiktoken:PATH" | "hf:PATH" | "byte" | ...,
+  // "bos_id", "eos_id"} (null ids where it has none); empty when the ids are not text (synthetic,
+  // token files). Recorded in train_state.json so export-hf and generate find it.
+  nlohmann::json tokenizer = nlohmann::json::object();
 };
 
 // A save is two steps, so synchronous and asynchronous saves share one file format:
@@ -65,9 +80,14 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
 // Collective when `world` is set: rank 0 prepares, every rank writes its files, rank 0 commits
 // once all wrote (docs/checkpoint_format.md, "Several processes"). `faults` (tests of recovery,
 // may be null) strike after the files and after the commit.
+// On several nodes a commit must be allowed by the node agent first (only a rank of the current
+// generation may commit; protocol/agent_channel.h): `fence(step, manifest)`, called on rank 0
+// with the manifest gathered from every rank's own files (each node may have its own folder).
+using CommitFence = std::function<Status(int64_t step, const nlohmann::json& manifest)>;
 Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
                             parallel::Communicator* world,
-                            protocol::FaultInjector* faults = nullptr);
+                            protocol::FaultInjector* faults = nullptr,
+                            const CommitFence& fence = nullptr);
 
 // SnapshotTrainCheckpoint + WriteTrainCheckpoint: collective when distributed; every rank calls
 // it; rank 0 prepares and commits.
@@ -99,6 +119,7 @@ class TrainCheckpointer {
     std::string attempt;        // identifies this launch generation (async_writer.h)
     ObservedFailures observed;  // what the launcher saw so far (protocol::RankContext)
     protocol::FaultInjector* faults = nullptr;  // --inject checkpoint faults; may be null
+    CommitFence fence;  // several nodes: the node agent allows each commit; null: none
   };
   // `store` is the trainer's (main-thread) store of `setup.folder`; `world` null for one process.
   TrainCheckpointer(Setup setup, ckpt::CheckpointStore& store, parallel::Communicator* world);

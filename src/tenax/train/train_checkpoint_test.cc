@@ -41,7 +41,12 @@ TEST(TrainCheckpointTest, AsyncSaveWritesTheSameFilesAsTheSyncSave) {
   TakeOneStep(model, opt);
   TrainTarget target = SingleProcess(model, opt);
   target.layout = {{"world_size", 1}};
-  const TrainProgress progress{/*step=*/5, /*data_position=*/40, /*tokens_seen=*/1280, {}};
+  TrainProgress progress;
+  progress.step = 5;
+  progress.data_position = 40;
+  progress.tokens_seen = 1280;
+  progress.batch = BatchShape{/*local=*/2, /*accum=*/3, /*data_parallel=*/4, /*global=*/24};
+  target.tokenizer = {{"spec", "byte"}, {"bos_id", nullptr}, {"eos_id", 256}};
 
   ckpt::CheckpointStore sync_store(LocalFs(), tmp / "sync");
   ASSERT_TRUE(SaveTrainCheckpoint(sync_store, progress, target, "# config").ok());
@@ -78,12 +83,59 @@ TEST(TrainCheckpointTest, AsyncSaveWritesTheSameFilesAsTheSyncSave) {
   ASSERT_TRUE(restored.ok()) << restored.status().message();
   EXPECT_EQ(restored->step, 5);
   EXPECT_EQ(restored->data_position, 40);
+  // The batch the steps were made with comes back (a resume on other ranks keeps it), and so does
+  // the config the checkpoint was written with (to name deliberate changes).
+  EXPECT_EQ(restored->batch.global, 24);
+  EXPECT_EQ(restored->batch.local, 2);
+  EXPECT_EQ(restored->batch.accum, 3);
+  EXPECT_EQ(restored->batch.data_parallel, 4);
+  EXPECT_EQ(restored->saved_config, "# config");
+  const nlohmann::json state = nlohmann::json::parse(a->files.at("train_state.json"));
+  EXPECT_EQ(state["tokenizer"]["eos_id"], 256);
   EXPECT_EQ(restored->tokens_seen, 1280);
   EXPECT_EQ(fresh_opt.step_count(), 1);
   for (size_t i = 0; i < model.params().size(); ++i) {
     EXPECT_TRUE(at::equal(model.params()[i].tensor, fresh.params()[i].tensor))
         << model.params()[i].name;
   }
+}
+
+// A checkpoint written before the batch was recorded: its batch is derived from its config
+// (local_batch_size x grad_accum_steps) and layout (data-parallel degree), so that resuming it on
+// another number of ranks still keeps its global batch.
+TEST(TrainCheckpoint, OlderCheckpointsDeriveTheirBatchFromConfigAndLayout) {
+  testing::TempDir tmp;
+  model::Llama model(TinySpec(), /*seed=*/7, at::kCPU);
+  AdamW opt(OptimizerOptions{}, model.params());
+  TakeOneStep(model, opt);
+  TrainTarget target = SingleProcess(model, opt);
+  TrainProgress progress;
+  progress.step = 3;
+  Result<ckpt::CheckpointSnapshot> snap =
+      SnapshotTrainCheckpoint(progress, target,
+                              "[training]\nlocal_batch_size = 3\n"
+                              "grad_accum_steps = 2\n");
+  ASSERT_TRUE(snap.ok()) << snap.status().message();
+  for (auto& [name, bytes] : snap->files) {
+    if (name != "train_state.json") continue;
+    nlohmann::json state = nlohmann::json::parse(bytes);
+    state["data"] = {{"position", 12}};  // as written before the batch fields existed
+    state["layout"] = {
+        {"world_size", 4}, {"data_parallel_replicate", 2}, {"data_parallel_shard", 2}};
+    bytes = state.dump();
+  }
+  ckpt::CheckpointStore store(LocalFs(), tmp / "ckpt");
+  ASSERT_TRUE(store.Save(3, snap->files, {{"world_size", 1}}, {}).ok());
+  model::Llama fresh(TinySpec(), /*seed=*/8, at::kCPU);
+  AdamW fresh_opt(OptimizerOptions{}, fresh.params());
+  TrainTarget fresh_target = SingleProcess(fresh, fresh_opt);
+  Result<TrainProgress> restored = RestoreTrainCheckpoint(store, 3, fresh_target);
+  ASSERT_TRUE(restored.ok()) << restored.status().message();
+  EXPECT_EQ(restored->data_position, 12);
+  EXPECT_EQ(restored->batch.local, 3);
+  EXPECT_EQ(restored->batch.accum, 2);
+  EXPECT_EQ(restored->batch.data_parallel, 4);
+  EXPECT_EQ(restored->batch.global, 24);
 }
 
 // The trainer's glue in both modes: saves at the interval and the final step, prunes, keeps
@@ -113,7 +165,7 @@ void RunCheckpointer(bool async) {
     ckpt.RecordStepTime(0.01);
     if (!ckpt.Due(step, step == 10)) continue;
     Result<std::vector<std::string>> lines =
-        ckpt.Save(TrainProgress{step, step * 4, step * 128, {}}, target, "# config", 1.0);
+        ckpt.Save(TrainProgress{step, step * 4, step * 128, {}, {}, {}}, target, "# config", 1.0);
     ASSERT_TRUE(lines.ok()) << lines.status().message();
     reported += static_cast<int>(lines->size());
     saved.push_back(step);

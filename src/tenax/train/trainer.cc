@@ -9,16 +9,20 @@
 #include <set>
 
 #include "tenax/checkpoint/store.h"
+#include "tenax/config/batch.h"
 #include "tenax/config/config.h"
+#include "tenax/config/resume_changes.h"
 #include "tenax/core/format.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/core/run_lock.h"
+#include "tenax/data/hf_tokenizer_files.h"
 #include "tenax/data/loader.h"
 #include "tenax/data/source.h"
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/parallel/mesh.h"
+#include "tenax/protocol/agent_channel.h"
 #include "tenax/protocol/fault_injection.h"
 #include "tenax/protocol/flight_recorder.h"
 #include "tenax/protocol/heartbeat.h"
@@ -133,6 +137,7 @@ class Trainer {
   Status SetupGroups();
   Status SetupModel();
   Status SetupCheckpoints();
+  Status ReconcileResume();
   Status SetupLoaders();
 
   Status Step(int64_t step);
@@ -166,6 +171,7 @@ class Trainer {
   data::DataSplits data_;
   ModelSpec spec_;
   std::optional<parallel::Mesh> mesh_;
+  BatchShape batch_;  // the step's batch; a resume may re-derive its accumulation
   FlopsPerToken flops_;
   std::string run_dir_, ckpt_dir_, config_toml_;
   std::unique_ptr<parallel::ProcessGroups> groups_;
@@ -248,6 +254,7 @@ Status Trainer::SetupData() {
         t_.seq_len, spec_.max_seq_len));
   }
   TENAX_ASSIGN_OR_RETURN(mesh_, parallel::Mesh::Create(config_.parallelism, env_.world, spec_, t_));
+  TENAX_ASSIGN_OR_RETURN(batch_, ResolveBatch(t_, mesh_->dp()));
   flops_ = TrainingFlopsPerToken(spec_, t_.seq_len);
   summary_.model_name = spec_.name;
   summary_.n_params = CountParams(spec_).total;
@@ -262,7 +269,9 @@ Status Trainer::SetupRunFolder() {
   // otherwise rank 0 takes it before writing anything.
   if (ctx_.run_lock_fd >= 0) {
     TENAX_RETURN_IF_ERROR(RunLock::VerifyInherited(ctx_.run_lock_fd, run_dir_));
-  } else if (env_.rank == 0) {
+  } else if (env_.rank == 0 && ctx_.agent_socket.empty()) {
+    // (On several nodes the job id in etcd owns the run and commits are fenced by generation;
+    // a stopped rank of an old generation may still hold a lock on shared storage.)
     TENAX_ASSIGN_OR_RETURN(run_lock_, RunLock::Acquire(run_dir_, "tenax train"));
   } else {
     TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(run_dir_));
@@ -366,6 +375,12 @@ Status Trainer::SetupModel() {
                        {"tensor_parallel", mesh.degree(parallel::Axis::kTensor)},
                        {"pipeline_parallel", mesh.degree(parallel::Axis::kPipeline)},
                        {"sharding", parallel_model_ ? "rank-pieces" : "none"}}});
+  if (!data_.tokenizer.empty()) {  // for export-hf and generate (train_checkpoint.h)
+    auto id = [](std::optional<uint32_t> v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    target_->tokenizer = {{"spec", data::AbsoluteTokenizerSpec(data_.tokenizer)},
+                          {"bos_id", id(data_.bos)},
+                          {"eos_id", id(data_.eos)}};
+  }
   log::Info("model: {} with {} parameters, {} training FLOP/token at seq_len {}; device {} ({})",
             spec_.name, FormatParams(static_cast<double>(summary_.n_params)),
             FormatCount(flops_.total()), t_.seq_len, device_.name,
@@ -397,6 +412,19 @@ Status Trainer::SetupCheckpoints() {
       ctx_.supervised ? fmt::format("{:.0f}.{}", ctx_.launch_time_unix, ctx_.generation) : "0";
   cs.observed = ObservedFailures{ctx_.generation, ctx_.run_elapsed_s};
   cs.faults = faults_.get();
+  if (!ctx_.agent_socket.empty()) {
+    // Several nodes: rank 0 commits only with its node agent's consent (the generation must still
+    // be current: a rank of a fenced or replaced node never commits).
+    if (config_.checkpoint.async) {
+      return InvalidArgument(
+          "checkpoint.async = true is not supported across several nodes yet (each node's ranks "
+          "commit through their node agent); set checkpoint.async = false");
+    }
+    cs.fence = [socket = ctx_.agent_socket, gen = ctx_.generation](
+                   int64_t step, const nlohmann::json& manifest) {
+      return protocol::RequestCommit(socket, gen, step, manifest, /*timeout_s=*/60);
+    };
+  }
   checkpointer_ =
       std::make_unique<TrainCheckpointer>(cs, *store_, env_.distributed() ? &world : nullptr);
 
@@ -424,8 +452,33 @@ Status Trainer::SetupCheckpoints() {
       log::Warn("moved {} aside: training restarts at step {}", m, progress_.step);
     }
   }
+  TENAX_RETURN_IF_ERROR(ReconcileResume());
   TENAX_RETURN_IF_ERROR(checkpointer_->Start(progress_.step));
   world.Barrier();
+  return Status::Ok();
+}
+
+// A resumed run keeps the checkpoint's global batch unless told otherwise (config/batch.h), and
+// says which trajectory settings it changes (config/resume_changes.h). Every rank restored the same
+// checkpoint, so every rank decides the same; rank 0 speaks.
+Status Trainer::ReconcileResume() {
+  std::vector<std::string> notes;
+  if (progress_.step > 0) {
+    TENAX_ASSIGN_OR_RETURN(batch_, ResolveResumedBatch(t_, mesh_->dp(), progress_.batch, &notes));
+  }
+  progress_.batch = batch_;
+  if (env_.rank != 0) return Status::Ok();
+  for (const auto& n : notes) log::Warn("resume: {}", n);
+  if (progress_.saved_config.empty()) return Status::Ok();
+  Result<std::vector<std::string>> changes = TrajectoryChanges(progress_.saved_config, config_);
+  if (!changes.ok()) {
+    log::Warn("resume: cannot compare with the checkpoint's config: {}",
+              changes.status().message());
+    return Status::Ok();
+  }
+  for (const auto& c : *changes) {
+    log::Warn("resume: deliberate change since the checkpoint at step {}: {}", progress_.step, c);
+  }
   return Status::Ok();
 }
 
@@ -448,7 +501,7 @@ Status Trainer::SetupLoaders() {
     summary_.metrics_path = reporter_out_->metrics_path();
     summary_.tensorboard_dir = reporter_out_->tensorboard_dir();
   }
-  tokens_per_step_ = t_.local_batch_size * t_.seq_len * t_.grad_accum_steps * mesh.dp();
+  tokens_per_step_ = batch_.global * t_.seq_len;
   last_step_ = t_.stop_at > 0 ? std::min(t_.stop_at, t_.steps) : t_.steps;
   // Loss spikes (training.loss_spike_factor): the window continues from the checkpoint; the
   // steps that already made a run roll back ("restart") are skipped if they spike again.
@@ -481,11 +534,9 @@ Result<TrainSummary> Trainer::Run() {
     return summary_;
   }
   summary_.first_step = progress_.step + 1;
-  log::Info(
-      "training steps {}..{} of {}: {} sequences x {} tokens x {} accumulation = {} "
-      "tokens/step",
-      summary_.first_step, last_step_, t_.steps, t_.local_batch_size, t_.seq_len,
-      t_.grad_accum_steps, tokens_per_step_);
+  log::Info("training steps {}..{} of {}: global batch {} x {} tokens = {} tokens/step",
+            summary_.first_step, last_step_, t_.steps, DescribeBatch(batch_), t_.seq_len,
+            tokens_per_step_);
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start_));
   for (int64_t step = progress_.step + 1; step <= last_step_; ++step) {
     TENAX_RETURN_IF_ERROR(Step(step));
@@ -517,19 +568,19 @@ Status Trainer::Step(int64_t step) {
   double loss_sum = 0;
   if (flight_) flight_->SetPhase(step, "forward_backward");
   step_model_->BeginStep();
-  for (int64_t micro = 0; micro < t_.grad_accum_steps; ++micro) {
+  for (int64_t micro = 0; micro < batch_.accum; ++micro) {
     data::Batch b = loader_->Next();
     const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
     const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
-    TENAX_ASSIGN_OR_RETURN(
-        double l, step_model_->ForwardBackward(x, y, static_cast<int>(t_.grad_accum_steps)));
+    TENAX_ASSIGN_OR_RETURN(double l,
+                           step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
     loss_sum += l;
   }
   if (faults_) {  // --inject slow / hang: before the gradient collectives, with the compute so far
     faults_->BeforeGradientReduce(
         step, Seconds(Clock::now() - t0) - (TotalStats(all_groups_) - comm0).wait_s);
   }
-  double loss = loss_sum / static_cast<double>(t_.grad_accum_steps);
+  double loss = loss_sum / static_cast<double>(batch_.accum);
   if (flight_) flight_->SetPhase(step, "gradient_reduction");
   step_model_->FinishStep();  // every gradient reduction of the layout
   const double grad_norm = step_model_->ClipGradNorm(t_.max_norm);

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Repeated fault experiments on `tenax launch`, from outside the program (issue 11's evidence):
+#   attribution: N runs of 4 ranks; after training starts, one random rank is aborted (SIGABRT),
+#                segfaulted (SIGSEGV), killed (SIGKILL) or made to exit (an injected exit with
+#                code 1); counts how often goodput.json names that rank as the failure.
+#   orphans:     N runs of 2 ranks + 1 spare; after training starts the launcher is killed with
+#                SIGKILL; counts the runs where no process of the job is left 10 s later.
+# Usage: bench/supervision_faults.sh [attribution|orphans|all] [N]   (default: all 50)
+# Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
+# when any run went wrong.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
+runs="${2:-50}"
+bin="$PWD/build/tenax"
+work="$(mktemp -d /tmp/tenax-faults-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+
+train() {  # train args for a run named $1 in $work
+  echo "train --defaults --set data.source=synthetic --set model.preset=debug-tiny --set training.seq_len=32" \
+       "--set data.synthetic.train_tokens=200000 --set data.synthetic.vocab_size=32" \
+       "--set data.synthetic.order=1 --set metrics.eval_interval=0 --set metrics.progress=never" \
+       "--set training.steps=100000 --set training.local_batch_size=2 --set checkpoint.interval=50" \
+       "--set job.dump_folder=$work --set job.name=$1"
+}
+
+json() {  # json FILE PYTHON-EXPRESSION-ON-j
+  python3 -c "import json,sys
+try: j=json.load(open(sys.argv[1]))
+except Exception: sys.exit(1)
+print($2)" "$1" 2>/dev/null
+}
+
+# Waits until every rank of the status file trained a step; prints the pid of rank $2.
+wait_training() {
+  local status="$1" rank="$2"
+  for _ in $(seq 1 1500); do
+    local pid
+    pid=$(json "$status" "j['ranks'][$rank]['pid'] if all(r['phase']=='train' and r['alive'] for r in j['ranks']) else ''")
+    if [ -n "$pid" ] && [ "$pid" != "-1" ]; then echo "$pid"; return 0; fi
+    sleep 0.02
+  done
+  return 1
+}
+
+attribution() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local rank=$((RANDOM % 4)) how
+    case $((RANDOM % 4)) in 0) how=ABRT ;; 1) how=SEGV ;; 2) how=KILL ;; 3) how=exit ;; esac
+    local name="attr$i" status="$work/attr$i-status.json" inject=""
+    [ "$how" = exit ] && inject="--inject crash:rank=$rank:time=4:how=exit"
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 4 --status-file "$status" $inject -- $(train "$name") \
+      > "$work/$name.log" 2>&1 &
+    local launcher=$!
+    if [ "$how" != exit ]; then
+      local pid
+      pid=$(wait_training "$status" "$rank") || { echo "run $i: training never started"; kill -9 $launcher; continue; }
+      kill -s "$how" "$pid"
+    fi
+    wait $launcher
+    local got
+    got=$(json "$work/$name/goodput.json" "j['failures'][0]['rank']")
+    if [ "$got" = "$rank" ]; then ok=$((ok + 1)); verdict=ok; else verdict="WRONG (named $got)"; fi
+    echo "attribution run $i: rank $rank $how -> $verdict"
+    rm -rf "${work:?}/$name"
+  done
+  echo "attribution: $ok of $runs named the failed rank"
+  [ "$ok" -eq "$runs" ]
+}
+
+orphans() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local name="orph$i" status="$work/orph$i-status.json"
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 2 --spares 1 --status-file "$status" -- $(train "$name") \
+      > "$work/$name.log" 2>&1 &
+    local launcher=$!
+    wait_training "$status" 0 > /dev/null || { echo "run $i: training never started"; kill -9 $launcher; continue; }
+    kill -9 $launcher
+    wait $launcher 2> /dev/null
+    local left=""
+    for _ in $(seq 1 500); do  # up to 10 s
+      left=$(pgrep -f "job[.]name=$name( |$)" || true)
+      [ -z "$left" ] && break
+      sleep 0.02
+    done
+    if [ -z "$left" ]; then ok=$((ok + 1)); echo "orphans run $i: none left"; else
+      echo "orphans run $i: LEFT BEHIND: $left"; pkill -9 -f "job[.]name=$name( |$)"; fi
+    rm -rf "${work:?}/$name"
+  done
+  echo "orphans: $ok of $runs left no process behind"
+  [ "$ok" -eq "$runs" ]
+}
+
+status=0
+case "$what" in
+  attribution) attribution || status=1 ;;
+  orphans) orphans || status=1 ;;
+  all) attribution || status=1; orphans || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|all] [N]" >&2; exit 2 ;;
+esac
+exit $status

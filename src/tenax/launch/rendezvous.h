@@ -1,0 +1,123 @@
+// What the node agents of one job keep in etcd, and how they read and write it: the key layout
+// and the records, in one place (docs/launcher_protocol.md "Many nodes" describes the protocol
+// around them). Every key lives under /tenax/jobs/<job-id>/:
+//
+//   secret                   random per-job secret; the first agent creates it. Agent-to-agent
+//                            transfers (checkpoint files, replicas) must present it.
+//   nnodes                   the job's node count N (the first agent sets it; others must agree)
+//   start_unix               when the first agent registered (the job's clock for goodput)
+//   generation               the current generation G (decimal); bumped by compare-and-swap by
+//                            any agent that sees a failure, so exactly one bump per failure wins
+//   agents/<id>              one per live agent (attached to its lease): host, address, file port
+//   gen/<G>/join/<id>        an agent ready to take part in G (attached to its lease); its
+//                            create_revision orders agents (earliest first)
+//   gen/<G>/plan             node rank -> agent for G, and the spares; written once (put if
+//                            absent) by the planner: the earliest-joined live agent
+//   gen/<G>/master           rank 0's store address, put by node 0's agent
+//   gen/<G>/report/<node>    a node's lead-rank summary when its part of G ends (goodput)
+//   gen/<G>/done/<node>      the node's ranks all finished training (exit 0) in G
+//   failures/<G>/<id>        a node's evidence of G's failure (first by time wins), or
+//                            lost-<id> for an agent whose lease expired while active in G
+//   commits/<step>           a checkpoint commit: the generation that made it and its manifest
+//                            (files, sizes, CRCs). A commit is accepted only if G is current
+//                            (a transaction), so a rank of an old generation never commits
+//   stop                     the job ends: exit code and reason (out of restarts, bad input,
+//                            not enough nodes); every agent exits with that code
+//
+// Records are JSON. Thread safety: plain data and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+
+namespace tenax::launch::rdzv {
+
+class Keys {
+ public:
+  explicit Keys(const std::string& job_id) : root_("/tenax/jobs/" + job_id + "/") {}
+  const std::string& root() const { return root_; }
+  std::string secret() const { return root_ + "secret"; }
+  std::string nnodes() const { return root_ + "nnodes"; }
+  std::string start() const { return root_ + "start_unix"; }
+  std::string generation() const { return root_ + "generation"; }
+  std::string agents() const { return root_ + "agents/"; }
+  std::string agent(const std::string& id) const { return agents() + id; }
+  std::string gen(int64_t g) const { return root_ + "gen/" + std::to_string(g) + "/"; }
+  std::string joins(int64_t g) const { return gen(g) + "join/"; }
+  std::string join(int64_t g, const std::string& id) const { return joins(g) + id; }
+  std::string plan(int64_t g) const { return gen(g) + "plan"; }
+  std::string master(int64_t g) const { return gen(g) + "master"; }
+  std::string reports(int64_t g) const { return gen(g) + "report/"; }
+  std::string report(int64_t g, int node) const { return reports(g) + std::to_string(node); }
+  std::string dones(int64_t g) const { return gen(g) + "done/"; }
+  std::string done(int64_t g, int node) const { return dones(g) + std::to_string(node); }
+  std::string failures(int64_t g) const { return root_ + "failures/" + std::to_string(g) + "/"; }
+  std::string failure(int64_t g, const std::string& id) const { return failures(g) + id; }
+  std::string commits() const { return root_ + "commits/"; }
+  std::string commit(int64_t step) const;  // zero-padded, so keys sort by step
+  std::string stop() const { return root_ + "stop"; }
+
+ private:
+  std::string root_;
+};
+
+struct AgentInfo {
+  std::string id;
+  std::string host;
+  std::string address;  // where other agents reach it (its --rdzv-address, or its host's)
+  int file_port = 0;    // its checkpoint file / replica server
+  int pid = 0;
+  int nproc = 0;
+  nlohmann::json ToJson() const;
+  static Result<AgentInfo> FromJson(const std::string& text);
+};
+
+struct Plan {
+  int64_t generation = 0;
+  std::vector<std::string> nodes;   // [node rank] -> agent id
+  std::vector<std::string> spares;  // agents waiting
+  nlohmann::json ToJson() const;
+  static Result<Plan> FromJson(const std::string& text);
+  int NodeRankOf(const std::string& agent) const;  // -1: not active
+};
+
+// Who the agents are for generation G, as the planner sees them: the joined agents in join order
+// (earliest create_revision first) and the previous generation's plan (null for the first).
+// Keeps each previous node rank with its holder when it joined again; fills the others in join
+// order; the rest are spares. Needs at least `nnodes` joined agents (else nullopt).
+std::optional<Plan> MakePlan(int64_t generation, int nnodes,
+                             const std::vector<std::string>& joined_in_order, const Plan* previous);
+
+// A node's account of a generation's failure (failures/<G>/<id>).
+struct FailureReport {
+  std::string agent;
+  std::string host;
+  int node_rank = -1;
+  int rank = -1;  // the global rank the node's evidence names (-1: none)
+  int code = 0;
+  std::string kind;  // protocol::FailureKindName, or "node-lost" / "partition"
+  std::string cause;
+  bool secondary = false;  // the node's ranks only lost peers
+  double wall_s = 0;       // the evidence's time (wall clock: nodes compare)
+  nlohmann::json ToJson() const;
+  static Result<FailureReport> FromJson(const std::string& text);
+};
+
+// The failure of a generation from every node's report: secondaries never win; among the rest
+// the earliest evidence; a lost node counts as evidence at the time it was found lost.
+std::optional<FailureReport> FirstFailure(const std::vector<FailureReport>& reports);
+
+// The job's end (stop).
+struct StopRecord {
+  int code = 0;
+  std::string reason;
+  nlohmann::json ToJson() const;
+  static Result<StopRecord> FromJson(const std::string& text);
+};
+
+}  // namespace tenax::launch::rdzv

@@ -1,0 +1,439 @@
+// Many nodes, each a host in its own network namespace (tests/netns_util.h) with a veth link to
+// one bridge, an etcd the test starts on the bridge, and a node agent per host
+// (`tenax launch --nnodes 2 --rdzv etcd://...`): two active nodes of 2 ranks and one spare node.
+// A whole node is killed (agent and ranks, SIGKILL), stopped (SIGSTOP), or cut off (its link
+// down while its processes run); each time the spare takes the lost node's place and the run ends
+// with the final weights of an uninterrupted run, bit for bit, and goodput.json names the node.
+// Also: a 3-member etcd losing a member mid-run does not disturb the job; with no spare left the
+// job waits for a node and stops after --rdzv-timeout with a report. The checkpoint folder is
+// shared by the hosts here (the test's temp folder); private folders are tested below it.
+// Needs root for the namespaces (skipped otherwise, with the reason).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <map>
+
+#include "netns_util.h"
+#include "tenax/launch/etcd_client.h"
+#include "tenax/launch/rendezvous.h"
+#include "tenax/launch/testing_etcd.h"
+#include "test_util.h"
+
+namespace tenax::testing {
+namespace {
+
+constexpr int kSteps = 40;
+
+std::string Train(const std::string& dump, const std::string& name) {
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
+         "--set training.seq_len=32 --set data.synthetic.train_tokens=80000 "
+         "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
+         "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "
+         "--set metrics.eval_interval=1000 --set metrics.progress=never --set optimizer.lr=3e-3 "
+         "--set checkpoint.interval=4 --set training.steps=" +
+         std::to_string(kSteps) +
+         " --set training.local_batch_size=2 --set job.dump_folder=" + dump +
+         " --set job.name=" + name;
+}
+
+std::string Shard(const std::string& dir, const std::string& run, int shard) {
+  char name[160];
+  std::snprintf(name, sizeof(name), "/%s/checkpoints/step_%08d/model-rank%05d-of-00004.safetensors",
+                run.c_str(), kSteps, shard);
+  return ReadFile(dir + name);
+}
+
+class MultiNode : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!launch::EtcdClientAvailable()) {
+      skip_ = "built without cpp-httplib (no etcd client)";
+      return;
+    }
+    auto net = NetnsHosts::Create(4);
+    if (!net.ok()) {
+      skip_ = net.status().message();
+      return;
+    }
+    net_ = std::move(*net).release();
+    dir_ = new TempDir();
+  }
+  static void TearDownTestSuite() {
+    delete net_;
+    delete dir_;
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+  }
+
+  // An etcd on the bridge, reachable from every host.
+  static std::unique_ptr<launch::testing::TestingEtcd> Etcd(int members = 1, bool tls = false) {
+    launch::testing::TestingEtcdOptions o;
+    o.members = members;
+    o.tls = tls;
+    o.host = net_->bridge_address();
+    auto etcd = launch::testing::TestingEtcd::Start(o);
+    EXPECT_TRUE(etcd.ok()) << etcd.status().message();
+    return etcd.ok() ? std::move(*etcd) : nullptr;
+  }
+
+  // The node agent of `host` for job `job`, in the background.
+  // `dump`: the host's job.dump_folder (default: the folder every host shares).
+  static std::unique_ptr<Background> Agent(int host, const launch::testing::TestingEtcd& etcd,
+                                           const std::string& job, const std::string& flags,
+                                           int lease_s = 3, std::string dump = "") {
+    if (dump.empty()) dump = dir_->path();
+    std::vector<std::string> argv = {"ip",
+                                     "netns",
+                                     "exec",
+                                     net_->name(host),
+                                     "env",
+                                     "GLOO_SOCKET_IFNAME=" + net_->interface(host),
+                                     TenaxBinary(),
+                                     "launch",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--rdzv",
+                                     etcd.url(),
+                                     "--job-id",
+                                     job,
+                                     "--rdzv-lease",
+                                     std::to_string(lease_s)};
+    // --nnodes 2 unless the flags say otherwise.
+    if (flags.find("--nnodes") == std::string::npos) {
+      argv.push_back("--nnodes");
+      argv.push_back("2");
+    }
+    for (const std::string& w : Words(flags + " -- " + Train(dump, job))) {
+      argv.push_back(w);
+    }
+    return std::make_unique<Background>(Background::Program{}, argv, dir_->path(),
+                                        *dir_ / (job + "-agent" + std::to_string(host) + ".log"));
+  }
+
+  // The plan of generation `g` of `job` once it exists.
+  static launch::rdzv::Plan WaitPlan(const launch::testing::TestingEtcd& etcd,
+                                     const std::string& job, int64_t g) {
+    auto client = launch::EtcdClient::Create(etcd.client_options());
+    launch::rdzv::Plan plan;
+    launch::rdzv::Keys keys(job);
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          auto kv = (*client)->Get(keys.plan(g));
+          if (!kv.ok() || !*kv) return false;
+          auto p = launch::rdzv::Plan::FromJson((**kv).value);
+          if (p.ok()) plan = *p;
+          return p.ok();
+        },
+        120));
+    return plan;
+  }
+
+  // Which of `agents` runs the agent named `id` (the id starts with host-pid-).
+  static int HostOf(const std::vector<std::unique_ptr<Background>>& agents, const std::string& id) {
+    for (size_t i = 0; i < agents.size(); ++i) {
+      if (agents[i] && id.find("-" + std::to_string(agents[i]->pid()) + "-") != std::string::npos) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
+  // Starts two active agents and a spare for `job`; returns them (index = host) and the plan.
+  static std::vector<std::unique_ptr<Background>> StartJob(const launch::testing::TestingEtcd& etcd,
+                                                           const std::string& job,
+                                                           const std::string& flags,
+                                                           launch::rdzv::Plan* plan) {
+    std::vector<std::unique_ptr<Background>> agents(3);
+    agents[0] = Agent(0, etcd, job, flags);
+    agents[1] = Agent(1, etcd, job, flags);
+    *plan = WaitPlan(etcd, job, 0);
+    agents[2] = Agent(2, etcd, job, flags);  // the spare
+    return agents;
+  }
+
+  // Waits until rank 0 committed `step` of `job`.
+  static bool WaitCommitted(const std::string& job, int step) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "/checkpoints/step_%08d/COMMITTED", step);
+    return WaitFor([&] { return std::filesystem::exists(*dir_ / (job + name)); }, 180);
+  }
+
+  static void ExpectSameWeights(const std::string& job, const std::string& reference) {
+    for (int shard = 0; shard < 4; ++shard) {
+      const std::string want = Shard(dir_->path(), reference, shard);
+      ASSERT_FALSE(want.empty()) << reference << " shard " << shard;
+      EXPECT_TRUE(Shard(dir_->path(), job, shard) == want) << job << " shard " << shard;
+    }
+  }
+
+  static nlohmann::json Goodput(const std::string& job) {
+    const auto j = nlohmann::json::parse(ReadFile(*dir_ / (job + "/goodput.json")), nullptr, false);
+    return j.is_discarded() ? nlohmann::json() : j;
+  }
+
+  // The reference: two nodes, no failure.
+  static const std::string& Reference() {
+    static std::string name;
+    if (!name.empty()) return name;
+    auto etcd = Etcd();
+    std::vector<std::unique_ptr<Background>> agents;
+    agents.push_back(Agent(0, *etcd, "reference", ""));
+    agents.push_back(Agent(1, *etcd, "reference", ""));
+    for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << a->output();
+    name = "reference";
+    return name;
+  }
+
+  static std::string skip_;
+  static NetnsHosts* net_;
+  static TempDir* dir_;
+};
+std::string MultiNode::skip_;
+NetnsHosts* MultiNode::net_ = nullptr;
+TempDir* MultiNode::dir_ = nullptr;
+
+std::string AllOutput(const std::vector<std::unique_ptr<Background>>& agents) {
+  std::string out;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (agents[i]) out += "--- agent on host " + std::to_string(i) + "\n" + agents[i]->output();
+  }
+  return out;
+}
+
+// Kill -9 a whole node (its agent and its ranks at once): the spare takes its node rank.
+TEST_F(MultiNode, AKilledNodeIsReplacedByTheSpare) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  launch::rdzv::Plan plan;
+  auto agents = StartJob(*etcd, "killed", "--max-restarts 2", &plan);
+  const int victim = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(victim, 0) << AllOutput(agents);
+  ASSERT_TRUE(WaitCommitted("killed", 8)) << AllOutput(agents);
+  std::vector<pid_t> node = Descendants(agents[victim]->pid());
+  node.push_back(agents[victim]->pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
+        << "host " << i << "\n"
+        << AllOutput(agents);
+  }
+  ExpectSameWeights("killed", reference);
+  const nlohmann::json report = Goodput("killed");
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "node-lost") << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["node"], 1) << report.dump(2);
+  std::printf("killed node: detection %.2f s, recovery %.2f s\n",
+              report["failures"][0]["detection_s"].get<double>(),
+              report["failures"][0]["recovery_s"].get<double>());
+}
+
+// SIGSTOP a whole node: alive but silent; its lease expires, it is replaced, and when it is let
+// go again it stops its own ranks (fenced) instead of writing anything.
+TEST_F(MultiNode, AStoppedNodeIsFencedAndReplaced) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  launch::rdzv::Plan plan;
+  auto agents = StartJob(*etcd, "stopped", "--max-restarts 2", &plan);
+  const int victim = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(victim, 0);
+  ASSERT_TRUE(WaitCommitted("stopped", 8)) << AllOutput(agents);
+  std::vector<pid_t> node = Descendants(agents[victim]->pid());
+  node.push_back(agents[victim]->pid());
+  for (pid_t p : node) ::kill(p, SIGSTOP);
+  // The other two finish without it.
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (static_cast<int>(i) != victim) {
+      EXPECT_EQ(agents[i]->Wait(300), 0) << "host " << i << "\n" << AllOutput(agents);
+    }
+  }
+  ExpectSameWeights("stopped", reference);
+  for (pid_t p : node) ::kill(p, SIGCONT);
+  // Let go, it learns it lost its lease, kills its ranks, and finds the job over.
+  EXPECT_EQ(agents[victim]->Wait(120), 0) << AllOutput(agents);
+  EXPECT_NE(agents[victim]->output().find("lost the etcd lease"), std::string::npos)
+      << agents[victim]->output();
+  ExpectSameWeights("stopped", reference);  // nothing it did after waking changed the result
+  const nlohmann::json report = Goodput("stopped");
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["node"], 1) << report.dump(2);
+}
+
+// Node 0's link is cut while its processes keep running (its rank 0 commits checkpoints and
+// hosts the rendezvous store): its ranks stop within the lease time (fencing), nothing they do
+// after the cut is committed, and the spare takes over node rank 0.
+TEST_F(MultiNode, ACutOffNodeStopsItsRanksAndIsReplaced) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  launch::rdzv::Plan plan;
+  auto agents = StartJob(*etcd, "cut", "--max-restarts 2", &plan);
+  const int victim = HostOf(agents, plan.nodes[0]);
+  ASSERT_GE(victim, 0);
+  ASSERT_TRUE(WaitCommitted("cut", 8)) << AllOutput(agents);
+  const std::vector<pid_t> ranks = Descendants(agents[victim]->pid());
+  ASSERT_TRUE(net_->Cut(victim).ok());
+  // Its ranks are gone within the lease time (3 s) and a little.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (pid_t p : ranks) {
+          if (Alive(p)) return false;
+        }
+        return true;
+      },
+      10))
+      << agents[victim]->output();
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (static_cast<int>(i) != victim) {
+      EXPECT_EQ(agents[i]->Wait(300), 0) << "host " << i << "\n" << AllOutput(agents);
+    }
+  }
+  ExpectSameWeights("cut", reference);
+  ASSERT_TRUE(net_->Restore(victim).ok());
+  EXPECT_EQ(agents[victim]->Wait(120), 0) << AllOutput(agents);
+  const nlohmann::json report = Goodput("cut");
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["node"], 0) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "partition") << report.dump(2);
+}
+
+// A 3-member etcd loses a member mid-run: the job does not notice.
+TEST_F(MultiNode, AnEtcdMemberLostMidRunGoesUnnoticed) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd(3);
+  ASSERT_NE(etcd, nullptr);
+  std::vector<std::unique_ptr<Background>> agents;
+  // A production-like lease: an election after the leader's loss takes about a second.
+  agents.push_back(Agent(0, *etcd, "etcd3", "", 10));
+  agents.push_back(Agent(1, *etcd, "etcd3", "", 10));
+  ASSERT_TRUE(WaitCommitted("etcd3", 8)) << AllOutput(agents);
+  Result<int> leader = etcd->Leader();
+  ASSERT_TRUE(leader.ok());
+  ASSERT_TRUE(etcd->KillMember(*leader).ok());
+  for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
+  ExpectSameWeights("etcd3", reference);
+  EXPECT_EQ(Goodput("etcd3")["failures"].size(), 0u) << Goodput("etcd3").dump(2);
+}
+
+// No spare left: after a node is lost the job waits for one to join, and stops with a report
+// when --rdzv-timeout passes.
+TEST_F(MultiNode, WithNoSpareTheJobWaitsThenStopsWithAReport) {
+  auto etcd = Etcd();
+  std::vector<std::unique_ptr<Background>> agents;
+  agents.push_back(Agent(0, *etcd, "nospare", "--max-restarts 2 --rdzv-timeout 8"));
+  agents.push_back(Agent(1, *etcd, "nospare", "--max-restarts 2 --rdzv-timeout 8"));
+  ASSERT_TRUE(WaitCommitted("nospare", 8)) << AllOutput(agents);
+  std::vector<pid_t> node = Descendants(agents[1]->pid());
+  node.push_back(agents[1]->pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  EXPECT_EQ(agents[0]->Wait(300), 8) << AllOutput(agents);
+  EXPECT_NE(agents[0]->output().find("waiting for nodes (1 of 2 alive"), std::string::npos)
+      << agents[0]->output();
+  EXPECT_NE(agents[0]->output().find("only 1 of 2 nodes after waiting 8s (--rdzv-timeout)"),
+            std::string::npos)
+      << agents[0]->output();
+}
+
+// Each host has its own checkpoint folder (no shared storage). Node 1 is killed and its folder
+// deleted with it: the spare that takes its node rank starts with an empty folder and gets node
+// 0's files from node 0's folder and node 1's from the copy node 0 kept in RAM.
+TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  auto folder = [&](int host) { return *dir_ / ("private/host" + std::to_string(host)); };
+  std::vector<std::unique_ptr<Background>> agents(3);
+  agents[0] = Agent(0, *etcd, "private", "--max-restarts 2", 3, folder(0));
+  agents[1] = Agent(1, *etcd, "private", "--max-restarts 2", 3, folder(1));
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, "private", 0);
+  agents[2] = Agent(2, *etcd, "private", "--max-restarts 2", 3, folder(2));
+  const int node0 = HostOf(agents, plan.nodes[0]);
+  const int victim = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(node0, 0);
+  ASSERT_GE(victim, 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(folder(node0) +
+                                       "/private/checkpoints/step_00000008/COMMITTED");
+      },
+      180))
+      << AllOutput(agents);
+  // Node 0 holds node 1's files of a commit in RAM once they were pushed (in the background).
+  std::vector<pid_t> node = Descendants(agents[victim]->pid());
+  node.push_back(agents[victim]->pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  EXPECT_EQ(agents[victim]->Wait(60), 128 + SIGKILL);
+  std::filesystem::remove_all(folder(victim));  // its disk is gone with it
+  EXPECT_EQ(agents[node0]->Wait(300), 0) << AllOutput(agents);
+  EXPECT_EQ(agents[2]->Wait(300), 0) << AllOutput(agents);
+  // The final weights, from the folders that hold them: node 0's shards on its host, node 1's
+  // on the spare's.
+  for (int shard = 0; shard < 4; ++shard) {
+    const std::string host_dir = shard < 2 ? folder(node0) : folder(2);
+    EXPECT_TRUE(Shard(host_dir, "private", shard) == Shard(dir_->path(), reference, shard))
+        << "shard " << shard << "\n"
+        << AllOutput(agents);
+  }
+  // Node 1's files came out of RAM: node 0's replica store (into node 0's folder, from which the
+  // spare then took them) or straight to the spare from it.
+  const std::string all = AllOutput(agents);
+  EXPECT_TRUE(all.find("from local replica") != std::string::npos ||
+              all.find("(replica)") != std::string::npos)
+      << all;
+}
+
+// Who may join: an etcd with client-certificate auth. Agents with the job's CA, certificate and
+// key train the job; an agent without a certificate, or with one the cluster does not trust, is
+// refused before it learns or writes anything.
+TEST_F(MultiNode, OnlyAgentsWithTheCertificateJoin) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd(1, /*tls=*/true);
+  ASSERT_NE(etcd, nullptr);
+  const std::string trusted = "--rdzv-ca " + etcd->ca_file() + " --rdzv-cert " +
+                              etcd->client_cert_file() + " --rdzv-key " + etcd->client_key_file();
+  auto stranger =
+      Agent(2, *etcd, "tls",
+            "--rdzv-ca " + etcd->ca_file() + " --rdzv-cert " + etcd->untrusted_cert_file() +
+                " --rdzv-key " + etcd->untrusted_key_file());
+  auto anonymous = Agent(3, *etcd, "tls", "--rdzv-ca " + etcd->ca_file());
+  EXPECT_NE(stranger->Wait(60), 0);
+  EXPECT_NE(anonymous->Wait(60), 0);
+  EXPECT_EQ(stranger->output().find("generation 0"), std::string::npos) << stranger->output();
+  EXPECT_EQ(anonymous->output().find("generation 0"), std::string::npos) << anonymous->output();
+  std::vector<std::unique_ptr<Background>> agents;
+  agents.push_back(Agent(0, *etcd, "tls", trusted));
+  agents.push_back(Agent(1, *etcd, "tls", trusted));
+  for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
+  ExpectSameWeights("tls", reference);
+}
+
+// Not a test: node loss to detection and detection to training again, for NODES nodes of 2 ranks
+// (bench/multinode_recovery.sh runs it for 2, 3 and 4 nodes and prints the table).
+TEST_F(MultiNode, DISABLED_RecoveryBench) {
+  const char* env = std::getenv("TENAX_BENCH_NODES");
+  const int nodes = env != nullptr ? std::atoi(env) : 2;
+  ASSERT_GE(nodes, 2);
+  ASSERT_LE(nodes + 1, 4) << "the test bed has 4 hosts: at most 3 nodes and a spare";
+  auto etcd = Etcd();
+  const std::string job = "bench" + std::to_string(nodes);
+  const std::string flags = "--max-restarts 2 --nnodes " + std::to_string(nodes);
+  std::vector<std::unique_ptr<Background>> agents(static_cast<size_t>(nodes + 1));
+  for (int h = 0; h < nodes; ++h) agents[h] = Agent(h, *etcd, job, flags);
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
+  agents[nodes] = Agent(nodes, *etcd, job, flags);
+  const int victim = HostOf(agents, plan.nodes[static_cast<size_t>(nodes - 1)]);
+  ASSERT_TRUE(WaitCommitted(job, 8)) << AllOutput(agents);
+  std::vector<pid_t> node = Descendants(agents[victim]->pid());
+  node.push_back(agents[victim]->pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (static_cast<int>(i) != victim) EXPECT_EQ(agents[i]->Wait(300), 0) << AllOutput(agents);
+  }
+  const nlohmann::json report = Goodput(job);
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+  std::printf("BENCH nodes=%d ranks=%d detection_s=%.2f recovery_s=%.2f\n", nodes, 2 * nodes,
+              report["failures"][0]["detection_s"].get<double>(),
+              report["failures"][0]["recovery_s"].get<double>());
+}
+
+}  // namespace
+}  // namespace tenax::testing
