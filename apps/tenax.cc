@@ -8,21 +8,26 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "tenax/config/config.h"
+#include "tenax/config/keys.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/config/model_spec_json.h"
+#include "tenax/config/train_command.h"
 #include "tenax/core/format.h"
+#include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/data/prepare.h"
 #include "tenax/data/tokenize_command.h"
 #include "tenax/launch/launcher.h"
 #include "tenax/plan/cli.h"
 #include "tenax/protocol/protocol.h"
+#include "tenax/report/html_report.h"
 
 namespace tenax {
 namespace {
@@ -99,6 +104,59 @@ Status RunModel(const std::string& preset, const std::vector<std::string>& overr
   return Status::Ok();
 }
 
+Status RunReport(const std::string& run_dir, const std::string& goodput_file,
+                 const std::string& out) {
+  TENAX_ASSIGN_OR_RETURN(report::WrittenReport r, report::WriteReport(run_dir, goodput_file, out));
+  std::printf("tenax report: wrote %s (%zu charts as SVG in %s)\n", r.html_path.c_str(),
+              r.svg_paths.size(),
+              ParentDir(r.svg_paths.empty() ? r.html_path : r.svg_paths[0]).c_str());
+  TENAX_ASSIGN_OR_RETURN(report::RunData d, report::LoadRunData(run_dir, goodput_file));
+  if (d.goodput.is_object()) {
+    std::printf("  effective training time %.1f%% of %.1f s wall (%zu failure(s), %d restart(s))\n",
+                100 * d.goodput.value("effective_training_ratio", 0.0),
+                d.goodput.value("wall_s", 0.0),
+                d.goodput.value("failures", nlohmann::json::array()).size(),
+                d.goodput.value("restarts", 0));
+  }
+  if (!d.steps.empty()) {
+    std::printf("  step %lld, train loss %.4f%s\n", static_cast<long long>(d.steps.back().step),
+                d.steps.back().loss,
+                d.evals.empty()
+                    ? ""
+                    : fmt::format(", validation loss {:.4f}", d.evals.back().val_loss).c_str());
+  }
+  return Status::Ok();
+}
+
+Status RunConfigShow(const TrainCommand& command, bool defaults) {
+  if (defaults && (!command.config_path.empty() || !command.overrides.empty())) {
+    return InvalidArgument("tenax config show --defaults takes no --config or --set");
+  }
+  if (command.config_path.empty() && !defaults) {
+    return InvalidArgument("tenax config show needs --config FILE (with any --set) or --defaults");
+  }
+  TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(command.config_path, command.overrides));
+  std::string title = defaults ? "tenax config: the defaults (tenax config show --defaults)"
+                               : "tenax config: " + command.config_path;
+  for (const auto& o : command.overrides) title += " --set " + o;
+  std::printf("%s", ConfigShowToml(config, title).c_str());
+  return Status::Ok();
+}
+
+Status RunConfigKeys(bool markdown) {
+  if (markdown) {
+    std::printf("%s", ConfigKeysMarkdown().c_str());
+    return Status::Ok();
+  }
+  const Config defaults;
+  for (const KeySpec& k : ConfigKeys()) {
+    const auto v = k.get(defaults);
+    std::printf("%-40s %-10s %s\n    %s\n", k.path.c_str(),
+                v ? KeyValueToml(*v).c_str() : "(unset)", k.Expected().c_str(), k.help.c_str());
+  }
+  return Status::Ok();
+}
+
 // The subcommands tenax-torch runs, with their one-line help.
 constexpr std::pair<const char*, const char*> kTorchCommands[] = {
     {"train", "train a model from a TOML config"},
@@ -141,6 +199,7 @@ int main(int argc, char** argv) {
     }
   }
   CLI::App app{"tenax: fault-tolerant Llama 3 pretraining"};
+  app.name("tenax");
   app.require_subcommand(1);
   app.set_version_flag("--version", "tenax 0.1.0");
 
@@ -163,9 +222,10 @@ int main(int argc, char** argv) {
   data::PrepareOptions prepare_options;
   bool quiet = false;
   auto* prepare = app.add_subcommand("prepare", "tokenize text or JSON Lines into token shards");
-  prepare->add_option("--input", inputs,
-                      "input files: .txt (one document each) or .jsonl (one per line), "
-                      "optionally .gz/.zst")
+  prepare
+      ->add_option("--input", inputs,
+                   "input files: .txt (one document each) or .jsonl (one per line), "
+                   "optionally .gz/.zst")
       ->required();
   prepare->add_option("--tokenizer", tokenizer,
                       "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL");
@@ -178,8 +238,9 @@ int main(int argc, char** argv) {
 
   data::TokenizeOptions tokenize_options;
   auto* tokenize = app.add_subcommand("tokenize", "token ids of stdin lines, one JSON list each");
-  tokenize->add_option("--tokenizer", tokenizer,
-                       "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL")
+  tokenize
+      ->add_option("--tokenizer", tokenizer,
+                   "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL")
       ->required();
   tokenize->add_flag("--json-input", tokenize_options.json_input,
                      "each line is a JSON string (texts with newlines)");
@@ -237,7 +298,11 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--status-file", launch_options.status_file,
                          "rewrite the launch state as JSON here about once a second");
   launch_cmd->add_option("--metrics-port", launch_options.metrics_port,
-                         "serve Prometheus metrics at http://HOST:PORT/metrics");
+                         "serve the live page at http://ADDR:PORT/ and Prometheus metrics at "
+                         "/metrics");
+  launch_cmd->add_option("--metrics-addr", launch_options.metrics_addr,
+                         "address for --metrics-port (default 127.0.0.1: this machine only; "
+                         "0.0.0.0 for every interface)");
   launch_cmd->add_option("--straggler-factor", launch_options.straggler_factor,
                          "a rank computing this many times the median of the others is slow "
                          "(default 1.5)");
@@ -249,6 +314,42 @@ int main(int argc, char** argv) {
 
   auto run_plan = plan::AddCommands(app);
 
+  std::string run_dir, goodput_file, html_out;
+  auto* report_cmd = app.add_subcommand(
+      "report", "write a run's HTML report (charts of loss, throughput, goodput, failures)");
+  report_cmd->add_option("run_folder", run_dir, "the run folder, e.g. runs/demo")->required();
+  report_cmd->add_option("--goodput-file", goodput_file,
+                         "the launcher's goodput report (default: goodput.json in the run folder)");
+  report_cmd->add_option("--out", html_out,
+                         "the HTML file to write (default: report.html in the run folder; the "
+                         "SVG charts go to a report/ folder beside it)");
+
+  TrainCommand config_command;
+  bool show_defaults = false, markdown = false;
+  auto* config_cmd = app.add_subcommand("config", "print config keys, defaults or a run's config");
+  config_cmd->require_subcommand(1);
+  auto* show = config_cmd->add_subcommand(
+      "show", "the effective config of --config and --set as commented TOML (every key)");
+  show->add_option("--config,-c", config_command.config_path, "TOML config");
+  show->add_option("--set", config_command.overrides, "override: section.key=value (repeatable)");
+  show->add_flag("--defaults", show_defaults, "the built-in defaults (no --config)");
+  auto* keys = config_cmd->add_subcommand("keys", "every config key: type, default, meaning");
+  keys->add_flag("--markdown", markdown, "as the Markdown tables of docs/config.md");
+
+  // A word where a subcommand belongs that is none: named, with the closest one (CLI11 would say
+  // "A subcommand is required").
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      const std::string close = ClosestMatch(argv[1], names);
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      log::Error("unknown command '{}'{}; the commands are: {} (tenax --help)", argv[1],
+                 close.empty() ? "" : fmt::format(" (did you mean '{}'?)", close), list);
+      return protocol::ToInt(protocol::ExitCode::kInvalidArgument);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -269,6 +370,9 @@ int main(int argc, char** argv) {
       if (!rc.ok()) return ExitCode(rc.status());
       return *rc;
     }
+    if (report_cmd->parsed()) st = RunReport(run_dir, goodput_file, html_out);
+    if (show->parsed()) st = RunConfigShow(config_command, show_defaults);
+    if (keys->parsed()) st = RunConfigKeys(markdown);
     bool plan_ran = false;
     Status plan_st = run_plan(&plan_ran);
     if (plan_ran) st = plan_st;

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   for (int r = 0; r < runs; ++r) {
     const std::string dir = "/tmp/tenax-bench-first-step-" + std::to_string(r);
-    const std::string cmd = "rm -rf " + dir + " && '" + tenax + "' train --set model.preset=" +
+    const std::string cmd = "rm -rf " + dir + " && '" + tenax + "' train --defaults --set model.preset=" +
                             preset + " --set data.source=" + source +
                             " --set training.steps=1 --set metrics.progress=never "
                             "--set checkpoint.enable=false --set metrics.eval_interval=0 "

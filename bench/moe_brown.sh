@@ -13,7 +13,7 @@ steps=${1:-300}
 tenax=build/tenax
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-common="--set data.source=brown --set model.preset=debug-moe --set training.seq_len=128
+common="--defaults --set data.source=brown --set model.preset=debug-moe --set training.seq_len=128
   --set training.local_batch_size=8 --set training.steps=$steps --set optimizer.lr=3e-3
   --set lr_scheduler.warmup_steps=20 --set metrics.eval_interval=$steps --set metrics.progress=never
   --set checkpoint.enable=false --set job.dump_folder=$work"

@@ -19,7 +19,7 @@ tenax=build/tenax
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 spec=$($tenax model --preset "$preset" --set model.vocab_size=256 --json)
-common="--set data.source=synthetic --set data.synthetic.vocab_size=256 --set data.synthetic.order=1
+common="--defaults --set data.source=synthetic --set data.synthetic.vocab_size=256 --set data.synthetic.order=1
   --set model.preset=$preset --set model.vocab_size=256 --set training.seq_len=128
   --set training.steps=$steps --set checkpoint.enable=false --set metrics.eval_interval=0
   --set metrics.progress=never --set job.dump_folder=$work"

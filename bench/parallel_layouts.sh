@@ -29,12 +29,12 @@ echo "|---|---|---|---|---|---|---|"
 run() {  # name, ranks, local batch, extra settings, analytic string
   local out
   if [ "$2" = 1 ]; then
-    out=$($tenax train $common --set job.name=$1 --set training.local_batch_size=$3 $4 2>&1)
+    out=$($tenax train --defaults $common --set job.name=$1 --set training.local_batch_size=$3 $4 2>&1)
     local tps=$(echo "$out" | grep -o 'throughput [0-9.k]* tokens/s' | awk '{print $2}')
     echo "| $1 | - | - | - | $5 | - | $tps |"
     return
   fi
-  out=$($tenax launch --nproc-per-node "$2" -- train $common --set job.name=$1 \
+  out=$($tenax launch --nproc-per-node "$2" -- train --defaults $common --set job.name=$1 \
         --set training.local_batch_size=$3 $4 2>&1)
   local line=$(echo "$out" | grep '^\[rank 0\] communication per step')
   local ar=$(echo "$line" | sed -E 's/.*all-reduce ([0-9]+) B.*/\1/')

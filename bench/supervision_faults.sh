@@ -17,7 +17,7 @@ work="$(mktemp -d /tmp/tenax-faults-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
 train() {  # train args for a run named $1 in $work
-  echo "train --set data.source=synthetic --set model.preset=debug-tiny --set training.seq_len=32" \
+  echo "train --defaults --set data.source=synthetic --set model.preset=debug-tiny --set training.seq_len=32" \
        "--set data.synthetic.train_tokens=200000 --set data.synthetic.vocab_size=32" \
        "--set data.synthetic.order=1 --set metrics.eval_interval=0 --set metrics.progress=never" \
        "--set training.steps=100000 --set training.local_batch_size=2 --set checkpoint.interval=50" \

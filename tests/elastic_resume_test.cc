@@ -27,7 +27,7 @@ namespace {
 constexpr double kLossTolerance = 1e-4;
 
 std::string Args(const TempDir& dir, const std::string& name, const std::string& extra) {
-  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set data.synthetic.train_tokens=40000 "
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 "

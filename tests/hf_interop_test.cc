@@ -350,7 +350,7 @@ TEST(HfInterop, Llama3RunExportsAFolderTransformersLoadsAndReimportsToTheSameLos
   }
   TempDir dir;
   auto train = RunTenax(
-      "train --set data.source=brown --set data.tokenizer=tiktoken:" + tiktoken +
+      "train --defaults --set data.source=brown --set data.tokenizer=tiktoken:" + tiktoken +
           " --set data.brown_dir=" + brown + " --set data.cache_dir=" + dir / "cache" +
           " --set model.preset=debug-tiny --set training.seq_len=32 --set training.steps=2 "
           "--set training.local_batch_size=2 --set metrics.eval_tokens=1024 "

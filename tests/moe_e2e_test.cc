@@ -33,7 +33,7 @@ constexpr double kAuxTolerance = 1e-5;
 
 std::string Args(const TempDir& dir, const std::string& name, int local_batch,
                  const std::string& extra = "") {
-  return "train --set data.source=synthetic --set model.preset=debug-moe "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-moe "
          "--set training.seq_len=32 --set data.synthetic.train_tokens=40000 "
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 "

@@ -26,7 +26,7 @@ namespace {
 constexpr int kSteps = 40;
 
 std::string Train(const std::string& dump, const std::string& name) {
-  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set data.synthetic.train_tokens=80000 "
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "

@@ -29,7 +29,7 @@ constexpr double kLossTolerance = 1e-4;
 
 std::string Args(const TempDir& dir, const std::string& name, int local_batch, int steps,
                  const std::string& extra = "") {
-  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set data.synthetic.train_tokens=40000 "
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 "
@@ -294,7 +294,8 @@ TEST_F(ParallelE2E, ReshardingBetweenLayouts) {
 
 int64_t StateBytes(const std::string& output) {
   std::smatch m;
-  if (!std::regex_search(output, m, std::regex(R"(optimizer state per rank: (\d+) bytes)"))) {
+  if (!std::regex_search(output, m,
+                         std::regex(R"(optimizer state per rank: [0-9.]+ GiB \((\d+) bytes\))"))) {
     return -1;
   }
   return std::stoll(m[1]);

@@ -35,7 +35,7 @@ TEST(PlanE2E, ValidationTablePasses) {
 TEST(PlanE2E, FullSearchPrintsRankedLayoutsDaysAndCost) {
   TempDir dir;
   auto r = RunTenax(std::string(k405bOn16k) +
-                        " --tokens 15.6T --price-per-gpu-hour 2 --top 3 --json --fix fp8=no",
+                        " --tokens 15.6T --price-per-gpu-hour 2 --top 3 --json --fix fp8=no --all",
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json j = ParseJson(r);
@@ -114,6 +114,12 @@ TEST(PlanE2E, ExplainShowsTheBreakdown) {
       "--explain",
       dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // ac=op is not tenax train's: the pinned layout is still shown, saying what it lacks.
+  EXPECT_NE(r.output.find("ranked: every layout; tenax train cannot run any layout that fits "
+                          "these constraints"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("#1 needs what tenax train lacks: recompute = op"), std::string::npos);
   for (const char* s : {"tp1 pp1 fsdp8 mbs2x1 ac=op bf16", "one micro-batch through", "attention",
                         "bubble", "memory per GPU", "activations", "= total", "hardware TFLOP/s"}) {
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
@@ -169,12 +175,87 @@ TEST(PlanE2E, RunnableLayoutsAreMarked) {
   EXPECT_TRUE(t["runnable"].get<bool>()) << t.dump();
   r = RunTenax(
       "plan --model llama3-8b --gpus 8 --seq-len 8192 --global-batch-tokens 128Ki "
-      "--fix dp_shard=8,mbs=2,ac=op,fp8=yes --top 1 --json",
+      "--fix dp_shard=8,mbs=2,ac=op,fp8=yes --top 1 --json --all",
       dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto u = ParseJson(r)["layouts"][0]["tenax_train"];
   EXPECT_FALSE(u["runnable"].get<bool>());
   EXPECT_NE(u["missing"].dump().find("fp8"), std::string::npos) << u.dump();
+}
+
+// By default only what tenax train runs is ranked (the README's 405B example), with the --set
+// words that run #1; what is faster but not runnable is listed apart with what it needs.
+TEST(PlanE2E, RanksRunnableLayoutsAndPrintsHowToRunThem) {
+  TempDir dir;
+  auto r = RunTenax(std::string(k405bOn16k) + " --top 3", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ranked: the layouts `tenax train` runs today"), std::string::npos);
+  EXPECT_NE(r.output.find("run #1 with tenax train"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tenax launch --nnodes 2048 --nproc-per-node 8"), std::string::npos);
+  EXPECT_NE(r.output.find("--set parallelism.tensor_parallel="), std::string::npos);
+  EXPECT_NE(r.output.find("faster layouts tenax train cannot run yet"), std::string::npos);
+  EXPECT_NE(r.output.find("needs context parallelism"), std::string::npos) << r.output;
+  r = RunTenax(std::string(k405bOn16k) + " --top 3 --json", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_EQ(j["ranked"], "runnable");
+  ASSERT_EQ(j["layouts"].size(), 3u);
+  for (const auto& l : j["layouts"]) {
+    EXPECT_TRUE(l["tenax_train"]["runnable"].get<bool>()) << l["name"];
+    EXPECT_FALSE(l["fp8"].get<bool>());
+    EXPECT_EQ(l["cp"], 1);
+    EXPECT_FALSE(l["tenax_train"]["set"].empty());
+  }
+  ASSERT_FALSE(j["faster_not_runnable"].empty());
+  EXPECT_LT(j["faster_not_runnable"][0]["step_s"].get<double>(),
+            j["layouts"][0]["step_s"].get<double>());
+  EXPECT_FALSE(j["faster_not_runnable"][0]["tenax_train"]["runnable"].get<bool>());
+  // Software options tenax train lacks rule out every layout: all are ranked, saying why.
+  r = RunTenax(std::string(k405bOn16k) + " --top 1 --kernels fused", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ranked: every layout; tenax train cannot run fused kernels"),
+            std::string::npos)
+      << r.output;
+}
+
+// A plan for a config takes its batch and sequence length, and the --set words it prints train:
+// tenax launch runs them (the planned layout: 2 tensor-parallel ranks) and the run folder's
+// config records the layout.
+TEST(PlanE2E, PlannedSettingsRunWithTenaxTrain) {
+  TempDir dir;
+  WriteFile(dir / "tiny.toml",
+            "[job]\nname = \"planned\"\n[model]\npreset = \"debug-tiny\"\n"
+            "[data]\nsource = \"synthetic\"\n[data.synthetic]\nvocab_size = 32\norder = 1\n"
+            "train_tokens = 20000\nval_tokens = 2000\n"
+            "[training]\nsteps = 2\nseq_len = 32\nlocal_batch_size = 4\ndevice = \"cpu\"\n"
+            "[metrics]\neval_tokens = 256\ntensorboard = false\n[checkpoint]\nenable = false\n");
+  auto r = RunTenax("plan --model tiny.toml --gpus 2 --gpu h100-sxm --fix tp=2 --top 1 --json",
+                    dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_EQ(j["seq_len"], 32);
+  // local_batch_size 4 x seq_len 32 x 1 data-parallel rank (tp 1 x pp 1 on 2 GPUs is dp 2).
+  EXPECT_EQ(j["global_batch_tokens"], 4 * 32 * 2);
+  const auto& l = j["layouts"][0];
+  EXPECT_EQ(l["tp"], 2);
+  std::string sets;
+  for (const auto& s : l["tenax_train"]["set"]) sets += " --set " + s.get<std::string>();
+  // fp32 after the plan's bf16: Gloo (the CPU backend) has no bf16 collectives.
+  r = RunTenax("launch --nproc-per-node 2 -- train --config tiny.toml" + sets +
+                   " --set training.mixed_precision=fp32",
+               dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("layout dp_replicate 1 x dp_shard 1 x pp 1 x tp 2"), std::string::npos)
+      << r.output;
+  const std::string recorded = ReadFile(dir / "runs/planned/config.toml");
+  EXPECT_NE(recorded.find("tensor_parallel = 2"), std::string::npos) << recorded;
+  // Without --global-batch-tokens and with a config, nothing else is asked for.
+  r = RunTenax("plan --model tiny.toml --gpus 2 --top 1", dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("batch from tiny.toml: local_batch_size 4 x grad_accum_steps 1 x "
+                          "seq_len 32 x 2 data-parallel ranks"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(PlanE2E, ProfilesAreFoundBesideTheExecutableFromAnyFolder) {

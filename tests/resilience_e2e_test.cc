@@ -4,24 +4,25 @@
 // an uninterrupted run bit for bit (CPU), no committed step is lost, and goodput.json records the
 // failure with its kind and timings. Also: hot spares and quarantine, stragglers, the status file
 // and the Prometheus endpoint, and inputs that a restart cannot fix.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include "tenax/core/net.h"
+#include "tenax/report/testing_prometheus.h"
 #include "test_util.h"
 
 namespace tenax::testing {
 namespace {
 
 std::string Train(const TempDir& dir, const std::string& name, const std::string& extra = "") {
-  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set data.synthetic.train_tokens=40000 "
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 "
@@ -267,25 +268,11 @@ TEST_F(ResilienceE2E, StragglerIsReportedByRankAndHost) {
   EXPECT_EQ(report["failures"].size(), 0u);
 }
 
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-    ::send(fd, req.data(), req.size(), 0);
-    char buf[4096];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, n);
-  }
-  ::close(fd);
-  return out;
-}
-
-// The status file and the Prometheus endpoint, read while the run is going.
-TEST_F(ResilienceE2E, StatusFileAndMetricsDuringARun) {
+// The status file, the live page and the Prometheus endpoint, read while the run is going:
+// two scrapes at different steps, each parsed by the text-format rules (HELP and TYPE before the
+// samples, counters named _total), with every counter monotonic between them and the training
+// series (loss, lr, tokens, FLOP/s, memory, the last checkpoint) present.
+TEST_F(ResilienceE2E, StatusFileLivePageAndMetricsDuringARun) {
   const int port = FreeTcpPort();
   const std::string status = *dir_ / "status.json";
   CommandResult r;
@@ -295,38 +282,92 @@ TEST_F(ResilienceE2E, StatusFileAndMetricsDuringARun) {
                      " --inject slow:rank=0:factor=25 -- " +
                      Train(*dir_, "monitored",
                            "--set training.steps=40 "
-                           "--set checkpoint.interval=20"),
+                           "--set checkpoint.interval=10"),
                  dir_->path());
   });
+  // Waits for a status (from the file) that `ready` accepts; then reads the endpoints.
   nlohmann::json seen;
-  std::string metrics;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (!std::filesystem::exists(status)) continue;
-    auto j = nlohmann::json::parse(ReadFile(status), nullptr, false);
-    if (j.is_object() && j["step"].get<int64_t>() > 0 && j["step"].get<int64_t>() < 40 &&
-        j["ranks_alive"] == 2) {
-      seen = j;
-      metrics = HttpGet(port, "/metrics");
-      break;
-    }
-  }
+  auto wait = [&](const std::function<bool(const nlohmann::json&)>& ready) {
+    return WaitFor(
+        [&] {
+          if (!std::filesystem::exists(status)) return false;
+          auto j = nlohmann::json::parse(ReadFile(status), nullptr, false);
+          if (!j.is_object() || !ready(j)) return false;
+          seen = j;
+          return true;
+        },
+        300);
+  };
+  const bool first_seen = wait([](const nlohmann::json& j) {
+    return j["step"].get<int64_t>() < 30 && j["ranks_alive"] == 2 &&
+           j.value("training", nlohmann::json::object()).contains("last_checkpoint_step");
+  });
+  const nlohmann::json first = seen;
+  const std::string metrics1 = HttpGet(port, "/metrics");
+  const std::string page = HttpGet(port, "/");
+  const bool second_seen = first_seen && wait([&](const nlohmann::json& j) {
+                             return j["step"].get<int64_t>() >= first["step"].get<int64_t>() + 3 &&
+                                    j["ranks_alive"] == 2;
+                           });
+  const std::string metrics2 = HttpGet(port, "/metrics");
   run.join();
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_TRUE(seen.is_object()) << "never saw a running status; " << r.output;
-  EXPECT_EQ(seen["ranks"].size(), 2u);
-  EXPECT_EQ(seen["restarts"], 0);
-  EXPECT_EQ(seen["spares_ready"], 1) << seen.dump(2);
-  EXPECT_GT(seen["tokens_per_s"].get<double>(), 0.0);
-  EXPECT_NE(metrics.find("200 OK"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("\ntenax_ranks_alive 2\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("\ntenax_restarts_total 0\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("tenax_effective_training_ratio"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("tenax_time_seconds{bucket=\"productive\"}"), std::string::npos);
+  ASSERT_TRUE(first_seen && second_seen) << "never saw a running status; " << r.output;
+  EXPECT_EQ(first["ranks"].size(), 2u);
+  EXPECT_EQ(first["restarts"], 0);
+  EXPECT_EQ(first["spares_ready"], 1) << first.dump(2);
+  EXPECT_GT(first["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(first["training"]["loss"].get<double>(), 0.0);
+  EXPECT_NE(r.output.find("launch: live page at http://127.0.0.1:" + std::to_string(port) + "/"),
+            std::string::npos);
+
+  // The page embeds the status and fetches nothing.
+  EXPECT_NE(page.find("200 OK"), std::string::npos) << page.substr(0, 300);
+  EXPECT_NE(page.find("<title>tenax live</title>"), std::string::npos);
+  EXPECT_NE(page.find("\"source\":\"tenax launch\""), std::string::npos);
+  EXPECT_EQ(page.find(" src="), std::string::npos);
+
+  std::map<std::string, report::testing::PromFamily> a, b;
+  ASSERT_NE(metrics1.find("\r\n\r\n"), std::string::npos) << metrics1;
+  ASSERT_EQ(report::testing::ParsePrometheus(metrics1.substr(metrics1.find("\r\n\r\n") + 4), &a),
+            "")
+      << metrics1;
+  ASSERT_EQ(report::testing::ParsePrometheus(metrics2.substr(metrics2.find("\r\n\r\n") + 4), &b),
+            "")
+      << metrics2;
+  using report::testing::PromValue;
+  EXPECT_EQ(PromValue(a, "tenax_ranks_alive"), 2);
+  EXPECT_EQ(PromValue(a, "tenax_restarts_total"), 0);
+  for (const char* name :
+       {"tenax_train_loss", "tenax_learning_rate", "tenax_grad_norm", "tenax_tokens_total",
+        "tenax_tokens_per_second", "tenax_model_flops_per_second", "tenax_memory_peak_bytes",
+        "tenax_seconds_since_last_checkpoint", "tenax_last_checkpoint_step",
+        "tenax_effective_training_ratio"}) {
+    EXPECT_FALSE(std::isnan(PromValue(a, name))) << name << "\n" << metrics1;
+  }
+  EXPECT_FALSE(std::isnan(PromValue(a, "tenax_goodput_seconds", {{"bucket", "productive"}})));
+  EXPECT_GE(PromValue(a, "tenax_last_checkpoint_step"), 10);
+  EXPECT_GE(PromValue(a, "tenax_seconds_since_last_checkpoint"), 0);
+  // 2 ranks x 4 sequences x 32 tokens per step.
+  EXPECT_EQ(std::fmod(PromValue(a, "tenax_tokens_total"), 256.0), 0.0);
+  EXPECT_GT(PromValue(b, "tenax_tokens_total"), PromValue(a, "tenax_tokens_total"));
+  EXPECT_GT(PromValue(b, "tenax_step"), PromValue(a, "tenax_step"));
+  int counters = 0;
+  for (const auto& [name, family] : a) {
+    if (family.type != "counter") continue;
+    for (const auto& sample : family.samples) {
+      ++counters;
+      EXPECT_GE(PromValue(b, name, sample.labels), sample.value) << name;
+    }
+  }
+  EXPECT_GE(counters, 4);
   auto last = nlohmann::json::parse(ReadFile(status));
   EXPECT_EQ(last["step"], 40);
   EXPECT_EQ(last["ranks_alive"], 0);
+  // The launcher wrote the run's report at the end.
+  EXPECT_NE(r.output.find("launch: report written to"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(*dir_ / "monitored/report.html"));
+  EXPECT_TRUE(std::filesystem::exists(*dir_ / "monitored/report/timeline.svg"));
 }
 
 // Loss spikes (training.loss_spike_factor = 3; the injected spike multiplies rank 1's reported

@@ -17,7 +17,7 @@ namespace tenax::testing {
 namespace {
 
 std::string Train(const TempDir& dir, const std::string& name, int steps, int ranks_batch = 4) {
-  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set data.synthetic.train_tokens=200000 "
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "

@@ -2,10 +2,14 @@
 // real binary, real files, asserting the numbers it writes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <regex>
 
+#include "tenax/core/net.h"
+#include "tenax/report/testing_prometheus.h"
 #include "test_util.h"
 
 namespace tenax::testing {
@@ -15,7 +19,7 @@ namespace fs = std::filesystem;
 
 // A small synthetic run: fast on 2 cores, deterministic, vocabulary known in advance.
 std::string SmallRun(const TempDir& dir, const std::string& extra = "") {
-  return "train --set data.source=synthetic --set model.preset=debug-tiny "
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set training.local_batch_size=4 "
          "--set data.synthetic.train_tokens=40000 --set data.synthetic.val_tokens=4000 "
          "--set data.synthetic.vocab_size=32 --set data.synthetic.order=1 "
@@ -179,7 +183,8 @@ TEST(TrainE2E, BadConfigNamesKeyValueAndFix) {
   auto r = RunTenax("train --config " + dir / "bad.toml", dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;  // invalid argument: fix the input, do not restart
   EXPECT_NE(r.output.find("unknown key 'training.learning_rate'"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("optimizer.lr = -1 is invalid: must be in (0, 1]"), std::string::npos)
+  EXPECT_NE(r.output.find(":5: optimizer.lr = -1 is invalid: must be in (0, 1]"),
+            std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "runs"));  // nothing was created
 
@@ -191,6 +196,37 @@ TEST(TrainE2E, BadConfigNamesKeyValueAndFix) {
   EXPECT_EQ(bad_set.exit_code, 2);
   EXPECT_NE(bad_set.output.find("expected one of: auto, cpu, cuda"), std::string::npos)
       << bad_set.output;
+}
+
+// Edges a new user trips on: an unknown command is named (with the closest one), training
+// without a config is refused unless --defaults asks for the built-in one (also by tenax launch,
+// before any rank starts), and `config show` prints TOML that reads back to the same config.
+TEST(TrainE2E, CommandLineEdges) {
+  TempDir dir;
+  auto r = RunTenax("bogus", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'bogus'; the commands are: train, eval"),
+            std::string::npos)
+      << r.output;
+  r = RunTenax("lanch --nproc-per-node 2", dir.path());
+  EXPECT_NE(r.output.find("(did you mean 'launch'?)"), std::string::npos) << r.output;
+  r = RunTenax("train --set training.steps=1", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("tenax train needs --config FILE"), std::string::npos) << r.output;
+  r = RunTenax("launch --nproc-per-node 1 -- train --set training.steps=1", dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("tenax train needs --config FILE"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("generation 0"), std::string::npos) << r.output;  // nothing started
+  EXPECT_FALSE(fs::exists(dir / "runs"));
+  r = RunTenax("config show --config " + SourceDir() + "/configs/demo.toml --set training.steps=7",
+               dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\nsteps = 7  # default 100\n"), std::string::npos) << r.output;
+  WriteFile(dir / "shown.toml", r.output);
+  auto again = RunTenax("config show --config " + dir / "shown.toml", dir.path());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  // Same keys and values; only the title line differs.
+  EXPECT_EQ(again.output.substr(again.output.find('\n')), r.output.substr(r.output.find('\n')));
 }
 
 TEST(TrainE2E, EveryShippedConfigParses) {
@@ -211,6 +247,57 @@ TEST(TrainE2E, EveryShippedConfigParses) {
 
 // The run folder: metrics.jsonl with the promised fields, TensorBoard events that an independent
 // reader decodes to the same losses, validation records every eval_interval steps.
+// `tenax train --metrics-port` without a launcher: the live page and /metrics of the run, served
+// while it trains. An injected hang at step 6 (TENAX_INJECT, as tenax launch passes --inject)
+// holds the run after step 5 is logged, so the scrape sees a known state.
+TEST(TrainE2E, PlainTrainServesTheLivePageAndMetrics) {
+  TempDir dir;
+  const int port = FreeTcpPort();
+  ::setenv("TENAX_INJECT", "hang:rank=0:step=6", 1);
+  Background run(Words(SmallRun(dir,
+                                "--set job.name=live --set training.steps=20 "
+                                "--set checkpoint.interval=4 --metrics-port " +
+                                    std::to_string(port))),
+                 dir.path(), dir / "live.log");
+  ::unsetenv("TENAX_INJECT");
+  const bool held = WaitFor(
+      [&] {
+        const auto records = TrainRecords(dir / "live/metrics.jsonl");
+        return !records.empty() && records.back()["step"] == 5 &&
+               ReadFile(dir / "live.log").find("hang at step 6") != std::string::npos;
+      },
+      300);
+  ASSERT_TRUE(held) << ReadFile(dir / "live.log");
+  const std::string metrics = HttpGet(port, "/metrics");
+  const std::string page = HttpGet(port, "/");
+  const std::string status = HttpGet(port, "/status.json");
+  EXPECT_EQ(HttpGet(port, "/nothing").find("HTTP/1.0 404"), 0u);
+  ASSERT_NE(metrics.find("\r\n\r\n"), std::string::npos) << metrics;
+  std::map<std::string, report::testing::PromFamily> m;
+  ASSERT_EQ(report::testing::ParsePrometheus(metrics.substr(metrics.find("\r\n\r\n") + 4), &m), "")
+      << metrics;
+  const auto last = TrainRecords(dir / "live/metrics.jsonl").back();
+  using report::testing::PromValue;
+  EXPECT_EQ(PromValue(m, "tenax_step"), 5);
+  EXPECT_DOUBLE_EQ(PromValue(m, "tenax_train_loss"), last["loss"].get<double>());
+  EXPECT_DOUBLE_EQ(PromValue(m, "tenax_learning_rate"), last["lr"].get<double>());
+  EXPECT_EQ(PromValue(m, "tenax_trained_tokens"), 5 * 4 * 32);  // steps x batch x seq_len
+  EXPECT_EQ(PromValue(m, "tenax_tokens_total"), 5 * 4 * 32);
+  EXPECT_EQ(m["tenax_tokens_total"].type, "counter");
+  EXPECT_EQ(PromValue(m, "tenax_last_checkpoint_step"), 4);
+  EXPECT_GE(PromValue(m, "tenax_seconds_since_last_checkpoint"), 0);
+  EXPECT_EQ(m.count("tenax_restarts_total"), 0u);  // no launcher: no supervision series
+  EXPECT_NE(page.find("<title>tenax live</title>"), std::string::npos) << page.substr(0, 300);
+  EXPECT_EQ(page.find(" src="), std::string::npos);  // fetches nothing
+  ASSERT_NE(status.find("\r\n\r\n"), std::string::npos) << status;
+  const auto j = nlohmann::json::parse(status.substr(status.find("\r\n\r\n") + 4));
+  EXPECT_EQ(j["source"], "tenax train");
+  EXPECT_EQ(j["step"], 5);
+  EXPECT_NE(ReadFile(dir / "live.log")
+                .find("live page at http://127.0.0.1:" + std::to_string(port) + "/"),
+            std::string::npos);
+}
+
 TEST(TrainE2E, RunFolderHasMetricsAndTensorBoard) {
   TempDir dir;
   auto r = RunTenax(SmallRun(dir, "--set job.name=m --set training.steps=8"), dir.path());
@@ -237,6 +324,10 @@ TEST(TrainE2E, RunFolderHasMetricsAndTensorBoard) {
   }
   EXPECT_EQ(train, 8);
   EXPECT_EQ(val, 2);
+  // A plain tenax train writes its report too.
+  EXPECT_NE(r.output.find("train: report written to " + dir / "m/report.html"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir / "m/report/loss.svg"));
 
   std::string events;
   for (const auto& e : fs::directory_iterator(dir / "m/tb")) events = e.path().string();
@@ -340,7 +431,7 @@ TEST(PrepareE2E, TextFilesToShardsToTraining) {
     EXPECT_TRUE(fs::exists(dir / ("shards/" + std::string(f)))) << f;
   }
   EXPECT_EQ(ReadFile(dir / "shards/train.bin").substr(0, 8), "TENAXTOK");
-  auto t = RunTenax("train --set data.source=shards --set data.path=" + dir / "shards" +
+  auto t = RunTenax("train --defaults --set data.source=shards --set data.path=" + dir / "shards" +
                         " --set model.preset=debug-tiny --set training.steps=3 "
                         "--set training.seq_len=32 --set training.local_batch_size=2 "
                         "--set metrics.eval_tokens=256 --set metrics.progress=never "

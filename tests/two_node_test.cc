@@ -50,7 +50,7 @@ TEST(TwoNodes, LaunchersInTwoNamespacesTrainOneModel) {
   if (!ns.ok()) GTEST_SKIP() << "cannot create network namespaces here: " << ns.error();
   TempDir dir;
   const std::string train =
-      " train --set data.source=synthetic --set model.preset=debug-tiny "
+      " train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
       "--set training.seq_len=32 --set data.synthetic.train_tokens=40000 "
       "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
       "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 --set metrics.progress=never "

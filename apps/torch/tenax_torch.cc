@@ -14,12 +14,16 @@
 #include "tenax/config/config.h"
 #include "tenax/config/train_command.h"
 #include "tenax/core/format.h"
+#include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/model/hf.h"
 #include "tenax/parallel/dist_env.h"
 #include "tenax/protocol/exit_report.h"
 #include "tenax/protocol/launcher_watch.h"
 #include "tenax/protocol/rank_context.h"
+#include "tenax/report/html_report.h"
+#include "tenax/report/http_server.h"
+#include "tenax/report/live.h"
 #include "tenax/train/evaluate.h"
 #include "tenax/train/export_hf.h"
 #include "tenax/train/generate_text.h"
@@ -68,14 +72,33 @@ Status RunTrain(const TrainCommand& command) {
   static const protocol::ExitReporter reporter(ctx.heartbeat_dir, env.rank, ctx.generation);
   protocol::InstallTerminateHandler(&reporter);
   const protocol::LauncherWatch watch(ctx);  // stops this rank when its launcher is gone
-  Result<Config> config = LoadConfig(command.config_path, command.overrides);
+  Result<Config> config = LoadTrainConfig(command);
   if (!config.ok()) {
     reporter.Report(protocol::ToInt(protocol::FromStatus(config.status())),
                     protocol::FailureKind::kSetup, config.status().message());
     return config.status();
   }
+  const std::string run_dir = JoinPath(config->job.dump_folder, config->job.name);
+  // --metrics-port: the live page and /metrics of this run, from its files (rank 0 writes
+  // them); stopped when training ends.
+  std::unique_ptr<report::HttpServer> live;
+  if (command.metrics_port > 0 && env.rank == 0) {
+    TENAX_ASSIGN_OR_RETURN(live, report::HttpServer::Start(
+                                     command.metrics_addr, command.metrics_port,
+                                     [run_dir, world = env.world](const std::string& path) {
+                                       return report::ServeLive(
+                                           path, report::TrainStatus(run_dir, world));
+                                     },
+                                     "--metrics-port"));
+    log::Info("live page at http://{}:{}/ (Prometheus metrics at /metrics)", command.metrics_addr,
+              live->port());
+  }
   TENAX_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(*config, ctx, env, reporter));
-  if (env.rank == 0) PrintSummary(s);  // rank 0 speaks for the job
+  if (env.rank == 0) {
+    PrintSummary(s);  // rank 0 speaks for the job
+    // Under tenax launch the launcher writes it, with the goodput of the whole run.
+    if (!ctx.supervised) report::WriteReportAtEnd(run_dir, "", "train");
+  }
   return Status::Ok();
 }
 

@@ -4,20 +4,15 @@
 #include <toml++/toml.h>
 
 #include <cmath>
-#include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
+#include "tenax/config/keys.h"
 #include "tenax/core/fs.h"
 
 namespace tenax {
 namespace {
-
-std::string Join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
 
 std::string Describe(const toml::node& n) {
   if (n.is_table()) return "a table";
@@ -28,146 +23,212 @@ std::string Describe(const toml::node& n) {
   return os.str();
 }
 
-// Reads the keys of one [section], remembering which were used so the rest can be reported as
-// unknown. Errors accumulate so one run reports every mistake in the file.
-class Section {
+std::string Describe(const KeyValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return "\"" + x + "\"";
+        } else {
+          return fmt::format("{}", x);
+        }
+      },
+      v);
+}
+
+// What a key's TOML type must be, for a value of the wrong type.
+std::string TypeExpected(const KeySpec& k) {
+  switch (k.type) {
+    case KeyType::kString:
+      return k.Expected();
+    case KeyType::kInt:
+      return k.allows_auto ? "an integer or \"auto\"" : "an integer";
+    case KeyType::kUInt:
+      return "a non-negative integer";
+    case KeyType::kFloat:
+      return "a finite number";
+    case KeyType::kBool:
+      return "true or false";
+  }
+  return "";
+}
+
+std::string Join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+// One mistake and where it came from ("t.toml:3", "--set training.steps=0"; empty: the
+// combination of keys).
+struct Problem {
+  std::string where;
+  std::string text;
+};
+
+// Reads a TOML tree against the key table, collecting every mistake so that one run reports
+// them all.
+class Reader {
  public:
-  Section(const toml::table* table, std::string name, std::vector<std::string>* errors)
-      : table_(table), name_(std::move(name)), errors_(errors) {}
+  Reader(std::string file, const std::map<std::string, std::string>* set_by)
+      : file_(std::move(file)), set_by_(set_by) {}
 
-  const std::string& name() const { return name_; }
-
-  void Get(const char* key, std::string* out, std::vector<std::string> allowed = {}) {
-    const toml::node* n = Find(key);
-    if (!n) return;
-    if (auto v = n->value<std::string>()) {
-      if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), *v) == allowed.end()) {
-        Error(key, *n, "one of: " + Join(allowed));
-        return;
-      }
-      *out = *v;
-    } else {
-      Error(key, *n, allowed.empty() ? "a string" : "one of: " + Join(allowed));
-    }
+  void Read(const toml::table& root, Config* c) {
+    Walk(root, "", c);
+    for (const KeySpec& k : ConfigKeys()) Validate(k, *c);
   }
-  void Get(const char* key, int64_t* out) {
-    const toml::node* n = Find(key);
-    if (!n) return;
-    if (auto v = n->value_exact<int64_t>())
-      *out = *v;
-    else
-      Error(key, *n, "an integer");
-  }
-  void Get(const char* key, uint64_t* out) {
-    const toml::node* n = Find(key);
-    if (!n) return;
-    auto v = n->value_exact<int64_t>();
-    if (v && *v >= 0)
-      *out = static_cast<uint64_t>(*v);
-    else
-      Error(key, *n, "a non-negative integer");
-  }
-  void Get(const char* key, double* out) {
-    const toml::node* n = Find(key);
-    if (!n) return;
-    // Integers are accepted as numbers; inf and nan (valid TOML) are never a sensible setting.
-    if (auto v = n->value<double>(); v && std::isfinite(*v))
-      *out = *v;
-    else
-      Error(key, *n, "a finite number");
-  }
-  // An integer, or the string "auto" (sets *is_auto and leaves *out alone).
-  void GetIntOrAuto(const char* key, int64_t* out, bool* is_auto) {
-    const toml::node* n = Find(key);
-    if (!n) return;
-    if (auto v = n->value_exact<int64_t>()) {
-      *out = *v;
-      *is_auto = false;
-    } else if (auto str = n->value_exact<std::string>(); str && *str == "auto") {
-      *is_auto = true;
-    } else {
-      Error(key, *n, "an integer or \"auto\"");
-    }
-  }
-  void Get(const char* key, bool* out) {
-    const toml::node* n = Find(key);
-    if (!n) return;
-    if (auto v = n->value_exact<bool>())
-      *out = *v;
-    else
-      Error(key, *n, "true or false");
-  }
-  template <typename T>
-  void Get(const char* key, std::optional<T>* out) {
-    if (!table_ || !table_->contains(key)) {
-      known_.insert(key);
-      return;
-    }
-    T v{};
-    size_t before = errors_->size();
-    Get(key, &v);
-    if (errors_->size() == before) *out = v;
-  }
-  // A nested table such as [data.synthetic].
-  Section Sub(const char* key) {
-    known_.insert(key);
-    const toml::table* sub = nullptr;
-    if (table_) {
-      if (const toml::node* n = table_->get(key)) {
-        sub = n->as_table();
-        if (!sub)
-          errors_->push_back(
-              fmt::format("[{}] {} must be a table ([{}.{}])", name_, key, name_, key));
-      }
-    }
-    return Section(sub, name_ + "." + key, errors_);
-  }
-
-  // Range checks, phrased the same everywhere.
-  void Check(bool ok, const char* key, const std::string& value, const std::string& allowed) {
-    if (!ok)
-      errors_->push_back(
-          fmt::format("{}.{} = {} is invalid: must be {}", name_, key, value, allowed));
-  }
-  template <typename T>
-  void Positive(const char* key, T v) {
-    Check(v > 0, key, fmt::format("{}", v), "> 0");
-  }
-  template <typename T>
-  void NonNegative(const char* key, T v) {
-    Check(v >= 0, key, fmt::format("{}", v), ">= 0");
-  }
-
-  void ReportUnknown() const {
-    if (!table_) return;
-    for (const auto& [k, v] : *table_) {
-      std::string key(k.str());
-      if (known_.count(key)) continue;
-      std::vector<std::string> allowed(known_.begin(), known_.end());
-      errors_->push_back(fmt::format("unknown key '{}.{}'; allowed keys in [{}]: {}", name_, key,
-                                     name_, Join(allowed)));
-    }
-  }
+  const std::vector<Problem>& problems() const { return problems_; }
 
  private:
-  const toml::node* Find(const char* key) {
-    known_.insert(key);
-    return table_ ? table_->get(key) : nullptr;
+  // Where the value at `path` came from: the --set that wrote it, or its line in the file.
+  std::string Where(const std::string& path, const toml::node* n) const {
+    if (auto it = set_by_->find(path); it != set_by_->end()) return "--set " + it->second;
+    if (n != nullptr && n->source().begin.line > 0) {
+      return fmt::format("{}:{}", file_, n->source().begin.line);
+    }
+    return file_;
   }
-  void Error(const char* key, const toml::node& n, const std::string& expected) {
-    errors_->push_back(
-        fmt::format("{}.{} = {} is invalid: expected {}", name_, key, Describe(n), expected));
+  void Add(const std::string& path, const toml::node* n, std::string text) {
+    problems_.push_back({Where(path, n), std::move(text)});
   }
 
-  const toml::table* table_;
-  std::string name_;
-  std::vector<std::string>* errors_;
-  std::set<std::string> known_;
+  static bool IsSection(const std::string& path) {
+    const auto& s = ConfigSections();
+    return std::find(s.begin(), s.end(), path) != s.end();
+  }
+
+  void Walk(const toml::table& table, const std::string& prefix, Config* c) {
+    for (const auto& [key, node] : table) {
+      const std::string path =
+          prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+      if (const KeySpec* k = FindKey(path)) {
+        ReadKey(*k, node, c);
+      } else if (IsSection(path)) {
+        if (const toml::table* t = node.as_table()) {
+          seen_.insert(path);
+          Walk(*t, path, c);
+        } else {
+          Add(path, &node, fmt::format("[{}] must be a table", path));
+        }
+      } else {
+        Unknown(path, prefix, node);
+      }
+    }
+  }
+
+  void Unknown(const std::string& path, const std::string& section, const toml::node& node) {
+    const std::string name = path.substr(path.rfind('.') + 1);
+    if (section.empty() && node.is_table()) {
+      const std::string close = ClosestMatch(path, ConfigSections());
+      Add(path, &node,
+          fmt::format("unknown section [{}]; {}allowed sections: {}", path,
+                      close.empty() ? "" : fmt::format("did you mean [{}]? ", close),
+                      Join(ConfigSections())));
+      return;
+    }
+    std::vector<std::string> names, paths;
+    std::string elsewhere;
+    for (const KeySpec& k : ConfigKeys()) {
+      paths.push_back(k.path);
+      if (k.section == section) names.push_back(k.name);
+      if (k.name == name && elsewhere.empty()) elsewhere = k.path;  // training.lr: optimizer.lr
+    }
+    std::string close = ClosestMatch(name, names);
+    close = !close.empty()       ? section + "." + close
+            : !elsewhere.empty() ? elsewhere
+                                 : ClosestMatch(path, paths);
+    std::string text = fmt::format("unknown key '{}'", path);
+    if (!close.empty()) text += fmt::format("; did you mean '{}'?", close);
+    if (section.empty()) {
+      text += " (keys belong in a [section])";
+    } else {
+      text += fmt::format(" (keys in [{}]: {})", section, Join(names));
+    }
+    Add(path, &node, text);
+  }
+
+  void ReadKey(const KeySpec& k, const toml::node& n, Config* c) {
+    const auto wrong_type = [&] {
+      Add(k.path, &n,
+          fmt::format("{} = {} is invalid: expected {}", k.path, Describe(n), TypeExpected(k)));
+    };
+    std::optional<KeyValue> v;
+    switch (k.type) {
+      case KeyType::kString:
+        if (auto s = n.value_exact<std::string>()) {
+          if (!k.allowed.empty() &&
+              std::find(k.allowed.begin(), k.allowed.end(), *s) == k.allowed.end()) {
+            const std::string close = ClosestMatch(*s, k.allowed);
+            Add(k.path, &n,
+                fmt::format("{} = \"{}\" is invalid: expected {}{}", k.path, *s, k.Expected(),
+                            close.empty() ? "" : fmt::format("; did you mean \"{}\"?", close)));
+            return;
+          }
+          v = *s;
+        }
+        break;
+      case KeyType::kInt:
+        if (auto i = n.value_exact<int64_t>()) {
+          v = *i;
+        } else if (auto s = n.value_exact<std::string>(); s && k.allows_auto && *s == "auto") {
+          v = *s;
+        }
+        break;
+      case KeyType::kUInt:
+        if (auto i = n.value_exact<int64_t>(); i && *i >= 0) v = *i;
+        break;
+      case KeyType::kFloat:
+        // Integers are accepted as numbers; inf and nan (valid TOML) are never a sensible
+        // setting.
+        if (auto d = n.value<double>(); d && std::isfinite(*d)) v = *d;
+        break;
+      case KeyType::kBool:
+        if (auto b = n.value_exact<bool>()) v = *b;
+        break;
+    }
+    if (!v) {
+      wrong_type();
+      return;
+    }
+    k.set(*c, v);
+    nodes_[k.path] = &n;
+  }
+
+  void Validate(const KeySpec& k, const Config& c) {
+    const std::optional<KeyValue> v = k.get(c);
+    const toml::node* n = nodes_.count(k.path) ? nodes_[k.path] : nullptr;
+    if (v && (k.lo || k.hi)) {
+      std::optional<double> x;
+      if (const auto* i = std::get_if<int64_t>(&*v)) x = static_cast<double>(*i);
+      if (const auto* d = std::get_if<double>(&*v)) x = *d;
+      if (x) {
+        if (std::string must = k.RangeProblem(*x); !must.empty()) {
+          Add(k.path, n, fmt::format("{} = {} is invalid: must be {}", k.path, Describe(*v), must));
+          return;
+        }
+      }
+    }
+    for (const KeyCheck& check : k.checks) {
+      if (!check.ok(c)) {
+        Add(k.path, n,
+            fmt::format("{} = {} is invalid: must be {}", k.path,
+                        v ? Describe(*v) : std::string("(unset)"), check.allowed));
+        return;
+      }
+    }
+  }
+
+  const std::string file_;
+  const std::map<std::string, std::string>* set_by_;
+  std::vector<Problem> problems_;
+  std::set<std::string> seen_;
+  std::map<std::string, const toml::node*> nodes_;
 };
 
 // Applies "a.b.c=value": the value is read as a TOML value when it parses as one (numbers, bools,
 // quoted strings, arrays) and as a bare string otherwise, so `--set data.source=synthetic` works.
-Status ApplyOverride(toml::table* root, const std::string& spec) {
+// Returns the key's path.
+Result<std::string> ApplyOverride(toml::table* root, const std::string& spec) {
   size_t eq = spec.find('=');
   if (eq == std::string::npos || eq == 0) {
     return InvalidArgument("--set " + spec + ": expected section.key=value");
@@ -178,8 +239,15 @@ Status ApplyOverride(toml::table* root, const std::string& spec) {
   std::stringstream ss(path);
   for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
   if (parts.size() < 2) {
+    std::string hint;
+    for (const KeySpec& k : ConfigKeys()) {
+      if (k.name == path) {
+        hint = fmt::format(" (did you mean {}={}?)", k.path, value);
+        break;
+      }
+    }
     return InvalidArgument("--set " + spec +
-                           ": the key must name its section, e.g. training.steps");
+                           ": the key must name its section, e.g. training.steps" + hint);
   }
   toml::table* t = root;
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -197,245 +265,27 @@ Status ApplyOverride(toml::table* root, const std::string& spec) {
   } catch (const toml::parse_error&) {
     t->insert_or_assign(parts.back(), value);
   }
-  return Status::Ok();
+  return path;
 }
 
-void ReadConfig(const toml::table& root, Config* c, std::vector<std::string>* errors) {
-  std::vector<Section> sections;
-  auto section = [&](const char* name) -> Section& {
-    const toml::node* n = root.get(name);
-    const toml::table* t = n ? n->as_table() : nullptr;
-    if (n && !t) errors->push_back(fmt::format("[{}] must be a table", name));
-    sections.emplace_back(t, name, errors);
-    return sections.back();
-  };
-  sections.reserve(16);
-
-  Section& job = section("job");
-  job.Get("name", &c->job.name);
-  job.Get("dump_folder", &c->job.dump_folder);
-  job.Get("seed", &c->job.seed);
-  job.Get("description", &c->job.description);
-  job.Check(!c->job.name.empty() && c->job.name.find('/') == std::string::npos, "name",
-            "'" + c->job.name + "'", "a non-empty name without '/'");
-
-  Section& m = section("model");
-  m.Get("preset", &c->model.preset);
-  m.Get("dim", &c->model.dim);
-  m.Get("n_layers", &c->model.n_layers);
-  m.Get("n_heads", &c->model.n_heads);
-  m.Get("n_kv_heads", &c->model.n_kv_heads);
-  m.Get("ffn_hidden_dim", &c->model.ffn_hidden_dim);
-  m.Get("vocab_size", &c->model.vocab_size);
-  m.Get("norm_eps", &c->model.norm_eps);
-  m.Get("rope_theta", &c->model.rope_theta);
-  m.Get("rope_scaling", &c->model.rope_scaling);
-  m.Get("tie_embeddings", &c->model.tie_embeddings);
-  m.Get("max_seq_len", &c->model.max_seq_len);
-  m.Get("init_std", &c->model.init_std);
-  m.Get("n_experts", &c->model.n_experts);
-  m.Get("n_experts_per_token", &c->model.n_experts_per_token);
-  m.Get("n_shared_experts", &c->model.n_shared_experts);
-  m.Get("moe_ffn_hidden_dim", &c->model.moe_ffn_hidden_dim);
-  m.Get("moe_router", &c->model.moe_router);
-  m.Get("moe_aux_loss_coef", &c->model.moe_aux_loss_coef);
-  m.Get("moe_bias_update_rate", &c->model.moe_bias_update_rate);
-  m.Get("moe_layer_start", &c->model.moe_layer_start);
-  m.Get("moe_layer_interval", &c->model.moe_layer_interval);
-  for (auto [key, v] : {std::pair{"dim", c->model.dim},
-                        {"n_layers", c->model.n_layers},
-                        {"n_heads", c->model.n_heads},
-                        {"n_kv_heads", c->model.n_kv_heads},
-                        {"ffn_hidden_dim", c->model.ffn_hidden_dim},
-                        {"max_seq_len", c->model.max_seq_len}}) {
-    if (v) m.Positive(key, *v);
-  }
-  if (c->model.vocab_size) m.NonNegative("vocab_size", *c->model.vocab_size);
-  // Mixture of experts: ranges here; how the keys fit together in ResolveModelSpec.
-  if (c->model.n_experts) m.NonNegative("n_experts", *c->model.n_experts);
-  if (c->model.n_experts_per_token)
-    m.Positive("n_experts_per_token", *c->model.n_experts_per_token);
-  if (c->model.n_shared_experts) m.NonNegative("n_shared_experts", *c->model.n_shared_experts);
-  if (c->model.moe_ffn_hidden_dim) m.Positive("moe_ffn_hidden_dim", *c->model.moe_ffn_hidden_dim);
-  if (c->model.moe_router) {
-    m.Check(*c->model.moe_router == "softmax" || *c->model.moe_router == "sigmoid", "moe_router",
-            "\"" + *c->model.moe_router + "\"",
-            "\"softmax\" (Mixtral) or \"sigmoid\" (DeepSeek-V3)");
-  }
-  if (c->model.moe_aux_loss_coef) {
-    m.Check(*c->model.moe_aux_loss_coef >= 0 && *c->model.moe_aux_loss_coef <= 1,
-            "moe_aux_loss_coef", fmt::format("{}", *c->model.moe_aux_loss_coef),
-            "in [0, 1] (Mixtral uses 0.02, 0 turns the load-balancing loss off)");
-  }
-  if (c->model.moe_bias_update_rate) {
-    m.Check(*c->model.moe_bias_update_rate >= 0 && *c->model.moe_bias_update_rate <= 1,
-            "moe_bias_update_rate", fmt::format("{}", *c->model.moe_bias_update_rate),
-            "in [0, 1] (DeepSeek-V3 uses 0.001)");
-  }
-  if (c->model.moe_layer_start) m.NonNegative("moe_layer_start", *c->model.moe_layer_start);
-  if (c->model.moe_layer_interval) m.Positive("moe_layer_interval", *c->model.moe_layer_interval);
-  m.Check(c->model.init_std > 0 && c->model.init_std <= 1, "init_std",
-          fmt::format("{}", c->model.init_std), "in (0, 1]");
-  if (c->model.norm_eps) {
-    m.Check(*c->model.norm_eps > 0 && *c->model.norm_eps <= 0.1, "norm_eps",
-            fmt::format("{}", *c->model.norm_eps), "in (0, 0.1] (Llama 3 uses 1e-5)");
-  }
-  if (c->model.rope_theta) m.Positive("rope_theta", *c->model.rope_theta);
-
-  Section& d = section("data");
-  d.Get("source", &c->data.source, {"brown", "synthetic", "shards", "tokens"});
-  d.Get("path", &c->data.path);
-  d.Get("val_path", &c->data.val_path);
-  d.Get("token_format", &c->data.token_format, {"auto", "tenax", "llmc", "nanogpt"});
-  d.Get("vocab_size", &c->data.vocab_size);
-  d.Get("tokenizer", &c->data.tokenizer);
-  d.Get("brown_dir", &c->data.brown_dir);
-  d.Get("cache_dir", &c->data.cache_dir);
-  d.Check(c->data.source != "shards" || !c->data.path.empty(), "path", "\"\"",
-          "a folder written by `tenax prepare` when data.source = \"shards\"");
-  d.Check(c->data.source != "tokens" || !c->data.path.empty(), "path", "\"\"",
-          "the training token file(s), a path or a glob, when data.source = \"tokens\"");
-  d.Check(c->data.source != "tokens" || !c->data.val_path.empty(), "val_path", "\"\"",
-          "the validation token file(s), a path or a glob, when data.source = \"tokens\"");
-  d.Check(c->data.vocab_size >= 0 && c->data.vocab_size <= (int64_t{1} << 31), "vocab_size",
-          std::to_string(c->data.vocab_size), "between 0 (from the files) and 2^31");
-  {
-    Section s = d.Sub("synthetic");
-    SyntheticOptions& so = c->data.synthetic;
-    s.Get("vocab_size", &so.vocab_size);
-    s.Get("order", &so.order);
-    s.Get("train_tokens", &so.train_tokens);
-    s.Get("val_tokens", &so.val_tokens);
-    s.Get("seed", &so.seed);
-    s.Get("concentration", &so.concentration);
-    s.Check(so.vocab_size >= 2 && so.vocab_size <= 65536, "vocab_size",
-            std::to_string(so.vocab_size), "between 2 and 65536");
-    s.Check(so.order >= 1 && so.order <= 4, "order", std::to_string(so.order), "1, 2, 3 or 4");
-    s.Positive("train_tokens", so.train_tokens);
-    s.Positive("val_tokens", so.val_tokens);
-    s.Positive("concentration", so.concentration);
-    s.ReportUnknown();
-  }
-
-  Section& o = section("optimizer");
-  o.Get("name", &c->optimizer.name, {"adamw"});
-  o.Get("lr", &c->optimizer.lr);
-  o.Get("beta1", &c->optimizer.beta1);
-  o.Get("beta2", &c->optimizer.beta2);
-  o.Get("eps", &c->optimizer.eps);
-  o.Get("weight_decay", &c->optimizer.weight_decay);
-  o.Check(c->optimizer.lr > 0 && c->optimizer.lr <= 1, "lr", fmt::format("{}", c->optimizer.lr),
-          "in (0, 1] (AdamW learning rates are around 1e-4 to 1e-2)");
-  o.Check(c->optimizer.beta1 >= 0 && c->optimizer.beta1 < 1, "beta1",
-          fmt::format("{}", c->optimizer.beta1), "in [0, 1)");
-  o.Check(c->optimizer.beta2 >= 0 && c->optimizer.beta2 < 1, "beta2",
-          fmt::format("{}", c->optimizer.beta2), "in [0, 1)");
-  o.Check(c->optimizer.eps > 0 && c->optimizer.eps < 1, "eps", fmt::format("{}", c->optimizer.eps),
-          "in (0, 1)");
-  o.Check(c->optimizer.weight_decay >= 0 && c->optimizer.weight_decay <= 10, "weight_decay",
-          fmt::format("{}", c->optimizer.weight_decay), "in [0, 10]");
-
-  Section& l = section("lr_scheduler");
-  l.Get("name", &c->lr_scheduler.name, {"cosine", "wsd", "constant"});
-  l.Get("warmup_steps", &c->lr_scheduler.warmup_steps);
-  l.Get("min_lr_ratio", &c->lr_scheduler.min_lr_ratio);
-  l.Get("decay_ratio", &c->lr_scheduler.decay_ratio);
-  l.Get("decay_type", &c->lr_scheduler.decay_type, {"linear", "sqrt", "cosine"});
-  l.NonNegative("warmup_steps", c->lr_scheduler.warmup_steps);
-  l.Check(c->lr_scheduler.min_lr_ratio >= 0 && c->lr_scheduler.min_lr_ratio <= 1, "min_lr_ratio",
-          fmt::format("{}", c->lr_scheduler.min_lr_ratio), "in [0, 1]");
-  l.Check(c->lr_scheduler.decay_ratio >= 0 && c->lr_scheduler.decay_ratio <= 1, "decay_ratio",
-          fmt::format("{}", c->lr_scheduler.decay_ratio), "in [0, 1]");
-
-  Section& t = section("training");
-  t.Get("steps", &c->training.steps);
-  t.Get("local_batch_size", &c->training.local_batch_size);
-  t.Get("seq_len", &c->training.seq_len);
-  t.Get("grad_accum_steps", &c->training.grad_accum_steps);
-  t.Get("global_batch_size", &c->training.global_batch_size);
-  t.Get("max_norm", &c->training.max_norm);
-  t.Get("mixed_precision", &c->training.mixed_precision, {"auto", "bf16", "fp32"});
-  t.Get("device", &c->training.device, {"auto", "cpu", "cuda"});
-  t.Get("threads", &c->training.threads);
-  t.Get("stop_at", &c->training.stop_at);
-  t.Get("on_nonfinite", &c->training.on_nonfinite, {"stop", "restart"});
-  t.Get("loss_spike_factor", &c->training.loss_spike_factor);
-  t.Get("loss_spike_window", &c->training.loss_spike_window);
-  t.Get("on_loss_spike", &c->training.on_loss_spike, {"warn", "skip", "restart", "stop"});
-  t.Check(c->training.loss_spike_factor == 0 || c->training.loss_spike_factor > 1,
-          "loss_spike_factor", fmt::format("{}", c->training.loss_spike_factor),
-          "0 (off) or greater than 1 (e.g. 3: a loss three times the recent median is a spike)");
-  t.Positive("loss_spike_window", c->training.loss_spike_window);
-  t.Positive("steps", c->training.steps);
-  t.Positive("local_batch_size", c->training.local_batch_size);
-  t.Positive("seq_len", c->training.seq_len);
-  t.Positive("grad_accum_steps", c->training.grad_accum_steps);
-  t.NonNegative("global_batch_size", c->training.global_batch_size);
-  t.Check(c->training.global_batch_size == 0 || c->training.grad_accum_steps == 1,
-          "grad_accum_steps", std::to_string(c->training.grad_accum_steps),
-          fmt::format("1 (unset) when training.global_batch_size ({}) is set: accumulation is then "
-                      "derived from the global batch",
-                      c->training.global_batch_size));
-  t.NonNegative("max_norm", c->training.max_norm);
-  t.NonNegative("threads", c->training.threads);
-  t.NonNegative("stop_at", c->training.stop_at);
-
-  Section& pa = section("parallelism");
-  ParallelismOptions& po = c->parallelism;
-  pa.Get("data_parallel_replicate", &po.data_parallel_replicate);
-  pa.Get("data_parallel_shard", &po.data_parallel_shard);
-  pa.Get("tensor_parallel", &po.tensor_parallel);
-  pa.Get("pipeline_parallel", &po.pipeline_parallel);
-  pa.Get("expert_parallel", &po.expert_parallel);
-  pa.Get("pipeline_schedule", &po.pipeline_schedule, {"gpipe", "1f1b", "interleaved_1f1b"});
-  pa.Get("virtual_stages", &po.virtual_stages);
-  pa.Get("microbatches", &po.microbatches);
-  pa.Get("activation_checkpoint", &po.activation_checkpoint, {"none", "selective", "full"});
-  pa.Get("collective_timeout_s", &po.collective_timeout_s);
-  pa.Check(po.collective_timeout_s >= 0, "collective_timeout_s",
-           std::to_string(po.collective_timeout_s), ">= 0 seconds (0 disables the watchdog)");
-  pa.Positive("data_parallel_replicate", po.data_parallel_replicate);
-  pa.Check(po.data_parallel_shard == -1 || po.data_parallel_shard > 0, "data_parallel_shard",
-           std::to_string(po.data_parallel_shard), "-1 (the rest of the world) or > 0");
-  pa.Positive("tensor_parallel", po.tensor_parallel);
-  pa.Positive("pipeline_parallel", po.pipeline_parallel);
-  pa.Positive("expert_parallel", po.expert_parallel);
-  pa.Positive("virtual_stages", po.virtual_stages);
-  pa.Positive("microbatches", po.microbatches);
-
-  Section& k = section("checkpoint");
-  k.Get("enable", &c->checkpoint.enable);
-  k.Get("folder", &c->checkpoint.folder);
-  k.GetIntOrAuto("interval", &c->checkpoint.interval, &c->checkpoint.interval_auto);
-  k.Get("failure_rate_per_hour", &c->checkpoint.failure_rate_per_hour);
-  k.Get("async", &c->checkpoint.async);
-  k.Get("memory_replicas", &c->checkpoint.memory_replicas);
-  k.Get("keep_latest", &c->checkpoint.keep_latest);
-  k.Get("resume", &c->checkpoint.resume);
-  k.Positive("interval", c->checkpoint.interval);
-  k.NonNegative("keep_latest", c->checkpoint.keep_latest);
-  k.Positive("failure_rate_per_hour", c->checkpoint.failure_rate_per_hour);
-  k.Check(!c->checkpoint.resume.empty(), "resume", "\"\"", "latest, none, or a checkpoint path");
-
-  Section& x = section("metrics");
-  x.Get("log_interval", &c->metrics.log_interval);
-  x.Get("eval_interval", &c->metrics.eval_interval);
-  x.Get("eval_tokens", &c->metrics.eval_tokens);
-  x.Get("tensorboard", &c->metrics.tensorboard);
-  x.Get("progress", &c->metrics.progress, {"auto", "always", "never"});
-  x.Positive("log_interval", c->metrics.log_interval);
-  x.NonNegative("eval_interval", c->metrics.eval_interval);
-  x.Positive("eval_tokens", c->metrics.eval_tokens);
-
-  for (const Section& s : sections) s.ReportUnknown();
-  std::set<std::string> known;
-  for (const Section& s : sections) known.insert(s.name());
-  for (const auto& [k2, v] : root) {
-    if (!known.count(std::string(k2.str()))) {
-      errors->push_back(fmt::format("unknown section [{}]; allowed sections: {}", k2.str(),
-                                    Join(std::vector<std::string>(known.begin(), known.end()))));
+// `text` as "# " lines of at most 100 columns, broken at spaces.
+std::string Comment(const std::string& text) {
+  std::string out, line;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    if (!line.empty() && line.size() + 1 + w.size() > 98) {
+      out += "# " + line + "\n";
+      line.clear();
     }
+    line += (line.empty() ? "" : " ") + w;
   }
+  return out + "# " + line + "\n";
+}
+
+std::string DefaultText(const KeySpec& k) {
+  static const Config defaults;
+  const std::optional<KeyValue> v = k.get(defaults);
+  return v ? KeyValueToml(*v) : "unset: the preset's";
 }
 
 }  // namespace
@@ -450,14 +300,26 @@ Result<Config> ParseConfig(std::string_view text, const std::vector<std::string>
     return InvalidArgument(fmt::format("{}:{}:{}: TOML syntax error: {}", source_name, where.line,
                                        where.column, e.description()));
   }
-  for (const std::string& o : overrides) TENAX_RETURN_IF_ERROR(ApplyOverride(&root, o));
+  std::map<std::string, std::string> set_by;  // key path -> the --set that wrote it
+  for (const std::string& o : overrides) {
+    TENAX_ASSIGN_OR_RETURN(std::string path, ApplyOverride(&root, o));
+    set_by[path] = o;
+  }
   Config config;
-  std::vector<std::string> errors;
-  ReadConfig(root, &config, &errors);
-  if (!errors.empty()) {
-    std::string msg = fmt::format("{} has {} problem{}:", source_name, errors.size(),
-                                  errors.size() == 1 ? "" : "s");
-    for (const auto& e : errors) msg += "\n  - " + e;
+  Reader reader(source_name, &set_by);
+  reader.Read(root, &config);
+  const std::vector<Problem>& problems = reader.problems();
+  if (!problems.empty()) {
+    size_t from_set = 0;
+    for (const Problem& p : problems) from_set += p.where.rfind("--set ", 0) == 0;
+    const std::string subject = from_set == problems.size() ? "--set"
+                                : from_set == 0             ? source_name
+                                                            : source_name + " with --set";
+    std::string msg = fmt::format("{} has {} problem{}:", subject, problems.size(),
+                                  problems.size() == 1 ? "" : "s");
+    for (const Problem& p : problems) {
+      msg += "\n  - " + (p.where.empty() ? "" : p.where + ": ") + p.text;
+    }
     return InvalidArgument(msg);
   }
   return config;
@@ -474,104 +336,67 @@ Result<Config> LoadConfig(const std::string& path, const std::vector<std::string
 }
 
 std::string ConfigToToml(const Config& c) {
-  auto opt = [](toml::table& t, const char* k, const auto& v) {
-    if (v) t.insert(k, *v);
-  };
-  toml::table model{{"preset", c.model.preset}, {"init_std", c.model.init_std}};
-  opt(model, "dim", c.model.dim);
-  opt(model, "n_layers", c.model.n_layers);
-  opt(model, "n_heads", c.model.n_heads);
-  opt(model, "n_kv_heads", c.model.n_kv_heads);
-  opt(model, "ffn_hidden_dim", c.model.ffn_hidden_dim);
-  opt(model, "vocab_size", c.model.vocab_size);
-  opt(model, "norm_eps", c.model.norm_eps);
-  opt(model, "rope_theta", c.model.rope_theta);
-  opt(model, "rope_scaling", c.model.rope_scaling);
-  opt(model, "tie_embeddings", c.model.tie_embeddings);
-  opt(model, "max_seq_len", c.model.max_seq_len);
-  opt(model, "n_experts", c.model.n_experts);
-  opt(model, "n_experts_per_token", c.model.n_experts_per_token);
-  opt(model, "n_shared_experts", c.model.n_shared_experts);
-  opt(model, "moe_ffn_hidden_dim", c.model.moe_ffn_hidden_dim);
-  opt(model, "moe_router", c.model.moe_router);
-  opt(model, "moe_aux_loss_coef", c.model.moe_aux_loss_coef);
-  opt(model, "moe_bias_update_rate", c.model.moe_bias_update_rate);
-  opt(model, "moe_layer_start", c.model.moe_layer_start);
-  opt(model, "moe_layer_interval", c.model.moe_layer_interval);
-  const SyntheticOptions& s = c.data.synthetic;
-  toml::table root{
-      {"job", toml::table{{"name", c.job.name},
-                          {"dump_folder", c.job.dump_folder},
-                          {"seed", static_cast<int64_t>(c.job.seed)},
-                          {"description", c.job.description}}},
-      {"model", model},
-      {"data", toml::table{{"source", c.data.source}, {"path", c.data.path},
-                           {"val_path", c.data.val_path}, {"token_format", c.data.token_format},
-                           {"vocab_size", c.data.vocab_size},
-                           {"tokenizer", c.data.tokenizer}, {"brown_dir", c.data.brown_dir},
-                           {"cache_dir", c.data.cache_dir},
-                           {"synthetic", toml::table{{"vocab_size", s.vocab_size},
-                                                     {"order", s.order},
-                                                     {"train_tokens", s.train_tokens},
-                                                     {"val_tokens", s.val_tokens},
-                                                     {"seed", static_cast<int64_t>(s.seed)},
-                                                     {"concentration", s.concentration}}}}},
-      {"optimizer", toml::table{{"name", c.optimizer.name},
-                                {"lr", c.optimizer.lr},
-                                {"beta1", c.optimizer.beta1},
-                                {"beta2", c.optimizer.beta2},
-                                {"eps", c.optimizer.eps},
-                                {"weight_decay", c.optimizer.weight_decay}}},
-      {"lr_scheduler", toml::table{{"name", c.lr_scheduler.name},
-                                   {"warmup_steps", c.lr_scheduler.warmup_steps},
-                                   {"min_lr_ratio", c.lr_scheduler.min_lr_ratio},
-                                   {"decay_ratio", c.lr_scheduler.decay_ratio},
-                                   {"decay_type", c.lr_scheduler.decay_type}}},
-      {"training", toml::table{{"steps", c.training.steps},
-                               {"local_batch_size", c.training.local_batch_size},
-                               {"seq_len", c.training.seq_len},
-                               {"grad_accum_steps", c.training.grad_accum_steps},
-                               {"global_batch_size", c.training.global_batch_size},
-                               {"max_norm", c.training.max_norm},
-                               {"mixed_precision", c.training.mixed_precision},
-                               {"device", c.training.device},
-                               {"threads", c.training.threads},
-                               {"stop_at", c.training.stop_at},
-                               {"on_nonfinite", c.training.on_nonfinite},
-                               {"loss_spike_factor", c.training.loss_spike_factor},
-                               {"loss_spike_window", c.training.loss_spike_window},
-                               {"on_loss_spike", c.training.on_loss_spike}}},
-      {"parallelism",
-       toml::table{{"data_parallel_replicate", c.parallelism.data_parallel_replicate},
-                   {"data_parallel_shard", c.parallelism.data_parallel_shard},
-                   {"tensor_parallel", c.parallelism.tensor_parallel},
-                   {"pipeline_parallel", c.parallelism.pipeline_parallel},
-                   {"pipeline_schedule", c.parallelism.pipeline_schedule},
-                   {"virtual_stages", c.parallelism.virtual_stages},
-                   {"microbatches", c.parallelism.microbatches},
-                   {"expert_parallel", c.parallelism.expert_parallel},
-                   {"activation_checkpoint", c.parallelism.activation_checkpoint},
-                   {"collective_timeout_s", c.parallelism.collective_timeout_s}}},
-      {"checkpoint", toml::table{{"enable", c.checkpoint.enable},
-                                 {"folder", c.checkpoint.folder},
-                                 {"interval", c.checkpoint.interval},
-                                 {"keep_latest", c.checkpoint.keep_latest},
-                                 {"resume", c.checkpoint.resume},
-                                 {"failure_rate_per_hour", c.checkpoint.failure_rate_per_hour},
-                                 {"async", c.checkpoint.async},
-                                 {"memory_replicas", c.checkpoint.memory_replicas}}},
-      {"metrics", toml::table{{"log_interval", c.metrics.log_interval},
-                              {"eval_interval", c.metrics.eval_interval},
-                              {"eval_tokens", c.metrics.eval_tokens},
-                              {"tensorboard", c.metrics.tensorboard},
-                              {"progress", c.metrics.progress}}},
-  };
-  if (c.checkpoint.interval_auto) {
-    root.get("checkpoint")->as_table()->insert_or_assign("interval", "auto");
+  toml::table root;
+  for (const KeySpec& k : ConfigKeys()) {
+    const std::optional<KeyValue> v = k.get(c);
+    if (!v) continue;
+    toml::table* t = &root;
+    std::stringstream ss(k.section);
+    for (std::string part; std::getline(ss, part, '.');) {
+      if (!t->contains(part)) t->insert(part, toml::table{});
+      t = t->get(part)->as_table();
+    }
+    std::visit([&](const auto& x) { t->insert_or_assign(k.name, x); }, *v);
   }
   std::ostringstream os;
   os << root << "\n";
   return os.str();
+}
+
+std::string ConfigShowToml(const Config& c, const std::string& title) {
+  std::string out = "# " + title + "\n";
+  out +=
+      "# Every key with what it accepts and its default; unset keys are comments.\n"
+      "# `tenax config show --defaults` prints the defaults; docs/config.md lists the keys.\n";
+  std::string section;
+  for (const KeySpec& k : ConfigKeys()) {
+    if (k.section != section) {
+      section = k.section;
+      out += "\n[" + section + "]\n";
+    }
+    const std::optional<KeyValue> v = k.get(c);
+    const std::string def = DefaultText(k);
+    out += Comment(fmt::format("{} ({}; default {})", k.help, k.Expected(), def));
+    if (!v) {
+      out += fmt::format("# {} =\n", k.name);
+      continue;
+    }
+    const std::string value = KeyValueToml(*v);
+    out += fmt::format("{} = {}{}\n", k.name, value,
+                       value == def ? "" : fmt::format("  # default {}", def));
+  }
+  return out;
+}
+
+std::string ConfigKeysMarkdown() {
+  std::string out;
+  std::string section;
+  for (const KeySpec& k : ConfigKeys()) {
+    if (k.section != section) {
+      section = k.section;
+      out += fmt::format("\n### [{}]\n\n| key | accepts | default | meaning |\n|---|---|---|---|\n",
+                         section);
+    }
+    std::string accepts = k.Expected();
+    for (const KeyCheck& check : k.checks) accepts += "; " + check.allowed;
+    auto escape = [](std::string s) {
+      for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
+      return s;
+    };
+    out += fmt::format("| `{}` | {} | `{}` | {} |\n", k.name, escape(accepts), DefaultText(k),
+                       escape(k.help));
+  }
+  return out;
 }
 
 }  // namespace tenax

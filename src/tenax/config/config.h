@@ -1,6 +1,8 @@
 // Loads a tenax TOML config into typed options (options.h), applying `--set section.key=value`
-// overrides first, and validates every value once. Unknown keys and bad values are errors that
-// name the key, the value and what is allowed: a typo must never be silently ignored.
+// overrides first, and validates every value once against the key table (keys.h). Unknown keys
+// and bad values are errors that name the key, the value, what is allowed (and the closest key
+// or value, for a typo) and where the value came from (the file and line, or the --set): a typo
+// must never be silently ignored.
 // Non-goal: knowing what a model preset contains (model/presets.h resolves those).
 #pragma once
 
@@ -20,5 +22,11 @@ Result<Config> ParseConfig(std::string_view toml_text, const std::vector<std::st
                            const std::string& source_name);
 // TOML that ParseConfig reads back into the same Config (stored in run folders and checkpoints).
 std::string ConfigToToml(const Config& config);
+// `tenax config show`: every key of the table with its help, what it accepts and its default as
+// comments, and its value in `config` (unset optional keys as comments), so that reading the
+// text back gives `config` again. `title` is the first comment line.
+std::string ConfigShowToml(const Config& config, const std::string& title);
+// The key list of docs/config.md: one Markdown table per section.
+std::string ConfigKeysMarkdown();
 
 }  // namespace tenax

@@ -29,4 +29,10 @@ std::string FormatParams(double v) {
   return s;
 }
 
+std::string FormatGiB(double bytes, int decimals) {
+  const double gib = bytes / (1024.0 * 1024.0 * 1024.0);
+  if (decimals < 0) decimals = gib >= 10 ? 1 : gib >= 1 ? 2 : 3;
+  return fmt::format("{:.{}f} GiB", gib, decimals);
+}
+
 }  // namespace tenax

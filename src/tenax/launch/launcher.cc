@@ -68,7 +68,7 @@ struct TrainJob {
 Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train") return std::optional<TrainJob>();
   TENAX_ASSIGN_OR_RETURN(TrainCommand cmd, ParseTrainCommand({args.begin() + 1, args.end()}));
-  TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(cmd.config_path, cmd.overrides));
+  TENAX_ASSIGN_OR_RETURN(Config config, LoadTrainConfig(cmd));
   TrainJob job;
     job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
   if (config.checkpoint.enable) {

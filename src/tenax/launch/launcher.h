@@ -47,7 +47,8 @@ struct LaunchOptions {
   int quarantine_after = 2;  // failures within the window that quarantine a slot (spares.h)
   double quarantine_window_s = 3600;  // how long a slot's failure counts
   std::string status_file;        // live state as JSON, rewritten about once a second; empty: none
-  int metrics_port = 0;           // Prometheus text at http://HOST:PORT/metrics; 0: none
+  int metrics_port = 0;           // live page, /status.json and /metrics (monitor.h); 0: none
+  std::string metrics_addr = "127.0.0.1";  // the address --metrics-port binds
   double straggler_factor = 1.5;  // compute time over the median of the other ranks ...
   int straggler_steps = 3;        // ... for this many consecutive steps: a straggler
   bool replace_stragglers = false;  // treat a straggler as a failure of its slot

@@ -23,6 +23,7 @@
 #include "tenax/core/log.h"
 #include "tenax/launch/checkpoint_sync.h"
 #include "tenax/launch/rendezvous.h"
+#include "tenax/report/html_report.h"
 #include "tenax/protocol/agent_channel.h"
 #include "tenax/protocol/protocol.h"
 
@@ -538,6 +539,9 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
   Status st = LocalFs().WriteFileAtomic(job_.goodput_path, report.dump(2) + "\n");
   if (!st.ok()) log::Warn("launch: could not write {}: {}", job_.goodput_path, st.message());
   if (ended) log::Info("launch: {}", Goodput::Summary(report));
+  // The run report (report/html_report.h) from the node holding node rank 0, which has the run
+  // folder's metrics (on shared storage, or its own ranks' on a private folder).
+  if (ended && st.ok()) report::WriteReportAtEnd(job_.run_dir, job_.goodput_path, "launch");
 }
 
 void NodeAgent::LogFailureOf(int64_t g) {

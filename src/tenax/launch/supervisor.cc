@@ -22,6 +22,7 @@ extern char** environ;
 #include "tenax/protocol/flight_analysis.h"
 #include "tenax/protocol/heartbeat.h"
 #include "tenax/protocol/rank_context.h"
+#include "tenax/report/html_report.h"
 
 namespace tenax::launch {
 namespace {
@@ -504,7 +505,8 @@ Status Supervisor::Start() {
   if (::pipe2(liveness_, O_CLOEXEC) != 0) {
     return Internal(std::string("pipe2: ") + std::strerror(errno));
   }
-  TENAX_ASSIGN_OR_RETURN(monitor_, Monitor::Start(o_.status_file, o_.metrics_port));
+  TENAX_ASSIGN_OR_RETURN(monitor_,
+                         Monitor::Start(o_.status_file, o_.metrics_addr, o_.metrics_port));
   QuarantinePolicy policy{o_.quarantine_after, o_.quarantine_window_s};
   slots_ = std::make_unique<SlotTable>(
       o_.nproc_per_node, o_.spares, policy, [this](int slot, int fd) { return Spawn(slot, fd); },
@@ -599,6 +601,8 @@ Result<int> Supervisor::Run() {
   WriteGoodput(true, result);
   if (!job_.goodput_path.empty())
     log::Info("launch: goodput report written to {}", job_.goodput_path);
+  if (!job_.goodput_path.empty())
+    report::WriteReportAtEnd(job_.run_dir, job_.goodput_path, "launch");
   slots_.reset();  // releases the spares
   monitor_.reset();
   if (result != 0) log::Error("launch: the job failed (exit code {})", result);

@@ -21,12 +21,16 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
                    "(configs/hardware/)");
   plan->add_option("--seq-len", p->seq_len, "tokens per sequence (default: the config's)");
   plan->add_option("--global-batch-tokens", p->global_batch_tokens,
-                   "tokens per optimizer step, e.g. 16Mi or 4M (a whole number of sequences)");
+                   "tokens per optimizer step, e.g. 16Mi or 4M (a whole number of sequences; "
+                   "default with a config: its batch on --gpus)");
   plan->add_option("--tokens", p->tokens, "training tokens, e.g. 15T: prints days and cost");
   plan->add_option("--price-per-gpu-hour", p->price_per_gpu_hour, "dollars per GPU-hour");
   plan->add_option("--top", p->top, "how many layouts to print (default 5)");
   plan->add_flag("--json", p->json, "print JSON");
   plan->add_flag("--explain", p->explain, "show the time and memory breakdown of the best layout");
+  plan->add_flag("--all", p->all,
+                 "rank every layout, also those tenax train cannot run yet (context "
+                 "parallelism, fp8, ZeRO-1/2, ...); by default they are listed apart");
   plan->add_option("--fix", p->fix,
                    "pin parts of the layout: tp=8,pp=16,v=4,dp=64,dp_shard=64,cp=1,mbs=1,"
                    "ac=none|selective|op|alternate|full,fp8=yes|no,reshard=yes|no,first=N,last=N");

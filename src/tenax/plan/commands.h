@@ -21,6 +21,7 @@ struct PlanFlags {
   int top = 5;
   bool json = false;
   bool explain = false;
+  bool all = false;  // rank layouts tenax train cannot run yet too
   std::string fix;
   // Shape flags (0 = not given): any of them overrides --model's, or describes the model alone.
   int64_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0;

@@ -6,12 +6,14 @@
 #include <optional>
 #include <sstream>
 
+#include "tenax/config/config.h"
 #include "tenax/core/fs.h"
 #include "tenax/plan/calibrate.h"
 #include "tenax/plan/commands.h"
 #include "tenax/plan/failure.h"
 #include "tenax/plan/report.h"
 #include "tenax/plan/search.h"
+#include "tenax/plan/support.h"
 #include "tenax/plan/units.h"
 #include "tenax/plan/validate.h"
 
@@ -124,17 +126,56 @@ Result<Software> BuildSoftware(const PlanFlags& f) {
   return sw;
 }
 
+// The batch a tenax config trains on `gpus` GPUs: local_batch_size x grad_accum_steps x seq_len
+// per data-parallel rank, times the data-parallel degree its [parallelism] gives at that world
+// size (data_parallel_shard = -1 takes what tp x pp x replicas leave).
+Result<int64_t> ConfigBatchTokens(const std::string& path, int64_t gpus, int64_t seq_len,
+                                  std::string* note) {
+  auto config = LoadConfig(path, {});
+  if (!config.ok()) return config.status().WithContext("--model " + path);
+  const TrainingOptions& t = config->training;
+  const ParallelismOptions& p = config->parallelism;
+  const int64_t fixed = p.data_parallel_replicate * p.tensor_parallel * p.pipeline_parallel;
+  int64_t dp = 0;
+  if (p.data_parallel_shard == -1) {
+    if (gpus % fixed != 0) {
+      return InvalidArgument(fmt::format(
+          "--model {}: its [parallelism] (replicate {} x tp {} x pp {} = {}) does not divide "
+          "--gpus {}; give --global-batch-tokens",
+          path, p.data_parallel_replicate, p.tensor_parallel, p.pipeline_parallel, fixed, gpus));
+    }
+    dp = gpus / (p.tensor_parallel * p.pipeline_parallel);
+  } else {
+    dp = p.data_parallel_replicate * p.data_parallel_shard;
+    if (dp * p.tensor_parallel * p.pipeline_parallel != gpus) {
+      return InvalidArgument(
+          fmt::format("--model {}: its [parallelism] uses {} GPUs, not --gpus {}; give "
+                      "--global-batch-tokens",
+                      path, dp * p.tensor_parallel * p.pipeline_parallel, gpus));
+    }
+  }
+  const int64_t tokens = t.local_batch_size * t.grad_accum_steps * seq_len * dp;
+  *note = fmt::format(
+      "batch from {}: local_batch_size {} x grad_accum_steps {} x seq_len {} x {} data-parallel "
+      "ranks (its [parallelism] on {} GPUs) = {} tokens",
+      path, t.local_batch_size, t.grad_accum_steps, seq_len, dp, gpus, tokens);
+  return tokens;
+}
+
 }  // namespace
 
 Status RunPlan(const PlanFlags& f) {
   if (f.validate) return Validate();
   if (!f.calibrate.empty()) return CalibrateCommand(f);
   const bool shape = f.layers || f.hidden || f.heads || f.kv_heads || f.ffn || f.vocab;
-  if ((f.model.empty() && !shape) || f.gpus <= 0 || f.global_batch_tokens.empty()) {
+  const bool from_config = !f.model.empty() && IsPlanConfigFile(f.model);
+  if ((f.model.empty() && !shape) || f.gpus <= 0 ||
+      (f.global_batch_tokens.empty() && !from_config)) {
     return InvalidArgument(
         "tenax plan needs --model (or a shape: --layers --hidden --heads --ffn --vocab), --gpus "
-        "and --global-batch-tokens (or --validate, or --calibrate); e.g. tenax plan --model "
-        "llama3-405b --gpus 16384 --gpu h100-sxm --seq-len 8192 --global-batch-tokens 16Mi");
+        "and --global-batch-tokens (unless --model is a config, which fixes the batch; or "
+        "--validate, or --calibrate); e.g. tenax plan --model llama3-405b --gpus 16384 --gpu "
+        "h100-sxm --seq-len 8192 --global-batch-tokens 16Mi");
   }
   ModelSpec spec;
   Architecture arch;
@@ -143,8 +184,13 @@ Status RunPlan(const PlanFlags& f) {
   TENAX_RETURN_IF_ERROR(BuildModel(f, &spec, &arch, &shape_name, &config_seq));
   const int64_t seq_len = f.seq_len > 0 ? f.seq_len : config_seq;
   if (seq_len <= 0) return InvalidArgument("--seq-len is required with a preset model or a shape");
-  TENAX_ASSIGN_OR_RETURN(int64_t batch,
-                         ParsePositiveInt(f.global_batch_tokens, "--global-batch-tokens"));
+  int64_t batch = 0;
+  std::string batch_note;
+  if (!f.global_batch_tokens.empty()) {
+    TENAX_ASSIGN_OR_RETURN(batch, ParsePositiveInt(f.global_batch_tokens, "--global-batch-tokens"));
+  } else {
+    TENAX_ASSIGN_OR_RETURN(batch, ConfigBatchTokens(f.model, f.gpus, seq_len, &batch_note));
+  }
   TENAX_ASSIGN_OR_RETURN(Software sw, BuildSoftware(f));
   TENAX_ASSIGN_OR_RETURN(Workload w, MakeWorkload(spec, arch, sw, seq_len, batch));
   w.shape_name = shape_name;
@@ -163,9 +209,58 @@ Status RunPlan(const PlanFlags& f) {
   if (!f.fix.empty()) {
     TENAX_ASSIGN_OR_RETURN(o.fix, ParseLayoutConstraints(f.fix));
   }
+  // By default only what `tenax train` runs is ranked; the unrestricted search then shows what
+  // is faster and what it needs. Software options tenax train lacks (fused kernels, another
+  // attention, GPT layers) rule out every layout: then every layout is ranked, saying why.
+  std::string all_reason;
+  {
+    Layout plain;  // one GPU, nothing but the workload's own features
+    const TrainSupport ts = TenaxTrainSupport(w, plain);
+    for (const auto& m : ts.missing) all_reason += (all_reason.empty() ? "" : "; ") + m;
+  }
+  const bool runnable_only = !f.all && all_reason.empty();
+  std::optional<SearchResult> unrestricted;
+  if (runnable_only) {
+    o.accept = [&w](const Layout& l) { return TenaxTrainSupport(w, l).runnable; };
+    o.reject_reason = "tenax train cannot run it yet (--all ranks it)";
+    SearchOptions all = o;
+    all.accept = nullptr;
+    all.top_k = std::max(f.top, 64);  // enough to find the fastest per missing feature set
+    TENAX_ASSIGN_OR_RETURN(unrestricted, SearchLayouts(w, hw, all));
+  }
   TENAX_ASSIGN_OR_RETURN(SearchResult result, SearchLayouts(w, hw, o));
+  bool ranked_runnable = runnable_only;
+  if (runnable_only && result.best.empty() && !unrestricted->best.empty()) {
+    // What was asked for (a --fix, or the memory) leaves nothing tenax train runs: show what
+    // would fit, each with what tenax train lacks for it.
+    all_reason = "any layout that fits these constraints";
+    SearchOptions all = o;
+    all.accept = nullptr;
+    TENAX_ASSIGN_OR_RETURN(result, SearchLayouts(w, hw, all));
+    ranked_runnable = false;
+    unrestricted.reset();
+  }
 
   PlanReport report;
+  report.runnable_only = ranked_runnable;
+  report.unrunnable = unrestricted ? &*unrestricted : nullptr;
+  report.all_reason = f.all ? "" : all_reason;
+  report.batch_note = batch_note;
+  if (from_config) {
+    report.config_arg = "--config " + f.model;
+  } else {
+    report.config_arg = "--config YOUR.toml";
+    if (!f.model.empty()) report.model_sets.push_back("model.preset=" + f.model);
+    auto shape_set = [&](int64_t flag, const char* key, int64_t value) {
+      if (flag != 0) report.model_sets.push_back(fmt::format("model.{}={}", key, value));
+    };
+    shape_set(f.layers, "n_layers", spec.n_layers);
+    shape_set(f.hidden, "dim", spec.dim);
+    shape_set(f.heads, "n_heads", spec.n_heads);
+    shape_set(f.heads || f.kv_heads, "n_kv_heads", spec.n_kv_heads);
+    shape_set(f.ffn, "ffn_hidden_dim", spec.ffn_hidden_dim);
+    shape_set(f.vocab, "vocab_size", spec.vocab_size);
+  }
   report.workload = &w;
   report.hardware = &hw;
   report.gpus = f.gpus;

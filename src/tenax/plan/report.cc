@@ -32,6 +32,58 @@ std::optional<TrainingEstimate> Training(const PlanReport& r, const Candidate& c
                           r.failures);
 }
 
+// How to run `c` with tenax train: the launch command and the TOML fragment.
+std::string RunCommandText(const PlanReport& r, const Candidate& c) {
+  const TrainSettings ts = TenaxTrainSettings(*r.workload, c.layout);
+  const int64_t per_node = std::max<int64_t>(1, r.hardware->gpus_per_node);
+  const int64_t nodes = (r.gpus + per_node - 1) / per_node;
+  std::string launch =
+      nodes > 1 ? fmt::format(
+                      "tenax launch --nnodes {} --nproc-per-node {} --node-rank I --rdzv "
+                      "HOST:PORT -- train",
+                      nodes, per_node)
+                : fmt::format("tenax launch --nproc-per-node {} -- train", r.gpus);
+  std::string out =
+      fmt::format("\n  run #1 with tenax train ({}):\n    {} {}", LayoutName(c.layout), launch,
+                  r.config_arg.empty() ? "--config YOUR.toml" : r.config_arg);
+  std::vector<std::string> sets = r.model_sets;
+  sets.insert(sets.end(), ts.sets.begin(), ts.sets.end());
+  for (const std::string& set : sets) out += " \\\n      --set " + set;
+  out += "\n  or in the config:\n";
+  std::string line;
+  for (char ch : ts.toml) {
+    if (ch == '\n') {
+      out += (line.empty() ? "" : "    ") + line + "\n";
+      line.clear();
+    } else {
+      line += ch;
+    }
+  }
+  return out;
+}
+
+// The fastest layouts of the unrestricted search that beat `best` but need what tenax train
+// lacks, with what that is.
+std::string UnrunnableText(const PlanReport& r, const Candidate& best) {
+  std::string out;
+  std::vector<std::string> seen;  // one layout per set of missing features: the fastest
+  for (const Candidate& c : r.unrunnable->best) {
+    const TrainSupport ts = TenaxTrainSupport(*r.workload, c.layout);
+    if (ts.runnable || c.time.step >= best.time.step || seen.size() == 4) continue;
+    std::string why;
+    for (const auto& m : ts.missing) why += (why.empty() ? "" : "; ") + m;
+    if (std::find(seen.begin(), seen.end(), why) != seen.end()) continue;
+    if (seen.empty())
+      out +=
+          "\n  faster layouts tenax train cannot run yet (the fastest per missing feature set):\n";
+    seen.push_back(why);
+    out += fmt::format("    {:<58} {:>9} {:>5.1f}% MFU ({:+.1f}%)  needs {}\n",
+                       LayoutName(c.layout), FormatDuration(c.time.step), 100 * c.time.mfu,
+                       100 * (best.time.step / c.time.step - 1), why);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string PlanText(const PlanReport& r) {
@@ -55,6 +107,12 @@ std::string PlanText(const PlanReport& r) {
           : "",
       FormatThousands(static_cast<double>(s.evaluated)), s.seconds,
       FormatThousands(static_cast<double>(s.fitting)), DropSummary(s));
+  if (!r.batch_note.empty()) out += "  " + r.batch_note + "\n";
+  if (r.runnable_only) {
+    out += "  ranked: the layouts `tenax train` runs today (--all ranks every layout)\n";
+  } else if (!r.all_reason.empty()) {
+    out += "  ranked: every layout; tenax train cannot run " + r.all_reason + "\n";
+  }
   if (s.best.empty()) {
     out += "\nno layout fits";
     if (!s.leanest_not_fitting.empty()) {
@@ -98,7 +156,10 @@ std::string PlanText(const PlanReport& r) {
     std::string why;
     for (const auto& m : ts.missing) why += (why.empty() ? "" : "; ") + m;
     out += "  #1 needs what tenax train lacks: " + why + "\n";
+  } else {
+    out += RunCommandText(r, best);
   }
+  if (r.unrunnable != nullptr) out += UnrunnableText(r, best);
   if (r.failures && !r.tokens) {
     const FailureSummary f = SummarizeFailures(*r.failures, r.gpus);
     out += fmt::format(
@@ -150,7 +211,11 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
       {"reshard", l.reshard},
       {"stage_layers",
        {{"first", t.split.first}, {"middle", t.split.middle}, {"last", t.split.last}}},
-      {"tenax_train", {{"runnable", ts.runnable}, {"missing", ts.missing}}},
+      {"tenax_train",
+       {{"runnable", ts.runnable},
+        {"missing", ts.missing},
+        {"set",
+         ts.runnable ? nlohmann::json(TenaxTrainSettings(w, l).sets) : nlohmann::json::array()}}},
       {"step_s", t.step},
       {"tokens_per_s", t.tokens_per_s_per_gpu * static_cast<double>(r.gpus)},
       {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
@@ -270,6 +335,18 @@ nlohmann::json PlanJson(const PlanReport& r, bool with_layouts) {
                           {"dropped", s.dropped},
                           {"seconds", s.seconds}}},
                         {"layouts", layouts}};
+  out["ranked"] = r.runnable_only ? "runnable" : "all";
+  if (!r.all_reason.empty()) out["all_reason"] = r.all_reason;
+  if (r.unrunnable != nullptr) {
+    nlohmann::json faster = nlohmann::json::array();
+    const double best = s.best.empty() ? 1e300 : s.best.front().time.step;
+    for (const Candidate& c : r.unrunnable->best) {
+      if (!TenaxTrainSupport(w, c.layout).runnable && c.time.step < best) {
+        faster.push_back(LayoutJson(r, c));
+      }
+    }
+    out["faster_not_runnable"] = faster;
+  }
   if (r.failures) {
     const FailureSummary f = SummarizeFailures(*r.failures, r.gpus);
     out["failures"] = {{"rate", r.failures->rate.text},

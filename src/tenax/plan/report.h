@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tenax/plan/hardware.h"
 #include "tenax/plan/search.h"
@@ -23,6 +24,16 @@ struct PlanReport {
   std::optional<double> tokens;   // --tokens
   double price_per_gpu_hour = 0;  // 0: no cost column
   std::optional<FailureCosts> failures;
+  // `tenax plan` ranks only what tenax train can run unless --all: then `search` holds runnable
+  // layouts and `unrunnable` the fastest of all (some of which tenax train cannot run yet).
+  bool runnable_only = false;
+  const SearchResult* unrunnable = nullptr;
+  std::string all_reason;  // why every layout is ranked although --all was not given
+  std::string batch_note;  // where the batch came from, when not from the flags
+  // How the printed `tenax launch` command names the model: "--config c.toml", or
+  // "--config YOUR.toml" plus model.* --set words.
+  std::string config_arg;
+  std::vector<std::string> model_sets;
 };
 
 std::string PlanText(const PlanReport& r);

@@ -274,6 +274,10 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                         l.first_layers = first;
                         l.last_layers = last;
                         l.ep = ep;
+                        if (o.accept && !o.accept(l)) {
+                          ++r.dropped[o.reject_reason];
+                          continue;
+                        }
                         Candidate c;
                         c.layout = l;
                         c.memory = EstimateMemory(w, hw, l, footprint);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +34,10 @@ struct SearchOptions {
   int64_t gpus = 0;
   LayoutConstraints fix;
   int top_k = 5;
+  // When set, only layouts it accepts are costed and ranked; the others count as dropped for
+  // `reject_reason` (`tenax plan` keeps the layouts tenax train can run, support.h).
+  std::function<bool(const Layout&)> accept;
+  std::string reject_reason = "rejected";
 };
 
 struct SearchResult {

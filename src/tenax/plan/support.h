@@ -30,4 +30,16 @@ TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l);
 // ("recompute alternate" is tenax's activation_checkpoint = "selective").
 const char* TenaxActivationCheckpoint(Recompute r);
 
+// How to run a runnable layout with tenax train: the `--set section.key=value` words (the
+// layout, the batch split, the sequence length, bf16) and the same as a TOML fragment. The
+// planner's micro-batch b and micro-batch count m map to local_batch_size = b, grad_accum_steps
+// = m without pipeline parallelism, and to local_batch_size = b x m split into microbatches = m
+// with it (tenax's pipeline cuts each local batch into its micro-batches); the global batch is
+// dp x b x m sequences either way.
+struct TrainSettings {
+  std::vector<std::string> sets;  // "parallelism.tensor_parallel=8", ...
+  std::string toml;               // [parallelism] ... [training] ...
+};
+TrainSettings TenaxTrainSettings(const Workload& w, const Layout& l);
+
 }  // namespace tenax::plan

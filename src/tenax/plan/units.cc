@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "tenax/core/format.h"
+
 namespace tenax::plan {
 namespace {
 
@@ -115,7 +117,7 @@ std::string FormatBytes(double bytes) {
   return fmt::format("{:g} {}", std::round(bytes * 10) / 10, units[i]);
 }
 
-std::string FormatGiB(double bytes) { return fmt::format("{:.1f} GiB", bytes / kGiB); }
+std::string FormatGiB(double bytes) { return tenax::FormatGiB(bytes, 1); }
 
 std::string FormatThousands(double value) {
   if (!std::isfinite(value)) return "inf";

@@ -128,11 +128,15 @@ Result<Workload> MakeWorkload(const ModelSpec& model, const Architecture& arch, 
   return w;
 }
 
+bool IsPlanConfigFile(const std::string& what) {
+  return what.find('/') != std::string::npos ||
+         (what.size() > 5 && what.compare(what.size() - 5, 5, ".toml") == 0) ||
+         LocalFs().Exists(what);
+}
+
 Result<ModelSpec> LoadPlanModel(const std::string& what, int64_t* config_seq_len) {
   *config_seq_len = 0;
-  const bool is_file = what.find('/') != std::string::npos ||
-                       (what.size() > 5 && what.compare(what.size() - 5, 5, ".toml") == 0) ||
-                       LocalFs().Exists(what);
+  const bool is_file = IsPlanConfigFile(what);
   ModelOptions options;
   if (is_file) {
     auto config = LoadConfig(what, {});

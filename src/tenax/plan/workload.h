@@ -105,6 +105,9 @@ Result<Workload> MakeWorkload(const ModelSpec& model, const Architecture& arch, 
 // is used. Debug presets take their vocabulary from the data; the byte tokenizer's 256 stands in.
 // When it is a config, *config_seq_len receives its training.seq_len (else 0).
 Result<ModelSpec> LoadPlanModel(const std::string& preset_or_config, int64_t* config_seq_len);
+// Whether LoadPlanModel reads `preset_or_config` as a config file (a path, a .toml name, or a
+// file that exists) rather than a preset name.
+bool IsPlanConfigFile(const std::string& preset_or_config);
 
 // Shape flags of `tenax plan` (--layers --hidden --heads --kv-heads --ffn --vocab): each set one
 // overrides the base; with no base, all of layers, hidden, heads, ffn and vocab are required.

@@ -126,10 +126,9 @@ Status Reporter::LogStep(const StepMetrics& m) {
       m.moe ? fmt::format(" | aux {:.3f} | imbalance {:.2f}", m.moe->aux_loss, m.moe->max_imbalance)
             : "";
   const std::string line = fmt::format(
-      "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f} | {} tok/s | {} | mem {}B | eta "
-      "{}",
+      "step {}/{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f} | {} tok/s | {} | mem {} | eta {}",
       m.step, m.total_steps, m.loss, moe, m.lr, m.grad_norm, FormatCount(m.tokens_per_s), perf,
-      FormatCount(static_cast<double>(m.mem_peak_bytes)), FormatDuration(m.eta_s));
+      FormatGiB(static_cast<double>(m.mem_peak_bytes)), FormatDuration(m.eta_s));
   if (live_) {
     std::fprintf(stderr, "\r\033[K%s", line.c_str());
     std::fflush(stderr);

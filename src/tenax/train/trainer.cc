@@ -307,7 +307,9 @@ Status Trainer::SetupGroups() {
   all_groups_ = {&groups_->world(), shard_group_.get(), replicate_group_.get(), tp_group_.get(),
                  pp_group_.get(),   ep_group_.get(),    ep_shard_group_.get()};
   if (!env_.distributed()) return Status::Ok();
-  log::Info("rank {} of {} ({}), layout {}", env_.rank, env_.world, env_.source, mesh.Describe());
+  // Named after what started it: the environment variables alone look like torchrun's.
+  log::Info("rank {} of {} (started by {}), layout {}", env_.rank, env_.world,
+            ctx_.supervised ? "tenax launch" : env_.source, mesh.Describe());
   // Flight recorder: this rank's last collectives in every group, dumped when the launcher
   // signals a hang (SIGUSR1) or when one runs past parallelism.collective_timeout_s
   // (docs/flight_recorder.md), into the launcher's heartbeat folder if there is one.
@@ -404,7 +406,8 @@ Status Trainer::SetupModel() {
                 : "",
             FormatCount(flops_.total()), t_.seq_len, device_.name,
             device_.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
-  log::Info("parameters + gradients + optimizer state per rank: {} bytes",
+  log::Info("parameters + gradients + optimizer state per rank: {} ({} bytes)",
+            FormatGiB(static_cast<double>(step_model_->ResidentStateBytes())),
             step_model_->ResidentStateBytes());
   TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
   return Status::Ok();
