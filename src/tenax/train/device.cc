@@ -118,8 +118,8 @@ std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& thread
   const bool bf16_cpu = cpu.avx512_bf16 || cpu.amx_bf16;
   if (bf16_cpu && device.compute_dtype == at::kFloat) {
     line += fmt::format(
-        "; this CPU has bf16 {} (training.mixed_precision = \"bf16\" runs faster here, "
-        "see docs/performance.md)",
+        "; this CPU has bf16 {} (training.mixed_precision = \"bf16\" may be faster; "
+        "measure with bench/side_by_side.py)",
         cpu.amx_bf16 ? "matrix units (AMX)" : "dot products (AVX512-BF16)");
   }
   return line;

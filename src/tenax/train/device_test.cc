@@ -51,8 +51,8 @@ TEST(DescribeCompute, SaysThreadsBlasAndTheBf16Hint) {
   EXPECT_EQ(DescribeCompute(fp32, ChooseThreads(fp32, 0, bf16_cpu, 1), bf16_cpu),
             "compute: cpu, fp32, 1 intra-op thread(s) (fp32 matmuls run in OpenBLAS on its own "
             "threads; more here would oversubscribe), OpenBLAS 2 thread(s); this CPU has bf16 dot "
-            "products (AVX512-BF16) (training.mixed_precision = \"bf16\" runs faster here, see "
-            "docs/performance.md)");
+            "products (AVX512-BF16) (training.mixed_precision = \"bf16\" may be faster; "
+            "measure with bench/side_by_side.py)");
   const DeviceInfo bf16 = Cpu(at::kBFloat16);
   EXPECT_EQ(DescribeCompute(bf16, ChooseThreads(bf16, 0, bf16_cpu, 1), bf16_cpu),
             "compute: cpu, bf16, 2 intra-op thread(s) (bf16 matmuls run in oneDNN on these "
