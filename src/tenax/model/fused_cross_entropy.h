@@ -1,12 +1,13 @@
 // The output projection and the cross-entropy in one autograd node, computed in chunks of rows so
 // the full (N x V) fp32 logits are never held: with a 128K vocabulary they are the largest tensor
 // of a training step (N = B*T = 8K tokens -> 4 GiB of fp32 logits, plus as much again for the
-// softmax and its gradient in the plain path). Forward keeps only the per-row log-sum-exp (N fp32);
-// backward recomputes each chunk's logits, turns them into the softmax gradient in place, and
-// accumulates the weight gradient chunk by chunk.
-// Non-goals: label smoothing, ignore_index (tenax's targets are always real tokens), a hand
-// written GPU kernel (each chunk is two matmuls and a few pointwise ops: the same code runs on
-// every device).
+// softmax and its gradient in the plain path). Forward computes each chunk's logits into one
+// reused buffer, turns them into the softmax gradient in place and accumulates dx and dW there
+// (the loss is the graph's last node, so only the scalar upstream gradient is missing, which
+// backward multiplies in); nothing is recomputed.
+// Non-goals: double backward, label smoothing, ignore_index (tenax's targets are always real
+// tokens), a hand written GPU kernel (each chunk is two matmuls and a few pointwise ops: the same
+// code runs on every device).
 //
 // Numerics match the plain path Linear(x, w) -> to(fp32) -> cross_entropy_loss: the matmul runs
 // in x's dtype (bf16 in mixed precision) with the weight cast to it, softmax statistics in fp32

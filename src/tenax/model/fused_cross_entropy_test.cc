@@ -96,6 +96,19 @@ TEST(LinearCrossEntropy, DetectsWrongTargets) {
   EXPECT_GT(MaxRelErr(got.dw, want.dw), 1e-2);
 }
 
+// Without gradients (evaluation) the loss is the same and nothing is kept for backward.
+TEST(LinearCrossEntropy, NoGradLossMatches) {
+  at::Generator g = at::detail::createCPUGenerator(4);
+  at::Tensor x = at::normal(0.0, 1.0, {30, 8}, g, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor w = at::normal(0.0, 1.0, {50, 8}, g, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor t = at::randint(0, 50, {30}, g, at::TensorOptions().dtype(at::kLong));
+  const Case want = Plain(x, w, t, at::kFloat);
+  at::NoGradGuard no_grad;
+  at::Tensor loss = LinearCrossEntropy(x, w.requires_grad_(true), t, 7);
+  EXPECT_FALSE(loss.requires_grad());
+  EXPECT_LE(MaxRelErr(loss, want.loss), 1e-5);
+}
+
 TEST(CrossEntropyChunkRows, BoundsTheChunk) {
   EXPECT_EQ(CrossEntropyChunkRows(128256), 261);  // 261 x 128256 x 4 B <= 128 MiB
   EXPECT_GE(CrossEntropyChunkRows(4000), 8192);
