@@ -43,6 +43,11 @@ TEST(TrainE2E, ResumeIsBitwiseExact) {
   auto full = RunTenax(SmallRun(dir, "--set job.name=full --set training.steps=12 "
                                      "--set checkpoint.interval=100"), dir.path());
   ASSERT_EQ(full.exit_code, 0) << full.output;
+  // The thread choice is said at start (fp32 on CPU: one libtorch thread, OpenBLAS threads).
+  EXPECT_NE(full.output.find("compute: cpu, fp32, 1 intra-op thread(s) (fp32 matmuls run in "
+                             "OpenBLAS"),
+            std::string::npos)
+      << full.output;
   auto first = RunTenax(SmallRun(dir, "--set job.name=split --set training.steps=12 "
                                       "--set training.stop_at=6 --set checkpoint.interval=100"),
                         dir.path());

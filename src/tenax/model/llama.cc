@@ -9,6 +9,7 @@
 #include <map>
 
 #include "tenax/core/check.h"
+#include "tenax/model/fused_cross_entropy.h"
 
 namespace tenax::model {
 
@@ -215,8 +216,12 @@ at::Tensor Llama::Logits(const at::Tensor& tokens, at::ScalarType compute_dtype)
 
 at::Tensor Llama::Loss(const at::Tensor& tokens, const at::Tensor& targets,
                        at::ScalarType compute_dtype) {
-  at::Tensor logits = Logits(tokens, compute_dtype);
-  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  return HeadLoss(Blocks(Embed(tokens, compute_dtype), 0, spec_.n_layers), targets);
+}
+
+at::Tensor Llama::HeadLoss(const at::Tensor& h, const at::Tensor& targets) {
+  at::Tensor x = RmsNorm(h, norm_, spec_.norm_eps);  // (B, T, C)
+  return LinearCrossEntropy(x.reshape({-1, x.size(-1)}), output_, targets.reshape({-1}));
 }
 
 Status Llama::LoadParams(const std::vector<NamedTensor>& values) {

@@ -67,8 +67,13 @@ class Llama {
   at::Tensor Embed(const at::Tensor& tokens, at::ScalarType compute_dtype);  // -> (B, T, C)
   at::Tensor Blocks(const at::Tensor& h, int64_t begin, int64_t end);        // layers [begin, end)
   at::Tensor Head(const at::Tensor& h);  // final norm + output projection -> fp32 (B, T, V)
+  // Final norm, output projection and mean cross-entropy against targets (B, T), chunked (see
+  // fused_cross_entropy.h): the fp32 (B, T, V) logits are never materialised.
+  at::Tensor HeadLoss(const at::Tensor& h, const at::Tensor& targets);
 
-  // Mean next-token cross-entropy (nats) of logits(tokens) against targets (B, T).
+  // Mean next-token cross-entropy (nats) of logits(tokens) against targets (B, T). Computed by
+  // HeadLoss: equal to cross_entropy(Logits(tokens), targets) up to summation order, without
+  // ever holding the (B, T, V) logits.
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets,
                   at::ScalarType compute_dtype = at::kFloat);
 

@@ -44,8 +44,7 @@ class LlamaStage final : public StageModel {
     return model_.Blocks(h, begin, end);
   }
   at::Tensor HeadLoss(const at::Tensor& h, const at::Tensor& targets) override {
-    at::Tensor logits = model_.Head(h);  // (B, T, V) fp32
-    return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+    return model_.HeadLoss(h, targets);  // chunked: no (B, T, V) logits
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tenax/core/check.h"
+#include "tenax/model/fused_cross_entropy.h"
 
 namespace tenax::parallel {
 
@@ -275,12 +276,12 @@ at::Tensor TensorParallelHeadLoss(const ModelSpec& spec, const at::Tensor& norm,
                                   const at::Tensor& output, Communicator& tp, const at::Tensor& h,
                                   const at::Tensor& targets) {
   const int64_t n = tp.size(), t = targets.size(1);
-  at::Tensor logits = model::Linear(model::RmsNorm(h, norm, spec.norm_eps), output);  // (B, T/tp, V)
-  if (logits.scalar_type() != at::kDouble) logits = logits.to(at::kFloat);
+  at::Tensor x = model::RmsNorm(h, norm, spec.norm_eps);  // (B, T/tp, C)
   at::Tensor local_targets =
       n == 1 ? targets : targets.narrow(1, tp.rank() * (t / n), t / n);  // (B, T/tp)
-  at::Tensor local_loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                                 local_targets.reshape({-1}));  // ()
+  // Chunked: the (B, T/tp, V) fp32 logits are never materialised.
+  at::Tensor local_loss = model::LinearCrossEntropy(x.reshape({-1, x.size(-1)}), output,
+                                                    local_targets.reshape({-1}));  // ()
   if (n == 1) return local_loss;
   // Every shard holds B*T/tp tokens, so the full mean is the mean of the shard means. Each rank
   // differentiates its own term local_loss / tp (the backward of the all-reduce is the identity),

@@ -1,7 +1,13 @@
 #include "tenax/train/device.h"
 
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <sched.h>
 #include <sys/resource.h>
 
+#include <fstream>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -18,9 +24,9 @@ std::optional<double> PeakBf16Flops(const std::string& name) {
   // Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets. Order matters:
   // more specific names first ("H100 PCIe" before "H100").
   static const std::vector<std::pair<const char*, double>> table = {
-      {"GH200", 989.4e12}, {"H200", 989.4e12},  {"H100 PCIe", 756.0e12}, {"H100 NVL", 835.0e12},
-      {"H100", 989.4e12},  {"H800", 989.4e12},  {"B200", 2250e12},       {"A100", 312e12},
-      {"A800", 312e12},    {"L40S", 362.05e12}, {"L4", 121e12},          {"A10G", 70e12},
+      {"GH200", 989.4e12}, {"H200", 989.4e12},     {"H100 PCIe", 756.0e12}, {"H100 NVL", 835.0e12},
+      {"H100", 989.4e12},  {"H800", 989.4e12},     {"B200", 2250e12},       {"A100", 312e12},
+      {"A800", 312e12},    {"L40S", 362.05e12},    {"L4", 121e12},          {"A10G", 70e12},
       {"A10", 125e12},     {"RTX 4090", 165.2e12}, {"V100", 125e12},
   };
   for (const auto& [key, flops] : table) {
@@ -56,6 +62,67 @@ Result<DeviceInfo> ResolveDevice(const TrainingOptions& o) {
     info.compute_dtype = at::kFloat;
   }
   return info;
+}
+
+CpuFacts ReadCpuFacts() {
+  CpuFacts f;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) f.usable_cores = std::max(1, CPU_COUNT(&set));
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    for (std::string w; words >> w;) {
+      f.avx512_bf16 = f.avx512_bf16 || w == "avx512_bf16";
+      f.amx_bf16 = f.amx_bf16 || w == "amx_bf16";
+    }
+    break;  // every core reports the same flags
+  }
+  // OpenBLAS is reached through libblas.so.3 (Debian's alternatives), so ask the loaded library
+  // rather than guess from package names.
+  using GetThreads = int (*)();
+  if (auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
+    f.openblas_threads = get();
+  }
+  return f;
+}
+
+ThreadChoice ChooseThreads(const DeviceInfo& device, int64_t requested, const CpuFacts& cpu,
+                           int local_world) {
+  if (requested > 0) {
+    return {static_cast<int>(requested), "training.threads"};
+  }
+  if (device.device.is_cuda()) {
+    return {at::get_num_threads(), "libtorch's default (the GPU computes)"};
+  }
+  if (device.compute_dtype == at::kBFloat16) {
+    const int n = std::max(1, cpu.usable_cores / std::max(1, local_world));
+    return {n, local_world > 1 ? fmt::format("bf16 matmuls run in oneDNN on these threads: "
+                                             "{} cores / {} ranks on this host",
+                                             cpu.usable_cores, local_world)
+                               : "bf16 matmuls run in oneDNN on these threads: every core"};
+  }
+  return {1, "fp32 matmuls run in OpenBLAS on its own threads; more here would oversubscribe"};
+}
+
+std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& threads,
+                            const CpuFacts& cpu) {
+  std::string line = fmt::format("compute: {}, {}, {} intra-op thread(s) ({})", device.name,
+                                 device.compute_dtype == at::kBFloat16 ? "bf16"
+                                 : device.compute_dtype == at::kDouble ? "fp64"
+                                                                       : "fp32",
+                                 threads.intra_op_threads, threads.reason);
+  if (device.device.is_cuda()) return line;
+  line += cpu.openblas_threads > 0 ? fmt::format(", OpenBLAS {} thread(s)", cpu.openblas_threads)
+                                   : std::string(", BLAS is not OpenBLAS");
+  const bool bf16_cpu = cpu.avx512_bf16 || cpu.amx_bf16;
+  if (bf16_cpu && device.compute_dtype == at::kFloat) {
+    line += fmt::format(
+        "; this CPU has bf16 {} (training.mixed_precision = \"bf16\" may be faster; "
+        "measure with bench/side_by_side.py)",
+        cpu.amx_bf16 ? "matrix units (AMX)" : "dot products (AVX512-BF16)");
+  }
+  return line;
 }
 
 int64_t PeakMemoryBytes(const DeviceInfo& device) {

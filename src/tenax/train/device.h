@@ -16,11 +16,38 @@ namespace tenax::train {
 struct DeviceInfo {
   at::Device device = at::kCPU;
   at::ScalarType compute_dtype = at::kFloat;
-  std::string name;                     // "cpu" or the GPU's name
-  std::optional<double> peak_flops;     // bf16 dense FLOP/s, when the GPU is known
+  std::string name;                  // "cpu" or the GPU's name
+  std::optional<double> peak_flops;  // bf16 dense FLOP/s, when the GPU is known
 };
 
 Result<DeviceInfo> ResolveDevice(const TrainingOptions& options);
+
+// What the CPU offers for training, read once from the machine (the usable cores of this
+// process's affinity mask, bf16 instructions, the BLAS behind libblas.so.3).
+struct CpuFacts {
+  int usable_cores = 1;
+  bool avx512_bf16 = false;  // bf16 dot products (oneDNN's bf16 matmuls run at full rate)
+  bool amx_bf16 = false;     // bf16 matrix tiles
+  int openblas_threads = 0;  // OpenBLAS's own thread count; 0 when the BLAS is not OpenBLAS
+};
+CpuFacts ReadCpuFacts();
+
+// libtorch's intra-op (OpenMP) threads for training, and why.
+struct ThreadChoice {
+  int intra_op_threads = 1;
+  std::string reason;
+};
+// `requested` (training.threads) wins when > 0. On CPU the matmuls decide: fp32 ones run in
+// OpenBLAS, which has its own threads (libtorch's on top oversubscribe the cores and halve
+// throughput, docs/performance.md), so libtorch keeps one; bf16 ones run in oneDNN on libtorch's
+// threads, so those get every core this rank may use (cores / ranks on this host). On GPU the
+// CPU threads only feed the device: libtorch's default.
+ThreadChoice ChooseThreads(const DeviceInfo& device, int64_t requested, const CpuFacts& cpu,
+                           int local_world);
+// The line logged at start: device, precision, threads and the reason, BLAS threads, and on a
+// bf16-capable CPU training in fp32, the setting that would use it.
+std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& threads,
+                            const CpuFacts& cpu);
 // Dense bf16 peak FLOP/s by GPU name ("NVIDIA H100 80GB HBM3" -> 989e12); nullopt if unknown.
 std::optional<double> PeakBf16Flops(const std::string& gpu_name);
 // Peak bytes in use: the CUDA caching allocator's peak on GPU, the process's max RSS on CPU.

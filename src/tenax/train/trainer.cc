@@ -227,9 +227,14 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
 Trainer::~Trainer() = default;
 
 Status Trainer::Setup() {
-  if (t_.threads > 0) at::set_num_threads(static_cast<int>(t_.threads));
   at::manual_seed(config_.job.seed);
   TENAX_ASSIGN_OR_RETURN(device_, ResolveDevice(t_));
+  {  // Threads follow the device and precision (device.h: ChooseThreads), said once at start.
+    const CpuFacts cpu = ReadCpuFacts();
+    const ThreadChoice threads = ChooseThreads(device_, t_.threads, cpu, env_.local_world);
+    at::set_num_threads(threads.intra_op_threads);
+    log::Info("{}", DescribeCompute(device_, threads, cpu));
+  }
   TENAX_RETURN_IF_ERROR(SetupData());
   TENAX_RETURN_IF_ERROR(SetupRunFolder());
   TENAX_RETURN_IF_ERROR(SetupGroups());

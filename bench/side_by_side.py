@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""tenax against PyTorch eager, side by side: for each shape and precision, runs
+build/bench/bench_train_step (tenax) and bench/llama_eager.py (the eager script a user would
+write) in turn, A B A B ..., each run its own process, and prints the median tokens/s and peak
+RSS of each, the ratio of medians and the median of the pair-by-pair ratios (which holds when the
+machine's speed drifts during the run), plus the machine's 2048^3 matmul rates before and after.
+Both sides use their defaults for threads unless --threads is given. Timing goals live here,
+never in tests.
+
+  bench/side_by_side.py [--rounds 3] [--steps 4] [--shapes medium,29m] [--precisions fp32,bf16]
+                        [--threads N] [--build build] [--python /usr/bin/python3]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SHAPES = {  # name -> DIM LAYERS HEADS KV_HEADS FFN VOCAB
+    "medium": (256, 6, 8, 4, 768, 257),     # debug-medium (4.85M) on the byte vocabulary
+    "29m": (512, 8, 8, 4, 1536, 4000),      # the issue's 29M shape
+    "bigvocab": (256, 2, 8, 4, 768, 128256),  # Llama 3's vocabulary: the head dominates
+}
+
+
+def run(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("impl="):
+            return dict(kv.split("=", 1) for kv in line.split())
+    raise RuntimeError(f"no result line from {cmd}: {out}")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--shapes", default="medium,29m")
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--build", default=os.path.join(here, "..", "build"))
+    ap.add_argument("--python", default="/usr/bin/python3")
+    a = ap.parse_args()
+    tenax = os.path.join(a.build, "bench", "bench_train_step")
+    eager = [a.python, os.path.join(here, "llama_eager.py")]
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cpus, "
+          f"load average {os.getloadavg()[0]:.2f} at start; seq {a.seq}, batch {a.batch}, "
+          f"{a.steps} timed steps per run, {a.rounds} rounds (tenax, eager in turn)")
+    mm = run(eager + ["matmul", str(a.threads)])
+    print(f"matmul 2048^3 ({mm['threads']} threads): fp32 {mm['float32_gflops']} GFLOP/s, "
+          f"bf16 {mm['bfloat16_gflops']} GFLOP/s")
+    print("| shape | precision | threads tenax/eager | eager tok/s | tenax tok/s | ratio of medians "
+          "| pair ratios min/median/max | eager peak MiB | tenax peak MiB | tenax model GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for shape in a.shapes.split(","):
+        dims = [str(d) for d in SHAPES[shape]]
+        for prec in a.precisions.split(","):
+            args = dims + [prec, str(a.seq), str(a.batch), str(a.steps), str(a.threads)]
+            t_runs, e_runs = [], []
+            for _ in range(a.rounds):
+                t_runs.append(run([tenax] + args))
+                e_runs.append(run(eager + args))
+            tt = [float(r["tokens_per_s"]) for r in t_runs]
+            et = [float(r["tokens_per_s"]) for r in e_runs]
+            pairs = sorted(x / y for x, y in zip(tt, et))
+            med = statistics.median
+            print(f"| {shape} | {prec} | {t_runs[0]['threads']}/{e_runs[0]['threads']} | "
+                  f"{med(et):.0f} | {med(tt):.0f} | {med(tt) / med(et):.2f} | "
+                  f"{pairs[0]:.2f}/{med(pairs):.2f}/{pairs[-1]:.2f} | "
+                  f"{med(float(r['peak_rss_mib']) for r in e_runs):.0f} | "
+                  f"{med(float(r['peak_rss_mib']) for r in t_runs):.0f} | "
+                  f"{med(float(r['model_gflops']) for r in t_runs):.1f} |", flush=True)
+    mm = run(eager + ["matmul", str(a.threads)])
+    print(f"matmul 2048^3 after: fp32 {mm['float32_gflops']} GFLOP/s, bf16 "
+          f"{mm['bfloat16_gflops']} GFLOP/s; load average {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

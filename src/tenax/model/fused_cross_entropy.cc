@@ -1,0 +1,99 @@
+#include "tenax/model/fused_cross_entropy.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+#include "tenax/core/check.h"
+
+namespace tenax::model {
+namespace {
+
+at::ScalarType StatsDtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+// The gradient is computed in forward, chunk by chunk, while each chunk's logits are at hand (as
+// Liger-Kernel's fused linear cross-entropy does): the loss is the last node of the graph, so
+// d loss / d logits does not depend on anything backward brings except the scalar upstream
+// gradient, which backward multiplies in. Recomputing the logits in backward instead would cost
+// a third more head FLOPs. The weight gradient is alive from the forward on; in the plain path it
+// appears at the head's backward, the first step of backward, so the peak is unchanged.
+struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinearCrossEntropy> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight, const at::Tensor& targets, int64_t rows,
+                            bool need_grad) {
+    const int64_t n = x.size(0), v = weight.size(0);
+    const auto stats = StatsDtype(x.scalar_type());
+    const bool same = x.scalar_type() == stats;
+    const at::Tensor w = weight.to(x.scalar_type());  // (V, C) compute copy
+    const double inv_n = 1.0 / static_cast<double>(n);
+    at::Tensor total = at::zeros({}, x.options().dtype(stats));
+    at::Tensor buf = at::empty({std::min(rows, n), v}, x.options().dtype(stats));  // reused
+    at::Tensor grad_x = need_grad ? at::empty_like(x) : at::Tensor();              // (N, C)
+    at::Tensor grad_w;  // (V, C) in the stats dtype
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+      const int64_t len = std::min(rows, n - r0);
+      const at::Tensor xc = x.narrow(0, r0, len);
+      const at::Tensor tc = targets.narrow(0, r0, len).unsqueeze(1);  // (len, 1)
+      at::Tensor p = buf.narrow(0, 0, len);                           // (len, V)
+      if (same) {
+        at::mm_out(p, xc, w.t());
+      } else {
+        p.copy_(at::mm(xc, w.t()));  // bf16 logits, widened
+      }
+      const at::Tensor picked = p.gather(1, tc);          // (len, 1)
+      const at::Tensor mx = std::get<0>(p.max(1, true));  // (len, 1)
+      p.sub_(mx).exp_();
+      const at::Tensor sum = p.sum(1, true);        // (len, 1)
+      total.add_((sum.log() + mx - picked).sum());  // sum of logsumexp - target logit
+      if (!need_grad) continue;
+      // d loss / d logits = (softmax - onehot(target)) / N
+      p.div_(sum).scatter_add_(1, tc, at::full({len, 1}, -1.0, p.options())).mul_(inv_n);
+      const at::Tensor g = same ? p : p.to(x.scalar_type());
+      at::Tensor gx = grad_x.narrow(0, r0, len);
+      at::mm_out(gx, g, w);
+      if (!grad_w.defined()) {
+        grad_w = same ? at::mm(g.t(), xc) : at::mm(g.t(), xc).to(stats);
+      } else if (same) {
+        grad_w.addmm_(g.t(), xc);
+      } else {
+        grad_w.add_(at::mm(g.t(), xc));
+      }
+    }
+    if (need_grad) {
+      ctx->saved_data["grad_x"] = grad_x;
+      ctx->saved_data["grad_w"] = grad_w.to(weight.scalar_type());
+    }
+    return total.mul_(inv_n);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    TENAX_CHECK_MSG(ctx->saved_data.count("grad_x") == 1,
+                    "LinearCrossEntropy: backward through a loss computed without gradients");
+    // A 0-dim scale keeps the upstream gradient on the device (no host synchronisation).
+    const at::Tensor scale = grads[0];
+    const at::Tensor grad_x = ctx->saved_data["grad_x"].toTensor();
+    const at::Tensor grad_w = ctx->saved_data["grad_w"].toTensor();
+    return {grad_x * scale.to(grad_x.scalar_type()), grad_w * scale.to(grad_w.scalar_type()),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+int64_t CrossEntropyChunkRows(int64_t vocab) {
+  constexpr int64_t kChunkElements = (int64_t{128} << 20) / 4;  // 128 MiB of fp32
+  return std::max<int64_t>(1, kChunkElements / std::max<int64_t>(vocab, 1));
+}
+
+at::Tensor LinearCrossEntropy(const at::Tensor& x, const at::Tensor& weight,
+                              const at::Tensor& targets, int64_t chunk_rows) {
+  TENAX_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1));
+  TENAX_CHECK(targets.dim() == 1 && targets.size(0) == x.size(0));
+  const int64_t rows = chunk_rows > 0 ? chunk_rows : CrossEntropyChunkRows(weight.size(0));
+  const bool need_grad =
+      at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
+  return ChunkedLinearCrossEntropy::apply(x, weight, targets.to(at::kLong), rows, need_grad);
+}
+
+}  // namespace tenax::model
