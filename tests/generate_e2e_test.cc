@@ -122,7 +122,8 @@ TEST(Generate, RequestsThatCannotWorkSayWhy) {
 TEST(Generate, StreamsTheTextOfItsTokens) {
   TempDir dir;
   auto train = RunTenax(
-      "train --defaults --set data.source=brown --set model.preset=debug-tiny --set training.seq_len=64 "
+      "train --defaults --set data.source=brown --set model.preset=debug-tiny --set "
+      "training.seq_len=64 "
       "--set training.steps=3 --set training.local_batch_size=2 --set metrics.eval_tokens=512 "
       "--set metrics.progress=never --set job.dump_folder=" +
           dir.path() + " --set job.name=run --set data.cache_dir=" + dir / "cache" +

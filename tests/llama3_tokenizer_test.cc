@@ -47,12 +47,12 @@ Reference FindReference() {
   return r;
 }
 
+// clang-format 14 measures emoji widths differently on each pass (it never settles): off here.
+// clang-format off
 std::vector<std::string> Adversarial() {
   std::vector<std::string> t = {
       // Emoji: ZWJ families, skin tones, flags, keycaps, variation selectors.
-      u8"👍🏽 👨‍👩‍👧‍👦 🇺🇸🇯🇵🇩🇪 ❤️‍🔥 🦙🦙🦙 😀😃😄😁 1️⃣#️⃣ I "
-      u8"❤ "
-      u8"emoji👍!!",
+      u8"👍🏽 👨‍👩‍👧‍👦 🇺🇸🇯🇵🇩🇪 ❤️‍🔥 🦙🦙🦙 😀😃😄😁 1️⃣#️⃣ I ❤ emoji👍!!",
       u8"🦙Ꙋ Ꙋ🦙 a🦙b 🦙 🦙",
       // CJK, kana, hangul, fullwidth forms.
       u8"日本語のテキストです。漢字、ひらがな、カタカナ。",
@@ -115,6 +115,7 @@ std::vector<std::string> Adversarial() {
   }
   return t;
 }
+// clang-format on
 
 // Runs the JavaScript tokenizer over `texts` (one JSON string per line).
 std::vector<std::vector<uint32_t>> ReferenceIds(const Reference& ref,

@@ -34,10 +34,10 @@ std::string Args(const TempDir& dir, const std::string& name, int local_batch, i
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 "
          "--set metrics.eval_interval=10 --set metrics.progress=never --set optimizer.lr=3e-3 "
-         "--set checkpoint.interval=10 --set job.dump_folder=" + dir.path() +
-         " --set job.name=" + name + " --set training.local_batch_size=" +
-         std::to_string(local_batch) + " --set training.steps=" + std::to_string(steps) + " " +
-         extra;
+         "--set checkpoint.interval=10 --set job.dump_folder=" +
+         dir.path() + " --set job.name=" + name +
+         " --set training.local_batch_size=" + std::to_string(local_batch) +
+         " --set training.steps=" + std::to_string(steps) + " " + extra;
 }
 
 std::vector<double> Losses(const std::string& metrics) {
@@ -94,10 +94,10 @@ TEST_F(ParallelE2E, FsdpFourRanksMatchesSingleRank) {
 
 // Recomputing every block in backward (on gathered FSDP parameters) changes nothing numerically.
 TEST_F(ParallelE2E, FsdpWithFullActivationCheckpointMatches) {
-  auto r = RunTenax("launch --nproc-per-node 2 -- " +
-                        Args(*dir_, "fsdp_ac", 4, 20,
-                             "--set parallelism.activation_checkpoint=full"),
-                    dir_->path());
+  auto r =
+      RunTenax("launch --nproc-per-node 2 -- " +
+                   Args(*dir_, "fsdp_ac", 4, 20, "--set parallelism.activation_checkpoint=full"),
+               dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ExpectSameLosses(Losses(*dir_ / "fsdp_ac/metrics.jsonl"), reference_);
 }
@@ -113,35 +113,35 @@ TEST_F(ParallelE2E, HsdpTwoByTwoMatchesSingleRank) {
 
 // Megatron tensor parallelism with sequence parallelism, alone and with DDP replicas.
 TEST_F(ParallelE2E, TensorParallelTwoMatchesSingleRank) {
-  auto r = RunTenax("launch --nproc-per-node 2 -- " +
-                        Args(*dir_, "tp2", 8, 20,
-                             "--set parallelism.tensor_parallel=2 "
-                             "--set parallelism.data_parallel_shard=1"),
-                    dir_->path());
+  auto r =
+      RunTenax("launch --nproc-per-node 2 -- " + Args(*dir_, "tp2", 8, 20,
+                                                      "--set parallelism.tensor_parallel=2 "
+                                                      "--set parallelism.data_parallel_shard=1"),
+               dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("pp 1 x tp 2"), std::string::npos) << r.output;
   ExpectSameLosses(Losses(*dir_ / "tp2/metrics.jsonl"), reference_);
 }
 
 TEST_F(ParallelE2E, TensorParallelTimesDdpMatchesSingleRankAndReshards) {
-  auto r = RunTenax("launch --nproc-per-node 4 -- " +
-                        Args(*dir_, "tp2dp2", 4, 20,
-                             "--set parallelism.tensor_parallel=2 "
-                             "--set parallelism.data_parallel_shard=1 "
-                             "--set parallelism.data_parallel_replicate=2 "
-                             "--set training.stop_at=10"),
-                    dir_->path());
+  auto r =
+      RunTenax("launch --nproc-per-node 4 -- " + Args(*dir_, "tp2dp2", 4, 20,
+                                                      "--set parallelism.tensor_parallel=2 "
+                                                      "--set parallelism.data_parallel_shard=1 "
+                                                      "--set parallelism.data_parallel_replicate=2 "
+                                                      "--set training.stop_at=10"),
+               dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("dp_replicate 2 x dp_shard 1 x pp 1 x tp 2"), std::string::npos)
       << r.output;
   ExpectSameLosses(Losses(*dir_ / "tp2dp2/metrics.jsonl"),
                    std::vector<double>(reference_.begin(), reference_.begin() + 10));
   // The TP x DP checkpoint resumes as FSDP 2 and matches the uninterrupted run.
-  auto fsdp = RunTenax("launch --nproc-per-node 2 -- " +
-                           Args(*dir_, "tp_to_fsdp", 4, 20,
-                                "--set checkpoint.resume=" +
-                                    *dir_ / "tp2dp2/checkpoints/step_00000010"),
-                       dir_->path());
+  auto fsdp =
+      RunTenax("launch --nproc-per-node 2 -- " +
+                   Args(*dir_, "tp_to_fsdp", 4, 20,
+                        "--set checkpoint.resume=" + *dir_ / "tp2dp2/checkpoints/step_00000010"),
+               dir_->path());
   ASSERT_EQ(fsdp.exit_code, 0) << fsdp.output;
   ExpectSameLosses(Losses(*dir_ / "tp_to_fsdp/metrics.jsonl"),
                    std::vector<double>(reference_.begin() + 10, reference_.end()));
@@ -151,13 +151,14 @@ TEST_F(ParallelE2E, TensorParallelTimesDdpMatchesSingleRankAndReshards) {
 // replicas, whose step-10 checkpoint resumes on one rank.
 TEST_F(ParallelE2E, PipelineSchedulesMatchSingleRank) {
   for (const std::string sch : {"gpipe", "1f1b"}) {
-    auto r = RunTenax("launch --nproc-per-node 2 -- " +
-                          Args(*dir_, "pp_" + sch, 8, 20,
-                               "--set parallelism.pipeline_parallel=2 "
-                               "--set parallelism.data_parallel_shard=1 "
-                               "--set parallelism.microbatches=4 "
-                               "--set parallelism.pipeline_schedule=" + sch),
-                      dir_->path());
+    auto r =
+        RunTenax("launch --nproc-per-node 2 -- " + Args(*dir_, "pp_" + sch, 8, 20,
+                                                        "--set parallelism.pipeline_parallel=2 "
+                                                        "--set parallelism.data_parallel_shard=1 "
+                                                        "--set parallelism.microbatches=4 "
+                                                        "--set parallelism.pipeline_schedule=" +
+                                                            sch),
+                 dir_->path());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("pp 2 x tp 1"), std::string::npos) << r.output;
     ExpectSameLosses(Losses(*dir_ / ("pp_" + sch + "/metrics.jsonl")), reference_);
@@ -190,12 +191,11 @@ TEST_F(ParallelE2E, InterleavedPipelineMatchesSingleRank) {
   ASSERT_EQ(single.exit_code, 0) << single.output;
   auto r = RunTenax("launch --nproc-per-node 2 -- " +
                         Args(*dir_, "pp_interleaved", 8, 8,
-                             layers +
-                                 "--set parallelism.pipeline_parallel=2 "
-                                 "--set parallelism.data_parallel_shard=1 "
-                                 "--set parallelism.microbatches=4 "
-                                 "--set parallelism.virtual_stages=2 "
-                                 "--set parallelism.pipeline_schedule=interleaved_1f1b"),
+                             layers + "--set parallelism.pipeline_parallel=2 "
+                                      "--set parallelism.data_parallel_shard=1 "
+                                      "--set parallelism.microbatches=4 "
+                                      "--set parallelism.virtual_stages=2 "
+                                      "--set parallelism.pipeline_schedule=interleaved_1f1b"),
                     dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ExpectSameLosses(Losses(*dir_ / "pp_interleaved/metrics.jsonl"),
@@ -225,9 +225,9 @@ TEST_F(ParallelE2E, TwoDimensionalCombinationsMatchSingleRank) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    auto r = RunTenax("launch --nproc-per-node 4 -- " +
-                          Args(*dir_, c.name, c.local_batch, 20, c.flags),
-                      dir_->path());
+    auto r =
+        RunTenax("launch --nproc-per-node 4 -- " + Args(*dir_, c.name, c.local_batch, 20, c.flags),
+                 dir_->path());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(c.layout), std::string::npos) << r.output;
     ExpectSameLosses(Losses(*dir_ / (c.name + "/metrics.jsonl")), reference_);
@@ -252,7 +252,8 @@ TEST_F(ParallelE2E, ThreeDimensionalLayoutMatchesAndReshards) {
                    std::vector<double>(reference_.begin(), reference_.begin() + 10));
   const std::string ckpt = *dir_ / "3d/checkpoints/step_00000010";
   for (int rank = 0; rank < 8; ++rank) {
-    EXPECT_TRUE(fs::exists(ckpt + "/model-rank0000" + std::to_string(rank) + "-of-00008.safetensors"))
+    EXPECT_TRUE(
+        fs::exists(ckpt + "/model-rank0000" + std::to_string(rank) + "-of-00008.safetensors"))
         << "rank " << rank << " wrote no shard";
   }
   auto tp_pp = RunTenax("launch --nproc-per-node 4 -- " +
@@ -271,19 +272,20 @@ TEST_F(ParallelE2E, ThreeDimensionalLayoutMatchesAndReshards) {
 // Save with FSDP 4, resume on one rank and as HSDP 2x2: the same losses as the uninterrupted
 // single-rank run, and export-hf reads the sharded checkpoint.
 TEST_F(ParallelE2E, ReshardingBetweenLayouts) {
-  auto saved = RunTenax("launch --nproc-per-node 4 -- " +
-                            Args(*dir_, "save4", 2, 20, "--set training.stop_at=10"),
-                        dir_->path());
+  auto saved = RunTenax(
+      "launch --nproc-per-node 4 -- " + Args(*dir_, "save4", 2, 20, "--set training.stop_at=10"),
+      dir_->path());
   ASSERT_EQ(saved.exit_code, 0) << saved.output;
   const std::string ckpt = *dir_ / "save4/checkpoints/step_00000010";
-  auto one = RunTenax(Args(*dir_, "resume1", 8, 20, "--set checkpoint.resume=" + ckpt),
-                      dir_->path());
+  auto one =
+      RunTenax(Args(*dir_, "resume1", 8, 20, "--set checkpoint.resume=" + ckpt), dir_->path());
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto hsdp = RunTenax("launch --nproc-per-node 4 -- " +
-                           Args(*dir_, "resume_hsdp", 2, 20,
-                                "--set parallelism.data_parallel_replicate=2 "
-                                "--set checkpoint.resume=" + ckpt),
-                       dir_->path());
+  auto hsdp =
+      RunTenax("launch --nproc-per-node 4 -- " + Args(*dir_, "resume_hsdp", 2, 20,
+                                                      "--set parallelism.data_parallel_replicate=2 "
+                                                      "--set checkpoint.resume=" +
+                                                          ckpt),
+               dir_->path());
   ASSERT_EQ(hsdp.exit_code, 0) << hsdp.output;
   const std::vector<double> tail(reference_.begin() + 10, reference_.end());
   ExpectSameLosses(Losses(*dir_ / "resume1/metrics.jsonl"), tail);
@@ -318,22 +320,22 @@ TEST_F(ParallelE2E, FsdpStateBytesShrinkWithShardDegree) {
 }
 
 TEST_F(ParallelE2E, ImpossibleLayoutsNameEveryFactor) {
-  auto product = RunTenax("launch --nproc-per-node 4 -- " +
-                              Args(*dir_, "bad1", 2, 2,
-                                   "--set parallelism.data_parallel_replicate=3 "
-                                   "--set parallelism.data_parallel_shard=2"),
-                          dir_->path());
+  auto product =
+      RunTenax("launch --nproc-per-node 4 -- " + Args(*dir_, "bad1", 2, 2,
+                                                      "--set parallelism.data_parallel_replicate=3 "
+                                                      "--set parallelism.data_parallel_shard=2"),
+               dir_->path());
   EXPECT_EQ(product.exit_code, 2) << product.output;
   EXPECT_NE(product.output.find("data_parallel_replicate(3) * data_parallel_shard(2) * "
                                 "tensor_parallel(1) * pipeline_parallel(1) = 6 != world size 4"),
             std::string::npos)
       << product.output;
-  auto heads = RunTenax("launch --nproc-per-node 2 -- " +
-                            Args(*dir_, "bad2", 4, 2,
-                                 "--set parallelism.tensor_parallel=2 "
-                                 "--set parallelism.pipeline_parallel=1 "
-                                 "--set model.n_kv_heads=1"),
-                        dir_->path());
+  auto heads =
+      RunTenax("launch --nproc-per-node 2 -- " + Args(*dir_, "bad2", 4, 2,
+                                                      "--set parallelism.tensor_parallel=2 "
+                                                      "--set parallelism.pipeline_parallel=1 "
+                                                      "--set model.n_kv_heads=1"),
+               dir_->path());
   EXPECT_EQ(heads.exit_code, 2) << heads.output;
   EXPECT_NE(heads.output.find("model.n_kv_heads (1) is not divisible by tensor_parallel (2)"),
             std::string::npos)
@@ -355,8 +357,8 @@ TEST_F(ParallelE2E, ImpossibleLayoutsNameEveryFactor) {
 TEST_F(ParallelE2E, DeadRankEndsTheJobNamingIt) {
   const std::string log = *dir_ / "dead.log";
   const std::string cmd = "'" + TenaxBinary() + "' launch --nproc-per-node 3 -- " +
-                          Args(*dir_, "dead", 2, 100000, "--set checkpoint.enable=false") +
-                          " > " + log + " 2>&1";
+                          Args(*dir_, "dead", 2, 100000, "--set checkpoint.enable=false") + " > " +
+                          log + " 2>&1";
   pid_t launcher = ::fork();
   if (launcher == 0) {
     ::setpgid(0, 0);
@@ -369,9 +371,11 @@ TEST_F(ParallelE2E, DeadRankEndsTheJobNamingIt) {
   for (int i = 0; i < 300 && victim.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (ReadFile(log).find("step 2/") == std::string::npos) continue;
-    victim = RunCommand("for p in $(pgrep -f 'job[.]name=dead'); do "
-                        "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx TENAX_SLOT=1 && "
-                        "echo $p; done | head -1").output;
+    victim = RunCommand(
+                 "for p in $(pgrep -f 'job[.]name=dead'); do "
+                 "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx TENAX_SLOT=1 && "
+                 "echo $p; done | head -1")
+                 .output;
   }
   ASSERT_FALSE(victim.empty()) << ReadFile(log);
   const auto t0 = std::chrono::steady_clock::now();

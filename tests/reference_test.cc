@@ -112,8 +112,8 @@ void WriteSafetensors(const std::string& path, const std::map<std::string, at::T
 }
 
 struct ReferenceOutput {
-  at::Tensor logits;  // (B, T, V) fp32
-  at::Tensor loss;    // () fp32
+  at::Tensor logits;                   // (B, T, V) fp32
+  at::Tensor loss;                     // () fp32
   at::Tensor aux_loss, router_margin;  // () fp64, Mixtral only
 };
 

@@ -26,12 +26,13 @@ std::string Train(const TempDir& dir, const std::string& name) {
          "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
          "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "
          "--set metrics.eval_interval=100 --set metrics.progress=never --set optimizer.lr=3e-3 "
-         "--set checkpoint.interval=" + std::to_string(kInterval) +
-         " --set training.steps=" + std::to_string(kSteps) +
+         "--set checkpoint.interval=" +
+         std::to_string(kInterval) + " --set training.steps=" + std::to_string(kSteps) +
          " --set training.local_batch_size=2 --set training.on_nonfinite=restart "
          "--set training.loss_spike_factor=3 --set training.on_loss_spike=restart "
          "--set checkpoint.async=true --set checkpoint.memory_replicas=true "
-         "--set job.dump_folder=" + dir.path() + " --set job.name=" + name;
+         "--set job.dump_folder=" +
+         dir.path() + " --set job.name=" + name;
 }
 
 struct Planned {
@@ -70,13 +71,13 @@ std::vector<Planned> Plan(uint32_t seed) {
       resume = (step - 1) / kInterval * kInterval;
     } else if (kind == 3) {
       if (pick(0, 1) == 0) {
-        plan.push_back({"ckpt-fail:step=" + std::to_string(ckpt_step) + ":rank=" +
-                            std::to_string(rank) + g,
-                        "checkpoint-write"});
+        plan.push_back(
+            {"ckpt-fail:step=" + std::to_string(ckpt_step) + ":rank=" + std::to_string(rank) + g,
+             "checkpoint-write"});
       } else {
-        plan.push_back({"kill-in-ckpt:rank=" + std::to_string(rank) + ":step=" +
-                            std::to_string(ckpt_step) + g,
-                        "crash-in-checkpoint"});
+        plan.push_back(
+            {"kill-in-ckpt:rank=" + std::to_string(rank) + ":step=" + std::to_string(ckpt_step) + g,
+             "crash-in-checkpoint"});
       }
       resume = ckpt_step - kInterval;
     } else {
@@ -103,10 +104,11 @@ TEST(Soak, FourRanksAndASpareSurviveRandomFailures) {
   auto clean = RunTenax("launch --nproc-per-node 4 -- " + Train(dir, "soak_clean"), dir.path());
   ASSERT_EQ(clean.exit_code, 0) << clean.output;
 
-  auto r = RunTenax("launch --nproc-per-node 4 --spares 1 --quarantine-after 100 "
-                    "--hang-timeout 3 --max-restarts " + std::to_string(plan.size()) +
-                        " --inject " + inject + " -- " + Train(dir, "soak"),
-                    dir.path());
+  auto r = RunTenax(
+      "launch --nproc-per-node 4 --spares 1 --quarantine-after 100 "
+      "--hang-timeout 3 --max-restarts " +
+          std::to_string(plan.size()) + " --inject " + inject + " -- " + Train(dir, "soak"),
+      dir.path());
   ASSERT_EQ(r.exit_code, 0) << "seed " << seed << ", inject " << inject << "\n" << r.output;
   for (int shard = 0; shard < kRanks; ++shard) {
     const std::string file = "/checkpoints/step_000000" + std::to_string(kSteps) +
@@ -120,8 +122,9 @@ TEST(Soak, FourRanksAndASpareSurviveRandomFailures) {
   EXPECT_EQ(report["restarts"], plan.size());
   ASSERT_EQ(report["failures"].size(), plan.size()) << report.dump(2);
   for (size_t i = 0; i < plan.size(); ++i) {
-    EXPECT_EQ(report["failures"][i]["kind"], plan[i].kind)
-        << i << ": " << plan[i].spec << "\n" << report["failures"][i].dump(2) << "\n" << r.output;
+    EXPECT_EQ(report["failures"][i]["kind"], plan[i].kind) << i << ": " << plan[i].spec << "\n"
+                                                           << report["failures"][i].dump(2) << "\n"
+                                                           << r.output;
     EXPECT_GT(report["failures"][i]["recovery_s"].get<double>(), 0.0) << i;
   }
   for (const auto& [kind, n] : expected_kinds) EXPECT_EQ(report["failures_by_kind"][kind], n);

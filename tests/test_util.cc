@@ -52,11 +52,14 @@ CommandResult RunTenaxStdout(const std::string& args, const std::string& cwd) {
 
 Background::Background(const std::vector<std::string>& args, const std::string& cwd,
                        std::string log)
-    : Background(Program{}, [&] {
-        std::vector<std::string> argv = {TenaxBinary()};
-        argv.insert(argv.end(), args.begin(), args.end());
-        return argv;
-      }(), cwd, std::move(log)) {}
+    : Background(
+          Program{},
+          [&] {
+            std::vector<std::string> argv = {TenaxBinary()};
+            argv.insert(argv.end(), args.begin(), args.end());
+            return argv;
+          }(),
+          cwd, std::move(log)) {}
 
 Background::Background(Program, const std::vector<std::string>& program, const std::string& cwd,
                        std::string log)

@@ -4,8 +4,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "tenax/core/net.h"
@@ -25,7 +25,8 @@ std::string SmallRun(const TempDir& dir, const std::string& extra = "") {
          "--set data.synthetic.vocab_size=32 --set data.synthetic.order=1 "
          "--set metrics.eval_tokens=2048 --set metrics.eval_interval=4 "
          "--set metrics.progress=never --set optimizer.lr=3e-3 --set lr_scheduler.warmup_steps=2 "
-         "--set job.dump_folder=" + dir.path() + " " + extra;
+         "--set job.dump_folder=" +
+         dir.path() + " " + extra;
 }
 
 std::vector<nlohmann::json> TrainRecords(const std::string& metrics) {
@@ -40,21 +41,25 @@ std::vector<nlohmann::json> TrainRecords(const std::string& metrics) {
 // bit on CPU (compared as the exact doubles metrics.jsonl stores), and the same final weights.
 TEST(TrainE2E, ResumeIsBitwiseExact) {
   TempDir dir;
-  auto full = RunTenax(SmallRun(dir, "--set job.name=full --set training.steps=12 "
-                                     "--set checkpoint.interval=100"), dir.path());
+  auto full = RunTenax(SmallRun(dir,
+                                "--set job.name=full --set training.steps=12 "
+                                "--set checkpoint.interval=100"),
+                       dir.path());
   ASSERT_EQ(full.exit_code, 0) << full.output;
   // The thread choice is said at start (fp32 on CPU: one libtorch thread, OpenBLAS threads).
   EXPECT_NE(full.output.find("compute: cpu, fp32, 1 intra-op thread(s) (fp32 matmuls run in "
                              "OpenBLAS"),
             std::string::npos)
       << full.output;
-  auto first = RunTenax(SmallRun(dir, "--set job.name=split --set training.steps=12 "
-                                      "--set training.stop_at=6 --set checkpoint.interval=100"),
+  auto first = RunTenax(SmallRun(dir,
+                                 "--set job.name=split --set training.steps=12 "
+                                 "--set training.stop_at=6 --set checkpoint.interval=100"),
                         dir.path());
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("stopped at step 6 of 12"), std::string::npos) << first.output;
-  auto second = RunTenax(SmallRun(dir, "--set job.name=split --set training.steps=12 "
-                                       "--set checkpoint.interval=100"),
+  auto second = RunTenax(SmallRun(dir,
+                                  "--set job.name=split --set training.steps=12 "
+                                  "--set checkpoint.interval=100"),
                          dir.path());
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
@@ -83,13 +88,15 @@ TEST(TrainE2E, ResumeIsBitwiseExact) {
 // equal token counts, so only summation order differs).
 TEST(TrainE2E, GradientAccumulationMatchesLargerBatch) {
   TempDir dir;
-  auto big = RunTenax(SmallRun(dir, "--set job.name=big --set training.steps=5 "
-                                    "--set training.local_batch_size=8"),
+  auto big = RunTenax(SmallRun(dir,
+                               "--set job.name=big --set training.steps=5 "
+                               "--set training.local_batch_size=8"),
                       dir.path());
   ASSERT_EQ(big.exit_code, 0) << big.output;
-  auto acc = RunTenax(SmallRun(dir, "--set job.name=acc --set training.steps=5 "
-                                    "--set training.local_batch_size=4 "
-                                    "--set training.grad_accum_steps=2"),
+  auto acc = RunTenax(SmallRun(dir,
+                               "--set job.name=acc --set training.steps=5 "
+                               "--set training.local_batch_size=4 "
+                               "--set training.grad_accum_steps=2"),
                       dir.path());
   ASSERT_EQ(acc.exit_code, 0) << acc.output;
   auto a = TrainRecords(dir / "big/metrics.jsonl"), b = TrainRecords(dir / "acc/metrics.jsonl");
@@ -105,8 +112,9 @@ TEST(TrainE2E, GradientAccumulationMatchesLargerBatch) {
 // moves the newer ones aside instead of overwriting or deleting them.
 TEST(TrainE2E, KeepLatestAndResumeFromPath) {
   TempDir dir;
-  auto r = RunTenax(SmallRun(dir, "--set job.name=k --set training.steps=8 "
-                                  "--set checkpoint.interval=2 --set checkpoint.keep_latest=2"),
+  auto r = RunTenax(SmallRun(dir,
+                             "--set job.name=k --set training.steps=8 "
+                             "--set checkpoint.interval=2 --set checkpoint.keep_latest=2"),
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::string> kept;
@@ -116,9 +124,11 @@ TEST(TrainE2E, KeepLatestAndResumeFromPath) {
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, (std::vector<std::string>{"step_00000006", "step_00000008"}));
 
-  auto again = RunTenax(SmallRun(dir, "--set job.name=k --set training.steps=8 "
-                                      "--set checkpoint.interval=2 --set checkpoint.keep_latest=0 "
-                                      "--set checkpoint.resume=" + dir / "k/checkpoints/step_00000006"),
+  auto again = RunTenax(SmallRun(dir,
+                                 "--set job.name=k --set training.steps=8 "
+                                 "--set checkpoint.interval=2 --set checkpoint.keep_latest=0 "
+                                 "--set checkpoint.resume=" +
+                                     dir / "k/checkpoints/step_00000006"),
                         dir.path());
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("steps 7..8"), std::string::npos) << again.output;
@@ -149,8 +159,9 @@ TEST(TrainE2E, SameSeedSameLossesDifferentSeedDifferent) {
 // newest checkpoint that verifies and says so.
 TEST(TrainE2E, DamagedCheckpointIsRefusedAndResumeFallsBack) {
   TempDir dir;
-  auto r = RunTenax(SmallRun(dir, "--set job.name=d --set training.steps=8 "
-                                  "--set training.stop_at=6 --set checkpoint.interval=3"),
+  auto r = RunTenax(SmallRun(dir,
+                             "--set job.name=d --set training.steps=8 "
+                             "--set training.stop_at=6 --set checkpoint.interval=3"),
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string bad = dir / "d/checkpoints/step_00000006/model.safetensors";
@@ -163,15 +174,16 @@ TEST(TrainE2E, DamagedCheckpointIsRefusedAndResumeFallsBack) {
     f.seekp(200);
     f.write(&c, 1);
   }
-  auto ev = RunTenax("eval --checkpoint " + dir / "d/checkpoints/step_00000006" +
-                         " --data synthetic:val",
-                     dir.path());
+  auto ev =
+      RunTenax("eval --checkpoint " + dir / "d/checkpoints/step_00000006" + " --data synthetic:val",
+               dir.path());
   EXPECT_EQ(ev.exit_code, 4) << ev.output;  // data error (docs/exit_codes.md)
   EXPECT_NE(ev.output.find("model.safetensors"), std::string::npos) << ev.output;
   EXPECT_NE(ev.output.find("checksum"), std::string::npos) << ev.output;
 
-  auto resumed = RunTenax(SmallRun(dir, "--set job.name=d --set training.steps=8 "
-                                        "--set checkpoint.interval=3"),
+  auto resumed = RunTenax(SmallRun(dir,
+                                   "--set job.name=d --set training.steps=8 "
+                                   "--set checkpoint.interval=3"),
                           dir.path());
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("step_00000003"), std::string::npos) << resumed.output;
@@ -184,12 +196,12 @@ TEST(TrainE2E, DamagedCheckpointIsRefusedAndResumeFallsBack) {
 
 TEST(TrainE2E, BadConfigNamesKeyValueAndFix) {
   TempDir dir;
-  WriteFile(dir / "bad.toml", "[training]\nsteps = 10\nlearning_rate = 0.1\n[optimizer]\nlr = -1\n");
+  WriteFile(dir / "bad.toml",
+            "[training]\nsteps = 10\nlearning_rate = 0.1\n[optimizer]\nlr = -1\n");
   auto r = RunTenax("train --config " + dir / "bad.toml", dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;  // invalid argument: fix the input, do not restart
   EXPECT_NE(r.output.find("unknown key 'training.learning_rate'"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(":5: optimizer.lr = -1 is invalid: must be in (0, 1]"),
-            std::string::npos)
+  EXPECT_NE(r.output.find(":5: optimizer.lr = -1 is invalid: must be in (0, 1]"), std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir / "runs"));  // nothing was created
 
@@ -241,8 +253,8 @@ TEST(TrainE2E, EveryShippedConfigParses) {
     ++n;
     // `tenax model` does not need the config's data; loading through train would. So parse via
     // train with a nonexistent data source override that fails after parsing succeeded.
-    auto r = RunTenax("train --config " + e.path().string() + " --set training.steps=0",
-                      SourceDir());
+    auto r =
+        RunTenax("train --config " + e.path().string() + " --set training.steps=0", SourceDir());
     EXPECT_NE(r.output.find("training.steps = 0 is invalid"), std::string::npos)
         << e.path() << ": " << r.output;
     EXPECT_EQ(r.output.find("unknown"), std::string::npos) << e.path() << ": " << r.output;
@@ -318,8 +330,8 @@ TEST(TrainE2E, RunFolderHasMetricsAndTensorBoard) {
       continue;
     }
     ++train;
-    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "mfu",
-                          "mem_peak_bytes"}) {
+    for (const char* k :
+         {"step", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_peak_bytes"}) {
       EXPECT_TRUE(j.contains(k)) << k << " missing in " << j;
     }
     EXPECT_TRUE(j["mfu"].is_null());  // CPU: MFU is undefined, FLOP/s is logged instead
@@ -354,8 +366,9 @@ TEST(TrainE2E, RunFolderHasMetricsAndTensorBoard) {
 // The terminal: a live line redrawn with \r on a TTY (forced here), plain lines when piped.
 TEST(TrainE2E, ProgressLineOnTtyPlainLinesOtherwise) {
   TempDir dir;
-  auto live = RunTenax(SmallRun(dir, "--set job.name=p1 --set training.steps=4 "
-                                     "--set metrics.progress=always"),
+  auto live = RunTenax(SmallRun(dir,
+                                "--set job.name=p1 --set training.steps=4 "
+                                "--set metrics.progress=always"),
                        dir.path());
   ASSERT_EQ(live.exit_code, 0) << live.output;
   EXPECT_NE(live.output.find("\r\033[Kstep 2/4 | loss"), std::string::npos) << live.output;
@@ -376,8 +389,8 @@ TEST(TrainE2E, EvalMatchesTrainerValidation) {
   for (const auto& j : ReadJsonl(dir / "e/metrics.jsonl")) {
     if (j.contains("val_loss") && j["step"] == 4) val = j["val_loss"].get<double>();
   }
-  auto ev = RunTenax("eval --checkpoint " + dir / "e/checkpoints --data synthetic:val --tokens 2048",
-                     dir.path());
+  auto ev = RunTenax(
+      "eval --checkpoint " + dir / "e/checkpoints --data synthetic:val --tokens 2048", dir.path());
   ASSERT_EQ(ev.exit_code, 0) << ev.output;
   const std::string last_line = ev.output.substr(ev.output.rfind('{'));
   auto j = nlohmann::json::parse(last_line);
@@ -393,8 +406,9 @@ TEST(TrainE2E, SyntheticTrainsToEntropyRate) {
                     dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(
-      R"(validation loss ([0-9.]+) \| best possible \(entropy rate\) ([0-9.]+))")))
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex(R"(validation loss ([0-9.]+) \| best possible \(entropy rate\) ([0-9.]+))")))
       << r.output;
   const double val = std::stod(m[1]), entropy = std::stod(m[2]);
   EXPECT_GT(val, entropy - 0.02);  // no model beats the entropy rate (beyond sampling noise)
@@ -406,7 +420,8 @@ TEST(ModelE2E, PresetParameterCounts) {
   auto r = RunTenax("model --preset llama3-405b", dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("405.85B parameters"), std::string::npos) << r.output;
-  for (auto [preset, total] : {std::pair{"llama3-8b", 8030261248LL}, {"llama3-70b", 70553706496LL},
+  for (auto [preset, total] : {std::pair{"llama3-8b", 8030261248LL},
+                               {"llama3-70b", 70553706496LL},
                                {"llama3-405b", 405853388800LL}}) {
     auto j = RunTenax(std::string("model --json --preset ") + preset, dir.path());
     ASSERT_EQ(j.exit_code, 0) << j.output;
@@ -426,7 +441,8 @@ TEST(ModelE2E, PresetParameterCounts) {
 TEST(PrepareE2E, TextFilesToShardsToTraining) {
   TempDir dir;
   std::string text;
-  for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + ". ";
+  for (int i = 0; i < 400; ++i)
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + ". ";
   for (int d = 0; d < 3; ++d) WriteFile(dir / ("doc" + std::to_string(d) + ".txt"), text);
   auto p = RunTenax("prepare --input " + dir / "doc0.txt " + dir / "doc1.txt " + dir / "doc2.txt" +
                         " --tokenizer byte --out " + dir / "shards",
@@ -440,7 +456,8 @@ TEST(PrepareE2E, TextFilesToShardsToTraining) {
                         " --set model.preset=debug-tiny --set training.steps=3 "
                         "--set training.seq_len=32 --set training.local_batch_size=2 "
                         "--set metrics.eval_tokens=256 --set metrics.progress=never "
-                        "--set job.dump_folder=" + dir.path(),
+                        "--set job.dump_folder=" +
+                        dir.path(),
                     dir.path());
   ASSERT_EQ(t.exit_code, 0) << t.output;
   auto ev = RunTenax("eval --checkpoint " + dir / "tenax/checkpoints --data " + dir / "shards",

@@ -18,25 +18,26 @@ class Namespaces {
     const std::string id = std::to_string(::getpid() % 100000);
     a_ = "tnxa" + id;
     b_ = "tnxb" + id;
-    auto r = RunCommand(
-        "ip netns add " + a_ + " && ip netns add " + b_ +
-        " && ip link add va" + id + " type veth peer name vb" + id +
-        " && ip link set va" + id + " netns " + a_ + " && ip link set vb" + id + " netns " + b_ +
-        " && ip -n " + a_ + " addr add 10.77.0.1/24 dev va" + id +
-        " && ip -n " + b_ + " addr add 10.77.0.2/24 dev vb" + id +
-        " && ip -n " + a_ + " link set va" + id + " up && ip -n " + b_ + " link set vb" + id +
-        " up && ip -n " + a_ + " link set lo up && ip -n " + b_ + " link set lo up");
+    auto r = RunCommand("ip netns add " + a_ + " && ip netns add " + b_ + " && ip link add va" +
+                        id + " type veth peer name vb" + id + " && ip link set va" + id +
+                        " netns " + a_ + " && ip link set vb" + id + " netns " + b_ + " && ip -n " +
+                        a_ + " addr add 10.77.0.1/24 dev va" + id + " && ip -n " + b_ +
+                        " addr add 10.77.0.2/24 dev vb" + id + " && ip -n " + a_ + " link set va" +
+                        id + " up && ip -n " + b_ + " link set vb" + id + " up && ip -n " + a_ +
+                        " link set lo up && ip -n " + b_ + " link set lo up");
     ok_ = r.exit_code == 0;
     error_ = r.output;
     if_a_ = "va" + id;
     if_b_ = "vb" + id;
   }
-  ~Namespaces() { RunCommand("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null; true"); }
+  ~Namespaces() {
+    RunCommand("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null; true");
+  }
   bool ok() const { return ok_; }
   const std::string& error() const { return error_; }
   std::string Exec(const std::string& ns_ifname_cmd, bool first) const {
-    return "ip netns exec " + (first ? a_ : b_) + " env GLOO_SOCKET_IFNAME=" +
-           (first ? if_a_ : if_b_) + " " + ns_ifname_cmd;
+    return "ip netns exec " + (first ? a_ : b_) +
+           " env GLOO_SOCKET_IFNAME=" + (first ? if_a_ : if_b_) + " " + ns_ifname_cmd;
   }
 
  private:
@@ -55,7 +56,8 @@ TEST(TwoNodes, LaunchersInTwoNamespacesTrainOneModel) {
       "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
       "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 --set metrics.progress=never "
       "--set optimizer.lr=3e-3 --set training.local_batch_size=2 --set training.steps=6 "
-      "--set checkpoint.interval=3 --set job.dump_folder=" + dir.path() + " --set job.name=two";
+      "--set checkpoint.interval=3 --set job.dump_folder=" +
+      dir.path() + " --set job.name=two";
   auto launcher = [&](int node) {
     return ns.Exec("'" + TenaxBinary() + "' launch --nproc-per-node 2 --nnodes 2 --node-rank " +
                        std::to_string(node) + " --rdzv 10.77.0.1:29517 --" + train,
@@ -63,7 +65,7 @@ TEST(TwoNodes, LaunchersInTwoNamespacesTrainOneModel) {
   };
   const std::string log0 = dir / "node0.log", log1 = dir / "node1.log";
   auto r = RunCommand("(" + launcher(0) + " > " + log0 + " 2>&1 & " + launcher(1) + " > " + log1 +
-                      " 2>&1; echo node1=$?; wait $!; echo node0=$?)",
+                          " 2>&1; echo node1=$?; wait $!; echo node0=$?)",
                       dir.path());
   const std::string out0 = ReadFile(log0), out1 = ReadFile(log1);
   EXPECT_NE(r.output.find("node1=0"), std::string::npos) << r.output << out0 << out1;

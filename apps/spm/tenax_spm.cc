@@ -9,8 +9,8 @@
 #include <sentencepiece_processor.h>
 
 #include <cstdint>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <iterator>
 #include <string>

@@ -19,8 +19,8 @@ using Clock = std::chrono::steady_clock;
 Status ValidateSnapshot(const CheckpointSnapshot& s) {
   if (s.step < 0) return InvalidArgument(fmt::format("checkpoint snapshot step {} < 0", s.step));
   if (s.world_size < 1 || s.rank < 0 || s.rank >= s.world_size) {
-    return InvalidArgument(fmt::format("checkpoint snapshot: rank {} is outside world size {}",
-                                       s.rank, s.world_size));
+    return InvalidArgument(
+        fmt::format("checkpoint snapshot: rank {} is outside world size {}", s.rank, s.world_size));
   }
   std::set<std::string> expected(s.expected_files.begin(), s.expected_files.end());
   for (const auto& [name, bytes] : s.files) {
@@ -45,8 +45,8 @@ std::string MarkerText(const CheckpointSnapshot& s) {
   for (const auto& [name, bytes] : s.files) {
     files[name] = {{"bytes", bytes.size()}, {"crc32", CrcHex(Crc32(bytes))}};
   }
-  return nlohmann::json{{"step", s.step}, {"rank", s.rank}, {"attempt", s.attempt},
-                        {"files", files}}
+  return nlohmann::json{
+      {"step", s.step}, {"rank", s.rank}, {"attempt", s.attempt}, {"files", files}}
       .dump(1);
 }
 
@@ -166,8 +166,8 @@ Status AsyncCheckpointWriter::Write(const CheckpointSnapshot& s) {
     TENAX_RETURN_IF_ERROR(fs_.CreateDirs(dir));
     if (options_.after_files) TENAX_RETURN_IF_ERROR(options_.after_files(s, dir));
     // After the data files: the marker promises they are durable.
-    TENAX_RETURN_IF_ERROR(
-        fs_.WriteFileAtomic(JoinPath(store.StepDir(s.step), MarkerFileName(s.rank)), MarkerText(s)));
+    TENAX_RETURN_IF_ERROR(fs_.WriteFileAtomic(
+        JoinPath(store.StepDir(s.step), MarkerFileName(s.rank)), MarkerText(s)));
     if (s.rank != 0) return Status::Ok();
     TENAX_RETURN_IF_ERROR(AwaitMarkers(s));
   }
@@ -204,9 +204,10 @@ Status AsyncCheckpointWriter::AwaitMarkers(const CheckpointSnapshot& s) {
     if (static_cast<int>(seen.size()) == s.world_size) break;
     std::unique_lock<std::mutex> lock(mu_);
     if (stop_) {
-      return Unavailable(fmt::format("shutting down while waiting for other ranks to write "
-                                     "checkpoint step {}; it was not committed",
-                                     s.step));
+      return Unavailable(
+          fmt::format("shutting down while waiting for other ranks to write "
+                      "checkpoint step {}; it was not committed",
+                      s.step));
     }
     if (Clock::now() >= deadline) {
       std::string missing;

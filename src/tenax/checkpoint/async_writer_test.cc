@@ -287,7 +287,6 @@ TEST(AsyncWriterTest, RemoveUncommittedAfterKeepsCommittedAndOlder) {
   EXPECT_TRUE(RemoveUncommittedAfter(LocalFs(), tmp / "absent", 0).ok());
 }
 
-
 // The fault-injection hooks: `after_files` runs once the data files are written and before the
 // commit (its error fails the save, the step stays uncommitted, the older one is intact);
 // `after_commit` runs once the step is committed and verified.

@@ -150,12 +150,12 @@ Result<NamedFiles> MemoryReplica::Get(int64_t step, const Manifest& manifest) {
     }
     if (match) return files;
   }
-  return NotFound(fmt::format("no usable memory replica of rank {}'s files for step {}{}", rank_,
-                              step, why));
+  return NotFound(
+      fmt::format("no usable memory replica of rank {}'s files for step {}{}", rank_, step, why));
 }
 
 Result<std::map<std::string, std::string>> MemoryReplica::Gather(int64_t step,
-                                                                const Manifest& manifest) {
+                                                                 const Manifest& manifest) {
   if (manifest.step != step) {
     return InvalidArgument(fmt::format("manifest is for step {}, not {}", manifest.step, step));
   }
@@ -173,8 +173,8 @@ Result<std::map<std::string, std::string>> MemoryReplica::Gather(int64_t step,
       if (!files.ok()) continue;  // a damaged copy: another holder may have a good one
       for (auto& [file, bytes] : *files) {
         auto it = manifest.files.find(file);
-        if (out.count(file) > 0 || it == manifest.files.end() ||
-            it->second.bytes != bytes.size() || it->second.crc32 != Crc32(bytes)) {
+        if (out.count(file) > 0 || it == manifest.files.end() || it->second.bytes != bytes.size() ||
+            it->second.crc32 != Crc32(bytes)) {
           continue;  // only bytes the committed manifest vouches for
         }
         out.emplace(file, std::move(bytes));
@@ -183,8 +183,8 @@ Result<std::map<std::string, std::string>> MemoryReplica::Gather(int64_t step,
   }
   for (const auto& [file, entry] : manifest.files) {
     if (out.count(file) == 0) {
-      return NotFound(fmt::format("no memory replica of {} of checkpoint step {} in {}", file,
-                                  step, root_));
+      return NotFound(
+          fmt::format("no memory replica of {} of checkpoint step {} in {}", file, step, root_));
     }
   }
   return out;
@@ -198,7 +198,7 @@ Status MemoryReplica::DropHeld() {
 }
 
 Result<std::vector<std::string>> MemoryReplica::RepairStorage(CheckpointStore& store,
-                                                             int64_t step) {
+                                                              int64_t step) {
   TENAX_ASSIGN_OR_RETURN(Manifest manifest, ReadCommittedManifest(fs_, store, step));
   const std::string dir = store.StepDir(step);
   // Which of this rank's files does storage lack? Known from the replica's names, so check those.

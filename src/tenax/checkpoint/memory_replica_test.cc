@@ -95,8 +95,8 @@ TEST(MemoryReplicaTest, RepairsALostRanksStorageFromThePeerCopy) {
     // Rank 2 restores from the copy rank 3 holds; rank 1 lost only its peer copy (held by
     // rank 2) and still has its own, and its storage is fine.
     ASSERT_TRUE(repaired.ok()) << "rank " << r << ": " << repaired.status().message();
-    EXPECT_EQ(*repaired, r == 2 ? std::vector<std::string>{"model-rank2"}
-                                : std::vector<std::string>{});
+    EXPECT_EQ(*repaired,
+              r == 2 ? std::vector<std::string>{"model-rank2"} : std::vector<std::string>{});
   }
   EXPECT_TRUE(store.Verify(8).ok());  // the newest checkpoint is whole again: no rollback
   Result<int64_t> latest = store.LatestGood();
@@ -125,7 +125,6 @@ TEST(MemoryReplicaTest, SingleRankKeepsOneCopy) {
   ASSERT_TRUE(names.ok());
   EXPECT_EQ(*names, std::vector<std::string>{"holder-00000"});
 }
-
 
 // Restore from RAM: every file of the committed checkpoint from the copies (any holder); a lost
 // or damaged copy is covered by the other holder's; with both copies of a rank gone, NotFound

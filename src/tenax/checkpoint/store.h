@@ -75,7 +75,7 @@ class CheckpointStore {
   Status CommitManifest(const Manifest& manifest);
   // Builds the manifest entries of `names` in `step`'s folder by reading them back.
   Result<std::map<std::string, FileEntry>> ReadEntries(int64_t step,
-                                                      const std::vector<std::string>& names);
+                                                       const std::vector<std::string>& names);
 
   // Committed steps (COMMITTED marker present, not verified), ascending. A missing folder is an
   // empty list.

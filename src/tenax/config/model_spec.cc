@@ -232,8 +232,8 @@ Result<ModelSpec> ResolveModelSpec(const ModelOptions& o, int64_t data_vocab_siz
   if (it == Presets().end()) {
     std::string names;
     for (const auto& n : PresetNames()) names += (names.empty() ? "" : ", ") + n;
-    return InvalidArgument(fmt::format("model.preset = \"{}\" is unknown; presets: {}", o.preset,
-                                       names));
+    return InvalidArgument(
+        fmt::format("model.preset = \"{}\" is unknown; presets: {}", o.preset, names));
   }
   ModelSpec s = it->second;
   if (o.dim) s.dim = *o.dim;
@@ -253,7 +253,8 @@ Result<ModelSpec> ResolveModelSpec(const ModelOptions& o, int64_t data_vocab_siz
   if (s.vocab_size == 0) {
     if (data_vocab_size <= 0) {
       return InvalidArgument(fmt::format(
-          "model.preset = \"{}\" takes its vocabulary from the data; set model.vocab_size", s.name));
+          "model.preset = \"{}\" takes its vocabulary from the data; set model.vocab_size",
+          s.name));
     }
     s.vocab_size = data_vocab_size;
   }
@@ -264,8 +265,8 @@ Result<ModelSpec> ResolveModelSpec(const ModelOptions& o, int64_t data_vocab_siz
         s.vocab_size, data_vocab_size));
   }
   if (s.dim % s.n_heads != 0) {
-    return InvalidArgument(fmt::format("model.dim ({}) is not divisible by model.n_heads ({})",
-                                       s.dim, s.n_heads));
+    return InvalidArgument(
+        fmt::format("model.dim ({}) is not divisible by model.n_heads ({})", s.dim, s.n_heads));
   }
   if (s.n_heads % s.n_kv_heads != 0) {
     return InvalidArgument(fmt::format(

@@ -61,13 +61,13 @@ struct ModelSpec {
 };
 
 struct ParamCounts {
-  int64_t embedding = 0;   // token embedding table
-  int64_t attention = 0;   // wq, wk, wv, wo over all layers
+  int64_t embedding = 0;     // token embedding table
+  int64_t attention = 0;     // wq, wk, wv, wo over all layers
   int64_t feed_forward = 0;  // dense layers' SwiGLU
   int64_t norms = 0;
-  int64_t output = 0;      // 0 when tied to the embedding
-  int64_t router = 0;      // MoE layers' router matrices
-  int64_t experts = 0;     // MoE layers' routed experts, all of them
+  int64_t output = 0;   // 0 when tied to the embedding
+  int64_t router = 0;   // MoE layers' router matrices
+  int64_t experts = 0;  // MoE layers' routed experts, all of them
   int64_t shared_experts = 0;
   int64_t total = 0;
   // What one token uses: total minus the routed experts it is not sent to (top_k of n_experts).

@@ -49,7 +49,7 @@ struct ModelOptions {
 
 struct SyntheticOptions {
   int64_t vocab_size = 64;
-  int64_t order = 2;               // tokens of context the next token depends on
+  int64_t order = 2;  // tokens of context the next token depends on
   int64_t train_tokens = 2000000;
   int64_t val_tokens = 100000;
   uint64_t seed = 1234;
@@ -58,16 +58,16 @@ struct SyntheticOptions {
 };
 
 struct DataOptions {
-  std::string source = "brown";     // brown | synthetic | shards | tokens
+  std::string source = "brown";  // brown | synthetic | shards | tokens
   // shards: a folder written by `tenax prepare`; tokens: the training token file(s), a path or a
   // glob (tenax shard, llm.c or nanoGPT .bin; data/token_file.h)
   std::string path;
-  std::string val_path;             // tokens: the validation token file(s), a path or a glob
+  std::string val_path;               // tokens: the validation token file(s), a path or a glob
   std::string token_format = "auto";  // tokens: auto | tenax | llmc | nanogpt
-  int64_t vocab_size = 0;           // tokens: 0 = from the files; required for nanogpt
+  int64_t vocab_size = 0;             // tokens: 0 = from the files; required for nanogpt
   // brown: byte | tiktoken:FILE | hf:FILE | sentencepiece:MODEL_FILE
   std::string tokenizer = "byte";
-  std::string brown_dir;            // empty: search the usual places (see data/brown.h)
+  std::string brown_dir;  // empty: search the usual places (see data/brown.h)
   std::string cache_dir = "data/cache";
   SyntheticOptions synthetic;
 };
@@ -84,24 +84,24 @@ struct OptimizerOptions {
 struct LrSchedulerOptions {
   std::string name = "cosine";  // cosine | wsd | constant
   int64_t warmup_steps = 10;
-  double min_lr_ratio = 0.1;     // final lr as a fraction of optimizer.lr
-  double decay_ratio = 0.2;      // wsd: fraction of steps spent decaying
+  double min_lr_ratio = 0.1;          // final lr as a fraction of optimizer.lr
+  double decay_ratio = 0.2;           // wsd: fraction of steps spent decaying
   std::string decay_type = "linear";  // wsd: linear | sqrt | cosine
 };
 
 struct TrainingOptions {
   int64_t steps = 100;
-  int64_t local_batch_size = 8;   // sequences per micro-batch
+  int64_t local_batch_size = 8;  // sequences per micro-batch
   int64_t seq_len = 256;
-  int64_t grad_accum_steps = 1;   // micro-batches per optimizer step
+  int64_t grad_accum_steps = 1;  // micro-batches per optimizer step
   // Sequences per optimizer step over all data-parallel ranks. 0: local_batch_size x
   // grad_accum_steps x data-parallel ranks. Set: grad_accum_steps is derived from it (and must be
   // left at 1), so a run resumed on another number of ranks keeps its batch (config/batch.h).
   int64_t global_batch_size = 0;
-  double max_norm = 1.0;          // global gradient-norm clip; 0 disables
+  double max_norm = 1.0;                 // global gradient-norm clip; 0 disables
   std::string mixed_precision = "auto";  // auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
-  std::string device = "auto";    // auto | cpu | cuda
-  int64_t threads = 0;            // CPU intra-op threads; 0 = libtorch's default
+  std::string device = "auto";           // auto | cpu | cuda
+  int64_t threads = 0;                   // CPU intra-op threads; 0 = libtorch's default
   // Stop (after checkpointing) once this step is done; the schedule still spans `steps`. For
   // time-boxed jobs: the next run with resume = "latest" continues the same trajectory. 0 = off.
   int64_t stop_at = 0;
@@ -147,7 +147,7 @@ struct ParallelismOptions {
 struct CheckpointOptions {
   bool enable = true;
   std::string folder = "checkpoints";  // relative to the run folder unless absolute
-  int64_t interval = 100;               // steps; the final step is always saved
+  int64_t interval = 100;              // steps; the final step is always saved
   // interval = "auto": Young/Daly optimum from the measured checkpoint cost and the failure rate
   // (train/checkpoint_interval.h); `interval` is then only the interval until the first save
   // has been measured.
@@ -162,8 +162,8 @@ struct CheckpointOptions {
   // (/dev/shm/tenax-<job.name>), so damaged or missing files of one rank are restored without
   // storage (checkpoint/memory_replica.h).
   bool memory_replicas = false;
-  int64_t keep_latest = 3;              // 0 keeps all
-  std::string resume = "latest";        // latest | none | PATH to a step folder
+  int64_t keep_latest = 3;        // 0 keeps all
+  std::string resume = "latest";  // latest | none | PATH to a step folder
 };
 
 struct MetricsOptions {

@@ -5,20 +5,19 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define TENAX_CHECK(cond)                                                             \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      std::fprintf(stderr, "tenax: CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, \
-                   #cond);                                                            \
-      std::abort();                                                                   \
-    }                                                                                 \
+#define TENAX_CHECK(cond)                                                                    \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "tenax: CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
-#define TENAX_CHECK_MSG(cond, msg)                                                          \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "tenax: CHECK failed at %s:%d: %s (%s)\n", __FILE__, __LINE__, \
-                   #cond, (msg));                                                           \
-      std::abort();                                                                         \
-    }                                                                                       \
+#define TENAX_CHECK_MSG(cond, msg)                                                               \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      std::fprintf(stderr, "tenax: CHECK failed at %s:%d: %s (%s)\n", __FILE__, __LINE__, #cond, \
+                   (msg));                                                                       \
+      std::abort();                                                                              \
+    }                                                                                            \
   } while (0)

@@ -49,8 +49,8 @@ std::string ParentDir(const std::string& path) {
 Status LocalFileSystem::WriteFileAtomic(const std::string& path, std::string_view data) {
   // A unique temp name per writer: two processes writing the same path never share a temp file.
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter.fetch_add(1));
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("cannot create " + tmp + ": " + ErrnoText());
   Status st = WriteAll(fd, data, tmp);

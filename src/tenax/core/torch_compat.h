@@ -42,8 +42,8 @@ inline bool CudaAvailable() { return at::hasCUDA(); }
 // arrays indexed by StatType in 1.x and stayed so in 2.x; the accessor namespace is stable).
 inline int64_t CudaPeakAllocatedBytes(int device) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-  return stats.allocated_bytes[static_cast<size_t>(
-                                   c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)]
+  return stats
+      .allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)]
       .peak;
 }
 #endif
@@ -55,13 +55,12 @@ inline int64_t CudaPeakAllocatedBytes(int device) {
 // ProcessGroup wraps. Both expose the same collective methods, so tenax holds the backend type.
 #if defined(TENAX_COMPAT_C10D) && !defined(TENAX_COMPAT_C10D_INCLUDED)
 #define TENAX_COMPAT_C10D_INCLUDED
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace tenax::compat {
 
@@ -72,8 +71,8 @@ using C10dGroup = c10d::ProcessGroup;
 #endif
 
 inline c10::intrusive_ptr<C10dGroup> MakeGlooGroup(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    int rank, int size,
-                                                    std::chrono::milliseconds timeout) {
+                                                   int rank, int size,
+                                                   std::chrono::milliseconds timeout) {
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
   // GLOO_SOCKET_IFNAME picks the network interface, as in PyTorch (whose Python layer, not the

@@ -116,11 +116,10 @@ Result<EvalLoader> EvalLoader::Create(TokenStream stream, int64_t seq_len, int64
   int64_t total = std::min(available, std::max<int64_t>(1, max_tokens / seq_len));
   total = total / world * world;
   if (total == 0) {
-    return InvalidArgument("the evaluation stream " + stream.name() + " holds " +
-                           std::to_string(available) + " windows of seq_len + 1 = " +
-                           std::to_string(seq_len + 1) + " tokens, fewer than the " +
-                           std::to_string(world) +
-                           " ranks that must each evaluate one; use a smaller seq_len");
+    return InvalidArgument(
+        "the evaluation stream " + stream.name() + " holds " + std::to_string(available) +
+        " windows of seq_len + 1 = " + std::to_string(seq_len + 1) + " tokens, fewer than the " +
+        std::to_string(world) + " ranks that must each evaluate one; use a smaller seq_len");
   }
   EvalLoader l;
   l.stream_ = std::move(stream);

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tenax/data/prepare.h"
 #include "tenax/core/temp_dir.h"
+#include "tenax/data/prepare.h"
 
 namespace tenax::data {
 namespace {
@@ -51,8 +51,7 @@ TEST(OpenDataSource, ShardsAndErrors) {
   o.source = "wikipedia";
   Result<DataSplits> bad = OpenDataSource(o);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("\"brown\", \"synthetic\", \"shards\""),
-            std::string::npos);
+  EXPECT_NE(bad.status().message().find("\"brown\", \"synthetic\", \"shards\""), std::string::npos);
 }
 
 TEST(OpenEvalSpec, AllForms) {

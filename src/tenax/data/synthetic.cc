@@ -41,15 +41,13 @@ Status ValidateShape(int64_t vocab, int64_t order) {
   if (PowCapped(vocab, order, kMaxSyntheticContexts) < 0) {
     return InvalidArgument("data.synthetic: vocab_size^order = " + std::to_string(vocab) + "^" +
                            std::to_string(order) + " contexts exceeds the limit of 2^22 = " +
-                           std::to_string(kMaxSyntheticContexts) +
-                           "; lower vocab_size or order");
+                           std::to_string(kMaxSyntheticContexts) + "; lower vocab_size or order");
   }
   if (PowCapped(vocab, order + 1, kMaxSyntheticTableEntries) < 0) {
-    return InvalidArgument("data.synthetic: the transition table vocab_size^(order+1) = " +
-                           std::to_string(vocab) + "^" + std::to_string(order + 1) +
-                           " entries exceeds the limit of 2^24 = " +
-                           std::to_string(kMaxSyntheticTableEntries) +
-                           " (256 MiB); lower vocab_size or order");
+    return InvalidArgument(
+        "data.synthetic: the transition table vocab_size^(order+1) = " + std::to_string(vocab) +
+        "^" + std::to_string(order + 1) + " entries exceeds the limit of 2^24 = " +
+        std::to_string(kMaxSyntheticTableEntries) + " (256 MiB); lower vocab_size or order");
   }
   return Status::Ok();
 }
@@ -241,14 +239,15 @@ Result<SyntheticData> MakeSynthetic(const SyntheticOptions& o) {
   const uint32_t v = static_cast<uint32_t>(m.vocab_size());
   SyntheticData d;
   d.entropy_rate_nats = m.EntropyRateNats();
-  d.train = TokenStream::FromVector(m.Generate(o.train_tokens, DeriveSeed(o.seed, kTrainStream)),
-                                    v, std::nullopt, "synthetic train");
+  d.train = TokenStream::FromVector(m.Generate(o.train_tokens, DeriveSeed(o.seed, kTrainStream)), v,
+                                    std::nullopt, "synthetic train");
   d.val = TokenStream::FromVector(m.Generate(o.val_tokens, DeriveSeed(o.seed, kValStream)), v,
                                   std::nullopt, "synthetic val");
-  log::Info("synthetic Markov source: vocab {}, order {}, concentration {}, seed {}: entropy rate "
-            "{:.4f} nats/token (the lowest loss any model can reach; uniform would be {:.4f})",
-            o.vocab_size, o.order, o.concentration, o.seed, d.entropy_rate_nats,
-            std::log(static_cast<double>(o.vocab_size)));
+  log::Info(
+      "synthetic Markov source: vocab {}, order {}, concentration {}, seed {}: entropy rate "
+      "{:.4f} nats/token (the lowest loss any model can reach; uniform would be {:.4f})",
+      o.vocab_size, o.order, o.concentration, o.seed, d.entropy_rate_nats,
+      std::log(static_cast<double>(o.vocab_size)));
   return d;
 }
 

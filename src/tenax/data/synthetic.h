@@ -64,8 +64,8 @@ class MarkovSource {
   int64_t vocab_ = 0;
   int64_t order_ = 0;
   int64_t contexts_ = 0;
-  std::vector<double> probs_;  // (contexts, V) row-major
-  std::vector<double> cdf_;    // (contexts, V) row-wise running sums of probs_, for sampling
+  std::vector<double> probs_;       // (contexts, V) row-major
+  std::vector<double> cdf_;         // (contexts, V) row-wise running sums of probs_, for sampling
   std::vector<double> stationary_;  // (contexts)
   double entropy_rate_ = 0;
 };

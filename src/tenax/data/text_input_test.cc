@@ -43,9 +43,9 @@ TEST(TextInput, DecompressesByMagic) {
   dir.Write("b", half_b);
   dir.Write("plain.bin", data);
   const std::string cd = "cd " + dir.path() + " && ";
-  ASSERT_EQ(std::system((cd + "gzip -c a > two.gz && gzip -c b >> two.gz && cp two.gz misnamed")
-                            .c_str()),
-            0);
+  ASSERT_EQ(
+      std::system((cd + "gzip -c a > two.gz && gzip -c b >> two.gz && cp two.gz misnamed").c_str()),
+      0);
   std::vector<std::pair<std::string, std::string>> files = {
       {"plain.bin", "plain"}, {"two.gz", "gzip"}, {"misnamed", "gzip"}};
   if (HaveZstd()) {

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "tenax/data/subprocess.h"
 #include "tenax/core/temp_dir.h"
+#include "tenax/data/subprocess.h"
 
 namespace tenax::data {
 namespace {
@@ -84,8 +84,7 @@ TEST(SentencePiece, TrainsEncodesAndDecodes) {
   ASSERT_TRUE(LocalFs().WriteFileAtomic(dir.Join("corpus.txt"), text).ok());
   Result<ProcessResult> train = RunProcess(
       {"spm_train", "--input=" + dir.Join("corpus.txt"), "--model_prefix=" + dir.Join("sp"),
-       "--vocab_size=100", "--model_type=unigram", "--num_threads=1",
-       "--character_coverage=1.0"},
+       "--vocab_size=100", "--model_type=unigram", "--num_threads=1", "--character_coverage=1.0"},
       "");
   if (!train.ok()) GTEST_SKIP() << "spm_train is not installed: " << train.status().message();
   ASSERT_EQ(train->exit_code, 0) << train->err;

@@ -71,7 +71,7 @@ void Goodput::Load(const nlohmann::json& prev) {
     r.time_s = Get(f, "time_s", 0.0);
     r.segment = Get(f, "segment", 0);
     r.generation = Get(f, "generation", 0);
-        r.rank = Get(f, "rank", -1);
+    r.rank = Get(f, "rank", -1);
     r.node = Get(f, "node", -1);
     r.slot = Get(f, "slot", -1);
     r.host = Get(f, "host", std::string());
@@ -293,7 +293,7 @@ nlohmann::json Goodput::Report(double now, int exit_code, bool ended) const {
     failures.push_back({{"time_s", f.time_s},
                         {"segment", f.segment},
                         {"generation", f.generation},
-                                                {"rank", f.rank},
+                        {"rank", f.rank},
                         {"node", f.node},
                         {"slot", f.slot},
                         {"host", f.host},

@@ -34,8 +34,8 @@ struct FailureRecord {
   double time_s = 0;   // when the launcher detected it
   int segment = 0;     // which launch of the run
   int generation = 0;  // within its launch
-    int rank = -1;      // -1: undetermined
-  int node = -1;      // several nodes: the node rank it happened on (-1: one node, or unknown)
+  int rank = -1;       // -1: undetermined
+  int node = -1;       // several nodes: the node rank it happened on (-1: one node, or unknown)
   int slot = -1;
   std::string host;
   std::string kind;  // protocol::FailureKindName

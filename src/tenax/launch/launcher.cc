@@ -70,7 +70,7 @@ Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& arg
   TENAX_ASSIGN_OR_RETURN(TrainCommand cmd, ParseTrainCommand({args.begin() + 1, args.end()}));
   TENAX_ASSIGN_OR_RETURN(Config config, LoadTrainConfig(cmd));
   TrainJob job;
-    job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
+  job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
   if (config.checkpoint.enable) {
     const std::string& f = config.checkpoint.folder;  // as the trainer resolves it
     job.checkpoint_dir = (!f.empty() && f[0] == '/') ? f : JoinPath(job.run_dir, f);
@@ -187,7 +187,7 @@ Result<int> Launch(const LaunchOptions& o) {
   TENAX_ASSIGN_OR_RETURN(std::optional<TrainJob> train, ReadTrainJob(o.args));
   JobInfo job;
   if (train) {
-        job.run_dir = train->run_dir;
+    job.run_dir = train->run_dir;
     job.checkpoint_dir = train->checkpoint_dir;
     job.total_steps = train->total_steps;
   }

@@ -23,7 +23,7 @@ struct LaunchOptions {
   // nodes, lost nodes. HOST:PORT: a fixed rank-0 store and no restarts across nodes. Empty: one
   // node, a free port.
   std::string rdzv;
-  std::string job_id;             // etcd: names the job (every node gives the same)
+  std::string job_id;                        // etcd: names the job (every node gives the same)
   std::string rdzv_ca, rdzv_cert, rdzv_key;  // etcd over TLS with a client certificate
   int rdzv_lease_s = 5;           // etcd: lease TTL; a lost node is noticed within about this
   std::string rdzv_address;       // etcd: this node's address for the others (default: its own)
@@ -46,12 +46,12 @@ struct LaunchOptions {
   int spares = 0;            // standby processes started in advance (--nnodes 1 only)
   int quarantine_after = 2;  // failures within the window that quarantine a slot (spares.h)
   double quarantine_window_s = 3600;  // how long a slot's failure counts
-  std::string status_file;        // live state as JSON, rewritten about once a second; empty: none
-  int metrics_port = 0;           // live page, /status.json and /metrics (monitor.h); 0: none
+  std::string status_file;  // live state as JSON, rewritten about once a second; empty: none
+  int metrics_port = 0;     // live page, /status.json and /metrics (monitor.h); 0: none
   std::string metrics_addr = "127.0.0.1";  // the address --metrics-port binds
-  double straggler_factor = 1.5;  // compute time over the median of the other ranks ...
-  int straggler_steps = 3;        // ... for this many consecutive steps: a straggler
-  bool replace_stragglers = false;  // treat a straggler as a failure of its slot
+  double straggler_factor = 1.5;           // compute time over the median of the other ranks ...
+  int straggler_steps = 3;                 // ... for this many consecutive steps: a straggler
+  bool replace_stragglers = false;         // treat a straggler as a failure of its slot
 };
 
 // Every flag's value is finite and in range (names the flag and the allowed values).

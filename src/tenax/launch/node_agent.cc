@@ -23,9 +23,9 @@
 #include "tenax/core/log.h"
 #include "tenax/launch/checkpoint_sync.h"
 #include "tenax/launch/rendezvous.h"
-#include "tenax/report/html_report.h"
 #include "tenax/protocol/agent_channel.h"
 #include "tenax/protocol/protocol.h"
+#include "tenax/report/html_report.h"
 
 namespace tenax::launch {
 namespace {
@@ -556,9 +556,9 @@ void NodeAgent::LogFailureOf(int64_t g) {
   }
   std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(reports);
   if (!first) return;
-  const std::string who = first->rank >= 0 ? fmt::format("rank {} on node {}", first->rank,
-                                                         first->node_rank)
-                                           : fmt::format("node {}", first->node_rank);
+  const std::string who = first->rank >= 0
+                              ? fmt::format("rank {} on node {}", first->rank, first->node_rank)
+                              : fmt::format("node {}", first->node_rank);
   log::Info("launch: generation {} failed: {} ({}; {}): {}", g, who, first->kind, first->host,
             first->cause);
 }
@@ -729,7 +729,7 @@ Result<int> NodeAgent::Run() {
   local.goodput_path.clear();
   supervisor_ =
       std::make_unique<Supervisor>(o_, local, info_.address, 0, exe_, std::move(children));
-    TENAX_RETURN_IF_ERROR(supervisor_->Start());
+  TENAX_RETURN_IF_ERROR(supervisor_->Start());
   TENAX_ASSIGN_OR_RETURN(channel_,
                          protocol::AgentChannelServer::Start(
                              supervisor_->heartbeat_dir() + "/agent.sock",
@@ -908,7 +908,7 @@ Result<int> NodeAgent::Run() {
         fenced_at_ = WallNow();
       }
     }
-        supervisor_->Prewarm();  // the next generation's processes start up during the rendezvous
+    supervisor_->Prewarm();  // the next generation's processes start up during the rendezvous
     PublishReport(g, node_rank, out);
     if (out.interrupted) {
       TENAX_RETURN_IF_ERROR(Stop(out.exit_code, "a node agent was told to stop (SIGINT/SIGTERM)"));

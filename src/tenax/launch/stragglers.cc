@@ -46,8 +46,7 @@ std::vector<Straggler> StragglerDetector::Evaluate() {
         }
         std::sort(others.begin(), others.end());
         const size_t n = others.size();
-        const double median =
-            n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
+        const double median = n % 2 ? others[n / 2] : 0.5 * (others[n / 2 - 1] + others[n / 2]);
         run_[r] = (median > 0 && v[r] > factor_ * median) ? run_[r] + 1 : 0;
         if (run_[r] >= steps_ && !reported_[r]) {
           reported_[r] = true;

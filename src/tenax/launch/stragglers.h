@@ -15,9 +15,9 @@ namespace tenax::launch {
 
 struct Straggler {
   int local = -1;
-  int64_t step = 0;        // the step that completed the run of slow steps
-  double compute_s = 0;    // its compute time at that step
-  double median_s = 0;     // the other ranks' median at that step
+  int64_t step = 0;      // the step that completed the run of slow steps
+  double compute_s = 0;  // its compute time at that step
+  double median_s = 0;   // the other ranks' median at that step
 };
 
 class StragglerDetector {

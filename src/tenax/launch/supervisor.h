@@ -52,7 +52,7 @@ using StopFn = std::function<std::optional<std::string>()>;
 
 // What Launch learned about the job before starting it.
 struct JobInfo {
-    std::string run_dir;                  // the run folder (`train`); empty for other commands
+  std::string run_dir;                  // the run folder (`train`); empty for other commands
   std::string checkpoint_dir;           // its checkpoint folder (`train` with checkpoints on)
   int64_t total_steps = 0;              // training.steps (`train`); 0: unknown
   std::vector<protocol::Fault> faults;  // the parsed --inject spec
@@ -85,7 +85,7 @@ class Supervisor {
   };
   Status Start();
   Outcome RunGeneration(const GenerationPlan& plan, const StopFn& stop);
-    // Wakes the loop of a running generation, so that it asks its StopFn now; any thread.
+  // Wakes the loop of a running generation, so that it asks its StopFn now; any thread.
   void Wake() { watcher_->Wake(); }
   // Starts a standby process in every empty slot now, so that the next generation's ranks have
   // done their start-up (process, libraries, config) by the time it is planned.
@@ -136,7 +136,7 @@ class Supervisor {
   // Progress of the running generation (CheckBeats).
   std::vector<int64_t> last_step_;
   std::vector<int64_t> last_work_;  // beats' evaluation progress (Beat::work)
-  std::vector<double> intervals_;  // seconds between step completions (local rank 0)
+  std::vector<double> intervals_;   // seconds between step completions (local rank 0)
   double last_progress_ = 0, last_check_ = 0;
   bool any_step_done_ = false;
 };

@@ -72,9 +72,9 @@ at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor
   const int64_t b = x.size(0), t = x.size(1);
   const int64_t d = wq.size(0) / n_heads;
   const int64_t rep = n_heads / n_kv_heads;
-  at::Tensor q = ApplyRope(Linear(x, wq).view({b, t, n_heads, d}), rope);      // (B, T, H, D)
-  at::Tensor k = ApplyRope(Linear(x, wk).view({b, t, n_kv_heads, d}), rope);   // (B, T, K, D)
-  at::Tensor v = Linear(x, wv).view({b, t, n_kv_heads, d});                    // (B, T, K, D)
+  at::Tensor q = ApplyRope(Linear(x, wq).view({b, t, n_heads, d}), rope);     // (B, T, H, D)
+  at::Tensor k = ApplyRope(Linear(x, wk).view({b, t, n_kv_heads, d}), rope);  // (B, T, K, D)
+  at::Tensor v = Linear(x, wv).view({b, t, n_kv_heads, d});                   // (B, T, K, D)
   if (rep > 1) {
     k = k.unsqueeze(3).expand({b, t, n_kv_heads, rep, d}).reshape({b, t, n_heads, d});
     v = v.unsqueeze(3).expand({b, t, n_kv_heads, rep, d}).reshape({b, t, n_heads, d});

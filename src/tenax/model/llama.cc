@@ -1,9 +1,9 @@
 #include "tenax/model/llama.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <fmt/format.h>
 
 #include <cmath>
 #include <map>
@@ -13,8 +13,7 @@
 
 namespace tenax::model {
 
-std::vector<std::pair<std::string, std::vector<int64_t>>> Llama::ParamShapes(
-    const ModelSpec& s) {
+std::vector<std::pair<std::string, std::vector<int64_t>>> Llama::ParamShapes(const ModelSpec& s) {
   const int64_t c = s.dim, hd = s.head_dim();
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
   out.push_back({"tok_embeddings.weight", {s.vocab_size, c}});
@@ -64,8 +63,8 @@ Llama::Llama(ModelSpec spec, uint64_t seed, const at::Device& device)
     if (shape.size() == 1) {
       t = at::ones(shape, at::kFloat);
     } else {
-      const double std = (ends_with("wo.weight") || ends_with("w2.weight")) ? resid_std
-                                                                            : spec_.init_std;
+      const double std =
+          (ends_with("wo.weight") || ends_with("w2.weight")) ? resid_std : spec_.init_std;
       t = at::normal(0.0, std, shape, gen, at::TensorOptions().dtype(at::kFloat));
     }
     t = t.to(device_);
@@ -164,15 +163,14 @@ at::Tensor RecomputeInBackward(const std::function<at::Tensor(const at::Tensor&)
   return Recompute::apply(x, reinterpret_cast<int64_t>(fn));
 }
 
-
 void Llama::SetActivationCheckpoint(const std::string& mode) {
   TENAX_CHECK(mode == "none" || mode == "selective" || mode == "full");
   checkpoint_every_ = mode == "full" ? 1 : mode == "selective" ? 2 : 0;
 }
 
 at::Tensor Llama::Block(const Layer& l, const at::Tensor& x, const RopeTable& rope) const {
-  at::Tensor h = x + Attention(RmsNorm(x, l.attention_norm, spec_.norm_eps), l.wq, l.wk, l.wv,
-                               l.wo, spec_.n_heads, spec_.n_kv_heads, rope);
+  at::Tensor h = x + Attention(RmsNorm(x, l.attention_norm, spec_.norm_eps), l.wq, l.wk, l.wv, l.wo,
+                               spec_.n_heads, spec_.n_kv_heads, rope);
   if (l.is_moe) {  // tokens are routed independently: (B, T, C) -> (B T, C) and back
     const at::Tensor y = RmsNorm(h, l.ffn_norm, spec_.norm_eps);
     const int64_t layer = &l - layers_.data();
@@ -194,8 +192,8 @@ at::Tensor Llama::Blocks(const at::Tensor& input, int64_t begin, int64_t end) {
   at::Tensor h = input;
   for (int64_t i = begin; i < end; ++i) {
     const Layer& l = layers_[static_cast<size_t>(i)];
-    const bool recompute = checkpoint_every_ > 0 && at::GradMode::is_enabled() &&
-                           (i + 1) % checkpoint_every_ == 0;
+    const bool recompute =
+        checkpoint_every_ > 0 && at::GradMode::is_enabled() && (i + 1) % checkpoint_every_ == 0;
     if (recompute) {
       h = Recompute::apply(h, reinterpret_cast<int64_t>(&block_fns_[static_cast<size_t>(i)]));
     } else {
@@ -236,7 +234,8 @@ Status Llama::LoadParams(const std::vector<NamedTensor>& values) {
 void Llama::ReleaseParams() {
   std::vector<at::Tensor> empty;
   for (const auto& p : params_) {
-    empty.push_back(at::zeros({}, p.tensor.options().requires_grad(false)).expand(p.tensor.sizes()));
+    empty.push_back(
+        at::zeros({}, p.tensor.options().requires_grad(false)).expand(p.tensor.sizes()));
   }
   ReplaceParams(empty);
 }
@@ -251,9 +250,10 @@ Status Llama::CheckParams(const std::vector<NamedTensor>& values) const {
   for (const auto& p : params_) {
     auto it = given.find(p.name);
     if (it == given.end()) {
-      return DataError(fmt::format("missing tensor '{}' (shape {}); the weights do not belong to "
-                                   "a model of this shape",
-                                   p.name, fmt::join(p.tensor.sizes(), "x")));
+      return DataError(
+          fmt::format("missing tensor '{}' (shape {}); the weights do not belong to "
+                      "a model of this shape",
+                      p.name, fmt::join(p.tensor.sizes(), "x")));
     }
     if (it->second->sizes() != p.tensor.sizes()) {
       return DataError(fmt::format("tensor '{}' has shape {} but the model expects {}", p.name,

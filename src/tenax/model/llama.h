@@ -116,7 +116,7 @@ class Llama {
   at::Tensor tok_embeddings_, norm_, output_;
   std::vector<Layer> layers_;
   std::unique_ptr<MoeState> moe_;  // MoE models only
-  RopeTable rope_;  // cached for the longest sequence seen so far
+  RopeTable rope_;                 // cached for the longest sequence seen so far
   int64_t rope_len_ = 0;
   int checkpoint_every_ = 0;
   std::vector<std::function<at::Tensor(const at::Tensor&)>>

@@ -20,8 +20,8 @@ Result<std::vector<NamedTensor>> AssembleFromFiles(const std::map<std::string, s
   std::vector<ckpt::SafetensorsFile> parsed;
   for (const auto& [name, bytes] : files) {
     const bool whole = name == stem + ".safetensors";
-    const bool ranked = name.rfind(stem + "-rank", 0) == 0 &&
-                        name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
+    const bool ranked = name.rfind(stem + "-rank", 0) == 0 && name.size() > 12 &&
+                        name.substr(name.size() - 12) == ".safetensors";
     if (!whole && !ranked) continue;
     TENAX_ASSIGN_OR_RETURN(ckpt::SafetensorsFile f,
                            ckpt::SafetensorsFile::FromBytes(bytes, JoinPath(dir, name)));
@@ -59,8 +59,9 @@ Result<ModelCheckpoint> ModelCheckpointFromFiles(ckpt::LoadedCheckpoint loaded) 
   TENAX_ASSIGN_OR_RETURN(out.spec, ModelSpecFromJson(out.train_state["model"]));
   TENAX_ASSIGN_OR_RETURN(out.params, AssembleFromFiles(loaded.files, "model", loaded.dir));
   if (out.params.empty()) {
-    return DataError(loaded.dir + " has no model weights (model.safetensors or model-rank*); it "
-                                  "is not a tenax model checkpoint");
+    return DataError(loaded.dir +
+                     " has no model weights (model.safetensors or model-rank*); it "
+                     "is not a tenax model checkpoint");
   }
   out.files = std::move(loaded.files);
   return out;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
@@ -32,8 +31,7 @@ struct ModelCheckpoint {
 // layout wrote them: STEM.safetensors (one process) or STEM-rankRRRRR-of-NNNNN.safetensors
 // (one per rank, sliced). Empty when the checkpoint has no such files.
 Result<std::vector<NamedTensor>> AssembleFromFiles(const std::map<std::string, std::string>& files,
-                                                   const std::string& stem,
-                                                   const std::string& dir);
+                                                   const std::string& stem, const std::string& dir);
 std::string RankFileName(const std::string& stem, int rank, int ranks);
 
 // `path` is a step folder or a checkpoint folder (its newest checkpoint that verifies).

@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "tenax/core/check.h"
 
@@ -16,7 +15,7 @@ struct DtypeName {
   const char* name;
 };
 constexpr DtypeName kDtypes[] = {
-    {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"}, {at::kBFloat16, "BF16"},
+    {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"},  {at::kBFloat16, "BF16"},
     {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
     {at::kByte, "U8"},    {at::kBool, "BOOL"},
 };
@@ -113,8 +112,8 @@ Result<std::vector<NamedTensor>> AssembleTensors(
       if (block_dim >= 0) {
         if (block_dim >= static_cast<int>(shape.size()) || block_begin < 0 ||
             block_end > shape[static_cast<size_t>(block_dim)] || block_begin >= block_end) {
-          return DataError(fmt::format("{}: block of {} does not fit its shape", f->label(),
-                                       t.name));
+          return DataError(
+              fmt::format("{}: block of {} does not fit its shape", f->label(), t.name));
         }
         space = numel / shape[static_cast<size_t>(block_dim)] * (block_end - block_begin);
       }
@@ -160,9 +159,10 @@ Result<std::vector<NamedTensor>> AssembleTensors(
   for (const auto& name : order) {
     Partial& p = parts.at(name);
     if (p.covered != p.flat.numel()) {
-      return DataError(fmt::format("the checkpoint's shards cover {} of {} elements of {}; a "
-                                   "rank's file is missing",
-                                   p.covered, p.flat.numel(), name));
+      return DataError(
+          fmt::format("the checkpoint's shards cover {} of {} elements of {}; a "
+                      "rank's file is missing",
+                      p.covered, p.flat.numel(), name));
     }
     out.push_back({name, p.flat.view(p.shape)});
   }

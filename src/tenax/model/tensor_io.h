@@ -30,13 +30,14 @@ struct TensorSlice {
   std::vector<int64_t> full_shape;
   int64_t begin = 0;
   int64_t end = 0;
-  at::Tensor values;  // 1-D
+  at::Tensor values;   // 1-D
   int block_dim = -1;  // -1: the slice indexes the whole tensor
   int64_t block_begin = 0, block_end = 0;
 };
 std::string SerializeSlices(const std::vector<TensorSlice>& slices);
 // Reassembles full tensors from the slices in `files` (any number of ranks, any split); every
 // element must be covered exactly once. Tensors in files without slice metadata are taken whole.
-Result<std::vector<NamedTensor>> AssembleTensors(const std::vector<const ckpt::SafetensorsFile*>& files);
+Result<std::vector<NamedTensor>> AssembleTensors(
+    const std::vector<const ckpt::SafetensorsFile*>& files);
 
 }  // namespace tenax::model

@@ -83,16 +83,22 @@ TEST(DistEnv, TorchrunSlurmAndErrors) {
   auto single = from({});
   ASSERT_TRUE(single.ok());
   EXPECT_FALSE(single->distributed());
-  auto tr = from({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                  {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}});
+  auto tr = from({{"RANK", "3"},
+                  {"WORLD_SIZE", "8"},
+                  {"LOCAL_RANK", "1"},
+                  {"MASTER_ADDR", "10.0.0.1"},
+                  {"MASTER_PORT", "1234"}});
   ASSERT_TRUE(tr.ok());
   EXPECT_EQ(tr->rank, 3);
   EXPECT_EQ(tr->world, 8);
   EXPECT_EQ(tr->local_rank, 1);
   EXPECT_EQ(tr->master_addr, "10.0.0.1");
   EXPECT_EQ(tr->master_port, 1234);
-  auto sl = from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"},
-                  {"SLURM_NTASKS_PER_NODE", "4(x4)"}, {"SLURM_LAUNCH_NODE_IPADDR", "10.1.1.1"}});
+  auto sl = from({{"SLURM_PROCID", "5"},
+                  {"SLURM_NTASKS", "16"},
+                  {"SLURM_LOCALID", "1"},
+                  {"SLURM_NTASKS_PER_NODE", "4(x4)"},
+                  {"SLURM_LAUNCH_NODE_IPADDR", "10.1.1.1"}});
   ASSERT_TRUE(sl.ok());
   EXPECT_EQ(sl->source, "slurm");
   EXPECT_EQ(sl->rank, 5);

@@ -45,7 +45,7 @@ FlatLayout MakeFlatLayout(const std::vector<model::NamedTensor>& params, int sha
 struct Fsdp::Unit {
   std::string name;              // "root", "layers.<i>" or "layers.<i>.experts"
   Communicator* comm = nullptr;  // the group sharding this unit
-  std::vector<int> params;  // model params() indices, in params() order
+  std::vector<int> params;       // model params() indices, in params() order
   FlatLayout layout;
   std::vector<std::pair<int64_t, int64_t>> tp_replicated;  // shard-local ranges summed over TP
   bool hooked = false;  // per-parameter gradient hooks collect a bucket

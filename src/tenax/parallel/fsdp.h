@@ -92,8 +92,8 @@ class Fsdp final : public BlockHooks {
   struct Unit;
   int num_units() const { return static_cast<int>(units_.size()); }
   const FlatLayout& layout(int unit) const;
-  const std::string& unit_name(int unit) const;   // "root", "layers.<i>" or "layers.<i>.experts"
-  at::Tensor unit_shard(int unit) const;          // this rank's flat shard (sharded only)
+  const std::string& unit_name(int unit) const;  // "root", "layers.<i>" or "layers.<i>.experts"
+  at::Tensor unit_shard(int unit) const;         // this rank's flat shard (sharded only)
   // The model's params() index of each entry of layout(unit).
   const std::vector<int>& param_indices(int unit) const;
 
@@ -136,7 +136,7 @@ class Fsdp final : public BlockHooks {
   void HookGrad(Unit& u, size_t entry, const at::Tensor& param);  // OnParamGrad on each gradient
   void OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad);
   at::Tensor FlatGrads(const Unit& u) const;  // (padded) the unit's .grad, zeros where absent
-  void ReduceFromGrads(Unit& u);  // issue the reduction of the unit's accumulated .grad
+  void ReduceFromGrads(Unit& u);              // issue the reduction of the unit's accumulated .grad
   void WaitReduction(Unit& u);
   const std::vector<int>& UnitsOfLayer(int64_t layer) const;  // empty when not held
 

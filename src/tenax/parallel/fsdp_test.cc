@@ -141,14 +141,14 @@ TEST(Fsdp, MatchesGlobalBatch) {
     const char* ac;
     const char* tied;
   };
-  for (const Case& c : {Case{"1x4x1", "none", "0"}, Case{"1x4x1", "full", "1"},
-                        Case{"2x2x1", "selective", "0"}, Case{"4x1x1", "none", "1"},
-                        Case{"1x2x2", "full", "0"}, Case{"2x1x2", "none", "1"}}) {
+  for (const Case& c :
+       {Case{"1x4x1", "none", "0"}, Case{"1x4x1", "full", "1"}, Case{"2x2x1", "selective", "0"},
+        Case{"4x1x1", "none", "1"}, Case{"1x2x2", "full", "0"}, Case{"2x1x2", "none", "1"}}) {
     SCOPED_TRACE(std::string(c.layout) + " ac=" + c.ac + " tied=" + c.tied);
-    auto codes = testing::RunRanks(
-        4, "FsdpWorker.DISABLED_MatchesGlobalBatch",
-        {std::string("FSDP_CASE=") + c.layout, std::string("FSDP_AC=") + c.ac,
-         std::string("FSDP_TIED=") + c.tied});
+    auto codes =
+        testing::RunRanks(4, "FsdpWorker.DISABLED_MatchesGlobalBatch",
+                          {std::string("FSDP_CASE=") + c.layout, std::string("FSDP_AC=") + c.ac,
+                           std::string("FSDP_TIED=") + c.tied});
     for (int code : codes) EXPECT_EQ(code, 0);
   }
 }

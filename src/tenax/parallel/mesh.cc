@@ -6,10 +6,14 @@ namespace tenax::parallel {
 
 const char* AxisName(Axis a) {
   switch (a) {
-    case Axis::kReplicate: return "data_parallel_replicate";
-    case Axis::kShard: return "data_parallel_shard";
-    case Axis::kPipeline: return "pipeline_parallel";
-    case Axis::kTensor: return "tensor_parallel";
+    case Axis::kReplicate:
+      return "data_parallel_replicate";
+    case Axis::kShard:
+      return "data_parallel_shard";
+    case Axis::kPipeline:
+      return "pipeline_parallel";
+    case Axis::kTensor:
+      return "tensor_parallel";
   }
   return "?";
 }
@@ -18,8 +22,7 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
                           const TrainingOptions& training) {
   Mesh m;
   m.world_ = world;
-  const int64_t rep = o.data_parallel_replicate, tp = o.tensor_parallel,
-                pp = o.pipeline_parallel;
+  const int64_t rep = o.data_parallel_replicate, tp = o.tensor_parallel, pp = o.pipeline_parallel;
   int64_t shard = o.data_parallel_shard;
   if (shard == -1) {
     if (world % (rep * tp * pp) != 0) {
@@ -43,13 +46,13 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
                                    model.n_heads, tp));
   }
   if (model.n_kv_heads % tp != 0) {
-    problems.push_back(fmt::format(
-        "model.n_kv_heads ({}) is not divisible by tensor_parallel ({})", model.n_kv_heads, tp));
+    problems.push_back(fmt::format("model.n_kv_heads ({}) is not divisible by tensor_parallel ({})",
+                                   model.n_kv_heads, tp));
   }
   if (model.ffn_hidden_dim % tp != 0) {
-    problems.push_back(fmt::format(
-        "model.ffn_hidden_dim ({}) is not divisible by tensor_parallel ({})", model.ffn_hidden_dim,
-        tp));
+    problems.push_back(
+        fmt::format("model.ffn_hidden_dim ({}) is not divisible by tensor_parallel ({})",
+                    model.ffn_hidden_dim, tp));
   }
   if (tp > 1 && training.seq_len % tp != 0) {
     problems.push_back(fmt::format(
@@ -64,9 +67,10 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
         model.n_layers, pp, o.virtual_stages, stages));
   }
   if (o.virtual_stages > 1 && o.pipeline_schedule != "interleaved_1f1b") {
-    problems.push_back(fmt::format("virtual_stages = {} needs pipeline_schedule = "
-                                   "\"interleaved_1f1b\" (it is \"{}\")",
-                                   o.virtual_stages, o.pipeline_schedule));
+    problems.push_back(
+        fmt::format("virtual_stages = {} needs pipeline_schedule = "
+                    "\"interleaved_1f1b\" (it is \"{}\")",
+                    o.virtual_stages, o.pipeline_schedule));
   }
   if (pp > 1 && o.pipeline_schedule != "gpipe" && o.microbatches < pp) {
     problems.push_back(fmt::format(
@@ -81,9 +85,9 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
         o.microbatches, pp));
   }
   if (training.local_batch_size % o.microbatches != 0) {
-    problems.push_back(fmt::format(
-        "training.local_batch_size ({}) is not divisible by microbatches ({})",
-        training.local_batch_size, o.microbatches));
+    problems.push_back(
+        fmt::format("training.local_batch_size ({}) is not divisible by microbatches ({})",
+                    training.local_batch_size, o.microbatches));
   }
   const int64_t ep = o.expert_parallel;
   if (ep > 1) {

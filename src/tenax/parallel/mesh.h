@@ -27,8 +27,8 @@ const char* AxisName(Axis axis);
 class Mesh {
  public:
   // Resolves data_parallel_shard = -1 and validates the layout against the model and batch.
-  static Result<Mesh> Create(const ParallelismOptions& options, int world,
-                             const ModelSpec& model, const TrainingOptions& training);
+  static Result<Mesh> Create(const ParallelismOptions& options, int world, const ModelSpec& model,
+                             const TrainingOptions& training);
 
   int world() const { return world_; }
   int degree(Axis a) const { return degrees_[static_cast<int>(a)]; }

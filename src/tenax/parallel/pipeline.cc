@@ -1,7 +1,7 @@
 #include "tenax/parallel/pipeline.h"
 
-#include <torch/csrc/autograd/autograd.h>
 #include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,7 +34,7 @@ struct PipelineExecutor::StepState {
   at::Tensor loss_sum;              // () fp64, last stage only
   int in_flight = 0;
   StepTimeline timeline;
-  int64_t rows = 0, seq = 0;        // micro-batch shape (B / m, T)
+  int64_t rows = 0, seq = 0;  // micro-batch shape (B / m, T)
 };
 
 namespace {
@@ -49,12 +49,11 @@ size_t Slot(const PipelinePlan& plan, ActionKind kind, int mb, int chunk) {
 Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(StageModel& model,
                                                                    Communicator& comm,
                                                                    PipelineOptions options) {
-  TENAX_ASSIGN_OR_RETURN(PipelinePlan plan,
-                         BuildSchedule(options.schedule, comm.size(), options.microbatches,
-                                       options.virtual_stages));
+  TENAX_ASSIGN_OR_RETURN(
+      PipelinePlan plan,
+      BuildSchedule(options.schedule, comm.size(), options.microbatches, options.virtual_stages));
   TENAX_ASSIGN_OR_RETURN(std::vector<LayerRange> layers,
-                         SplitLayers(model.spec().n_layers, comm.size(),
-                                     options.virtual_stages));
+                         SplitLayers(model.spec().n_layers, comm.size(), options.virtual_stages));
   // The order of sends and receives that keeps blocking point-to-point calls deadlock-free; every
   // rank derives the same programs from the same plan (see BuildPrograms).
   TENAX_ASSIGN_OR_RETURN(auto programs, BuildPrograms(plan));
@@ -64,9 +63,8 @@ Result<std::unique_ptr<PipelineExecutor>> PipelineExecutor::Create(StageModel& m
   return ex;
 }
 
-PipelineExecutor::PipelineExecutor(StageModel& model, Communicator& comm,
-                                   PipelineOptions options, PipelinePlan plan,
-                                   std::vector<LayerRange> stage_layers)
+PipelineExecutor::PipelineExecutor(StageModel& model, Communicator& comm, PipelineOptions options,
+                                   PipelinePlan plan, std::vector<LayerRange> stage_layers)
     : model_(model),
       comm_(comm),
       options_(std::move(options)),
@@ -180,8 +178,7 @@ void PipelineExecutor::RunStep(StepState& st) {
         if (options_.on_action) options_.on_action(e.action);
         break;
       case StepType::kSend: {
-        at::Tensor& t = st.outbox[Slot(plan_, e.action.kind, e.action.microbatch,
-                                       e.action.chunk)];
+        at::Tensor& t = st.outbox[Slot(plan_, e.action.kind, e.action.microbatch, e.action.chunk)];
         TENAX_CHECK(t.defined());  // the ordering rule guarantees the producer ran
         comm_.Send(t, e.peer, e.tag);
         t = at::Tensor();
@@ -201,9 +198,15 @@ void PipelineExecutor::RunStep(StepState& st) {
     rec.end_s = Seconds(t0, end);
     const double d = rec.end_s - rec.start_s;
     switch (e.type) {
-      case StepType::kCompute: st.timeline.compute_s += d; break;
-      case StepType::kSend: st.timeline.send_s += d; break;
-      case StepType::kRecv: st.timeline.recv_s += d; break;
+      case StepType::kCompute:
+        st.timeline.compute_s += d;
+        break;
+      case StepType::kSend:
+        st.timeline.send_s += d;
+        break;
+      case StepType::kRecv:
+        st.timeline.recv_s += d;
+        break;
     }
     st.timeline.events.push_back(rec);
   }
@@ -241,17 +244,17 @@ Result<PipelineStepResult> PipelineExecutor::Step(const at::Tensor& tokens,
                                                   const at::Tensor& targets) {
   const int m = plan_.microbatches, me = comm_.rank();
   if (tokens.dim() != 2 || targets.sizes() != tokens.sizes()) {
-    return InvalidArgument(fmt::format(
-        "pipeline step: tokens ({}) and targets ({}) must both be (batch, seq)",
-        fmt::join(tokens.sizes(), "x"), fmt::join(targets.sizes(), "x")));
+    return InvalidArgument(
+        fmt::format("pipeline step: tokens ({}) and targets ({}) must both be (batch, seq)",
+                    fmt::join(tokens.sizes(), "x"), fmt::join(targets.sizes(), "x")));
   }
   if (tokens.size(0) % m != 0) {
     return InvalidArgument(fmt::format(
         "pipeline step: batch size {} is not divisible by microbatches ({})", tokens.size(0), m));
   }
   const int last = plan_.RankOf(plan_.num_stages() - 1), first = plan_.RankOf(0);
-  const bool sync_tied = model_.spec().tie_embeddings && first != last &&
-                         (me == first || me == last);
+  const bool sync_tied =
+      model_.spec().tie_embeddings && first != last && (me == first || me == last);
   StepState st;
   const size_t slots = static_cast<size_t>(2 * m * plan_.virtual_stages);
   st.inputs.resize(slots);
@@ -306,8 +309,8 @@ Result<double> PipelineExecutor::EvalLoss(const at::Tensor& tokens, const at::Te
       if (s == 0) {
         h = model_.Embed(tokens, options_.compute_dtype);
       } else if (plan_.RankOf(s - 1) != me) {
-        h = at::empty({tokens.size(0), tokens.size(1) / model_.sequence_shards(), model_.spec().dim},
-                      act);
+        h = at::empty(
+            {tokens.size(0), tokens.size(1) / model_.sequence_shards(), model_.spec().dim}, act);
         comm_.Recv(h, plan_.RankOf(s - 1), tag0 + s);
       }
       const LayerRange& layers = stage_layers_[static_cast<size_t>(s)];
@@ -318,7 +321,8 @@ Result<double> PipelineExecutor::EvalLoss(const at::Tensor& tokens, const at::Te
         comm_.Send(h.contiguous(), plan_.RankOf(s + 1), tag0 + s + 1);
       }
     }
-    at::Tensor l = at::full({1}, loss, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
+    at::Tensor l =
+        at::full({1}, loss, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
     comm_.Broadcast(l, last);
     loss = l.item<double>();
   });

@@ -1,6 +1,6 @@
-// Pipeline-parallel execution of a StageModel (stage_model.h): the layers are split evenly into p * v model
-// stages (stage 0 also embeds the tokens, the last stage also runs the head and the loss), rank r
-// of the pipeline group runs chunks c = 0..v-1 holding stages c * p + r, and one Step runs a
+// Pipeline-parallel execution of a StageModel (stage_model.h): the layers are split evenly into p *
+// v model stages (stage 0 also embeds the tokens, the last stage also runs the head and the loss),
+// rank r of the pipeline group runs chunks c = 0..v-1 holding stages c * p + r, and one Step runs a
 // PipelinePlan (pipeline_schedule.h) over m micro-batches of a (B, T) batch, passing activations
 // forward and their gradients backward with blocking Send/Recv.
 //
@@ -53,18 +53,18 @@ struct PipelineOptions {
 // host side (kernel launches) unless the on_action hook synchronizes.
 struct TimelineEvent {
   StepType type = StepType::kCompute;
-  Action action;   // for Send/Recv: the action whose input (Recv) or output (Send) moves
-  int stage = 0;   // model stage of that action
+  Action action;  // for Send/Recv: the action whose input (Recv) or output (Send) moves
+  int stage = 0;  // model stage of that action
   double start_s = 0;
   double end_s = 0;
 };
 
 struct StepTimeline {
   std::vector<TimelineEvent> events;  // in execution order
-  double step_s = 0;     // wall clock of the step's actions (barrier to barrier if requested)
-  double compute_s = 0;  // sum of compute spans
-  double recv_s = 0;     // time blocked in Recv
-  double send_s = 0;     // time blocked in Send
+  double step_s = 0;       // wall clock of the step's actions (barrier to barrier if requested)
+  double compute_s = 0;    // sum of compute spans
+  double recv_s = 0;       // time blocked in Recv
+  double send_s = 0;       // time blocked in Send
   int peak_in_flight = 0;  // max (micro-batch, chunk) activations held at once
   // Measured bubble, same definition as the simulator's: (step - compute) / compute.
   double idle_fraction() const { return (step_s - compute_s) / compute_s; }

@@ -20,16 +20,18 @@ Result<ScheduleKind> ParseScheduleKind(const std::string& name) {
 
 const char* ScheduleName(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kGPipe: return "gpipe";
-    case ScheduleKind::k1F1B: return "1f1b";
-    case ScheduleKind::kInterleaved1F1B: return "interleaved_1f1b";
+    case ScheduleKind::kGPipe:
+      return "gpipe";
+    case ScheduleKind::k1F1B:
+      return "1f1b";
+    case ScheduleKind::kInterleaved1F1B:
+      return "interleaved_1f1b";
   }
   return "?";
 }
 
 std::string ToString(const Action& a) {
-  return fmt::format("{}{}c{}", a.kind == ActionKind::kForward ? 'F' : 'B', a.microbatch,
-                     a.chunk);
+  return fmt::format("{}{}c{}", a.kind == ActionKind::kForward ? 'F' : 'B', a.microbatch, a.chunk);
 }
 
 namespace {
@@ -90,8 +92,8 @@ Result<PipelinePlan> BuildSchedule(ScheduleKind kind, int p, int m, int v) {
   const char* name = ScheduleName(kind);
   if (p < 1 || m < 1 || v < 1) {
     return InvalidArgument(fmt::format(
-        "pipeline_parallel ({}), microbatches ({}) and virtual_stages ({}) must all be >= 1", p,
-        m, v));
+        "pipeline_parallel ({}), microbatches ({}) and virtual_stages ({}) must all be >= 1", p, m,
+        v));
   }
   if (v > 1 && kind != ScheduleKind::kInterleaved1F1B) {
     return InvalidArgument(fmt::format(
@@ -117,8 +119,12 @@ Result<PipelinePlan> BuildSchedule(ScheduleKind kind, int p, int m, int v) {
   plan.virtual_stages = v;
   for (int r = 0; r < p; ++r) {
     switch (kind) {
-      case ScheduleKind::kGPipe: plan.actions.push_back(GPipeRank(m)); break;
-      case ScheduleKind::k1F1B: plan.actions.push_back(OneFOneBRank(p, m, r)); break;
+      case ScheduleKind::kGPipe:
+        plan.actions.push_back(GPipeRank(m));
+        break;
+      case ScheduleKind::k1F1B:
+        plan.actions.push_back(OneFOneBRank(p, m, r));
+        break;
       case ScheduleKind::kInterleaved1F1B:
         plan.actions.push_back(InterleavedRank(p, m, v, r));
         break;
@@ -154,8 +160,8 @@ Result<Simulation> Run(const PipelinePlan& plan, CostFn cost, double message) {
   const int p = plan.ranks, m = plan.microbatches, v = plan.virtual_stages, S = plan.num_stages();
   TENAX_CHECK(p >= 1 && m >= 1 && v >= 1);
   if (static_cast<int>(plan.actions.size()) != p) {
-    return InvalidArgument(fmt::format("plan has {} action lists for {} ranks",
-                                       plan.actions.size(), p));
+    return InvalidArgument(
+        fmt::format("plan has {} action lists for {} ranks", plan.actions.size(), p));
   }
   // A malformed plan (duplicate or missing action) would otherwise look like a deadlock or
   // silently double-count; name it precisely instead.
@@ -163,8 +169,8 @@ Result<Simulation> Run(const PipelinePlan& plan, CostFn cost, double message) {
     std::vector<int> seen(static_cast<size_t>(2 * m * v), 0);
     for (const Action& a : plan.actions[r]) {
       if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v) {
-        return InvalidArgument(fmt::format("rank {}: action {} is out of range (m = {}, v = {})",
-                                           r, ToString(a), m, v));
+        return InvalidArgument(fmt::format("rank {}: action {} is out of range (m = {}, v = {})", r,
+                                           ToString(a), m, v));
       }
       const int k = (a.kind == ActionKind::kForward ? 0 : m * v) + a.microbatch * v + a.chunk;
       if (seen[static_cast<size_t>(k)]++ > 0) {
@@ -172,9 +178,10 @@ Result<Simulation> Run(const PipelinePlan& plan, CostFn cost, double message) {
       }
     }
     if (plan.actions[r].size() != seen.size()) {
-      return InvalidArgument(fmt::format("rank {} has {} actions, expected {} (one forward and "
-                                         "one backward per micro-batch and chunk)",
-                                         r, plan.actions[r].size(), seen.size()));
+      return InvalidArgument(
+          fmt::format("rank {} has {} actions, expected {} (one forward and "
+                      "one backward per micro-batch and chunk)",
+                      r, plan.actions[r].size(), seen.size()));
     }
   }
 
@@ -257,8 +264,8 @@ Result<Simulation> SimulateWithDurations(const PipelinePlan& plan,
                                          const std::vector<std::vector<double>>& durations,
                                          double message_latency) {
   if (durations.size() != plan.actions.size()) {
-    return InvalidArgument(fmt::format("durations for {} ranks, plan has {}", durations.size(),
-                                       plan.actions.size()));
+    return InvalidArgument(
+        fmt::format("durations for {} ranks, plan has {}", durations.size(), plan.actions.size()));
   }
   for (size_t r = 0; r < durations.size(); ++r) {
     if (durations[r].size() != plan.actions[r].size()) {
@@ -267,13 +274,13 @@ Result<Simulation> SimulateWithDurations(const PipelinePlan& plan,
     }
   }
   return Run(
-      plan, [&](int r, size_t i) { return durations[static_cast<size_t>(r)][i]; },
-      message_latency);
+      plan, [&](int r, size_t i) { return durations[static_cast<size_t>(r)][i]; }, message_latency);
 }
 
 std::string ToString(const ProgramStep& s) {
   switch (s.type) {
-    case StepType::kCompute: return ToString(s.action);
+    case StepType::kCompute:
+      return ToString(s.action);
     case StepType::kSend:
       return fmt::format("send {} -> {} #{}", ToString(s.action), s.peer, s.tag);
     case StepType::kRecv:
@@ -328,9 +335,14 @@ Result<std::vector<std::vector<ProgramStep>>> BuildPrograms(const PipelinePlan& 
       const int dir = fwd ? 0 : 1;
       const int tag = (dir * S + ta.stage) * m + a.microbatch;
       const Action consumer{a.kind, a.microbatch, plan.ChunkOf(to_stage)};
-      keyed.push_back({ta.end, 0, dir, ta.stage, a.microbatch, q,
-                       {StepType::kSend, a, ta.stage, to, tag}});
-      keyed.push_back({ta.end, 0, dir, ta.stage, a.microbatch, to,
+      keyed.push_back(
+          {ta.end, 0, dir, ta.stage, a.microbatch, q, {StepType::kSend, a, ta.stage, to, tag}});
+      keyed.push_back({ta.end,
+                       0,
+                       dir,
+                       ta.stage,
+                       a.microbatch,
+                       to,
                        {StepType::kRecv, consumer, to_stage, q, tag}});
     }
   }
@@ -370,12 +382,12 @@ Status CheckRendezvous(const PipelinePlan& plan,
           const bool fwd = a.kind == ActionKind::kForward;
           const bool needs_input = fwd ? s.stage > 0 : s.stage < S - 1;
           if (needs_input && !arrived[idx(a.kind, s.stage, a.microbatch)]) {
-            return InvalidArgument(fmt::format("rank {} runs {} before its input arrived", r,
-                                               ToString(s)));
+            return InvalidArgument(
+                fmt::format("rank {} runs {} before its input arrived", r, ToString(s)));
           }
           if (!fwd && !done[idx(ActionKind::kForward, s.stage, a.microbatch)]) {
-            return InvalidArgument(fmt::format("rank {} runs {} before its forward", r,
-                                               ToString(s)));
+            return InvalidArgument(
+                fmt::format("rank {} runs {} before its forward", r, ToString(s)));
           }
           done[idx(a.kind, s.stage, a.microbatch)] = 1;
           const int to_stage = fwd ? s.stage + 1 : s.stage - 1;
@@ -398,8 +410,7 @@ Status CheckRendezvous(const PipelinePlan& plan,
         const ProgramStep& recv = s.type == StepType::kSend ? o : s;
         if (!done[idx(send.action.kind, send.stage, send.action.microbatch)]) {
           return InvalidArgument(fmt::format("rank {} sends {} before computing it",
-                                             s.type == StepType::kSend ? r : peer,
-                                             ToString(send)));
+                                             s.type == StepType::kSend ? r : peer, ToString(send)));
         }
         arrived[idx(recv.action.kind, recv.stage, recv.action.microbatch)] = 1;
         ++pc[r];

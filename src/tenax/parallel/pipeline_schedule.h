@@ -54,9 +54,9 @@ std::string ToString(const Action& a);  // "F3c1": forward of micro-batch 3 on c
 // forward and one backward per (micro-batch, chunk), the forward first.
 struct PipelinePlan {
   ScheduleKind kind = ScheduleKind::k1F1B;
-  int ranks = 1;           // p: pipeline-parallel degree
-  int microbatches = 1;    // m
-  int virtual_stages = 1;  // v: chunks per rank
+  int ranks = 1;                             // p: pipeline-parallel degree
+  int microbatches = 1;                      // m
+  int virtual_stages = 1;                    // v: chunks per rank
   std::vector<std::vector<Action>> actions;  // [rank] in execution order
 
   int num_stages() const { return ranks * virtual_stages; }
@@ -95,10 +95,10 @@ struct TimedAction {
 
 struct Simulation {
   double makespan = 0;
-  std::vector<double> busy;               // [rank] sum of its action costs
-  std::vector<double> idle;               // [rank] makespan - busy (waiting, warm-up, drain)
-  std::vector<int> peak_in_flight;        // [rank] max (micro-batch, chunk) pairs whose forward
-                                          // ran and whose backward has not: activations held
+  std::vector<double> busy;         // [rank] sum of its action costs
+  std::vector<double> idle;         // [rank] makespan - busy (waiting, warm-up, drain)
+  std::vector<int> peak_in_flight;  // [rank] max (micro-batch, chunk) pairs whose forward
+                                    // ran and whose backward has not: activations held
   std::vector<std::vector<TimedAction>> timeline;  // [rank] in execution order
   double bubble_fraction(int rank) const { return idle[rank] / busy[rank]; }
 };

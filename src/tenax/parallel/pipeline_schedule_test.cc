@@ -57,8 +57,7 @@ TEST(PipelineSchedule, BubbleFractionMatchesClosedForm) {
     const double want = Formula(g.kind, g.p, g.m, g.v);
     for (int r = 0; r < g.p; ++r) {
       EXPECT_NEAR(sim->bubble_fraction(r), want, 1e-9)
-          << ScheduleName(g.kind) << " p=" << g.p << " m=" << g.m << " v=" << g.v
-          << " rank " << r;
+          << ScheduleName(g.kind) << " p=" << g.p << " m=" << g.m << " v=" << g.v << " rank " << r;
       EXPECT_DOUBLE_EQ(sim->busy[r], 3.0 * g.m * g.v);
     }
     ++checked;
@@ -71,12 +70,12 @@ TEST(PipelineSchedule, BubbleTableForTheReport) {
   std::printf("%-17s %2s %3s %2s  %-10s %-10s\n", "schedule", "p", "m", "v", "simulated",
               "formula");
   for (const GridCase& g : std::vector<GridCase>{{ScheduleKind::kGPipe, 4, 4, 1},
-                                                {ScheduleKind::kGPipe, 4, 8, 1},
-                                                {ScheduleKind::k1F1B, 4, 4, 1},
-                                                {ScheduleKind::k1F1B, 4, 8, 1},
-                                                {ScheduleKind::kInterleaved1F1B, 4, 4, 2},
-                                                {ScheduleKind::kInterleaved1F1B, 4, 8, 2},
-                                                {ScheduleKind::kInterleaved1F1B, 4, 8, 4}}) {
+                                                 {ScheduleKind::kGPipe, 4, 8, 1},
+                                                 {ScheduleKind::k1F1B, 4, 4, 1},
+                                                 {ScheduleKind::k1F1B, 4, 8, 1},
+                                                 {ScheduleKind::kInterleaved1F1B, 4, 4, 2},
+                                                 {ScheduleKind::kInterleaved1F1B, 4, 8, 2},
+                                                 {ScheduleKind::kInterleaved1F1B, 4, 8, 4}}) {
     auto plan = BuildSchedule(g.kind, g.p, g.m, g.v);
     ASSERT_TRUE(plan.ok());
     auto sim = Simulate(*plan);
@@ -148,8 +147,8 @@ TEST(PipelineSchedule, DeadlockFreeGridAndTimelineRespectsDependencies) {
     // Non-uniform costs too: deadlock freedom must not depend on the cost model.
     for (ActionCosts costs : {ActionCosts{1, 2}, ActionCosts{1, 1}, ActionCosts{3, 1}}) {
       auto sim = Simulate(*plan, costs);
-      ASSERT_TRUE(sim.ok()) << ScheduleName(g.kind) << " p=" << g.p << " m=" << g.m
-                            << " v=" << g.v << ": " << sim.status().ToString();
+      ASSERT_TRUE(sim.ok()) << ScheduleName(g.kind) << " p=" << g.p << " m=" << g.m << " v=" << g.v
+                            << ": " << sim.status().ToString();
       // Independent check of the event times: every dependency finished before its consumer.
       const int S = plan->num_stages();
       std::vector<double> fwd_end(static_cast<size_t>(S * g.m)),
@@ -194,8 +193,7 @@ TEST(PipelineSchedule, SimulatorReportsDeadlockAndMalformedPlans) {
                     {ActionKind::kBackward, 0, 0}};
   auto sim = Simulate(bad);
   ASSERT_FALSE(sim.ok());
-  EXPECT_NE(sim.status().message().find("deadlocks"), std::string::npos)
-      << sim.status().message();
+  EXPECT_NE(sim.status().message().find("deadlocks"), std::string::npos) << sim.status().message();
   EXPECT_NE(sim.status().message().find("rank 1 at B1c0"), std::string::npos)
       << sim.status().message();
 

@@ -106,8 +106,8 @@ void RunCase(Communicator& comm, const Case& c) {
     const at::Tensor& g = params[i].tensor.grad();
     // Parameters of other stages never enter this rank's graph.
     EXPECT_EQ(g.defined(), mine) << name << " on rank " << comm.rank();
-    at::Tensor sum = owners[0] == comm.rank() && g.defined() ? g.clone()
-                                                              : at::zeros_like(params[i].tensor);
+    at::Tensor sum =
+        owners[0] == comm.rank() && g.defined() ? g.clone() : at::zeros_like(params[i].tensor);
     comm.AllReduceSum(sum);
     const at::Tensor want = ref.params()[i].tensor.grad() * static_cast<double>(c.steps);
     const double scale = want.abs().max().item<double>();
@@ -243,16 +243,15 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
       }
     }
     at::Tensor l = at::full(
-        {1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
-                 (2 * iters),
+        {1},
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / (2 * iters),
         at::kDouble);
     world.AllReduceSum(l);
     latency = l.item<double>() / p;
   }
   if (me == 0) {
-    std::printf("p2p latency %.2f ms\n%-17s %2s %2s %2s  %-7s %-7s %-7s  %-31s %s\n",
-                latency * 1e3, "schedule", "p", "m", "v", "formula", "sim", "replay",
-                "measured per rank", "mean");
+    std::printf("p2p latency %.2f ms\n%-17s %2s %2s %2s  %-7s %-7s %-7s  %-31s %s\n", latency * 1e3,
+                "schedule", "p", "m", "v", "formula", "sim", "replay", "measured per rank", "mean");
   }
 
   struct TimedCase {
@@ -327,9 +326,9 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
       for (int r = 0; r < p; ++r) per_rank += fmt::format("{:.4f} ", best_idle[r].item<double>());
       double replay_mean = 0;
       for (int r = 0; r < p; ++r) replay_mean += replay->bubble_fraction(r) / p;
-      std::printf("%-17s %2d %2d %2d  %-7.4f %-7.4f %-7.4f  %-31s %.4f\n",
-                  ScheduleName(c.schedule), p, c.m, c.v, formula, sim->bubble_fraction(0),
-                  replay_mean, per_rank.c_str(), best_idle.mean().item<double>());
+      std::printf("%-17s %2d %2d %2d  %-7.4f %-7.4f %-7.4f  %-31s %.4f\n", ScheduleName(c.schedule),
+                  p, c.m, c.v, formula, sim->bubble_fraction(0), replay_mean, per_rank.c_str(),
+                  best_idle.mean().item<double>());
       std::fflush(stdout);
     }
     const double tol = 0.05 + 0.15 * formula;

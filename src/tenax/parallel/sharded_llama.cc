@@ -11,8 +11,8 @@ namespace {
 
 // Block parameter suffixes in the order TensorParallelLayer lists them.
 constexpr const char* kLayerParams[] = {
-    "attention_norm.weight", "attention.wq.weight", "attention.wk.weight",
-    "attention.wv.weight",   "attention.wo.weight", "ffn_norm.weight",
+    "attention_norm.weight",  "attention.wq.weight",    "attention.wk.weight",
+    "attention.wv.weight",    "attention.wo.weight",    "ffn_norm.weight",
     "feed_forward.w1.weight", "feed_forward.w2.weight", "feed_forward.w3.weight"};
 
 bool Owned(const Ownership& own, const ModelSpec& spec, const std::string& name) {
@@ -160,8 +160,8 @@ at::Tensor ShardedLlama::Blocks(const at::Tensor& input, int64_t begin, int64_t 
   at::Tensor h = input;
   for (int64_t i = begin; i < end; ++i) {
     if (hooks_ != nullptr) hooks_->BeforeBlock(i);
-    const bool recompute = checkpoint_every_ > 0 && at::GradMode::is_enabled() &&
-                           (i + 1) % checkpoint_every_ == 0;
+    const bool recompute =
+        checkpoint_every_ > 0 && at::GradMode::is_enabled() && (i + 1) % checkpoint_every_ == 0;
     h = recompute ? model::RecomputeInBackward(&block_fns_[static_cast<size_t>(i)], h)
                   : Block(i, h);
     if (hooks_ != nullptr) hooks_->AfterBlock(i, h);

@@ -100,7 +100,7 @@ class ShardedLlama final : public StageModel {
   Communicator& tp_;
   const Ownership own_;
   const at::Device device_;
-  std::vector<ShardSpec> specs_;                      // parallel to params_
+  std::vector<ShardSpec> specs_;  // parallel to params_
   // [layer] -> indices into params_ (empty when not held): the 6 attention-half parameters in
   // kLayerParams order, then w1, w2, w3 (dense) or the router, (w1, w2, w3) per held expert and
   // the shared w1, w2, w3 (MoE).
@@ -110,7 +110,7 @@ class ShardedLlama final : public StageModel {
 
   std::vector<model::NamedTensor> params_;
   std::unique_ptr<model::MoeState> moe_;  // MoE models only
-  model::RopeTable rope_;  // cached for the longest sequence seen
+  model::RopeTable rope_;                 // cached for the longest sequence seen
   int64_t rope_len_ = 0;
   int checkpoint_every_ = 0;  // recompute block i when (i + 1) % this == 0; 0: never
   BlockHooks* hooks_ = nullptr;

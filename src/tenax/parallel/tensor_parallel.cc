@@ -293,12 +293,15 @@ TensorParallelLayer TensorParallelLayerOf(const std::vector<model::NamedTensor>&
                                           int64_t layer) {
   const std::string l = fmt::format("layers.{}.", layer);
   TensorParallelLayer out;
-  std::pair<const char*, at::Tensor*> fields[] = {
-      {"attention_norm.weight", &out.attention_norm}, {"attention.wq.weight", &out.wq},
-      {"attention.wk.weight", &out.wk},               {"attention.wv.weight", &out.wv},
-      {"attention.wo.weight", &out.wo},               {"ffn_norm.weight", &out.ffn_norm},
-      {"feed_forward.w1.weight", &out.w1},            {"feed_forward.w2.weight", &out.w2},
-      {"feed_forward.w3.weight", &out.w3}};
+  std::pair<const char*, at::Tensor*> fields[] = {{"attention_norm.weight", &out.attention_norm},
+                                                  {"attention.wq.weight", &out.wq},
+                                                  {"attention.wk.weight", &out.wk},
+                                                  {"attention.wv.weight", &out.wv},
+                                                  {"attention.wo.weight", &out.wo},
+                                                  {"ffn_norm.weight", &out.ffn_norm},
+                                                  {"feed_forward.w1.weight", &out.w1},
+                                                  {"feed_forward.w2.weight", &out.w2},
+                                                  {"feed_forward.w3.weight", &out.w3}};
   for (const auto& p : params) {
     if (p.name.compare(0, l.size(), l) != 0) continue;
     for (auto& [suffix, field] : fields) {

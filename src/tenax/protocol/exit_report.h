@@ -32,8 +32,8 @@ struct ExitReport {
   // code): the launcher keeps `kind` as it is instead of refining it from the last heartbeat's
   // phase, which may be a moment old.
   bool exact = false;
-  double wall_s = 0;       // WallNow() when written
-  double mono_s = 0;       // MonotonicNow() when written (comparable on one machine)
+  double wall_s = 0;  // WallNow() when written
+  double mono_s = 0;  // MonotonicNow() when written (comparable on one machine)
 };
 
 std::optional<ExitReport> ReadExitReport(const std::string& dir, int rank);

@@ -57,15 +57,15 @@ Status AdamW::LoadState(const std::vector<model::NamedTensor>& state, int64_t st
   for (const auto& s : state) by_name[s.name] = &s.tensor;
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    for (auto [prefix, dst] : {std::pair{"exp_avg.", &exp_avg_[i]},
-                               std::pair{"exp_avg_sq.", &exp_avg_sq_[i]}}) {
+    for (auto [prefix, dst] :
+         {std::pair{"exp_avg.", &exp_avg_[i]}, std::pair{"exp_avg_sq.", &exp_avg_sq_[i]}}) {
       auto it = by_name.find(prefix + params_[i].name);
       if (it == by_name.end()) {
         return DataError(fmt::format("optimizer state lacks '{}{}'", prefix, params_[i].name));
       }
       if (it->second->sizes() != dst->sizes()) {
-        return DataError(fmt::format("optimizer state '{}{}' has the wrong shape", prefix,
-                                     params_[i].name));
+        return DataError(
+            fmt::format("optimizer state '{}{}' has the wrong shape", prefix, params_[i].name));
       }
       dst->copy_(*it->second);
     }

@@ -53,8 +53,9 @@ Result<std::vector<LossSpikeRecord>> ReadLossSpikes(const std::string& run_dir) 
   TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(path));
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("spikes") || !j["spikes"].is_array()) {
-    return DataError(path + " is not a loss-spike record ({\"spikes\": [...]}); delete it to "
-                            "start the record afresh");
+    return DataError(path +
+                     " is not a loss-spike record ({\"spikes\": [...]}); delete it to "
+                     "start the record afresh");
   }
   try {
     for (const auto& s : j["spikes"]) {
@@ -73,8 +74,11 @@ Status AppendLossSpike(const std::string& run_dir, const LossSpikeRecord& record
   all.push_back(record);
   nlohmann::json spikes = nlohmann::json::array();
   for (const auto& r : all) {
-    spikes.push_back({{"step", r.step}, {"loss", r.loss}, {"median", r.median},
-                      {"action", r.action}, {"generation", r.generation}});
+    spikes.push_back({{"step", r.step},
+                      {"loss", r.loss},
+                      {"median", r.median},
+                      {"action", r.action},
+                      {"generation", r.generation}});
   }
   return LocalFs().WriteFileAtomic(LossSpikesPath(run_dir),
                                    nlohmann::json{{"spikes", spikes}}.dump(2) + "\n");

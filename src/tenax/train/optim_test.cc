@@ -26,8 +26,8 @@ TEST(LrSchedule, WarmupStableDecay) {
   o.decay_ratio = 0.2;
   o.min_lr_ratio = 0.0;
   EXPECT_DOUBLE_EQ(LearningRate(o, 2.0, 5, 100), 1.0);
-  EXPECT_DOUBLE_EQ(LearningRate(o, 2.0, 80, 100), 2.0);   // last stable step
-  EXPECT_DOUBLE_EQ(LearningRate(o, 2.0, 90, 100), 1.0);   // linear: halfway down
+  EXPECT_DOUBLE_EQ(LearningRate(o, 2.0, 80, 100), 2.0);  // last stable step
+  EXPECT_DOUBLE_EQ(LearningRate(o, 2.0, 90, 100), 1.0);  // linear: halfway down
   EXPECT_DOUBLE_EQ(LearningRate(o, 2.0, 100, 100), 0.0);
   o.decay_type = "sqrt";
   EXPECT_NEAR(LearningRate(o, 2.0, 85, 100), 2.0 * (1 - std::sqrt(0.25)), 1e-12);
@@ -56,10 +56,12 @@ TEST(AdamW, MatchesHandComputedSteps) {
     pw *= 1 - o.lr * o.weight_decay;  // matrices decay
     m = 0.9 * m + 0.1 * g;
     v = 0.99 * v + 0.01 * g * g;
-    pw -= o.lr / (1 - std::pow(0.9, t)) * m / (std::sqrt(v) / std::sqrt(1 - std::pow(0.99, t)) + 1e-8);
+    pw -= o.lr / (1 - std::pow(0.9, t)) * m /
+          (std::sqrt(v) / std::sqrt(1 - std::pow(0.99, t)) + 1e-8);
     mn = 0.9 * mn + 0.1 * g;  // gains do not decay
     vn = 0.99 * vn + 0.01 * g * g;
-    pn -= o.lr / (1 - std::pow(0.9, t)) * mn / (std::sqrt(vn) / std::sqrt(1 - std::pow(0.99, t)) + 1e-8);
+    pn -= o.lr / (1 - std::pow(0.9, t)) * mn /
+          (std::sqrt(vn) / std::sqrt(1 - std::pow(0.99, t)) + 1e-8);
   }
   EXPECT_NEAR(w.item<double>(), pw, 1e-6);
   EXPECT_NEAR(n.item<double>(), pn, 1e-6);

@@ -60,8 +60,7 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     m->pipeline_microbatches_ = po.microbatches;
     po.virtual_stages = static_cast<int>(options.virtual_stages);
     po.compute_dtype = compute_dtype;
-    TENAX_ASSIGN_OR_RETURN(m->pipeline_,
-                           parallel::PipelineExecutor::Create(*m->model_, *g.pp, po));
+    TENAX_ASSIGN_OR_RETURN(m->pipeline_, parallel::PipelineExecutor::Create(*m->model_, *g.pp, po));
   }
   // 4. Data parallelism over the local tensors. Pipeline stages keep their units gathered for
   // the whole step (each micro-batch would otherwise gather them again).
@@ -191,7 +190,8 @@ void ParallelModel::AppendPieces(const std::string& prefix, const std::string& o
   auto add = [&](int i, int64_t begin, int64_t end, const at::Tensor& v) {
     if (!Writes(i)) return;
     const auto& sp = specs[static_cast<size_t>(i)];
-    out->push_back(Piece(prefix + sp.name, full_shapes_[static_cast<size_t>(i)], sp, begin, end, v));
+    out->push_back(
+        Piece(prefix + sp.name, full_shapes_[static_cast<size_t>(i)], sp, begin, end, v));
   };
   if (fsdp_->sharded()) {  // opt_name is "fsdp.<unit>": slices of the unit's flat shard
     for (int u = 0; u < fsdp_->num_units(); ++u) {
@@ -245,7 +245,8 @@ std::vector<model::NamedTensor> ParallelModel::ShardState(
       auto it = by_name.find(prefix + specs[i].name);
       TENAX_CHECK_MSG(it != by_name.end(), (prefix + specs[i].name).c_str());
       at::Tensor t = it->second;
-      if (specs[i].dim >= 0) t = t.narrow(specs[i].dim, specs[i].begin, specs[i].end - specs[i].begin);
+      if (specs[i].dim >= 0)
+        t = t.narrow(specs[i].dim, specs[i].begin, specs[i].end - specs[i].begin);
       out.push_back({prefix + specs[i].name,
                      t.contiguous().to(model_->params()[i].tensor.device(), at::kFloat)});
     }

@@ -446,8 +446,8 @@ Status Trainer::SetupCheckpoints() {
           "checkpoint.async = true is not supported across several nodes yet (each node's ranks "
           "commit through their node agent); set checkpoint.async = false");
     }
-    cs.fence = [socket = ctx_.agent_socket, gen = ctx_.generation](
-                   int64_t step, const nlohmann::json& manifest) {
+    cs.fence = [socket = ctx_.agent_socket, gen = ctx_.generation](int64_t step,
+                                                                   const nlohmann::json& manifest) {
       return protocol::RequestCommit(socket, gen, step, manifest, /*timeout_s=*/60);
     };
   }
