@@ -261,7 +261,10 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     }
     last_work_[i] = beat->work;
     if (i == 0 && last_step_[0] >= 0) intervals_.push_back(Elapsed() - last_progress_);
-    any_step_done_ = any_step_done_ || last_step_[i] >= 0;
+    // A step finished in this process: seen as a change of step, or as a step beyond the one it
+    // resumed from (a fast run may finish its first steps between two polls).
+    any_step_done_ = any_step_done_ || last_step_[i] >= 0 ||
+                     (beat->phase != protocol::Phase::kReady && beat->step > beat->resume_step);
     last_step_[i] = beat->step;
     last_progress_ = Elapsed();
   }
@@ -297,7 +300,9 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     }
   }
   double timeout = o_.startup_timeout_s;
-  if (any_step_done_ && !intervals_.empty()) {
+  if (any_step_done_ && intervals_.empty()) {
+    timeout = o_.hang_timeout_s;  // training, though no step interval was seen yet
+  } else if (any_step_done_) {
     std::vector<double> sorted = intervals_;
     std::sort(sorted.begin(), sorted.end());
     timeout = std::max(o_.hang_timeout_s, o_.hang_factor * sorted[sorted.size() / 2]);

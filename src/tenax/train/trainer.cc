@@ -488,6 +488,10 @@ Status Trainer::SetupCheckpoints() {
 // says which trajectory settings it changes (config/resume_changes.h). Every rank restored the same
 // checkpoint, so every rank decides the same; rank 0 speaks.
 Status Trainer::ReconcileResume() {
+  // A finished run launched again (maybe on another number of ranks) trains nothing: Run() says
+  // it is already complete and exits 0, whatever batch this layout could or could not keep.
+  const int64_t end = t_.stop_at > 0 ? std::min(t_.stop_at, t_.steps) : t_.steps;
+  if (progress_.step >= end) return Status::Ok();
   std::vector<std::string> notes;
   if (progress_.step > 0) {
     TENAX_ASSIGN_OR_RETURN(batch_, ResolveResumedBatch(t_, mesh_->dp(), progress_.batch, &notes));
