@@ -309,7 +309,8 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--straggler-steps", launch_options.straggler_steps,
                          "slow for this many consecutive steps: a straggler (default 3)");
   launch_cmd->add_flag("--replace-stragglers", launch_options.replace_stragglers,
-                       "treat a straggler as a failed slot (restart, spare takes over)");
+                       "treat a straggler as a failure: a spare slot takes its rank (one node), or "
+                       "a spare node its node (several nodes)");
   launch_cmd->add_option("command", launch_options.args, "the tenax command to run, after --");
 
   auto run_plan = plan::AddCommands(app);

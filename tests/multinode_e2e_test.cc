@@ -234,6 +234,50 @@ TEST_F(MultiNode, AKilledNodeIsReplacedByTheSpare) {
               report["failures"][0]["recovery_s"].get<double>());
 }
 
+// A whole node computes slowly (both its ranks, so its own launcher sees nothing odd): node 0's
+// agent finds it among every rank of the job from the progress the agents publish, and
+// --replace-stragglers puts the spare node in its place (the slow node becomes a spare of last
+// resort). The slowness is injected in generation 0 only and is large (each slow step takes
+// 40x its compute), so generation 0 cannot end before the judge has the steps it needs; the
+// threshold is 8x, well above what load on a shared 2-core machine does to a healthy rank.
+TEST_F(MultiNode, ASlowNodeIsReplacedByTheSpare) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  launch::rdzv::Plan plan;
+  auto agents = StartJob(*etcd, "slow",
+                         "--max-restarts 2 --replace-stragglers --straggler-factor 8 --inject "
+                         "slow:rank=2:factor=40:gen=0,slow:rank=3:factor=40:gen=0",
+                         &plan);
+  const int slow = HostOf(agents, plan.nodes[1]);  // ranks 2 and 3 are node 1's
+  ASSERT_GE(slow, 0) << AllOutput(agents);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    EXPECT_EQ(agents[i]->Wait(300), 0) << "host " << i << "\n" << AllOutput(agents);
+  }
+  ExpectSameWeights("slow", reference);
+  const launch::rdzv::Plan next = WaitPlan(*etcd, "slow", 1);
+  EXPECT_EQ(next.nodes[0], plan.nodes[0]);
+  EXPECT_EQ(HostOf(agents, next.nodes[1]), 2) << "the spare takes node rank 1";
+  EXPECT_EQ(next.spares, std::vector<std::string>{plan.nodes[1]});
+  const nlohmann::json report = Goodput("slow");
+  ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "straggler") << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["node"], 1) << report.dump(2);
+  const int rank = report["failures"][0]["rank"].get<int>();
+  EXPECT_TRUE(rank == 2 || rank == 3) << report.dump(2);
+  int found = 0;  // generation 0's (later ones may note noise from this busy machine's load)
+  for (const auto& s : report["stragglers"]) {
+    if (s["generation"] != 0) continue;
+    ++found;
+    EXPECT_EQ(s["node"], 1) << report.dump(2);
+    EXPECT_GT(s["compute_s"].get<double>(), 8 * s["median_s"].get<double>());
+  }
+  EXPECT_GE(found, 1) << report.dump(2);
+  EXPECT_NE(AllOutput(agents).find("generation 0 failed: rank " + std::to_string(rank) +
+                                   " on node 1 (straggler"),
+            std::string::npos)
+      << AllOutput(agents);
+}
+
 // SIGSTOP a whole node: alive but silent; its lease expires, it is replaced, and when it is let
 // go again it stops its own ranks (fenced) instead of writing anything.
 TEST_F(MultiNode, AStoppedNodeIsFencedAndReplaced) {

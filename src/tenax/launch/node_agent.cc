@@ -35,6 +35,9 @@ using protocol::FailureKind;
 using protocol::ToInt;
 
 constexpr double kPollS = 0.5;  // re-read etcd at least this often while waiting
+// How often an active agent publishes its ranks' progress, and node 0's agent reads everyone's:
+// a ranks' beat holds its last 16 steps, so steps of up to 32 per second are all seen.
+constexpr double kProgressS = 0.5;
 
 std::string RandomHex(int bytes) {
   std::random_device rd;
@@ -138,6 +141,22 @@ class NodeAgent {
   void PushReplicas(const std::string& commit_json);
   std::vector<FilePeer> Peers();
   void PublishReport(int64_t g, int node_rank, const Supervisor::Outcome& out);
+  // Progress across nodes, on a thread of its own so that etcd's latency never stalls the
+  // supervision loop: every kProgressS it publishes this node's ranks' compute times of the
+  // running generation (gen/<G>/progress/<node>); node 0's agent also finds stragglers among
+  // every rank of the job from everyone's (a whole slow node looks normal to its own launcher).
+  void ProgressLoop();
+  // Node 0's view of one generation's stragglers.
+  struct Judge {
+    int64_t generation = -1;
+    std::unique_ptr<StragglerDetector> detector;  // over every rank of the job
+    std::map<int, rdzv::FailureReport> pending;   // node -> its straggling, to be replaced
+    bool said_no_spare = false;
+  };
+  // Node 0: the stragglers in what the nodes published for g. With --replace-stragglers, once a
+  // spare node is ready (now or later), a straggler's node is marked slow (a spare of last
+  // resort), the failure recorded and g ended; returns the reason to stop g then.
+  std::optional<std::string> JudgeStragglers(int64_t g, const rdzv::Plan& plan, Judge* judge);
   void WriteGoodput(bool ended, int code);
   double WallNow() const { return protocol::WallNow(); }
 
@@ -179,9 +198,23 @@ class NodeAgent {
   std::map<std::string, rdzv::AgentInfo> agents_;  // live agents as last read
   int node_rank_ = -1;                             // this node's in `running_`
   std::vector<std::string> plan_nodes_;            // `running_`'s plan
+  rdzv::Plan running_plan_;                        // ... all of it
+  int64_t lease_id_ = 0;                           // the lease this agent's keys hang on
+  // The progress thread's: the running generation's beats (copied by the StopFn on the
+  // supervision loop's thread), a reason to stop it (a straggler node replaced), and quitting.
+  std::vector<protocol::Beat> beats_;
+  std::optional<std::string> straggler_stop_;
+  bool quit_ = false;
+  std::thread progress_;  // ProgressLoop: started by Run, joined first by the destructor
 };
 
 NodeAgent::~NodeAgent() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  if (progress_.joinable()) progress_.join();
   watcher_.reset();  // no callback after this
   channel_.reset();
   supervisor_.reset();
@@ -208,6 +241,7 @@ Status NodeAgent::Register() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     lease_lost_ = false;
+    lease_id_ = lease.id;
   }
   TENAX_RETURN_IF_ERROR(
       etcd_->Put(keys_.agent(info_.id), info_.ToJson().dump(), lease.id).status());
@@ -348,6 +382,126 @@ Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json&
                     generation, now));
   }
   return Status::Ok();
+}
+
+void NodeAgent::ProgressLoop() {
+  Judge judge;
+  std::string published;
+  for (;;) {
+    int64_t g;
+    int node_rank;
+    int64_t lease;
+    rdzv::Plan plan;
+    rdzv::NodeProgress mine;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::duration<double>(kProgressS), [&] { return quit_; });
+      if (quit_) return;
+      if (running_ < 0 || node_rank_ < 0 || lease_lost_ || moved_ || straggler_stop_) continue;
+      g = running_;
+      node_rank = node_rank_;
+      lease = lease_id_;
+      plan = running_plan_;
+      for (size_t l = 0; l < beats_.size(); ++l) {
+        const protocol::Beat& b = beats_[l];
+        if (b.generation != g || b.recent.empty()) continue;
+        mine.ranks[node_rank * o_.nproc_per_node + static_cast<int>(l)] = b.recent;
+      }
+    }
+    if (!mine.ranks.empty()) {
+      mine.agent = info_.id;
+      mine.host = host_;
+      mine.node_rank = node_rank;
+      std::string text = mine.ToJson().dump();
+      if (text != published) {  // attached to the lease: it vanishes with this agent
+        if (etcd_->Put(keys_.progress(g, node_rank), text, lease).ok()) published = std::move(text);
+      }
+    }
+    if (node_rank != 0) continue;
+    if (judge.generation != g) {
+      judge = Judge();
+      judge.generation = g;
+      judge.detector = std::make_unique<StragglerDetector>(o_.nnodes * o_.nproc_per_node,
+                                                           o_.straggler_factor, o_.straggler_steps);
+    }
+    if (std::optional<std::string> stop = JudgeStragglers(g, plan, &judge)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        straggler_stop_ = std::move(stop);
+      }
+      if (supervisor_) supervisor_->Wake();
+    }
+  }
+}
+
+std::optional<std::string> NodeAgent::JudgeStragglers(int64_t g, const rdzv::Plan& plan,
+                                                      Judge* judge) {
+  Result<RangeResponse> all = etcd_->GetPrefix(keys_.progresses(g));
+  if (!all.ok()) return std::nullopt;  // etcd busy (a leader change): next time
+  const int world = o_.nnodes * o_.nproc_per_node;
+  std::map<int, std::string> host_of;  // node rank -> host
+  for (const KeyValue& kv : all->kvs) {
+    Result<rdzv::NodeProgress> p = rdzv::NodeProgress::FromJson(kv.value);
+    if (!p.ok()) continue;
+    host_of[p->node_rank] = p->host;
+    for (const auto& [rank, steps] : p->ranks) {
+      if (rank >= 0 && rank < world) judge->detector->Add(rank, steps);
+    }
+  }
+  for (const Straggler& s : judge->detector->Evaluate()) {
+    const int node = s.local / o_.nproc_per_node;
+    const std::string agent = node < static_cast<int>(plan.nodes.size()) ? plan.nodes[node] : "";
+    const std::string host = host_of[node];
+    log::Warn(
+        "launch: straggler: rank {} on node {} ({}) computed {:.3f}s per step against a median "
+        "of {:.3f}s of the job's other ranks for {} steps in a row (step {})",
+        s.local, node, host, s.compute_s, s.median_s, o_.straggler_steps, s.step);
+    const nlohmann::json record = {
+        {"time_unix", WallNow()}, {"generation", g}, {"rank", s.local}, {"node", node},
+        {"host", host},           {"agent", agent},  {"step", s.step},  {"compute_s", s.compute_s},
+        {"median_s", s.median_s}};
+    (void)etcd_->Put(keys_.straggler(g, s.local), record.dump());
+    if (!o_.replace_stragglers || agent.empty() || judge->pending.count(node) > 0) continue;
+    rdzv::FailureReport& f = judge->pending[node];
+    f.agent = agent;
+    f.host = host;
+    f.node_rank = node;
+    f.rank = s.local;
+    f.code = ToInt(ExitCode::kStraggler);
+    f.kind = protocol::FailureKindName(FailureKind::kStraggler);
+    f.cause = fmt::format(
+        "node {} straggles: its rank {} computed {:.3f}s per step against a median of {:.3f}s of "
+        "the job's other ranks for {} steps in a row (--replace-stragglers: a spare node takes "
+        "its place)",
+        node, s.local, s.compute_s, s.median_s, o_.straggler_steps);
+    f.wall_s = WallNow();
+  }
+  if (judge->pending.empty()) return std::nullopt;
+  // A spare node that is alive and not itself a replaced straggler takes the slow node's place;
+  // until one is there, the slow node trains on.
+  Result<RangeResponse> alive = etcd_->GetPrefix(keys_.agents());
+  Result<RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
+  if (!alive.ok() || !slow.ok()) return std::nullopt;
+  std::set<std::string> ready;
+  for (const KeyValue& kv : alive->kvs) ready.insert(kv.key.substr(keys_.agents().size()));
+  for (const KeyValue& kv : slow->kvs) ready.erase(kv.key.substr(keys_.slow_agents().size()));
+  for (const std::string& a : plan.nodes) ready.erase(a);
+  if (ready.empty()) {
+    if (!judge->said_no_spare) {
+      log::Warn("launch: no spare node yet to take node {}'s place: it trains on",
+                judge->pending.begin()->first);
+      judge->said_no_spare = true;
+    }
+    return std::nullopt;
+  }
+  const rdzv::FailureReport f = judge->pending.begin()->second;
+  (void)Retry([&] {
+    return etcd_->Put(keys_.slow_agent(f.agent), nlohmann::json{{"generation", g}}.dump());
+  });
+  (void)Retry(
+      [&] { return etcd_->Put(keys_.failure(g, "straggler-" + f.agent), f.ToJson().dump()); });
+  if (Status st = Advance(g, f.code, f.cause); !st.ok()) log::Warn("launch: {}", st.message());
+  return fmt::format("node {} straggles and is replaced (--replace-stragglers)", f.node_rank);
 }
 
 void NodeAgent::PublishReport(int64_t g, int node_rank, const Supervisor::Outcome& out) {
@@ -503,6 +657,15 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
       g.GenerationEnded(r.value("end_unix", 0.0) - job_start_unix_, r.value("exit_code", 0));
       last_end = std::max(last_end, r.value("end_unix", 0.0) - job_start_unix_);
     }
+    if (Result<RangeResponse> ss = etcd_->GetPrefix(keys_.stragglers(gen)); ss.ok()) {
+      for (const KeyValue& kv : ss->kvs) {
+        nlohmann::json s = nlohmann::json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+        if (!s.is_object()) continue;
+        s["time_s"] = s.value("time_unix", job_start_unix_) - job_start_unix_;
+        s.erase("time_unix");
+        g.AddStraggler(std::move(s));
+      }
+    }
     Result<RangeResponse> fs = etcd_->GetPrefix(keys_.failures(gen));
     if (!fs.ok()) continue;
     std::vector<rdzv::FailureReport> reports;
@@ -652,8 +815,14 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         }
         // The earliest-joined live agent plans, once every live agent has joined.
         if (joined.empty() || joined.front() != info_.id || !all_joined) return false;
+        Result<RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
+        if (!slow.ok()) return false;
+        std::set<std::string> last_resort;
+        for (const KeyValue& kv : slow->kvs) {
+          last_resort.insert(kv.key.substr(keys_.slow_agents().size()));
+        }
         std::optional<rdzv::Plan> made =
-            rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr);
+            rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr, last_resort);
         if (!made) return false;
         (void)etcd_->PutIfAbsent(keys_.plan(g), made->ToJson().dump());
         return false;  // read it back on the next turn (another planner may have won)
@@ -729,6 +898,7 @@ Result<int> NodeAgent::Run() {
   local.goodput_path.clear();
   supervisor_ =
       std::make_unique<Supervisor>(o_, local, info_.address, 0, exe_, std::move(children));
+  supervisor_->LeaveStragglersToAgent();  // judged among every rank of the job (ProgressLoop)
   TENAX_RETURN_IF_ERROR(supervisor_->Start());
   TENAX_ASSIGN_OR_RETURN(channel_,
                          protocol::AgentChannelServer::Start(
@@ -812,6 +982,9 @@ Result<int> NodeAgent::Run() {
       running_ = g;
       node_rank_ = node_rank;
       plan_nodes_ = plan->nodes;
+      running_plan_ = *plan;
+      beats_.clear();
+      straggler_stop_.reset();
       moved_ = false;
       active_ = std::set<std::string>(plan->nodes.begin(), plan->nodes.end());
       lost_.clear();
@@ -889,8 +1062,11 @@ Result<int> NodeAgent::Run() {
     gp.nnodes = o_.nnodes;
     gp.master_addr = master.substr(0, master.rfind(':'));
     gp.master_port = std::atoi(master.substr(master.rfind(':') + 1).c_str());
+    if (!progress_.joinable()) progress_ = std::thread([this] { ProgressLoop(); });
     Supervisor::Outcome out = supervisor_->RunGeneration(gp, [&]() -> std::optional<std::string> {
       std::lock_guard<std::mutex> lock(mu_);
+      beats_ = supervisor_->beats();  // for ProgressLoop
+      if (straggler_stop_) return straggler_stop_;
       if (lease_lost_) return std::string("this node lost its etcd lease (fenced)");
       if (stopped_) return std::string("the job stopped");
       if (moved_) return std::string("the generation moved on (another node failed)");

@@ -20,6 +20,9 @@
 //              (its keeper's local deadline is never later than etcd's), and a rank may commit a
 //              checkpoint only through its agent, which records the commit in etcd only while
 //              the rank's generation is current (protocol/agent_channel.h)
+//   progress   active agents publish their ranks' recent compute times (a thread of their own,
+//              twice a second); node 0's agent finds stragglers among every rank of the job and,
+//              with --replace-stragglers, replaces a straggler's node with a spare node
 //   end        each active node marks done when its ranks finish; when all N did, every agent
 //              exits 0. Out of restarts, a failure a restart cannot fix, or not enough nodes:
 //              the agent that sees it records `stop` and every agent exits with its code
@@ -27,7 +30,8 @@
 // The agent holding node rank 0 writes goodput.json, built from what every generation's node 0
 // and every failure left in etcd, so it covers every node even when node 0 itself was replaced.
 // Thread safety: Run on one thread; the etcd watcher and lease keeper threads only update the
-// agent's view under its mutex and wake the loop.
+// agent's view under its mutex and wake the loop; the progress thread reads the running
+// generation's beats under it and hands back a reason to stop the generation.
 #pragma once
 
 #include <chrono>

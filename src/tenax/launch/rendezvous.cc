@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 namespace tenax::launch::rdzv {
@@ -56,9 +57,17 @@ int Plan::NodeRankOf(const std::string& agent) const {
 }
 
 std::optional<Plan> MakePlan(int64_t generation, int nnodes,
-                             const std::vector<std::string>& joined_in_order,
-                             const Plan* previous) {
-  if (static_cast<int>(joined_in_order.size()) < nnodes) return std::nullopt;
+                             const std::vector<std::string>& given_order, const Plan* previous,
+                             const std::set<std::string>& last_resort) {
+  if (static_cast<int>(given_order.size()) < nnodes) return std::nullopt;
+  // Agents of last resort go to the back of the line (their relative order kept).
+  std::vector<std::string> joined_in_order;
+  for (const std::string& a : given_order) {
+    if (last_resort.count(a) == 0) joined_in_order.push_back(a);
+  }
+  for (const std::string& a : given_order) {
+    if (last_resort.count(a) > 0) joined_in_order.push_back(a);
+  }
   Plan p;
   p.generation = generation;
   p.nodes.assign(static_cast<size_t>(nnodes), std::string());
@@ -68,7 +77,7 @@ std::optional<Plan> MakePlan(int64_t generation, int nnodes,
   if (previous != nullptr) {
     for (int r = 0; r < nnodes && r < static_cast<int>(previous->nodes.size()); ++r) {
       const std::string& holder = previous->nodes[static_cast<size_t>(r)];
-      if (joined.count(holder) > 0) {
+      if (joined.count(holder) > 0 && last_resort.count(holder) == 0) {
         p.nodes[static_cast<size_t>(r)] = holder;
         placed.insert(holder);
       }
@@ -83,6 +92,40 @@ std::optional<Plan> MakePlan(int64_t generation, int nnodes,
   }
   for (const std::string& a : joined_in_order) {
     if (placed.count(a) == 0) p.spares.push_back(a);
+  }
+  return p;
+}
+
+nlohmann::json NodeProgress::ToJson() const {
+  nlohmann::json r = nlohmann::json::object();
+  for (const auto& [rank, steps] : ranks) {
+    nlohmann::json v = nlohmann::json::array();
+    for (const auto& [step, compute] : steps) v.push_back({step, compute});
+    r[std::to_string(rank)] = std::move(v);
+  }
+  return {{"agent", agent}, {"host", host}, {"node_rank", node_rank}, {"ranks", std::move(r)}};
+}
+
+Result<NodeProgress> NodeProgress::FromJson(const std::string& text) {
+  TENAX_ASSIGN_OR_RETURN(nlohmann::json j, Parse(text, "progress"));
+  NodeProgress p;
+  p.agent = j.value("agent", std::string());
+  p.host = j.value("host", std::string());
+  p.node_rank = j.value("node_rank", -1);
+  if (!j.contains("ranks") || !j["ranks"].is_object()) return p;
+  for (const auto& [key, steps] : j["ranks"].items()) {
+    char* end = nullptr;
+    const long rank = std::strtol(key.c_str(), &end, 10);
+    if (end == key.c_str() || *end != '\0' || rank < 0 || !steps.is_array()) {
+      return DataError(fmt::format("etcd holds an unreadable progress record (rank '{}')", key));
+    }
+    auto& out = p.ranks[static_cast<int>(rank)];
+    for (const auto& s : steps) {
+      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number()) {
+        return DataError("etcd holds an unreadable progress record (a step is not [step, s])");
+      }
+      out.emplace_back(s[0].get<int64_t>(), s[1].get<double>());
+    }
   }
   return p;
 }

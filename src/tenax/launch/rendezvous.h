@@ -16,6 +16,12 @@
 //   gen/<G>/master           rank 0's store address, put by node 0's agent
 //   gen/<G>/report/<node>    a node's lead-rank summary when its part of G ends (goodput)
 //   gen/<G>/done/<node>      the node's ranks all finished training (exit 0) in G
+//   gen/<G>/progress/<node>  the node's ranks' compute seconds of their last steps (attached to
+//                            the agent's lease; rate-limited): node 0's agent finds stragglers
+//                            among every rank of the job from them
+//   gen/<G>/straggler/<rank> a straggler found in G (goodput's stragglers table)
+//   slow/<id>                an agent whose node straggled and was replaced (--replace-stragglers):
+//                            a spare of last resort from then on
 //   failures/<G>/<id>        a node's evidence of G's failure (first by time wins), or
 //                            lost-<id> for an agent whose lease expired while active in G
 //   commits/<step>           a checkpoint commit: the generation that made it and its manifest
@@ -28,9 +34,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tenax/core/status.h"
@@ -61,6 +70,12 @@ class Keys {
   std::string commits() const { return root_ + "commits/"; }
   std::string commit(int64_t step) const;  // zero-padded, so keys sort by step
   std::string stop() const { return root_ + "stop"; }
+  std::string progresses(int64_t g) const { return gen(g) + "progress/"; }
+  std::string progress(int64_t g, int node) const { return progresses(g) + std::to_string(node); }
+  std::string stragglers(int64_t g) const { return gen(g) + "straggler/"; }
+  std::string straggler(int64_t g, int rank) const { return stragglers(g) + std::to_string(rank); }
+  std::string slow_agents() const { return root_ + "slow/"; }
+  std::string slow_agent(const std::string& id) const { return slow_agents() + id; }
 
  private:
   std::string root_;
@@ -89,9 +104,23 @@ struct Plan {
 // Who the agents are for generation G, as the planner sees them: the joined agents in join order
 // (earliest create_revision first) and the previous generation's plan (null for the first).
 // Keeps each previous node rank with its holder when it joined again; fills the others in join
-// order; the rest are spares. Needs at least `nnodes` joined agents (else nullopt).
+// order; the rest are spares. Agents in `last_resort` (nodes replaced as stragglers) keep no node
+// rank and are placed only when no other agent is left (a slow node is better than none). Needs
+// at least `nnodes` joined agents (else nullopt).
 std::optional<Plan> MakePlan(int64_t generation, int nnodes,
-                             const std::vector<std::string>& joined_in_order, const Plan* previous);
+                             const std::vector<std::string>& joined_in_order, const Plan* previous,
+                             const std::set<std::string>& last_resort = {});
+
+// A node's ranks' compute seconds per step of their last few steps (gen/<G>/progress/<node>),
+// as their heartbeats report them (time blocked in collectives excluded).
+struct NodeProgress {
+  std::string agent;
+  std::string host;
+  int node_rank = -1;
+  std::map<int, std::vector<std::pair<int64_t, double>>> ranks;  // global rank -> (step, compute_s)
+  nlohmann::json ToJson() const;
+  static Result<NodeProgress> FromJson(const std::string& text);
+};
 
 // A node's account of a generation's failure (failures/<G>/<id>).
 struct FailureReport {

@@ -3,7 +3,8 @@
 // do not look slow themselves). A rank is slow at a step when its compute time exceeds `factor`
 // x the median of the other ranks at that step; slow for `steps` consecutive steps, it is
 // reported once per generation.
-// Thread safety: none. Non-goals: stragglers across nodes (each node's launcher sees its ranks).
+// Thread safety: none. On several nodes node 0's agent runs one over every rank of the job
+// (node_agent.cc), fed from the progress each agent publishes in etcd.
 #pragma once
 
 #include <cstdint>

@@ -250,7 +250,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(i));
     if (!beat || beat->generation != gen || beat->pid != rank_pids_[i]) continue;
     beats_[i] = *beat;
-    stragglers_.Add(i, beat->recent);
+    if (local_stragglers_) stragglers_.Add(i, beat->recent);
     if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
     if (beat->step == last_step_[i]) {
       if (beat->work != last_work_[i]) {  // evaluating: progress, but not a step's interval

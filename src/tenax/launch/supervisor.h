@@ -92,6 +92,12 @@ class Supervisor {
   void Prewarm();
   // This node's lead (local rank 0) beat of the running or last generation.
   const protocol::Beat& lead_beat() const { return beats_.front(); }
+  // Every local rank's newest beat (index: local rank); a beat of an older generation until the
+  // rank's first beat in this one. Read from the StopFn (the loop's thread).
+  const std::vector<protocol::Beat>& beats() const { return beats_; }
+  // Several nodes: stragglers are found among every rank of the job by the node agent
+  // (node_agent.cc), not among this node's ranks alone.
+  void LeaveStragglersToAgent() { local_stragglers_ = false; }
   double Elapsed() const;
   double start_unix() const { return t0_wall_; }
   const std::string& heartbeat_dir() const { return hb_dir_; }
@@ -132,6 +138,7 @@ class Supervisor {
   std::vector<protocol::Beat> beats_ = std::vector<protocol::Beat>(1);  // per local rank
   std::vector<pid_t> rank_pids_;  // pid per local rank, this generation
   int straggler_count_ = 0;
+  bool local_stragglers_ = true;  // false: the node agent finds them
   double last_goodput_write_ = -1;
   // Progress of the running generation (CheckBeats).
   std::vector<int64_t> last_step_;
