@@ -278,6 +278,25 @@ TEST_F(MultiNode, ASlowNodeIsReplacedByTheSpare) {
       << AllOutput(agents);
 }
 
+// A rank of node 1 hangs: every rank of the job stops progressing, so both nodes see a hang; the
+// node whose rank hangs names it from its flight records, and the job restarts and ends with the
+// uninterrupted run's weights.
+TEST_F(MultiNode, AHungRankOnAnotherNodeIsNamed) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  std::vector<std::unique_ptr<Background>> agents;
+  const std::string flags = "--max-restarts 2 --hang-timeout 3 --inject hang:rank=2:step=10:gen=0";
+  agents.push_back(Agent(0, *etcd, "hung", flags));
+  agents.push_back(Agent(1, *etcd, "hung", flags));
+  for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
+  ExpectSameWeights("hung", reference);
+  const nlohmann::json report = Goodput("hung");
+  ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "hang") << report.dump(2) << AllOutput(agents);
+  EXPECT_EQ(report["failures"][0]["rank"], 2) << report.dump(2) << AllOutput(agents);
+  EXPECT_EQ(report["failures"][0]["node"], 1) << report.dump(2);
+}
+
 // SIGSTOP a whole node: alive but silent; its lease expires, it is replaced, and when it is let
 // go again it stops its own ranks (fenced) instead of writing anything.
 TEST_F(MultiNode, AStoppedNodeIsFencedAndReplaced) {
@@ -391,10 +410,10 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
   auto etcd = Etcd();
   auto folder = [&](int host) { return *dir_ / ("private/host" + std::to_string(host)); };
   std::vector<std::unique_ptr<Background>> agents(3);
-  agents[0] = Agent(0, *etcd, "private", "--max-restarts 2", 3, folder(0));
-  agents[1] = Agent(1, *etcd, "private", "--max-restarts 2", 3, folder(1));
+  agents[0] = Agent(0, *etcd, "private", "--max-restarts 3", 3, folder(0));
+  agents[1] = Agent(1, *etcd, "private", "--max-restarts 3", 3, folder(1));
   const launch::rdzv::Plan plan = WaitPlan(*etcd, "private", 0);
-  agents[2] = Agent(2, *etcd, "private", "--max-restarts 2", 3, folder(2));
+  agents[2] = Agent(2, *etcd, "private", "--max-restarts 3", 3, folder(2));
   const int node0 = HostOf(agents, plan.nodes[0]);
   const int victim = HostOf(agents, plan.nodes[1]);
   ASSERT_GE(node0, 0);
@@ -406,7 +425,9 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
       },
       180))
       << AllOutput(agents);
-  // Node 0 holds node 1's files of a commit in RAM once they were pushed (in the background).
+  // Node 0 holds node 1's files of a commit in RAM once they were pushed (in the background):
+  // step 8's may still be on their way, and then step 8 is lost and the job resumes from step 4,
+  // which node 0's RAM still holds (the replica store keeps the newest two steps).
   std::vector<pid_t> node = Descendants(agents[victim]->pid());
   node.push_back(agents[victim]->pid());
   for (pid_t p : node) ::kill(p, SIGKILL);

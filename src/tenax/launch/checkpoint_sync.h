@@ -105,11 +105,12 @@ struct FileServerOptions {
 // GET a file of a step: from <checkpoint_folder>/step_XXXXXXXX/<name> if it is there (committed
 // or not: the reader checks it against the manifest), else from the replica store. PUT a replica:
 // written atomically to <replica_root>/step_XXXXXXXX/<name> after its CRC-32 header is checked.
-// The store keeps only the newest step: the first file of a newer step drops every older step's
-// files (after the new file is written), and a file of an older step than the newest held is
-// refused (409: a stale push). So between the first and the last file of a newer step the store
-// holds part of it and nothing of the one before; a node lost in that window is restored from
-// storage instead (or from an older commit). Replicas survive the server (they live in RAM
+// The store keeps the newest two steps: the first file of a newer step drops every step older
+// than the one held before it (after the new file is written), and a file of an older step than
+// the newest held is refused (409: a stale push). So between the first and the last file of a
+// newer step the store holds part of it and all of the one before; a node lost in that window is
+// restored from that older commit (the node agent drops a commit no live node can complete, and
+// the job resumes from the one before). Replicas survive the server (they live in RAM
 // files, which outlast an agent restart on the same host); DropReplicasNewerThan removes them.
 //
 // Thread safety: requests are served on the server's own threads (FileServerOptions::threads);

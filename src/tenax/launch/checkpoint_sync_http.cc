@@ -361,8 +361,13 @@ struct CheckpointFileServer::Impl {
     const std::string path = ReplicaPath(options.replica_root, step, name);
     Status st = LocalFs().CreateDirs(ParentDir(path));
     if (st.ok()) st = LocalFs().WriteFileAtomic(path, body);
-    // Older steps go only once the newer file is safely written.
-    if (st.ok() && replica_step != step) st = DropHeld([step](int64_t s) { return s < step; });
+    // Older steps go only once the newer file is safely written, and the newest complete one
+    // (the step held before this one) stays until a step after this one arrives: a node lost
+    // while this step's files are on their way can still be restored from it.
+    if (st.ok() && replica_step != step) {
+      const int64_t keep_from = replica_step ? *replica_step : step;
+      st = DropHeld([keep_from](int64_t s) { return s < keep_from; });
+    }
     if (!st.ok()) {
       // 507 Insufficient Storage: the RAM folder is full or failing.
       res.status = 507;

@@ -3,7 +3,7 @@
 // and spread over two nodes is completed on each from the other; a lost node is rebuilt on a
 // spare from a peer's RAM replica while the lost node's server is down; damaged files are
 // replaced, complete folders only read; wrong secrets and path-traversal names get nothing; the
-// replica store keeps only the newest step; unaccepted commits are moved aside. Every restored
+// replica store keeps the newest two steps; unaccepted commits are moved aside. Every restored
 // folder is checked with CheckpointStore::Verify and byte for byte against the bytes written.
 // Waits are for events (a condition variable), never for a fixed time.
 #include "tenax/launch/checkpoint_sync.h"
@@ -419,24 +419,31 @@ TEST_F(CheckpointSyncTest, PathTraversalAndBadNamesAreRefused) {
 }
 #endif  // TENAX_WITH_HTTPLIB
 
-TEST_F(CheckpointSyncTest, TheReplicaStoreKeepsOnlyTheNewestStep) {
+TEST_F(CheckpointSyncTest, TheReplicaStoreKeepsTheNewestTwoSteps) {
   Node holder = StartNode("holder");
   const std::string a = Bytes("a", 3000), b = Bytes("b", 10);
   ASSERT_TRUE(PushReplicaFile(holder.peer, kSecret, 100, "a.bin", a).ok());
   ASSERT_TRUE(PushReplicaFile(holder.peer, kSecret, 100, "b.bin", b).ok());
   EXPECT_EQ(holder.server->replica_step(), std::optional<int64_t>(100));
-  // The first file of a newer step drops the older step.
+  // A newer step arriving keeps the one before (complete) until a step after it arrives.
   ASSERT_TRUE(PushReplicaFile(holder.peer, kSecret, 200, "a.bin", a).ok());
   EXPECT_EQ(holder.server->replica_step(), std::optional<int64_t>(200));
+  EXPECT_TRUE(LocalFs().Exists(ReplicaPath(holder.replicas, 100, "b.bin")));
+  auto older = FetchCheckpointFile(holder.peer, kSecret, 100, "b.bin");
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_TRUE(older->bytes == b);
+  ASSERT_TRUE(PushReplicaFile(holder.peer, kSecret, 300, "a.bin", a).ok());
+  EXPECT_EQ(holder.server->replica_step(), std::optional<int64_t>(300));
   EXPECT_FALSE(LocalFs().Exists(ReplicaPath(holder.replicas, 100, "b.bin")));
   EXPECT_FALSE(LocalFs().Exists(JoinPath(holder.replicas, ckpt::StepDirName(100))));
-  // A stale push of the older step is refused.
-  Status stale = PushReplicaFile(holder.peer, kSecret, 100, "b.bin", b);
+  EXPECT_TRUE(LocalFs().Exists(ReplicaPath(holder.replicas, 200, "a.bin")));
+  // A stale push of an older step is refused.
+  Status stale = PushReplicaFile(holder.peer, kSecret, 200, "b.bin", b);
   EXPECT_EQ(stale.code(), StatusCode::kInvalidArgument) << stale.ToString();
   EXPECT_NE(stale.message().find("HTTP 409"), std::string::npos) << stale.ToString();
-  EXPECT_FALSE(LocalFs().Exists(ReplicaPath(holder.replicas, 100, "b.bin")));
-  // Served from the replica store (the holder's own folder has no step 200).
-  auto got = FetchCheckpointFile(holder.peer, kSecret, 200, "a.bin");
+  EXPECT_FALSE(LocalFs().Exists(ReplicaPath(holder.replicas, 200, "b.bin")));
+  // Served from the replica store (the holder's own folder has no step 300).
+  auto got = FetchCheckpointFile(holder.peer, kSecret, 300, "a.bin");
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(got->bytes == a);
   EXPECT_EQ(got->source, "replica");
@@ -452,7 +459,7 @@ TEST_F(CheckpointSyncTest, TheReplicaStoreKeepsOnlyTheNewestStep) {
   o.secret = kSecret;
   auto restarted = CheckpointFileServer::Start(o);
   ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
-  EXPECT_EQ((*restarted)->replica_step(), std::optional<int64_t>(200));
+  EXPECT_EQ((*restarted)->replica_step(), std::optional<int64_t>(300));
   // After a resume from step 100, the job drops the newer replicas and pushes step 100 again.
   ASSERT_TRUE((*restarted)->DropReplicasNewerThan(100).ok());
   EXPECT_FALSE((*restarted)->replica_step().has_value());

@@ -38,6 +38,10 @@ constexpr double kPollS = 0.5;  // re-read etcd at least this often while waitin
 // How often an active agent publishes its ranks' progress, and node 0's agent reads everyone's:
 // a ranks' beat holds its last 16 steps, so steps of up to 32 per second are all seen.
 constexpr double kProgressS = 0.5;
+// Each read or write between agents (checkpoint files, replicas): a peer stopped mid-transfer
+// (SIGSTOP, a hung host) fails after this long instead of holding a push, or the agent's exit,
+// for the library's default 30 s. Generous for a healthy network: it bounds one read, not a file.
+constexpr std::chrono::milliseconds kPeerIoTimeout{5000};
 
 std::string RandomHex(int bytes) {
   std::random_device rd;
@@ -141,6 +145,12 @@ class NodeAgent {
   void PushReplicas(const std::string& commit_json);
   std::vector<FilePeer> Peers();
   void PublishReport(int64_t g, int node_rank, const Supervisor::Outcome& out);
+  // This node's account of a failure its ranks saw (failures/<G>/<id>).
+  rdzv::FailureReport ReportOf(const Verdict& v, int node_rank) const;
+  // Supervisor's RemoteHangFn: this node's ranks hang waiting for a rank elsewhere. Records this
+  // node's (secondary) evidence without moving the generation, then waits until another node
+  // names the culprit (or the generation moves, or `budget_s` passes) before they are killed.
+  void AwaitRemoteHang(const Verdict& v, double budget_s);
   // Progress across nodes, on a thread of its own so that etcd's latency never stalls the
   // supervision loop: every kProgressS it publishes this node's ranks' compute times of the
   // running generation (gen/<G>/progress/<node>); node 0's agent also finds stragglers among
@@ -384,6 +394,54 @@ Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json&
   return Status::Ok();
 }
 
+rdzv::FailureReport NodeAgent::ReportOf(const Verdict& v, int node_rank) const {
+  rdzv::FailureReport f;
+  f.agent = info_.id;
+  f.host = host_;
+  f.node_rank = node_rank;
+  f.rank = v.rank;
+  f.code = v.code;
+  f.kind = protocol::FailureKindName(v.kind);
+  f.cause = v.cause;
+  // Nobody here is to blame: every failed rank only lost a peer (or waited for one).
+  f.secondary = v.rank < 0;
+  // The evidence's time, on the wall clock (nodes compare wall clocks; monotonic clocks are per
+  // machine).
+  f.wall_s = WallNow() - (protocol::MonotonicNow() - v.mono_s);
+  return f;
+}
+
+void NodeAgent::AwaitRemoteHang(const Verdict& v, double budget_s) {
+  int64_t g;
+  int node_rank;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    g = running_;
+    node_rank = node_rank_;
+  }
+  if (g < 0) return;
+  (void)etcd_->Put(keys_.failure(g, info_.id), ReportOf(v, node_rank).ToJson().dump());
+  log::Info(
+      "launch: this node's ranks wait for a rank on another node; waiting up to {:.0f}s for "
+      "that node to name it before stopping them",
+      budget_s);
+  const bool named = WaitUntil(
+      [&] {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (moved_ || stopped_ || lease_lost_ || !lost_.empty()) return true;
+        }
+        Result<RangeResponse> fs = etcd_->GetPrefix(keys_.failures(g));
+        if (!fs.ok()) return false;
+        return std::any_of(fs->kvs.begin(), fs->kvs.end(), [](const KeyValue& kv) {
+          Result<rdzv::FailureReport> f = rdzv::FailureReport::FromJson(kv.value);
+          return f.ok() && !f->secondary;
+        });
+      },
+      budget_s);
+  if (!named) log::Warn("launch: no other node named the rank this node's ranks wait for");
+}
+
 void NodeAgent::ProgressLoop() {
   Judge judge;
   std::string published;
@@ -555,6 +613,17 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
     if (!newest || m->step > newest->step) newest = *m;
   }
   if (!newest) return Status::Ok();  // nothing committed yet: a fresh start everywhere
+  // The sources of files are the agents alive now (a lost one would make a file nobody has look
+  // merely unreachable, below).
+  TENAX_ASSIGN_OR_RETURN(RangeResponse agents,
+                         Retry([&] { return etcd_->GetPrefix(keys_.agents()); }));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    agents_.clear();
+    for (const KeyValue& kv : agents.kvs) {
+      if (auto info = rdzv::AgentInfo::FromJson(kv.value); info.ok()) agents_[info->id] = *info;
+    }
+  }
   // A commit etcd does not know (a rank of an old generation wrote it, or it is newer than the
   // job's newest) must not be resumed from.
   const int64_t oldest = accepted.begin()->first;
@@ -570,11 +639,27 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
   }
   ReconcileOptions ro;
   ro.local_replica_root = replica_root_;
+  ro.transfer.io_timeout = kPeerIoTimeout;
   Result<ReconcileReport> r =
       Reconcile(LocalFs(), job_.checkpoint_dir, *newest, Peers(), secret_, ro);
   if (!r.ok()) {
     r = Reconcile(LocalFs(), job_.checkpoint_dir, *newest, Peers(), secret_,
                   ro);  // shared folder race
+  }
+  if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
+    // Every live node answered and none has some file of it: the step is lost (its node died
+    // before its replicas reached a peer). Drop its record while g is current, so that every
+    // node resumes from the commit before it in the next generation.
+    Txn txn;
+    txn.compare.push_back(Compare::Value(keys_.generation(), CompareOp::kEqual, std::to_string(g)));
+    txn.success.push_back(TxnOp::Delete(keys_.commit(newest->step)));
+    Result<TxnResponse> dropped = Retry([&] { return etcd_->Commit(txn); });
+    if (dropped.ok() && dropped->succeeded) {
+      log::Error(
+          "launch: checkpoint step {} is lost: no live node holds every file of it; the job "
+          "goes back to the commit before it",
+          newest->step);
+    }
   }
   if (!r.ok()) {
     return r.status().WithContext(fmt::format(
@@ -778,13 +863,17 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         Result<RangeResponse> agents = etcd_->GetPrefix(keys_.agents());
         if (!joins.ok() || !agents.ok()) return false;
         std::set<std::string> alive;
+        std::map<std::string, rdzv::AgentInfo> live;
         for (const KeyValue& kv : agents->kvs) {
           alive.insert(kv.key.substr(keys_.agents().size()));
           if (auto info = rdzv::AgentInfo::FromJson(kv.value); info.ok()) {
             hosts_[info->id] = info->host;
-            std::lock_guard<std::mutex> lock(mu_);
-            agents_[info->id] = *info;
+            live[info->id] = *info;
           }
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          agents_ = std::move(live);
         }
         std::vector<KeyValue> order = joins->kvs;
         std::sort(order.begin(), order.end(), [](const KeyValue& a, const KeyValue& b) {
@@ -878,9 +967,10 @@ Result<int> NodeAgent::Run() {
     fo.secret = secret_;
     TENAX_ASSIGN_OR_RETURN(files_, CheckpointFileServer::Start(fo));
     info_.file_port = files_->port();
+    PushOptions po;
+    po.transfer.io_timeout = kPeerIoTimeout;
     pusher_ = std::make_unique<ReplicaPusher>(
-        LocalFs(), job_.checkpoint_dir, secret_, PushOptions{},
-        [](int64_t step, const Result<PushReport>& r) {
+        LocalFs(), job_.checkpoint_dir, secret_, po, [](int64_t step, const Result<PushReport>& r) {
           if (!r.ok())
             log::Warn("launch: memory replica of step {}: {}", step, r.status().message());
         });
@@ -899,6 +989,8 @@ Result<int> NodeAgent::Run() {
   supervisor_ =
       std::make_unique<Supervisor>(o_, local, info_.address, 0, exe_, std::move(children));
   supervisor_->LeaveStragglersToAgent();  // judged among every rank of the job (ProgressLoop)
+  supervisor_->SetRemoteHangHook(
+      [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
   TENAX_RETURN_IF_ERROR(supervisor_->Start());
   TENAX_ASSIGN_OR_RETURN(channel_,
                          protocol::AgentChannelServer::Start(
@@ -1096,19 +1188,7 @@ Result<int> NodeAgent::Run() {
     }
     if (out.verdict) {
       const Verdict& v = *out.verdict;
-      rdzv::FailureReport f;
-      f.agent = info_.id;
-      f.host = host_;
-      f.node_rank = node_rank;
-      f.rank = v.rank;
-      f.code = v.code;
-      f.kind = protocol::FailureKindName(v.kind);
-      f.cause = v.cause;
-      // Nobody here is to blame: every failed rank only lost a peer (or waited for one).
-      f.secondary = v.rank < 0;
-      // The evidence's time, on the wall clock (nodes compare wall clocks; monotonic clocks are
-      // per machine).
-      f.wall_s = WallNow() - (protocol::MonotonicNow() - v.mono_s);
+      const rdzv::FailureReport f = ReportOf(v, node_rank);
       TENAX_RETURN_IF_ERROR(Retry([&] {
                               return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump());
                             }).status());

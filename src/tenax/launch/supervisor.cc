@@ -292,6 +292,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
       v.cause = fmt::format("rank {} straggles ({:.3f}s vs median {:.3f}s)", Rank(s.local),
                             s.compute_s, s.median_s);
       v.host = beats_[s.local].host;
+      v.mono_s = protocol::MonotonicNow();
       out->verdict = v;
       out->exit_code = v.code;
       out->detected_s = Elapsed();
@@ -334,6 +335,12 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   if (culprit >= 0) {
     v.rank = Rank(culprit);
     v.host = beats_[culprit].host;
+  }
+  v.mono_s = t0_mono_ + last_progress_;  // the evidence: progress stopped then
+  if (culprit < 0 && nnodes_ > 1 && remote_hang_) {
+    // The rank this node's ranks wait for is elsewhere: its node names it once its own check
+    // fires (about when ours did: progress stopped everywhere at once) and its ranks dumped.
+    remote_hang_(v, std::min(timeout, 30.0) + o_.flight_dump_s + 2);
   }
   out->verdict = v;
   out->exit_code = v.code;

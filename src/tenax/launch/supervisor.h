@@ -50,6 +50,11 @@ struct GenerationPlan {
 // (another node failed, this node lost its lease, the job is over), or nullopt to go on.
 using StopFn = std::function<std::optional<std::string>()>;
 
+// Several nodes: called (on the loop's thread) when this node's ranks hang waiting for a rank on
+// another node, before they are killed: killing them at once would make that node's ranks fail
+// with lost peers before its own hang check names the culprit. Returns after at most `budget_s`.
+using RemoteHangFn = std::function<void(const Verdict& local, double budget_s)>;
+
 // What Launch learned about the job before starting it.
 struct JobInfo {
   std::string run_dir;                  // the run folder (`train`); empty for other commands
@@ -98,6 +103,7 @@ class Supervisor {
   // Several nodes: stragglers are found among every rank of the job by the node agent
   // (node_agent.cc), not among this node's ranks alone.
   void LeaveStragglersToAgent() { local_stragglers_ = false; }
+  void SetRemoteHangHook(RemoteHangFn fn) { remote_hang_ = std::move(fn); }
   double Elapsed() const;
   double start_unix() const { return t0_wall_; }
   const std::string& heartbeat_dir() const { return hb_dir_; }
@@ -139,6 +145,7 @@ class Supervisor {
   std::vector<pid_t> rank_pids_;  // pid per local rank, this generation
   int straggler_count_ = 0;
   bool local_stragglers_ = true;  // false: the node agent finds them
+  RemoteHangFn remote_hang_;
   double last_goodput_write_ = -1;
   // Progress of the running generation (CheckBeats).
   std::vector<int64_t> last_step_;
