@@ -110,6 +110,22 @@ int64_t ParseInt(const std::string& s, int64_t fallback) {
   return (end != s.c_str() && *end == '\0') ? v : fallback;
 }
 
+// The last path component of every key in `r` (keys under `prefix`: agents/<id>, slow/<id>).
+std::set<std::string> IdsUnder(const RangeResponse& r, const std::string& prefix) {
+  std::set<std::string> ids;
+  for (const KeyValue& kv : r.kvs) ids.insert(kv.key.substr(prefix.size()));
+  return ids;
+}
+
+// The readable agents/<id> records of `r`, by agent id.
+std::map<std::string, rdzv::AgentInfo> AgentRecords(const RangeResponse& r) {
+  std::map<std::string, rdzv::AgentInfo> agents;
+  for (const KeyValue& kv : r.kvs) {
+    if (auto info = rdzv::AgentInfo::FromJson(kv.value); info.ok()) agents[info->id] = *info;
+  }
+  return agents;
+}
+
 class NodeAgent {
  public:
   NodeAgent(const LaunchOptions& o, JobInfo job, AgentOptions a, std::string host, std::string exe)
@@ -540,9 +556,8 @@ std::optional<std::string> NodeAgent::JudgeStragglers(int64_t g, const rdzv::Pla
   Result<RangeResponse> alive = etcd_->GetPrefix(keys_.agents());
   Result<RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
   if (!alive.ok() || !slow.ok()) return std::nullopt;
-  std::set<std::string> ready;
-  for (const KeyValue& kv : alive->kvs) ready.insert(kv.key.substr(keys_.agents().size()));
-  for (const KeyValue& kv : slow->kvs) ready.erase(kv.key.substr(keys_.slow_agents().size()));
+  std::set<std::string> ready = IdsUnder(*alive, keys_.agents());
+  for (const std::string& a : IdsUnder(*slow, keys_.slow_agents())) ready.erase(a);
   for (const std::string& a : plan.nodes) ready.erase(a);
   if (ready.empty()) {
     if (!judge->said_no_spare) {
@@ -619,10 +634,7 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
                          Retry([&] { return etcd_->GetPrefix(keys_.agents()); }));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    agents_.clear();
-    for (const KeyValue& kv : agents.kvs) {
-      if (auto info = rdzv::AgentInfo::FromJson(kv.value); info.ok()) agents_[info->id] = *info;
-    }
+    agents_ = AgentRecords(agents);
   }
   // A commit etcd does not know (a rank of an old generation wrote it, or it is newer than the
   // job's newest) must not be resumed from.
@@ -862,15 +874,9 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         Result<RangeResponse> joins = etcd_->GetPrefix(keys_.joins(g));
         Result<RangeResponse> agents = etcd_->GetPrefix(keys_.agents());
         if (!joins.ok() || !agents.ok()) return false;
-        std::set<std::string> alive;
-        std::map<std::string, rdzv::AgentInfo> live;
-        for (const KeyValue& kv : agents->kvs) {
-          alive.insert(kv.key.substr(keys_.agents().size()));
-          if (auto info = rdzv::AgentInfo::FromJson(kv.value); info.ok()) {
-            hosts_[info->id] = info->host;
-            live[info->id] = *info;
-          }
-        }
+        const std::set<std::string> alive = IdsUnder(*agents, keys_.agents());
+        std::map<std::string, rdzv::AgentInfo> live = AgentRecords(*agents);
+        for (const auto& [id, info] : live) hosts_[id] = info.host;
         {
           std::lock_guard<std::mutex> lock(mu_);
           agents_ = std::move(live);
@@ -906,12 +912,9 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         if (joined.empty() || joined.front() != info_.id || !all_joined) return false;
         Result<RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
         if (!slow.ok()) return false;
-        std::set<std::string> last_resort;
-        for (const KeyValue& kv : slow->kvs) {
-          last_resort.insert(kv.key.substr(keys_.slow_agents().size()));
-        }
         std::optional<rdzv::Plan> made =
-            rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr, last_resort);
+            rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr,
+                           IdsUnder(*slow, keys_.slow_agents()));
         if (!made) return false;
         (void)etcd_->PutIfAbsent(keys_.plan(g), made->ToJson().dump());
         return false;  // read it back on the next turn (another planner may have won)
