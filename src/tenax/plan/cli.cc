@@ -62,6 +62,8 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
   plan->add_option("--tp-overlap", p->tp_overlap,
                    "none (default) | backward (Megatron's async input-gradient all-reduce) | full "
                    "(userbuffers / AsyncTP)");
+  plan->add_option("--cp-attention", p->cp_attention,
+                   "all-gather (default; Llama 3's) | ring (PyTorch's ring attention, torchtitan)");
   plan->add_option("--dp-overlap", p->dp_overlap,
                    "yes (default) | no: overlap gradient reduction and gathers with compute");
   plan->add_option("--pp-overlap", p->pp_overlap,

@@ -91,6 +91,49 @@ struct MlpShare {
          tp_fwd_exposed = 0, tp_fwd_hidden = 0, op_recompute = 0;
 };
 
+// PyTorch's ring attention as it runs (torch/distributed/tensor/experimental/_attention.py,
+// `_templated_ring_attention` and its backward; torchtitan's context parallelism), per layer on
+// one GPU, for c = cp ranks with the causal load balancing (each rank holds two chunks of the
+// sequence). K and V reach SDPA with every query head (torchtitan's repeat_kv runs before it), so
+// what moves and what is merged is `q` wide. What it adds to one flash kernel over the same
+// causal work (the per-step kernels themselves keep the FLOPs and the kernel table of S / c):
+//   - Forward: K and V (bf16) all-gathered once (the default rotater), waited for after the first
+//     step's kernel, which does 1/c of the work. Every rank's output is merged in fp32: the first
+//     block upcast (6 B per output element), then per later step the block upcast (6) and
+//     `out - sigmoid(dlse) * (out - block)` (three passes over fp32 tensors, 32 B); on the steps
+//     that use half the queries (half the ranks' steps, with load balancing) that is over half the
+//     output and torch.cat rebuilds the whole buffer (8 B). K and V are concatenated before each
+//     send (4 B per element of each). The result is cast back (6 B).
+//   - Backward: K and V gathered again; dQ, dK and dV accumulated in fp32 buffers zeroed first
+//     (12 B); per step the kernel's bf16 gradients are added (10 B per element, plus a torch.cat
+//     of the whole buffer when only a half is updated: the two cases averaged over ranks, 11.5 B
+//     for dQ and 23 B for dK + dV after the first step, 10 and 20 on it), dK and dV concatenated
+//     in fp32 (16 B) and sent to the next rank point-to-point (2 x 4 B per element), each send
+//     overlapping the next step's kernel; the last one is waited for after the loop; the
+//     gradients cast back (18 B).
+// Elementwise passes run at HBM speed and are not overlapped (one stream).
+struct RingAttentionCost {
+  double fwd_elementwise = 0, bwd_elementwise = 0;  // seconds
+  double fwd_exposed = 0, bwd_exposed = 0;          // communication not hidden by the kernels
+};
+constexpr double kRingFwdFixedBytes = 12.0, kRingFwdStepBytes = 32.5 + 8.0;
+constexpr double kRingBwdFixedBytes = 76.0, kRingBwdStepBytes = 8.0 + 23.0 + 16.0 + 11.5;
+RingAttentionCost RingAttention(const HardwareProfile& hw, int64_t tp, int64_t cp, double n,
+                                double q, double attn_fwd, double attn_bwd) {
+  const double c = static_cast<double>(cp);
+  const double e = n * q;  // elements of this GPU's attention output (and of K, V with every head)
+  RingAttentionCost r;
+  r.fwd_elementwise = StreamTime(hw, e * (kRingFwdFixedBytes + (c - 1.0) * kRingFwdStepBytes));
+  r.bwd_elementwise = StreamTime(hw, e * (kRingBwdFixedBytes + (c - 1.0) * kRingBwdStepBytes));
+  const double gather = CollectiveTime(hw, Collective::kAllGather, tp, cp, c * e * 2.0 * 2.0);
+  const double send = SendTime(hw, PlaceGroup(hw, tp, cp).in_node, e * 2.0 * 4.0);
+  const double step_fwd = attn_fwd / c, step_bwd = attn_bwd / c;
+  r.fwd_exposed = std::max(0.0, gather - step_fwd);
+  r.bwd_exposed =
+      std::max(0.0, gather - step_bwd) + (c - 1.0) * std::max(0.0, send - step_bwd) + send;
+  return r;
+}
+
 }  // namespace
 
 int64_t StageSplit::max_layers() const { return std::max({first, middle, last}); }
@@ -294,11 +337,23 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
       }
     }
   }
-  // Context parallelism (Llama 3's all-gather flavour): gather K and V forward, reduce-scatter
-  // their gradients backward.
-  const double cp_one = CollectiveTime(hw, Collective::kAllGather, tp, cp,
-                                       static_cast<double>(cp) * n * 2.0 * kv * 2.0);
-  lt.cp_comm = 2.0 * cp_one;
+  // Context parallelism: exposed communication forward (`cp_fwd`, redone by full recompute) and
+  // backward.
+  double cp_fwd = 0, cp_bwd = 0;
+  if (cp > 1 && sw.cp_attention == CpAttention::kAllGather) {
+    // Llama 3's: gather K and V forward, reduce-scatter their gradients backward.
+    cp_fwd = CollectiveTime(hw, Collective::kAllGather, tp, cp,
+                            static_cast<double>(cp) * n * 2.0 * kv * 2.0);
+    cp_bwd = cp_fwd;
+  } else if (cp > 1 && sw.attention != AttentionKind::kMaterialized) {
+    const RingAttentionCost ring =
+        RingAttention(hw, tp, cp, n, q, attn_fwd, lt.attention - attn_fwd);
+    lt.attention += ring.fwd_elementwise + ring.bwd_elementwise;
+    attn_fwd += ring.fwd_elementwise;
+    cp_fwd = ring.fwd_exposed;
+    cp_bwd = ring.bwd_exposed;
+  }
+  lt.cp_comm = cp_fwd + cp_bwd;
 
   double full = fwd_gemm + attn_fwd + ew_fwd;  // the forward recomputed by full recompute
   switch (r) {
@@ -322,11 +377,11 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
       lt.recompute = share * full;
       lt.tp_comm += share * tp_fwd_exposed;
       lt.tp_hidden += share * tp_fwd_hidden;
-      lt.cp_comm += share * cp_one;
+      lt.cp_comm += share * cp_fwd;
       break;
     }
   }
-  lt.forward = fwd_gemm + attn_fwd + ew_fwd + tp_fwd_exposed + cp_one;
+  lt.forward = fwd_gemm + attn_fwd + ew_fwd + tp_fwd_exposed + cp_fwd;
   c.layer_params = lw.params;
   if (IsMoe(w)) {
     // An MoE layer: the dense layer with its MLP (GEMMs, activation, the tensor-parallel

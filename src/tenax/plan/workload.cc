@@ -56,6 +56,16 @@ Result<TpOverlap> ParseTpOverlap(const std::string& text) {
   return InvalidArgument("--tp-overlap = '" + text + "': expected none, backward or full");
 }
 
+const char* CpAttentionName(CpAttention c) {
+  return c == CpAttention::kAllGather ? "all-gather" : "ring";
+}
+
+Result<CpAttention> ParseCpAttention(const std::string& text) {
+  if (text == "all-gather" || text == "allgather") return CpAttention::kAllGather;
+  if (text == "ring") return CpAttention::kRing;
+  return InvalidArgument("--cp-attention = '" + text + "': expected all-gather or ring");
+}
+
 ModelParams CountModelParams(const ModelSpec& m, const Architecture& a, int64_t seq_len) {
   const LayerWidths w = WidthsFor(m, 1, a);
   ModelParams p;

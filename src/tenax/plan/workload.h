@@ -44,6 +44,16 @@ enum class TpOverlap {
 const char* TpOverlapName(TpOverlap t);
 Result<TpOverlap> ParseTpOverlap(const std::string& text);
 
+// How context parallelism runs attention (a software feature of the run).
+enum class CpAttention {
+  kAllGather,  // Llama 3's: gather K and V (their own heads), one causal kernel per rank
+  kRing,       // PyTorch's ring attention (torchtitan): K and V with every query head (repeat_kv
+               // runs before SDPA), one flash kernel per ring step, the outputs merged in fp32,
+               // K/V gradients accumulated in fp32 and passed around the ring
+};
+const char* CpAttentionName(CpAttention c);
+Result<CpAttention> ParseCpAttention(const std::string& text);
+
 // The transformer's building blocks. Llama: RMSNorm, SwiGLU, rotary, no biases. GPT (Megatron's
 // GPT-2/3 models): LayerNorm, GELU MLP, learned positions, biases on every linear layer.
 struct Architecture {
@@ -62,6 +72,7 @@ struct Software {
   TpOverlap tp_overlap = TpOverlap::kNone;
   bool dp_overlap = true;   // gradient reduction / parameter gathers overlap compute
   bool pp_overlap = false;  // steady-state pipeline sends overlap compute
+  CpAttention cp_attention = CpAttention::kAllGather;
 };
 
 // Parameter counts of the model as the planner sizes it (biases and position tables included).
