@@ -64,6 +64,9 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
                    "(userbuffers / AsyncTP)");
   plan->add_option("--cp-attention", p->cp_attention,
                    "all-gather (default; Llama 3's) | ring (PyTorch's ring attention, torchtitan)");
+  plan->add_option("--complex-rotary", p->complex_rotary,
+                   "no (default) | yes: rotary as complex multiplication (torchtitan's), which "
+                   "torch.compile leaves unfused");
   plan->add_option("--dp-overlap", p->dp_overlap,
                    "yes (default) | no: overlap gradient reduction and gathers with compute");
   plan->add_option("--pp-overlap", p->pp_overlap,

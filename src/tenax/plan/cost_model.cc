@@ -35,9 +35,17 @@ ElementwiseBytes EagerBytes(const Architecture& a) {
 // writes both (8 B, twice); rotary reads and writes q and k once (4 B); SwiGLU reads two inputs and
 // writes one (6 B), bias+GELU reads and writes (4 B); bias+dropout+add adds the mask and a pass
 // (3 B per site); no copies.
-ElementwiseBytes FusedBytes(const Architecture& a) {
+// With complex rotary (torchtitan's, which TorchInductor runs as fallback kernels): q and k cast
+// to fp32 in a generated kernel (6 B), the complex multiply as an eager kernel (read and write
+// fp32: 8 B), the cast back (read 4 B, write 2) fused with GQA's repeat of K to every query head
+// (so 4 B per kv element read and 2 B per q element written), V repeated (2 B per kv read, 2 B per
+// q written), and the attention output's transpose copied for the output projection (4 B per q):
+// 28 B per q element and 20 B per kv element, as many as eager's.
+ElementwiseBytes FusedBytes(const Architecture& a, const Software& sw) {
   const bool rotary = !a.learned_positions;
-  return {2.0 * 8.0, rotary ? 4.0 : 0.0, rotary ? 4.0 : 0.0, a.gated_mlp ? 6.0 : 4.0, 3.0};
+  const bool fallback = rotary && sw.complex_rotary;
+  return {2.0 * 8.0, fallback ? 20.0 + 2.0 + 2.0 + 4.0 : (rotary ? 4.0 : 0.0),
+          fallback ? 6.0 + 8.0 + 4.0 + 2.0 : (rotary ? 4.0 : 0.0), a.gated_mlp ? 6.0 : 4.0, 3.0};
 }
 // An elementwise op's backward reads its saved inputs and the incoming gradient and writes the
 // outgoing one: about twice its forward traffic.
@@ -283,7 +291,7 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     attn_fwd = lt.attention / kFlashFwdBwdFactor;
   }
 
-  const ElementwiseBytes eb = sw.kernels == Kernels::kEager ? EagerBytes(a) : FusedBytes(a);
+  const ElementwiseBytes eb = sw.kernels == Kernels::kEager ? EagerBytes(a) : FusedBytes(a, sw);
   const double ew_fwd = StreamTime(hw, n * (eb.norms * he + eb.q * q + eb.kv * kv + eb.f * f +
                                             (sw.dropout > 0 ? 2.0 * eb.dropout * he : 0.0)));
   lt.elementwise = ew_fwd * (1.0 + kBackwardElementwiseFactor) + StreamTime(hw, cast_bytes);

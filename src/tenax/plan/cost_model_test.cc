@@ -76,6 +76,28 @@ TEST(CostModel, RingAttentionByHand) {
               1e-12);
 }
 
+// torchtitan's complex rotary under torch.compile: TorchInductor runs complex operators as eager
+// fallback kernels, so the rotary, GQA's repeat and the output transpose cost 28 B per q element
+// and 20 per kv element forward (twice that backward) instead of the fused 4 and 4; eager kernels
+// are unchanged.
+TEST(CostModel, ComplexRotaryStaysUnfusedUnderCompile) {
+  const HardwareProfile hw = H100();
+  int64_t ignored = 0;
+  const ModelSpec m = *LoadPlanModel("llama3-8b", &ignored);
+  auto layer = [&](Kernels k, bool complex_rotary) {
+    Software sw;
+    sw.kernels = k;
+    sw.complex_rotary = complex_rotary;
+    const Workload w = *MakeWorkload(m, Architecture{}, sw, 8192, 8 * 8192);
+    return EstimateMicroBatch(w, hw, 1, 1, 2, Recompute::kNone, false).layer;
+  };
+  const double n = 16384, bandwidth = hw.hbm_bandwidth * hw.eff.memory_bound;
+  EXPECT_NEAR(layer(Kernels::kFused, true).elementwise - layer(Kernels::kFused, false).elementwise,
+              3.0 * n * ((28.0 - 4.0) * 4096 + (20.0 - 4.0) * 1024) / bandwidth, 1e-12);
+  EXPECT_EQ(layer(Kernels::kEager, true).elementwise, layer(Kernels::kEager, false).elementwise);
+  EXPECT_EQ(layer(Kernels::kFused, true).matmul, layer(Kernels::kFused, false).matmul);
+}
+
 TEST(CostModel, ProjectionsAreThreeGemmsEach) {
   const HardwareProfile hw = H100();
   const Workload w = Load("llama3-8b", 8192, 8);

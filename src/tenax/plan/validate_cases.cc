@@ -47,11 +47,13 @@ ModelSpec Llama2(int64_t dim, int64_t layers, int64_t heads, int64_t kv, int64_t
 }
 
 // torchtitan: FSDP2 with an fp32 gradient reduce-scatter, SDPA flash attention, eager kernels
-// unless torch.compile is on, PyTorch's ring attention for context parallelism.
+// unless torch.compile is on, PyTorch's ring attention for context parallelism, rotary embeddings
+// as complex multiplication (torchtitan's models/llama/model.py, apply_rotary_emb).
 Software Torchtitan(bool compiled) {
   Software sw;
   sw.kernels = compiled ? Kernels::kFused : Kernels::kEager;
   sw.cp_attention = CpAttention::kRing;
+  sw.complex_rotary = true;
   return sw;
 }
 Software TorchtitanAsyncTp() {
@@ -66,6 +68,7 @@ Software TorchtitanAsyncTp() {
 Software Meta() {
   Software sw = Torchtitan(true);
   sw.cp_attention = CpAttention::kAllGather;
+  sw.complex_rotary = false;  // Meta's kernels are not published: fused as modelled before
   return sw;
 }
 

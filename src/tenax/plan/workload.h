@@ -73,6 +73,12 @@ struct Software {
   bool dp_overlap = true;   // gradient reduction / parameter gathers overlap compute
   bool pp_overlap = false;  // steady-state pipeline sends overlap compute
   CpAttention cp_attention = CpAttention::kAllGather;
+  // Rotary embeddings as complex multiplication (torchtitan's apply_rotary_emb: view_as_complex,
+  // multiply, view_as_real). TorchInductor generates no code for complex operators and runs them
+  // as eager fallback kernels (its "does not support code generation for complex operators"
+  // warning, pytorch/torchtitan#15), so under torch.compile the rotary and what surrounds it stay
+  // unfused. Eager kernels are unaffected.
+  bool complex_rotary = false;
 };
 
 // Parameter counts of the model as the planner sizes it (biases and position tables included).
