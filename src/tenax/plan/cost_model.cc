@@ -86,8 +86,9 @@ struct Proj {
 // A tensor-parallel collective and the GEMM it can hide behind when overlap is on.
 struct TpCollective {
   double time;
-  double pair;        // the neighbouring GEMM (TpOverlap::kFull)
-  double wgrad_pair;  // > 0: an input-gradient reduction TpOverlap::kBackward hides behind this
+  double pair;        // the neighbouring GEMM (TpOverlap::kFull, kAsyncTp)
+  double wgrad_pair;  // > 0: an input-gradient reduction (of a sum of GEMMs' outputs), which
+                      // TpOverlap::kBackward hides behind this and kAsyncTp cannot fuse
   bool forward;
   bool mlp;  // around the MLP (an MoE layer has none: its experts run on the sequence shard)
 };
@@ -325,7 +326,8 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
   double tp_fwd_exposed = 0, tp_fwd_hidden = 0;
   for (const TpCollective& x : tpc) {
     double exposed = x.time;
-    if (sw.tp_overlap == TpOverlap::kFull) {
+    if (sw.tp_overlap == TpOverlap::kFull ||
+        (sw.tp_overlap == TpOverlap::kAsyncTp && x.wgrad_pair == 0)) {
       exposed = std::max(0.0, x.time - x.pair);
     } else if (sw.tp_overlap == TpOverlap::kBackward && x.wgrad_pair > 0) {
       exposed = std::max(0.0, x.time - x.wgrad_pair);

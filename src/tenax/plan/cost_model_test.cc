@@ -182,13 +182,19 @@ TEST(CostModel, TensorParallelOverlapIsASoftwareOption) {
     return EstimateMicroBatch(w, hw, 8, 1, 1, Recompute::kNone, false).layer;
   };
   const LayerTime none = tp(TpOverlap::kNone), bwd = tp(TpOverlap::kBackward),
-                  full = tp(TpOverlap::kFull);
+                  full = tp(TpOverlap::kFull), async = tp(TpOverlap::kAsyncTp);
   // With sequence parallelism: 4 all-gathers and 4 reduce-scatters of the n x h bf16 activation.
   const double one = CollectiveTime(hw, Collective::kAllGather, 1, 8, 8192.0 * 16384 * 2);
   EXPECT_NEAR(none.tp_comm, 8 * one, 1e-12);
   EXPECT_EQ(none.tp_hidden, 0);
   // Overlap hides traffic without creating or losing any.
-  for (const LayerTime& t : {bwd, full}) EXPECT_NEAR(t.tp_comm + t.tp_hidden, 8 * one, 1e-12);
+  for (const LayerTime& t : {bwd, full, async}) {
+    EXPECT_NEAR(t.tp_comm + t.tp_hidden, 8 * one, 1e-12);
+  }
+  // These GEMMs outlast their collectives: full overlap hides all; AsyncTP all but the two
+  // input-gradient reduce-scatters, whose input is a sum of GEMMs (wq + wk + wv, w1 + w3).
+  EXPECT_NEAR(full.tp_comm, 0, 1e-12);
+  EXPECT_NEAR(async.tp_comm, 2 * one, 1e-12);
   EXPECT_LT(full.tp_comm, bwd.tp_comm);
   EXPECT_LT(bwd.tp_comm, none.tp_comm);
   // Backward overlap hides the two input-gradient reduce-scatters behind the weight gradients.

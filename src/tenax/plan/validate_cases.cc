@@ -58,7 +58,7 @@ Software Torchtitan(bool compiled) {
 }
 Software TorchtitanAsyncTp() {
   Software sw = Torchtitan(true);
-  sw.tp_overlap = TpOverlap::kFull;
+  sw.tp_overlap = TpOverlap::kAsyncTp;
   return sw;
 }
 

@@ -39,7 +39,13 @@ enum class TpOverlap {
   kBackward,  // Megatron's asynchronous input-gradient all-reduce, hidden behind the weight
               // gradient GEMM in backward
   kFull,      // every collective decomposed and overlapped with its neighbouring GEMM
-              // (Transformer Engine userbuffers, torchtitan AsyncTP)
+              // (Transformer Engine userbuffers)
+  kAsyncTp,   // torchtitan's AsyncTP: TorchInductor's micro-pipeline TP pass
+              // (torch/_inductor/fx_passes/micro_pipeline_tp.py) fuses an all-gather with the
+              // matmuls that consume it and a reduce-scatter with the one matmul that produces
+              // it. The input-gradient reduce-scatters of the attention and MLP blocks reduce a
+              // sum of matmuls (wq + wk + wv, w1 + w3), which the pattern does not match: they
+              // stay exposed; the other six are overlapped as with kFull
 };
 const char* TpOverlapName(TpOverlap t);
 Result<TpOverlap> ParseTpOverlap(const std::string& text);
