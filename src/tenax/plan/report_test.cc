@@ -71,6 +71,10 @@ TEST(Report, HeaderCountsSmallModelsAndEveryLayoutLookedAt) {
   EXPECT_EQ(lines, static_cast<int64_t>(s.dropped.size()));
   EXPECT_GT(s.dropped.at("tensor parallel (test)"), 0);
   EXPECT_EQ(searched, costed + before_costing);
+  // The JSON carries the same counts.
+  const nlohmann::json j = PlanJson(r, false);
+  EXPECT_EQ(j["search"]["searched"], searched);
+  EXPECT_EQ(j["search"]["evaluated"], costed);
 }
 
 }  // namespace
