@@ -355,7 +355,7 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     cp_fwd = CollectiveTime(hw, Collective::kAllGather, tp, cp,
                             static_cast<double>(cp) * n * 2.0 * kv * 2.0);
     cp_bwd = cp_fwd;
-  } else if (cp > 1 && sw.attention != AttentionKind::kMaterialized) {
+  } else if (cp > 1) {  // ring (flash attention: LayoutProblem refuses CP with materialized scores)
     const RingAttentionCost ring =
         RingAttention(hw, tp, cp, n, q, attn_fwd, lt.attention - attn_fwd);
     lt.attention += ring.fwd_elementwise + ring.bwd_elementwise;
