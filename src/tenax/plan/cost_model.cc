@@ -106,6 +106,8 @@ struct MlpShare {
 // sequence). K and V reach SDPA with every query head (torchtitan's repeat_kv runs before it), so
 // what moves and what is merged is `q` wide. What it adds to one flash kernel over the same
 // causal work (the per-step kernels themselves keep the FLOPs and the kernel table of S / c):
+//   - Both directions first copy K and V contiguous (`key.contiguous()`: repeat_kv's output is
+//     transposed to heads-first; 4 B per element of each).
 //   - Forward: K and V (bf16) all-gathered once (the default rotater), waited for after the first
 //     step's kernel, which does 1/c of the work. Every rank's output is merged in fp32: the first
 //     block upcast (6 B per output element), then per later step the block upcast (6) and
@@ -125,8 +127,8 @@ struct RingAttentionCost {
   double fwd_elementwise = 0, bwd_elementwise = 0;  // seconds
   double fwd_exposed = 0, bwd_exposed = 0;          // communication not hidden by the kernels
 };
-constexpr double kRingFwdFixedBytes = 12.0, kRingFwdStepBytes = 32.5 + 8.0;
-constexpr double kRingBwdFixedBytes = 76.0, kRingBwdStepBytes = 8.0 + 23.0 + 16.0 + 11.5;
+constexpr double kRingFwdFixedBytes = 20.0, kRingFwdStepBytes = 32.5 + 8.0;
+constexpr double kRingBwdFixedBytes = 84.0, kRingBwdStepBytes = 8.0 + 23.0 + 16.0 + 11.5;
 RingAttentionCost RingAttention(const HardwareProfile& hw, int64_t tp, int64_t cp, double n,
                                 double q, double attn_fwd, double attn_bwd) {
   const double c = static_cast<double>(cp);
