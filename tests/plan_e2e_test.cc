@@ -162,6 +162,23 @@ TEST(PlanE2E, ShapeFlagsAndSoftwareOptions) {
       dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("[attention.flash3]"), std::string::npos) << r.output;
+  // torchtitan's software: PyTorch's ring attention and complex rotary, shown in the JSON; a
+  // misspelt value is refused with the choices.
+  r = RunTenax(
+      "plan --model llama3-8b --gpus 8 --seq-len 65536 --global-batch-tokens 512Ki --all "
+      "--kernels fused --cp-attention ring --complex-rotary yes --fix cp=2 --top 1 --json",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json t = ParseJson(r);
+  EXPECT_EQ(t["software"]["cp_attention"], "ring");
+  EXPECT_EQ(t["software"]["complex_rotary"], true);
+  EXPECT_EQ(t["layouts"][0]["cp"], 2);
+  r = RunTenax(
+      "plan --model llama3-8b --gpus 8 --seq-len 8192 --global-batch-tokens 1Mi "
+      "--cp-attention rings",
+      dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("expected all-gather or ring"), std::string::npos) << r.output;
 }
 
 TEST(PlanE2E, RunnableLayoutsAreMarked) {

@@ -61,7 +61,12 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
                    "yes (default) | no: shard norms and dropout over tensor-parallel ranks");
   plan->add_option("--tp-overlap", p->tp_overlap,
                    "none (default) | backward (Megatron's async input-gradient all-reduce) | full "
-                   "(userbuffers / AsyncTP)");
+                   "(userbuffers) | async-tp (torchtitan's AsyncTP)");
+  plan->add_option("--cp-attention", p->cp_attention,
+                   "all-gather (default; Llama 3's) | ring (PyTorch's ring attention, torchtitan)");
+  plan->add_option("--complex-rotary", p->complex_rotary,
+                   "no (default) | yes: rotary as complex multiplication (torchtitan's), which "
+                   "torch.compile leaves unfused");
   plan->add_option("--dp-overlap", p->dp_overlap,
                    "yes (default) | no: overlap gradient reduction and gathers with compute");
   plan->add_option("--pp-overlap", p->pp_overlap,

@@ -37,6 +37,8 @@ struct PlanFlags {
   double dropout = 0;
   std::string sequence_parallel = "yes";
   std::string tp_overlap = "none";
+  std::string cp_attention = "all-gather";
+  std::string complex_rotary = "no";
   std::string dp_overlap = "yes";
   std::string pp_overlap = "no";
   std::string failure_rate;

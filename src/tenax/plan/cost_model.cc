@@ -35,9 +35,17 @@ ElementwiseBytes EagerBytes(const Architecture& a) {
 // writes both (8 B, twice); rotary reads and writes q and k once (4 B); SwiGLU reads two inputs and
 // writes one (6 B), bias+GELU reads and writes (4 B); bias+dropout+add adds the mask and a pass
 // (3 B per site); no copies.
-ElementwiseBytes FusedBytes(const Architecture& a) {
+// With complex rotary (torchtitan's, which TorchInductor runs as fallback kernels): q and k cast
+// to fp32 in a generated kernel (6 B), the complex multiply as an eager kernel (read and write
+// fp32: 8 B), the cast back (read 4 B, write 2) fused with GQA's repeat of K to every query head
+// (so 4 B per kv element read and 2 B per q element written), V repeated (2 B per kv read, 2 B per
+// q written), and the attention output's transpose copied for the output projection (4 B per q):
+// 28 B per q element and 20 B per kv element, as many as eager's.
+ElementwiseBytes FusedBytes(const Architecture& a, const Software& sw) {
   const bool rotary = !a.learned_positions;
-  return {2.0 * 8.0, rotary ? 4.0 : 0.0, rotary ? 4.0 : 0.0, a.gated_mlp ? 6.0 : 4.0, 3.0};
+  const bool fallback = rotary && sw.complex_rotary;
+  return {2.0 * 8.0, fallback ? 20.0 + 2.0 + 2.0 + 4.0 : (rotary ? 4.0 : 0.0),
+          fallback ? 6.0 + 8.0 + 4.0 + 2.0 : (rotary ? 4.0 : 0.0), a.gated_mlp ? 6.0 : 4.0, 3.0};
 }
 // An elementwise op's backward reads its saved inputs and the incoming gradient and writes the
 // outgoing one: about twice its forward traffic.
@@ -78,8 +86,9 @@ struct Proj {
 // A tensor-parallel collective and the GEMM it can hide behind when overlap is on.
 struct TpCollective {
   double time;
-  double pair;        // the neighbouring GEMM (TpOverlap::kFull)
-  double wgrad_pair;  // > 0: an input-gradient reduction TpOverlap::kBackward hides behind this
+  double pair;        // the neighbouring GEMM (TpOverlap::kFull, kAsyncTp)
+  double wgrad_pair;  // > 0: an input-gradient reduction (of a sum of GEMMs' outputs), which
+                      // TpOverlap::kBackward hides behind this and kAsyncTp cannot fuse
   bool forward;
   bool mlp;  // around the MLP (an MoE layer has none: its experts run on the sequence shard)
 };
@@ -90,6 +99,51 @@ struct MlpShare {
   double matmul = 0, fwd_gemm = 0, elementwise = 0, ew_fwd = 0, tp_exposed = 0, tp_hidden = 0,
          tp_fwd_exposed = 0, tp_fwd_hidden = 0, op_recompute = 0;
 };
+
+// PyTorch's ring attention as it runs (torch/distributed/tensor/experimental/_attention.py,
+// `_templated_ring_attention` and its backward; torchtitan's context parallelism), per layer on
+// one GPU, for c = cp ranks with the causal load balancing (each rank holds two chunks of the
+// sequence). K and V reach SDPA with every query head (torchtitan's repeat_kv runs before it), so
+// what moves and what is merged is `q` wide. What it adds to one flash kernel over the same
+// causal work (the per-step kernels themselves keep the FLOPs and the kernel table of S / c):
+//   - Both directions first copy K and V contiguous (`key.contiguous()`: repeat_kv's output is
+//     transposed to heads-first; 4 B per element of each).
+//   - Forward: K and V (bf16) all-gathered once (the default rotater), waited for after the first
+//     step's kernel, which does 1/c of the work. Every rank's output is merged in fp32: the first
+//     block upcast (6 B per output element), then per later step the block upcast (6) and
+//     `out - sigmoid(dlse) * (out - block)` (three passes over fp32 tensors, 32 B); on the steps
+//     that use half the queries (half the ranks' steps, with load balancing) that is over half the
+//     output and torch.cat rebuilds the whole buffer (8 B). K and V are concatenated before each
+//     send (4 B per element of each). The result is cast back (6 B).
+//   - Backward: K and V gathered again; dQ, dK and dV accumulated in fp32 buffers zeroed first
+//     (12 B); per step the kernel's bf16 gradients are added (10 B per element, plus a torch.cat
+//     of the whole buffer when only a half is updated: the two cases averaged over ranks, 11.5 B
+//     for dQ and 23 B for dK + dV after the first step, 10 and 20 on it), dK and dV concatenated
+//     in fp32 (16 B) and sent to the next rank point-to-point (2 x 4 B per element), each send
+//     overlapping the next step's kernel; the last one is waited for after the loop; the
+//     gradients cast back (18 B).
+// Elementwise passes run at HBM speed and are not overlapped (one stream).
+struct RingAttentionCost {
+  double fwd_elementwise = 0, bwd_elementwise = 0;  // seconds
+  double fwd_exposed = 0, bwd_exposed = 0;          // communication not hidden by the kernels
+};
+constexpr double kRingFwdFixedBytes = 20.0, kRingFwdStepBytes = 32.5 + 8.0;
+constexpr double kRingBwdFixedBytes = 84.0, kRingBwdStepBytes = 8.0 + 23.0 + 16.0 + 11.5;
+RingAttentionCost RingAttention(const HardwareProfile& hw, int64_t tp, int64_t cp, double n,
+                                double q, double attn_fwd, double attn_bwd) {
+  const double c = static_cast<double>(cp);
+  const double e = n * q;  // elements of this GPU's attention output (and of K, V with every head)
+  RingAttentionCost r;
+  r.fwd_elementwise = StreamTime(hw, e * (kRingFwdFixedBytes + (c - 1.0) * kRingFwdStepBytes));
+  r.bwd_elementwise = StreamTime(hw, e * (kRingBwdFixedBytes + (c - 1.0) * kRingBwdStepBytes));
+  const double gather = CollectiveTime(hw, Collective::kAllGather, tp, cp, c * e * 2.0 * 2.0);
+  const double send = SendTime(hw, PlaceGroup(hw, tp, cp).in_node, e * 2.0 * 4.0);
+  const double step_fwd = attn_fwd / c, step_bwd = attn_bwd / c;
+  r.fwd_exposed = std::max(0.0, gather - step_fwd);
+  r.bwd_exposed =
+      std::max(0.0, gather - step_bwd) + (c - 1.0) * std::max(0.0, send - step_bwd) + send;
+  return r;
+}
 
 }  // namespace
 
@@ -240,7 +294,7 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     attn_fwd = lt.attention / kFlashFwdBwdFactor;
   }
 
-  const ElementwiseBytes eb = sw.kernels == Kernels::kEager ? EagerBytes(a) : FusedBytes(a);
+  const ElementwiseBytes eb = sw.kernels == Kernels::kEager ? EagerBytes(a) : FusedBytes(a, sw);
   const double ew_fwd = StreamTime(hw, n * (eb.norms * he + eb.q * q + eb.kv * kv + eb.f * f +
                                             (sw.dropout > 0 ? 2.0 * eb.dropout * he : 0.0)));
   lt.elementwise = ew_fwd * (1.0 + kBackwardElementwiseFactor) + StreamTime(hw, cast_bytes);
@@ -274,7 +328,8 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
   double tp_fwd_exposed = 0, tp_fwd_hidden = 0;
   for (const TpCollective& x : tpc) {
     double exposed = x.time;
-    if (sw.tp_overlap == TpOverlap::kFull) {
+    if (sw.tp_overlap == TpOverlap::kFull ||
+        (sw.tp_overlap == TpOverlap::kAsyncTp && x.wgrad_pair == 0)) {
       exposed = std::max(0.0, x.time - x.pair);
     } else if (sw.tp_overlap == TpOverlap::kBackward && x.wgrad_pair > 0) {
       exposed = std::max(0.0, x.time - x.wgrad_pair);
@@ -294,11 +349,23 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
       }
     }
   }
-  // Context parallelism (Llama 3's all-gather flavour): gather K and V forward, reduce-scatter
-  // their gradients backward.
-  const double cp_one = CollectiveTime(hw, Collective::kAllGather, tp, cp,
-                                       static_cast<double>(cp) * n * 2.0 * kv * 2.0);
-  lt.cp_comm = 2.0 * cp_one;
+  // Context parallelism: exposed communication forward (`cp_fwd`, redone by full recompute) and
+  // backward.
+  double cp_fwd = 0, cp_bwd = 0;
+  if (cp > 1 && sw.cp_attention == CpAttention::kAllGather) {
+    // Llama 3's: gather K and V forward, reduce-scatter their gradients backward.
+    cp_fwd = CollectiveTime(hw, Collective::kAllGather, tp, cp,
+                            static_cast<double>(cp) * n * 2.0 * kv * 2.0);
+    cp_bwd = cp_fwd;
+  } else if (cp > 1) {  // ring (flash attention: LayoutProblem refuses CP with materialized scores)
+    const RingAttentionCost ring =
+        RingAttention(hw, tp, cp, n, q, attn_fwd, lt.attention - attn_fwd);
+    lt.attention += ring.fwd_elementwise + ring.bwd_elementwise;
+    attn_fwd += ring.fwd_elementwise;
+    cp_fwd = ring.fwd_exposed;
+    cp_bwd = ring.bwd_exposed;
+  }
+  lt.cp_comm = cp_fwd + cp_bwd;
 
   double full = fwd_gemm + attn_fwd + ew_fwd;  // the forward recomputed by full recompute
   switch (r) {
@@ -322,11 +389,11 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
       lt.recompute = share * full;
       lt.tp_comm += share * tp_fwd_exposed;
       lt.tp_hidden += share * tp_fwd_hidden;
-      lt.cp_comm += share * cp_one;
+      lt.cp_comm += share * cp_fwd;
       break;
     }
   }
-  lt.forward = fwd_gemm + attn_fwd + ew_fwd + tp_fwd_exposed + cp_one;
+  lt.forward = fwd_gemm + attn_fwd + ew_fwd + tp_fwd_exposed + cp_fwd;
   c.layer_params = lw.params;
   if (IsMoe(w)) {
     // An MoE layer: the dense layer with its MLP (GEMMs, activation, the tensor-parallel

@@ -50,6 +50,54 @@ TEST(CostModel, FlashAttentionByHand) {
   EXPECT_EQ(c.layer.recompute, 0);
 }
 
+// PyTorch's ring attention against Llama 3's all-gather flavour, same work: the ring adds its fp32
+// merges and gradient accumulations (counted by hand from torch's _templated_ring_attention and
+// its backward: 20 + 40.5 B forward and 84 + 58.5 B backward per element of the n x H d output at
+// cp = 2) and moves K and V with all 32 query heads, not the 8 kv heads: its exposed traffic is
+// the last fp32 dK/dV send (the gathers and the first sends hide behind a step's kernel).
+TEST(CostModel, RingAttentionByHand) {
+  const HardwareProfile hw = H100();
+  int64_t ignored = 0;
+  const ModelSpec m = *LoadPlanModel("llama3-8b", &ignored);
+  Software ring;
+  ring.cp_attention = CpAttention::kRing;
+  const Workload wr = *MakeWorkload(m, Architecture{}, ring, 65536, 65536);
+  const Workload wa = *MakeWorkload(m, Architecture{}, Software{}, 65536, 65536);
+  const MicroBatchCost r = EstimateMicroBatch(wr, hw, 1, 2, 1, Recompute::kNone, false);
+  const MicroBatchCost a = EstimateMicroBatch(wa, hw, 1, 2, 1, Recompute::kNone, false);
+  const double e = 32768.0 * 4096.0;
+  const double bandwidth = hw.hbm_bandwidth * hw.eff.memory_bound;
+  EXPECT_NEAR(r.layer.attention - a.layer.attention,
+              (e * (20.0 + 40.5) + e * (84.0 + 58.5)) / bandwidth, 1e-9);
+  EXPECT_NEAR(r.layer.cp_comm, SendTime(hw, true, e * 2.0 * 4.0), 1e-12);
+  // The all-gather flavour: K and V of the 8 kv heads gathered forward, reduce-scattered back.
+  const double kv_bytes = 2.0 * 32768 * 2 * 1024 * 2;
+  EXPECT_NEAR(a.layer.cp_comm, 2.0 * CollectiveTime(hw, Collective::kAllGather, 1, 2, kv_bytes),
+              1e-12);
+}
+
+// torchtitan's complex rotary under torch.compile: TorchInductor runs complex operators as eager
+// fallback kernels, so the rotary, GQA's repeat and the output transpose cost 28 B per q element
+// and 20 per kv element forward (twice that backward) instead of the fused 4 and 4; eager kernels
+// are unchanged.
+TEST(CostModel, ComplexRotaryStaysUnfusedUnderCompile) {
+  const HardwareProfile hw = H100();
+  int64_t ignored = 0;
+  const ModelSpec m = *LoadPlanModel("llama3-8b", &ignored);
+  auto layer = [&](Kernels k, bool complex_rotary) {
+    Software sw;
+    sw.kernels = k;
+    sw.complex_rotary = complex_rotary;
+    const Workload w = *MakeWorkload(m, Architecture{}, sw, 8192, 8 * 8192);
+    return EstimateMicroBatch(w, hw, 1, 1, 2, Recompute::kNone, false).layer;
+  };
+  const double n = 16384, bandwidth = hw.hbm_bandwidth * hw.eff.memory_bound;
+  EXPECT_NEAR(layer(Kernels::kFused, true).elementwise - layer(Kernels::kFused, false).elementwise,
+              3.0 * n * ((28.0 - 4.0) * 4096 + (20.0 - 4.0) * 1024) / bandwidth, 1e-12);
+  EXPECT_EQ(layer(Kernels::kEager, true).elementwise, layer(Kernels::kEager, false).elementwise);
+  EXPECT_EQ(layer(Kernels::kFused, true).matmul, layer(Kernels::kFused, false).matmul);
+}
+
 TEST(CostModel, ProjectionsAreThreeGemmsEach) {
   const HardwareProfile hw = H100();
   const Workload w = Load("llama3-8b", 8192, 8);
@@ -134,13 +182,19 @@ TEST(CostModel, TensorParallelOverlapIsASoftwareOption) {
     return EstimateMicroBatch(w, hw, 8, 1, 1, Recompute::kNone, false).layer;
   };
   const LayerTime none = tp(TpOverlap::kNone), bwd = tp(TpOverlap::kBackward),
-                  full = tp(TpOverlap::kFull);
+                  full = tp(TpOverlap::kFull), async = tp(TpOverlap::kAsyncTp);
   // With sequence parallelism: 4 all-gathers and 4 reduce-scatters of the n x h bf16 activation.
   const double one = CollectiveTime(hw, Collective::kAllGather, 1, 8, 8192.0 * 16384 * 2);
   EXPECT_NEAR(none.tp_comm, 8 * one, 1e-12);
   EXPECT_EQ(none.tp_hidden, 0);
   // Overlap hides traffic without creating or losing any.
-  for (const LayerTime& t : {bwd, full}) EXPECT_NEAR(t.tp_comm + t.tp_hidden, 8 * one, 1e-12);
+  for (const LayerTime& t : {bwd, full, async}) {
+    EXPECT_NEAR(t.tp_comm + t.tp_hidden, 8 * one, 1e-12);
+  }
+  // These GEMMs outlast their collectives: full overlap hides all; AsyncTP all but the two
+  // input-gradient reduce-scatters, whose input is a sum of GEMMs (wq + wk + wv, w1 + w3).
+  EXPECT_NEAR(full.tp_comm, 0, 1e-12);
+  EXPECT_NEAR(async.tp_comm, 2 * one, 1e-12);
   EXPECT_LT(full.tp_comm, bwd.tp_comm);
   EXPECT_LT(bwd.tp_comm, none.tp_comm);
   // Backward overlap hides the two input-gradient reduce-scatters behind the weight gradients.

@@ -123,6 +123,8 @@ Result<Software> BuildSoftware(const PlanFlags& f) {
   TENAX_ASSIGN_OR_RETURN(sw.tp_overlap, ParseTpOverlap(f.tp_overlap));
   TENAX_ASSIGN_OR_RETURN(sw.dp_overlap, YesNo(f.dp_overlap, "--dp-overlap"));
   TENAX_ASSIGN_OR_RETURN(sw.pp_overlap, YesNo(f.pp_overlap, "--pp-overlap"));
+  TENAX_ASSIGN_OR_RETURN(sw.cp_attention, ParseCpAttention(f.cp_attention));
+  TENAX_ASSIGN_OR_RETURN(sw.complex_rotary, YesNo(f.complex_rotary, "--complex-rotary"));
   return sw;
 }
 

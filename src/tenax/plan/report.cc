@@ -14,6 +14,24 @@ namespace {
 std::string Ms(double s) { return fmt::format("{:.2f} ms", s * 1e3); }
 std::string Sec(double s) { return fmt::format("{:.3f} s", s); }
 
+// Parameter counts as model cards give them: "8.03B", "405.85B"; small models "4.19M" (a debug
+// model is not "0.00B").
+std::string ParamCount(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.2f}M", n / 1e6);
+  return FormatThousands(n);
+}
+
+// Layouts the search looked at: those it costed, and those it dropped before costing them (every
+// reason but memory, which is decided after costing).
+int64_t LayoutsConsidered(const SearchResult& s) {
+  int64_t n = s.evaluated;
+  for (const auto& [reason, count] : s.dropped) {
+    if (reason != kDoesNotFitReason) n += count;
+  }
+  return n;
+}
+
 std::string DropSummary(const SearchResult& s) {
   std::vector<std::pair<int64_t, std::string>> v;
   for (const auto& [reason, n] : s.dropped) v.emplace_back(n, reason);
@@ -90,14 +108,14 @@ std::string PlanText(const PlanReport& r) {
   const Workload& w = *r.workload;
   const SearchResult& s = *r.search;
   const std::string params =
-      IsMoe(w) ? fmt::format("{:.2f}B parameters, {:.2f}B active: {} of {} experts per token",
-                             w.params.total / 1e9, w.params.active / 1e9, w.model.moe.top_k,
-                             w.model.moe.n_experts)
-               : fmt::format("{:.2f}B parameters", w.params.total / 1e9);
+      IsMoe(w) ? fmt::format("{} parameters, {} active: {} of {} experts per token",
+                             ParamCount(w.params.total), ParamCount(w.params.active),
+                             w.model.moe.top_k, w.model.moe.n_experts)
+               : fmt::format("{} parameters", ParamCount(w.params.total));
   std::string out = fmt::format(
       "tenax plan: {} ({}, {} model FLOP/token at seq_len {}) on {} x {}\n"
       "  batch {} sequences x {} = {} tokens per step; {} kernels, {} attention{}{}\n"
-      "  searched {} layouts in {:.3f} s: {} fit, dropped:{}\n",
+      "  searched {} layouts in {:.3f} s: {} costed, {} fit, dropped:{}\n",
       w.shape_name, params, FormatCount(w.flops_per_token), w.seq_len, r.gpus, r.hardware->name,
       w.sequences(), w.seq_len, FormatCount(static_cast<double>(w.global_batch_tokens)),
       KernelsName(w.sw.kernels), AttentionName(w.sw.attention),
@@ -105,7 +123,8 @@ std::string PlanText(const PlanReport& r) {
       w.sw.tp_overlap != TpOverlap::kNone
           ? fmt::format(", tp overlap {}", TpOverlapName(w.sw.tp_overlap))
           : "",
-      FormatThousands(static_cast<double>(s.evaluated)), s.seconds,
+      FormatThousands(static_cast<double>(LayoutsConsidered(s))), s.seconds,
+      FormatThousands(static_cast<double>(s.evaluated)),
       FormatThousands(static_cast<double>(s.fitting)), DropSummary(s));
   if (!r.batch_note.empty()) out += "  " + r.batch_note + "\n";
   if (r.runnable_only) {
@@ -323,14 +342,17 @@ nlohmann::json PlanJson(const PlanReport& r, bool with_layouts) {
                           {"sequence_parallel", w.sw.sequence_parallel},
                           {"tp_overlap", TpOverlapName(w.sw.tp_overlap)},
                           {"dp_overlap", w.sw.dp_overlap},
-                          {"pp_overlap", w.sw.pp_overlap}}},
+                          {"pp_overlap", w.sw.pp_overlap},
+                          {"cp_attention", CpAttentionName(w.sw.cp_attention)},
+                          {"complex_rotary", w.sw.complex_rotary}}},
                         {"gpus", r.gpus},
                         {"hardware", r.hardware->name},
                         {"seq_len", w.seq_len},
                         {"global_batch_tokens", w.global_batch_tokens},
                         {"flops_per_token", w.flops_per_token},
                         {"search",
-                         {{"evaluated", s.evaluated},
+                         {{"searched", LayoutsConsidered(s)},
+                          {"evaluated", s.evaluated},
                           {"fitting", s.fitting},
                           {"dropped", s.dropped},
                           {"seconds", s.seconds}}},

@@ -283,7 +283,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                         c.memory = EstimateMemory(w, hw, l, footprint);
                         ++r.evaluated;
                         if (c.memory.total() > hw.hbm_bytes) {
-                          ++r.dropped["does not fit in GPU memory"];
+                          ++r.dropped[kDoesNotFitReason];
                           if (r.leanest_not_fitting.empty() ||
                               c.memory.total() < r.leanest_not_fitting[0].memory.total()) {
                             c.time = EstimateStepTime(w, hw, l, emb);

@@ -40,11 +40,15 @@ struct SearchOptions {
   std::string reject_reason = "rejected";
 };
 
+// The reason recorded for layouts that were costed but exceed the GPU's memory.
+inline constexpr const char* kDoesNotFitReason = "does not fit in GPU memory";
+
 struct SearchResult {
   std::vector<Candidate> best;  // fastest first
   int64_t evaluated = 0;        // layouts that were valid and costed
   int64_t fitting = 0;
-  std::map<std::string, int64_t> dropped;      // reason -> how many layouts
+  std::map<std::string, int64_t> dropped;      // reason -> how many layouts (all but
+                                               // kDoesNotFitReason: before costing)
   std::vector<Candidate> leanest_not_fitting;  // up to 1, least memory: for "nothing fits"
   std::map<int64_t, Candidate> best_per_ep;    // MoE: the fastest fitting layout per ep
   double seconds = 0;                          // wall time of the search

@@ -47,21 +47,30 @@ ModelSpec Llama2(int64_t dim, int64_t layers, int64_t heads, int64_t kv, int64_t
 }
 
 // torchtitan: FSDP2 with an fp32 gradient reduce-scatter, SDPA flash attention, eager kernels
-// unless torch.compile is on.
+// unless torch.compile is on, PyTorch's ring attention for context parallelism, rotary embeddings
+// as complex multiplication (torchtitan's models/llama/model.py, apply_rotary_emb).
 Software Torchtitan(bool compiled) {
   Software sw;
   sw.kernels = compiled ? Kernels::kFused : Kernels::kEager;
+  sw.cp_attention = CpAttention::kRing;
+  sw.complex_rotary = true;
   return sw;
 }
 Software TorchtitanAsyncTp() {
   Software sw = Torchtitan(true);
-  sw.tp_overlap = TpOverlap::kFull;
+  sw.tp_overlap = TpOverlap::kAsyncTp;
   return sw;
 }
 
 // Meta's Llama 3 stack: fused kernels; its attention kernel and overlap settings are not published
-// (PyTorch's flash kernel and no tensor-parallel overlap are assumed).
-Software Meta() { return Torchtitan(true); }
+// (PyTorch's flash kernel and no tensor-parallel overlap are assumed). Context parallelism as the
+// paper describes it: K and V all-gathered, one attention kernel per rank.
+Software Meta() {
+  Software sw = Torchtitan(true);
+  sw.cp_attention = CpAttention::kAllGather;
+  sw.complex_rotary = false;  // Meta's kernels are not published: fused as modelled before
+  return sw;
+}
 
 const char* kMegatron =
     "Narayanan et al. 2021, \"Efficient Large-Scale Language Model Training on GPU Clusters Using "

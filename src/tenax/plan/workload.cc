@@ -45,6 +45,8 @@ const char* TpOverlapName(TpOverlap t) {
       return "backward";
     case TpOverlap::kFull:
       return "full";
+    case TpOverlap::kAsyncTp:
+      return "async-tp";
   }
   return "?";
 }
@@ -52,8 +54,20 @@ const char* TpOverlapName(TpOverlap t) {
 Result<TpOverlap> ParseTpOverlap(const std::string& text) {
   if (text == "none" || text == "no") return TpOverlap::kNone;
   if (text == "backward" || text == "bwd") return TpOverlap::kBackward;
-  if (text == "full" || text == "yes" || text == "async") return TpOverlap::kFull;
-  return InvalidArgument("--tp-overlap = '" + text + "': expected none, backward or full");
+  if (text == "full" || text == "yes") return TpOverlap::kFull;
+  if (text == "async-tp" || text == "async") return TpOverlap::kAsyncTp;
+  return InvalidArgument("--tp-overlap = '" + text +
+                         "': expected none, backward, full or async-tp");
+}
+
+const char* CpAttentionName(CpAttention c) {
+  return c == CpAttention::kAllGather ? "all-gather" : "ring";
+}
+
+Result<CpAttention> ParseCpAttention(const std::string& text) {
+  if (text == "all-gather" || text == "allgather") return CpAttention::kAllGather;
+  if (text == "ring") return CpAttention::kRing;
+  return InvalidArgument("--cp-attention = '" + text + "': expected all-gather or ring");
 }
 
 ModelParams CountModelParams(const ModelSpec& m, const Architecture& a, int64_t seq_len) {

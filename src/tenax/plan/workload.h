@@ -39,10 +39,26 @@ enum class TpOverlap {
   kBackward,  // Megatron's asynchronous input-gradient all-reduce, hidden behind the weight
               // gradient GEMM in backward
   kFull,      // every collective decomposed and overlapped with its neighbouring GEMM
-              // (Transformer Engine userbuffers, torchtitan AsyncTP)
+              // (Transformer Engine userbuffers)
+  kAsyncTp,   // torchtitan's AsyncTP: TorchInductor's micro-pipeline TP pass
+              // (torch/_inductor/fx_passes/micro_pipeline_tp.py) fuses an all-gather with the
+              // matmuls that consume it and a reduce-scatter with the one matmul that produces
+              // it. The input-gradient reduce-scatters of the attention and MLP blocks reduce a
+              // sum of matmuls (wq + wk + wv, w1 + w3), which the pattern does not match: they
+              // stay exposed; the other six are overlapped as with kFull
 };
 const char* TpOverlapName(TpOverlap t);
 Result<TpOverlap> ParseTpOverlap(const std::string& text);
+
+// How context parallelism runs attention (a software feature of the run).
+enum class CpAttention {
+  kAllGather,  // Llama 3's: gather K and V (their own heads), one causal kernel per rank
+  kRing,       // PyTorch's ring attention (torchtitan): K and V with every query head (repeat_kv
+               // runs before SDPA), one flash kernel per ring step, the outputs merged in fp32,
+               // K/V gradients accumulated in fp32 and passed around the ring
+};
+const char* CpAttentionName(CpAttention c);
+Result<CpAttention> ParseCpAttention(const std::string& text);
 
 // The transformer's building blocks. Llama: RMSNorm, SwiGLU, rotary, no biases. GPT (Megatron's
 // GPT-2/3 models): LayerNorm, GELU MLP, learned positions, biases on every linear layer.
@@ -62,6 +78,13 @@ struct Software {
   TpOverlap tp_overlap = TpOverlap::kNone;
   bool dp_overlap = true;   // gradient reduction / parameter gathers overlap compute
   bool pp_overlap = false;  // steady-state pipeline sends overlap compute
+  CpAttention cp_attention = CpAttention::kAllGather;
+  // Rotary embeddings as complex multiplication (torchtitan's apply_rotary_emb: view_as_complex,
+  // multiply, view_as_real). TorchInductor generates no code for complex operators and runs them
+  // as eager fallback kernels (its "does not support code generation for complex operators"
+  // warning, pytorch/torchtitan#15), so under torch.compile the rotary and what surrounds it stay
+  // unfused. Eager kernels are unaffected.
+  bool complex_rotary = false;
 };
 
 // Parameter counts of the model as the planner sizes it (biases and position tables included).
