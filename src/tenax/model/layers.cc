@@ -4,15 +4,9 @@
 #include <vector>
 
 #include "tenax/core/torch_compat.h"
+#include "tenax/model/fused_layers.h"
 
 namespace tenax::model {
-namespace {
-// Norms and rotations run in fp32 at least (fp64 stays fp64 for gradient checks).
-at::ScalarType AtLeastFloat(at::ScalarType t) {
-  return t == at::kDouble ? at::kDouble : at::kFloat;
-}
-}  // namespace
-
 at::Tensor RopeInverseFrequencies(const ModelSpec& spec) {
   const int64_t half = spec.head_dim() / 2;
   std::vector<double> inv(static_cast<size_t>(half));
@@ -44,22 +38,11 @@ RopeTable MakeRopeTable(const ModelSpec& spec, int64_t seq_len, const at::Device
 }
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  at::Tensor xf = x.to(AtLeastFloat(x.scalar_type()));
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * weight.to(x.scalar_type());
+  return FusedRmsNorm(x, weight, eps);
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const RopeTable& rope) {
-  const auto dtype = AtLeastFloat(x.scalar_type());
-  const int64_t t = x.size(1);
-  const int64_t half = x.size(3) / 2;
-  at::Tensor pairs = x.to(dtype).reshape({x.size(0), t, x.size(2), half, 2});
-  at::Tensor x0 = pairs.select(-1, 0);
-  at::Tensor x1 = pairs.select(-1, 1);
-  at::Tensor c = rope.cos.narrow(0, 0, t).to(dtype).view({1, t, 1, half});
-  at::Tensor s = rope.sin.narrow(0, 0, t).to(dtype).view({1, t, 1, half});
-  at::Tensor out = at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1);
-  return out.flatten(3).to(x.scalar_type());
+  return FusedRope(x, rope.cos, rope.sin);
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
@@ -86,7 +69,7 @@ at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor
 
 at::Tensor FeedForward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
                        const at::Tensor& w3) {
-  return Linear(at::silu(Linear(x, w1)) * Linear(x, w3), w2);
+  return Linear(SiluMul(Linear(x, w1), Linear(x, w3)), w2);
 }
 
 }  // namespace tenax::model

@@ -1,6 +1,7 @@
 // The Llama 3 building blocks as pure functions of tensors, so each can be tested alone against
 // finite differences and reused by the parallel wrappers later (tensor parallel splits the same
-// math across ranks). Non-goals: parameter ownership (llama.h) and fused kernels (GPU issue).
+// math across ranks). RMSNorm, RoPE and SwiGLU's gate are single autograd nodes with
+// hand-written backward passes (fused_layers.h). Non-goals: parameter ownership (llama.h).
 //
 // Shapes: B batch, T sequence, C model dim, H query heads, K kv heads, D head dim, F ffn dim.
 // Mixed precision: activations carry the compute dtype (bf16 on GPU, fp32 on CPU, fp64 in gradient

@@ -1,0 +1,117 @@
+#include "tenax/model/fused_layers.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "tenax/core/check.h"
+
+namespace tenax::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Statistics and pointwise math run in fp32 at least; fp64 stays fp64.
+at::ScalarType Widen(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+// RMSNorm. Saves x (its own dtype) and the per-row scale r = 1 / sqrt(mean(x^2) + eps) (fp32);
+// backward recomputes n = x r and uses d/dx = r (gn - n mean(gn n)), gn = g w.
+struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
+    const at::ScalarType dt = x.scalar_type();
+    const at::Tensor xf = x.to(Widen(dt));
+    const at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);  // (..., 1)
+    ctx->save_for_backward({x, weight, r});
+    return (xf * r).to(dt) * weight.to(dt);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1], &r = saved[2];
+    const at::ScalarType f = Widen(x.scalar_type());
+    at::Tensor n = x.to(f) * r;            // (..., C)
+    const at::Tensor gf = grads[0].to(f);  // may alias grads[0]: never written
+    at::Tensor gw = (gf * n).reshape({-1, n.size(-1)}).sum(0).to(weight.scalar_type());
+    at::Tensor gn = gf * weight.to(f);                           // (..., C)
+    const at::Tensor dot = (gn * n).mean(-1, /*keepdim=*/true);  // (..., 1)
+    gn.sub_(n.mul_(dot)).mul_(r);
+    return {gn.to(x.scalar_type()), gw, at::Tensor()};
+  }
+};
+
+// x * c + swap(x) * s, swap exchanging the two members of each pair; with c = (c, c) and
+// s = (-sin, sin) interleaved this is the rotation, with s = (sin, -sin) its transpose. The
+// multiplications and the one addition are those of the plain composition, so fp32 results match
+// it bit for bit (x1 * -s == -(x1 * s) and a + -b == a - b exactly).
+at::Tensor RotatePairs(const at::Tensor& x, const at::Tensor& c, const at::Tensor& s) {
+  const int64_t d = x.size(-1);
+  std::vector<int64_t> pairs = x.sizes().vec();
+  pairs.back() = d / 2;
+  pairs.push_back(2);
+  at::Tensor swapped = x.reshape(pairs).flip(-1).reshape(x.sizes());
+  at::Tensor out = x * c;
+  return out.add_(swapped.mul_(s));
+}
+
+// RoPE, a rotation: backward rotates the gradient by the opposite angle; nothing is saved but the
+// two (1, T, 1, D) tables.
+struct RopeFn : public torch::autograd::Function<RopeFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    const at::ScalarType dt = x.scalar_type(), f = Widen(dt);
+    const int64_t t = x.size(1);
+    const at::Tensor c = cos.narrow(0, 0, t).to(f), s = sin.narrow(0, 0, t).to(f);  // (T, D/2)
+    const std::vector<int64_t> table = {1, t, 1, x.size(3)};
+    const at::Tensor cc = at::stack({c, c}, -1).view(table);
+    ctx->saved_data["c"] = cc;
+    ctx->saved_data["s"] = at::stack({s, -s}, -1).view(table);  // transposed rotation
+    return RotatePairs(x.to(f), cc, at::stack({-s, s}, -1).view(table)).to(dt);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor c = ctx->saved_data["c"].toTensor(), s = ctx->saved_data["s"].toTensor();
+    const at::Tensor& g = grads[0];
+    return {RotatePairs(g.to(c.scalar_type()), c, s).to(g.scalar_type()), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+// silu(a) * b. Saves a and b only (the plain composition also keeps silu(a)); bf16 is widened
+// to fp32 for the math, which libtorch 1.13 runs 2-3x faster than its bf16 silu on CPU.
+struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+    ctx->save_for_backward({a, b});
+    const at::ScalarType dt = a.scalar_type(), f = Widen(dt);
+    if (dt == f) return at::silu(a) * b;
+    return (at::silu(a.to(f)) * b.to(f)).to(dt);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::ScalarType dt = saved[0].scalar_type(), f = Widen(dt);
+    const at::Tensor a = saved[0].to(f), b = saved[1].to(f), g = grads[0].to(f);
+    at::Tensor ga = at::silu_backward(g * b, a);
+    at::Tensor gb = g * at::silu(a);
+    return {ga.to(dt), gb.to(saved[1].scalar_type())};
+  }
+};
+
+}  // namespace
+
+at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TENAX_CHECK(weight.dim() == 1 && x.size(-1) == weight.size(0));
+  return RmsNormFn::apply(x, weight, eps);
+}
+
+at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  TENAX_CHECK(x.dim() == 4 && x.size(3) % 2 == 0 && cos.size(0) >= x.size(1) &&
+              cos.size(1) * 2 == x.size(3));
+  return RopeFn::apply(x, cos, sin);
+}
+
+at::Tensor SiluMul(const at::Tensor& a, const at::Tensor& b) {
+  TENAX_CHECK(a.sizes() == b.sizes());
+  return SiluMulFn::apply(a, b);
+}
+
+}  // namespace tenax::model

@@ -1,0 +1,138 @@
+// The fused RMSNorm, RoPE and SwiGLU nodes against the plain compositions of at:: ops they replace
+// (kept here as the reference): forward values and the gradients of every input on random inputs,
+// in fp64 and fp32 (bit-identical where fused_layers.h promises it, else within rounding) and
+// bf16 (within bf16 rounding of the fp64 result). layers_test.cc checks the same layers against
+// finite differences.
+#include "tenax/model/fused_layers.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <functional>
+#include <vector>
+
+namespace tenax::model {
+namespace {
+
+at::ScalarType AtLeastFloat(at::ScalarType t) {
+  return t == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// The plain compositions as they were before fused_layers (autograd derives their backward).
+at::Tensor PlainRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(AtLeastFloat(x.scalar_type()));
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight.to(x.scalar_type());
+}
+
+at::Tensor PlainRope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const auto dtype = AtLeastFloat(x.scalar_type());
+  const int64_t t = x.size(1), half = x.size(3) / 2;
+  at::Tensor pairs = x.to(dtype).reshape({x.size(0), t, x.size(2), half, 2});
+  at::Tensor x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
+  at::Tensor c = cos.narrow(0, 0, t).to(dtype).view({1, t, 1, half});
+  at::Tensor s = sin.narrow(0, 0, t).to(dtype).view({1, t, 1, half});
+  return at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).flatten(3).to(x.scalar_type());
+}
+
+at::Tensor PlainSiluMul(const at::Tensor& a, const at::Tensor& b) { return at::silu(a) * b; }
+
+using Fn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+
+struct Result {
+  at::Tensor out;
+  std::vector<at::Tensor> grads;
+};
+
+// f(inputs) and d sum(f * r) / d inputs, with every input cast to `dtype` except those listed in
+// `keep` (the fp32 master weights stay fp32, as in the model).
+Result Run(const Fn& f, const std::vector<at::Tensor>& inputs, const at::Tensor& r,
+           at::ScalarType dtype, const std::vector<bool>& keep = {}) {
+  std::vector<at::Tensor> in;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool k = i < keep.size() && keep[i];
+    in.push_back(inputs[i].to(k ? at::kFloat : dtype).detach().requires_grad_(true));
+  }
+  at::Tensor out = f(in);
+  at::Tensor loss = (out.to(at::kDouble) * r).sum();
+  return {out.detach(), torch::autograd::grad({loss}, in)};
+}
+
+double MaxRelDiff(const at::Tensor& a, const at::Tensor& b) {
+  at::Tensor ad = a.to(at::kDouble), bd = b.to(at::kDouble);
+  return (ad - bd).abs().max().item<double>() / std::max(1e-30, bd.abs().max().item<double>());
+}
+
+// Compares fused and plain in fp64, fp32 and bf16. `exact_fp32`: forward and every gradient
+// bit-identical in fp32 and fp64. bf16: both within `bf16_tol` of the fp64 result.
+void Compare(const Fn& fused, const Fn& plain, const std::vector<at::Tensor>& inputs,
+             bool exact_fp32, double bf16_tol, const std::vector<bool>& keep = {}) {
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  at::Tensor probe = fused(inputs);
+  at::Tensor r = at::normal(0.0, 1.0, probe.sizes().vec(), gen, at::dtype(at::kDouble));
+  const Result ref = Run(plain, inputs, r, at::kDouble, keep);
+  for (at::ScalarType dt : {at::kDouble, at::kFloat}) {
+    const Result a = Run(fused, inputs, r, dt, keep), b = Run(plain, inputs, r, dt, keep);
+    const double fwd_tol = dt == at::kDouble ? 1e-14 : 1e-6;
+    if (exact_fp32) {
+      EXPECT_TRUE(at::equal(a.out, b.out)) << at::toString(dt);
+    } else {
+      EXPECT_LT(MaxRelDiff(a.out, b.out), fwd_tol) << at::toString(dt);
+    }
+    for (size_t i = 0; i < a.grads.size(); ++i) {
+      if (exact_fp32) {
+        EXPECT_TRUE(at::equal(a.grads[i], b.grads[i])) << at::toString(dt) << " input " << i;
+      } else {
+        EXPECT_LT(MaxRelDiff(a.grads[i], b.grads[i]), dt == at::kDouble ? 1e-12 : 2e-5)
+            << at::toString(dt) << " input " << i;
+      }
+    }
+  }
+  const Result a = Run(fused, inputs, r, at::kBFloat16, keep);
+  const Result b = Run(plain, inputs, r, at::kBFloat16, keep);
+  EXPECT_EQ(a.out.scalar_type(), at::kBFloat16);
+  EXPECT_LT(MaxRelDiff(a.out, ref.out), bf16_tol);
+  EXPECT_LT(MaxRelDiff(b.out, ref.out), bf16_tol);  // the tolerance is bf16's, not the fusion's
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    EXPECT_EQ(a.grads[i].scalar_type(), b.grads[i].scalar_type()) << "input " << i;
+    EXPECT_LT(MaxRelDiff(a.grads[i], ref.grads[i]), bf16_tol) << "bf16 input " << i;
+    EXPECT_LT(MaxRelDiff(b.grads[i], ref.grads[i]), bf16_tol) << "plain bf16 input " << i;
+  }
+}
+
+at::Tensor Randn(std::vector<int64_t> shape, uint64_t seed, double scale = 1.0) {
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  return at::normal(0.0, scale, shape, g, at::dtype(at::kDouble));
+}
+
+TEST(FusedLayers, RmsNormMatchesThePlainComposition) {
+  for (int64_t c : {8, 64, 513}) {
+    SCOPED_TRACE(c);
+    Compare([](const std::vector<at::Tensor>& in) { return FusedRmsNorm(in[0], in[1], 1e-5); },
+            [](const std::vector<at::Tensor>& in) { return PlainRmsNorm(in[0], in[1], 1e-5); },
+            {Randn({3, 5, c}, 1, 2.0), Randn({c}, 2).add_(1.0)}, /*exact_fp32=*/false,
+            /*bf16_tol=*/2e-2, /*keep=*/{false, true});
+  }
+}
+
+TEST(FusedLayers, RopeMatchesThePlainCompositionBitForBit) {
+  const at::Tensor angles = at::outer(at::arange(9, at::kDouble), Randn({4}, 3).abs_());
+  const at::Tensor cos = angles.cos().to(at::kFloat), sin = angles.sin().to(at::kFloat);
+  for (int64_t t : {1, 7, 9}) {
+    SCOPED_TRACE(t);
+    Compare([&](const std::vector<at::Tensor>& in) { return FusedRope(in[0], cos, sin); },
+            [&](const std::vector<at::Tensor>& in) { return PlainRope(in[0], cos, sin); },
+            {Randn({2, t, 3, 8}, 4)}, /*exact_fp32=*/true, /*bf16_tol=*/1e-2);
+  }
+}
+
+TEST(FusedLayers, SiluMulMatchesThePlainCompositionBitForBit) {
+  Compare([](const std::vector<at::Tensor>& in) { return SiluMul(in[0], in[1]); },
+          [](const std::vector<at::Tensor>& in) { return PlainSiluMul(in[0], in[1]); },
+          {Randn({4, 6, 40}, 5, 3.0), Randn({4, 6, 40}, 6)}, /*exact_fp32=*/true,
+          /*bf16_tol=*/2e-2);
+}
+
+}  // namespace
+}  // namespace tenax::model
