@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -31,12 +32,11 @@ AdamW::AdamW(const OptimizerOptions& options, const std::vector<model::NamedTens
   }
   for (Group& g : groups_) {
     const at::Tensor& first = params_[g.members.front()].tensor;
-    const int64_t numel = g.offsets.back() + params_[g.members.back()].tensor.numel();
+    for (size_t i : g.members) g.largest = std::max(g.largest, params_[i].tensor.numel());
+    g.numel = g.offsets.back() + params_[g.members.back()].tensor.numel();
     const at::TensorOptions fp32 = first.options().dtype(at::kFloat);
-    g.exp_avg = at::zeros({numel}, fp32);
-    g.exp_avg_sq = at::zeros({numel}, fp32);
-    g.work = at::empty({numel}, first.options());
-    g.zero = at::zeros({1}, first.options()).expand({numel});
+    g.exp_avg = at::zeros({g.numel}, fp32);
+    g.exp_avg_sq = at::zeros({g.numel}, fp32);
     for (size_t k = 0; k < g.members.size(); ++k) {
       const at::Tensor& p = params_[g.members[k]].tensor;
       exp_avg_[g.members[k]] = g.exp_avg.narrow(0, g.offsets[k], p.numel()).view(p.sizes());
@@ -55,7 +55,8 @@ void AdamW::Decay(size_t i, double lr) {
   }
 }
 
-void AdamW::StepOne(size_t i, double lr, double bias1, double bias2_sqrt) {
+void AdamW::StepOne(size_t i, double lr, double bias1, double bias2_sqrt,
+                    const at::Tensor& scratch) {
   at::Tensor p = params_[i].tensor;
   at::Tensor g = p.grad();
   if (!g.defined()) return;
@@ -63,13 +64,17 @@ void AdamW::StepOne(size_t i, double lr, double bias1, double bias2_sqrt) {
   const double b1 = options_.beta1, b2 = options_.beta2;
   exp_avg_[i].mul_(b1).add_(g, 1.0 - b1);
   exp_avg_sq_[i].mul_(b2).addcmul_(g, g, 1.0 - b2);
-  at::Tensor denom = (exp_avg_sq_[i].sqrt() / bias2_sqrt).add_(options_.eps);
+  // (v.sqrt() / bias2_sqrt) + eps, in the scratch instead of two fresh tensors.
+  at::Tensor denom = scratch.narrow(0, 0, p.numel()).view(p.sizes());
+  at::sqrt_out(denom, exp_avg_sq_[i]).div_(bias2_sqrt).add_(options_.eps);
   p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
 }
 
 // The same operations as StepOne, in the same order per element, over the whole group: each
 // element sees the same IEEE operations, so the result is the same bit for bit.
-void AdamW::StepGroup(Group& g, double lr, double bias1, double bias2_sqrt) {
+void AdamW::StepFlat(Group& g, double lr, double bias1, double bias2_sqrt) {
+  const at::Tensor& first = params_[g.members.front()].tensor;
+  if (!g.work.defined()) g.work = at::empty({g.numel}, first.options().dtype(at::kFloat));
   std::vector<at::Tensor> grads;
   grads.reserve(g.members.size());
   for (size_t i : g.members) grads.push_back(params_[i].tensor.grad().reshape({-1}));
@@ -80,7 +85,8 @@ void AdamW::StepGroup(Group& g, double lr, double bias1, double bias2_sqrt) {
   g.exp_avg_sq.mul_(b2).addcmul_(g.work, g.work, 1.0 - b2);
   at::sqrt_out(g.work, g.exp_avg_sq).div_(bias2_sqrt).add_(options_.eps);  // the denominator
   // 0 + (-lr / bias1) * m / denom: exactly the term addcdiv_ adds to the parameter.
-  at::addcdiv_out(g.work, g.zero, g.exp_avg, g.work, -lr / bias1);
+  const at::Tensor zero = at::zeros({1}, g.work.options()).expand({g.numel});
+  at::addcdiv_out(g.work, zero, g.exp_avg, g.work, -lr / bias1);
   for (size_t k = 0; k < g.members.size(); ++k) {
     const size_t i = g.members[k];
     at::Tensor p = params_[i].tensor;
@@ -97,11 +103,14 @@ void AdamW::Step(double lr) {
   for (Group& g : groups_) {
     bool complete = true;
     for (size_t i : g.members) complete = complete && params_[i].tensor.grad().defined();
-    if (complete) {
-      StepGroup(g, lr, bias1, bias2_sqrt);
-    } else {
-      for (size_t i : g.members) StepOne(i, lr, bias1, bias2_sqrt);
+    const bool flat =
+        mode_ == UpdateMode::kFlat || (mode_ == UpdateMode::kAuto && !g.exp_avg.device().is_cpu());
+    if (flat && complete) {
+      StepFlat(g, lr, bias1, bias2_sqrt);
+      continue;
     }
+    if (!g.scratch.defined()) g.scratch = at::empty({g.largest}, g.exp_avg.options());
+    for (size_t i : g.members) StepOne(i, lr, bias1, bias2_sqrt, g.scratch);
   }
 }
 

@@ -6,17 +6,26 @@
 //
 // Layout (issue 17): the state of all parameters of one (device, dtype) group lives in two flat
 // fp32 buffers, and each parameter's exp_avg/exp_avg_sq is a view into them, so checkpoints keep
-// their per-parameter names while the update runs as a handful of large element-wise operations
-// over the whole group instead of ~7 small ones (and one allocation) per parameter. The
-// gradients are copied into a reusable flat buffer of the group (one concatenation), which then
-// holds the denominator and the update in turn; each parameter receives its slice with one add_
-// (and its weight decay with one more). A group with a missing gradient (a parameter autograd did
-// not reach) falls back to the per-parameter loop for that step, which skips it as before. The
-// result is bit-identical to the per-parameter loop on CPU (optim_test.cc keeps that loop as its
-// reference). Nothing here reads a value back to the host.
+// their per-parameter names. How the update runs depends on the device (UpdateMode::kAuto):
+//  - off the CPU (kFlat): the group's gradients are copied into one reusable flat buffer (one
+//    concatenation), which then holds the denominator and the update in turn, so the moments,
+//    the denominator and the update are six large element-wise operations over the whole group
+//    instead of ~7 small launches (and one allocation) per parameter; each parameter receives
+//    its slice with one add_ (and its weight decay with one more).
+//  - on the CPU (kPerTensor): the same operations per parameter on the views, the denominator in
+//    one preallocated scratch buffer. Measured on the 29M shape (docs/performance.md,
+//    "Optimizer"), a pass over the whole 117 MB group streams every buffer through DRAM at each
+//    of the ~15 operations and is slower than the old loop; per parameter (at most a few MB) the
+//    operations after the first hit the cache, and what the old loop lost was the allocation of
+//    a fresh denominator (page faults) per parameter per step.
+// Both give the per-parameter loop's result bit for bit on CPU (optim_test.cc keeps that loop as
+// its reference): every element sees the same IEEE operations in the same order. A group with a
+// missing gradient (a parameter autograd did not reach) takes the per-tensor path, which skips
+// that parameter as before. Nothing here reads a value back to the host.
 //
-// Non-goals: a hand-written kernel (the large ATen ops are vectorised and threaded already);
-// making the parameters or their .grad views of one buffer (the model and FSDP own them).
+// Non-goals: a hand-written kernel (the ATen ops are vectorised already, and a CPU kernel would
+// need its own SIMD dispatch); making the parameters or their .grad views of one buffer (the
+// model and FSDP own them).
 // Thread safety: none.
 #pragma once
 
@@ -37,6 +46,11 @@ class AdamW {
   AdamW(const OptimizerOptions& options, const std::vector<model::NamedTensor>& params,
         std::vector<at::Tensor> decay_masks = {});
 
+  // How Step runs the update (see the file comment); the result is the same. kAuto: kPerTensor
+  // on CPU, kFlat elsewhere. For tests and benchmarks.
+  enum class UpdateMode { kAuto, kFlat, kPerTensor };
+  void set_update_mode(UpdateMode mode) { mode_ = mode; }
+
   // One update with learning rate `lr` using each parameter's .grad().
   void Step(double lr);
   int64_t step_count() const { return step_; }
@@ -51,12 +65,15 @@ class AdamW {
     std::vector<size_t> members;     // indices into params_
     std::vector<int64_t> offsets;    // each member's first element in the flat buffers
     at::Tensor exp_avg, exp_avg_sq;  // (numel,) fp32; exp_avg_[i], exp_avg_sq_[i] are views
-    at::Tensor work;  // (numel,) the parameters' dtype: gradients, then denominator, then update
-    at::Tensor zero;  // (numel,) a 0 broadcast from one element (addcdiv_out's `self`)
+    int64_t numel = 0;
+    int64_t largest = 0;  // numel of the largest member
+    // Scratch, allocated at the first step that needs it (kFlat: (numel,) gradients, then the
+    // denominator, then the update; kPerTensor: (largest,) the denominator), fp32.
+    at::Tensor work, scratch;
   };
-  // The per-parameter update of parameter i (the reference path, for groups missing a gradient).
-  void StepOne(size_t i, double lr, double bias1, double bias2_sqrt);
-  void StepGroup(Group& g, double lr, double bias1, double bias2_sqrt);
+  // The per-parameter update of parameter i, its denominator in `scratch` (>= its numel).
+  void StepOne(size_t i, double lr, double bias1, double bias2_sqrt, const at::Tensor& scratch);
+  void StepFlat(Group& g, double lr, double bias1, double bias2_sqrt);
   void Decay(size_t i, double lr);
 
   // Constant after construction.
@@ -66,6 +83,7 @@ class AdamW {
   std::vector<bool> decay_;
   std::vector<at::Tensor> decay_masks_;
   std::vector<Group> groups_;
+  UpdateMode mode_ = UpdateMode::kAuto;
   int64_t step_ = 0;
 };
 

@@ -130,6 +130,7 @@ struct FlatCase {
   double weight_decay;
   bool masks;
   bool drop_a_grad;  // one parameter gets no gradient on some steps (the per-parameter fallback)
+  AdamW::UpdateMode mode;
 };
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
@@ -140,7 +141,8 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
 // one large enough that ATen splits it across threads at other boundaries than in a flat buffer),
 // random gradients of a few magnitudes and a varying learning rate: the flat optimizer gives the
 // reference's parameters and moments bit for bit on CPU (every element sees the same IEEE
-// operations in the same order). Tolerance 0, stated: any difference fails.
+// operations in the same order), whether the update runs per tensor (CPU's default) or over the
+// flat buffers (the accelerators' default). Tolerance 0, stated: any difference fails.
 void ExpectFlatMatchesReference(const FlatCase& c) {
   at::manual_seed(17);
   const std::vector<std::vector<int64_t>> shapes{{37, 13},   {64}, {5, 3, 7}, {1},
@@ -160,6 +162,7 @@ void ExpectFlatMatchesReference(const FlatCase& c) {
     if (c.masks) masks.push_back((at::rand(shapes[i]) < 0.5).to(at::kFloat));
   }
   AdamW flat(o, named, masks);
+  flat.set_update_mode(c.mode);
   ReferenceAdamW ref(o, ref_params, masks);
   for (int step = 1; step <= 20; ++step) {
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -187,17 +190,24 @@ void ExpectFlatMatchesReference(const FlatCase& c) {
   }
 }
 
+constexpr auto kFlat = AdamW::UpdateMode::kFlat;
+constexpr auto kPerTensor = AdamW::UpdateMode::kPerTensor;
+
 TEST(AdamWFlat, MatchesPerParameterLoopWithoutDecay) {
-  ExpectFlatMatchesReference({0.0, false, false});
+  ExpectFlatMatchesReference({0.0, false, false, kFlat});
+  ExpectFlatMatchesReference({0.0, false, false, kPerTensor});
 }
 TEST(AdamWFlat, MatchesPerParameterLoopWithDecay) {
-  ExpectFlatMatchesReference({0.1, false, false});
+  ExpectFlatMatchesReference({0.1, false, false, kFlat});
+  ExpectFlatMatchesReference({0.1, false, false, kPerTensor});
 }
 TEST(AdamWFlat, MatchesPerParameterLoopWithDecayMasks) {
-  ExpectFlatMatchesReference({0.1, true, false});
+  ExpectFlatMatchesReference({0.1, true, false, kFlat});
+  ExpectFlatMatchesReference({0.1, true, false, kPerTensor});
 }
 TEST(AdamWFlat, MatchesPerParameterLoopWhenAGradientIsMissing) {
-  ExpectFlatMatchesReference({0.1, false, true});
+  ExpectFlatMatchesReference({0.1, false, true, kFlat});
+  ExpectFlatMatchesReference({0.1, false, true, kPerTensor});
 }
 
 // The per-parameter state tensors are views of the flat buffers: LoadState writes through them,
@@ -225,6 +235,7 @@ TEST(AdamWFlat, RestoredStateContinuesBitIdentically) {
   std::vector<model::NamedTensor> saved;
   for (const auto& t : opt_a.StateTensors()) saved.push_back({t.name, t.tensor.clone()});
   AdamW opt_b(o, b);
+  opt_b.set_update_mode(AdamW::UpdateMode::kFlat);  // a's default (per tensor) continued flat
   ASSERT_TRUE(opt_b.LoadState(saved, opt_a.step_count()).ok());
   for (int s = 3; s < 6; ++s) {
     step(a, opt_a, s);
