@@ -13,11 +13,11 @@
 //    instead of ~7 small launches (and one allocation) per parameter; each parameter receives
 //    its slice with one add_ (and its weight decay with one more).
 //  - on the CPU (kPerTensor): the same operations per parameter on the views, the denominator in
-//    one preallocated scratch buffer. Measured on the 29M shape (docs/performance.md,
-//    "Optimizer"), a pass over the whole 117 MB group streams every buffer through DRAM at each
-//    of the ~15 operations and is slower than the old loop; per parameter (at most a few MB) the
-//    operations after the first hit the cache, and what the old loop lost was the allocation of
-//    a fresh denominator (page faults) per parameter per step.
+//    one scratch buffer allocated once per step (the size of the largest parameter). Measured on
+//    the 29M shape (docs/performance.md, "Optimizer"), a pass over the whole 117 MB group streams
+//    every buffer through DRAM at each of the ~15 operations and is slower than the old loop; per
+//    parameter (at most a few MB) the operations after the first hit the cache, and what the old
+//    loop lost was allocating two fresh tensors (page faults) per parameter per step.
 // Both give the per-parameter loop's result bit for bit on CPU (optim_test.cc keeps that loop as
 // its reference): every element sees the same IEEE operations in the same order. A group with a
 // missing gradient (a parameter autograd did not reach) takes the per-tensor path, which skips
@@ -67,9 +67,9 @@ class AdamW {
     at::Tensor exp_avg, exp_avg_sq;  // (numel,) fp32; exp_avg_[i], exp_avg_sq_[i] are views
     int64_t numel = 0;
     int64_t largest = 0;  // numel of the largest member
-    // Scratch, allocated at the first step that needs it (kFlat: (numel,) gradients, then the
-    // denominator, then the update; kPerTensor: (largest,) the denominator), fp32.
-    at::Tensor work, scratch;
+    // kFlat's (numel,) fp32 scratch, allocated at its first step: the gradients, then the
+    // denominator, then the update. (kPerTensor allocates its (largest,) denominator per step.)
+    at::Tensor work;
   };
   // The per-parameter update of parameter i, its denominator in `scratch` (>= its numel).
   void StepOne(size_t i, double lr, double bias1, double bias2_sqrt, const at::Tensor& scratch);
