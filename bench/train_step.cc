@@ -6,7 +6,8 @@
 //   build/bench/bench_train_step DIM LAYERS HEADS KV_HEADS FFN VOCAB fp32|bf16
 //       [seq=256] [batch=8] [steps=4] [threads=0: tenax's choice] [flags]
 // flags, comma-separated: `profile`; `plain-head` (the output head as before issue 17: full
-// logits, then cross-entropy) for before/after comparisons.
+// logits, then cross-entropy) for before/after comparisons; `loop-adamw` (clipping and AdamW as
+// before issue 17: one loop over the parameters, bench/loop_adamw.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -17,9 +18,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "loop_adamw.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/model/llama.h"
 #include "tenax/train/adamw.h"
@@ -99,6 +102,7 @@ int main(int argc, char** argv) {
   const std::string flags = argc > 12 ? argv[12] : "";
   const bool profile = flags.find("profile") != std::string::npos;
   const bool plain_head = flags.find("plain-head") != std::string::npos;
+  const bool loop_adamw = flags.find("loop-adamw") != std::string::npos;
 
   train::DeviceInfo device;
   device.compute_dtype = precision == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -108,7 +112,14 @@ int main(int argc, char** argv) {
 
   at::manual_seed(0);
   model::Llama m(spec, 0, at::kCPU);
-  train::AdamW opt(OptimizerOptions{}, m.params());
+  // Only the optimizer in use holds state, so that peak_rss_mib compares like with like.
+  std::optional<train::AdamW> opt;
+  std::optional<bench::LoopAdamW> loop_opt;
+  if (loop_adamw) {
+    loop_opt.emplace(OptimizerOptions{}, m.params());
+  } else {
+    opt.emplace(OptimizerOptions{}, m.params());
+  }
   at::Tensor tokens = at::randint(0, spec.vocab_size, {batch, seq + 1}, at::kLong);
   at::Tensor in = tokens.narrow(1, 0, seq), tgt = tokens.narrow(1, 1, seq);
   double loss = 0;
@@ -121,8 +132,13 @@ int main(int argc, char** argv) {
       l = m.Loss(in, tgt, device.compute_dtype);
     }
     l.backward();
-    train::ClipGradNorm(m.params(), 1.0);
-    opt.Step(1e-4);
+    if (loop_adamw) {
+      bench::LoopClipGradNorm(m.params(), 1.0);
+      loop_opt->Step(1e-4);
+    } else {
+      train::ClipGradNorm(m.params(), 1.0);
+      opt->Step(1e-4);
+    }
     for (auto& p : m.params()) p.tensor.mutable_grad() = at::Tensor();
     loss = l.item<double>();
   };
@@ -135,10 +151,11 @@ int main(int argc, char** argv) {
   const double tps = static_cast<double>(batch * seq) / dt;
   const double fpt = TrainingFlopsPerToken(spec, seq).total();
   fmt::print(
-      "impl=tenax{} precision={} threads={} params={:.2f}M tokens_per_s={:.0f} "
+      "impl=tenax{}{} precision={} threads={} params={:.2f}M tokens_per_s={:.0f} "
       "model_gflops={:.1f} peak_rss_mib={:.0f} loss={:.4f}\n",
-      plain_head ? "-plain-head" : "", precision, threads.intra_op_threads,
-      CountParams(spec).total / 1e6, tps, tps * fpt / 1e9, MaxRssMiB(), loss);
+      plain_head ? "-plain-head" : "", loop_adamw ? "-loop-adamw" : "", precision,
+      threads.intra_op_threads, CountParams(spec).total / 1e6, tps, tps * fpt / 1e9, MaxRssMiB(),
+      loss);
   if (profile) {
     using namespace torch::autograd::profiler;
     enableProfilerLegacy(

@@ -150,7 +150,8 @@ double ParallelModel::ClipGradNorm(double max_norm) {
   groups_.world->AllReduceSum(sumsq);
   // Data-parallel replicas hold identical gradients (shards): count one replica.
   const double total = std::sqrt(sumsq.item<double>() / groups_.replicate->size());
-  parallel::ClipToMaxNorm(grads, total, max_norm);
+  // The norm already went through the host (Gloo sums it on CPU), so it is passed as a CPU tensor.
+  parallel::ClipToMaxNorm(grads, at::scalar_tensor(total, at::kDouble), max_norm);
   return total;
 }
 
