@@ -152,7 +152,7 @@ bool NodeAgent::WaitUntil(const std::function<bool()>& done, double timeout_s) {
   }
 }
 
-Result<int> NodeAgent::Run() {
+Result<std::optional<int>> NodeAgent::Start() {
   TENAX_ASSIGN_OR_RETURN(etcd_, EtcdClient::Create(a_.etcd));
   info_.id = fmt::format("{}-{}-{}", host_, ::getpid(), RandomHex(3));
   info_.host = host_;
@@ -176,7 +176,7 @@ Result<int> NodeAgent::Run() {
   TENAX_ASSIGN_OR_RETURN(std::optional<rdzv::StopRecord> stopped, ReadStop());
   if (stopped && stopped->code == 0) {
     log::Info("launch: job {} is already complete; nothing to do", a_.job_id);
-    return 0;
+    return std::optional<int>(0);
   }
   if (stopped) {
     return InvalidArgument(fmt::format(
@@ -234,6 +234,12 @@ Result<int> NodeAgent::Run() {
   supervisor_->Prewarm();  // this node's ranks start up while the agents meet
   log::Info("launch: agent {} ({}) joined job {} of {} node(s) at {}", info_.id, info_.address,
             a_.job_id, o_.nnodes, fmt::join(a_.etcd.endpoints, ","));
+  return std::optional<int>();
+}
+
+Result<int> NodeAgent::Run() {
+  TENAX_ASSIGN_OR_RETURN(std::optional<int> over, Start());
+  if (over) return *over;
 
   for (;;) {
     bool lost;
@@ -242,42 +248,8 @@ Result<int> NodeAgent::Run() {
       lost = lease_lost_;
     }
     if (lost) {  // fenced: our ranks are gone; come back under a new lease once etcd answers
-      keeper_.reset();
-      const double since = protocol::MonotonicNow();
-      for (double pause = 0.2;; pause = std::min(pause * 2, 2.0)) {
-        Status st = Register();
-        if (st.ok()) break;
-        if (protocol::MonotonicNow() - since > a_.nodes_timeout_s) {
-          return st.WithContext(
-              fmt::format("etcd unreachable for {:g}s (--rdzv-timeout)", a_.nodes_timeout_s));
-        }
-        std::this_thread::sleep_for(std::chrono::duration<double>(pause));
-      }
-      log::Info("launch: agent {} registered again after losing its lease", info_.id);
-      if (fenced_ && last_plan_gen_ >= 0) {
-        // The others recorded this node as lost; it was alive but cut off: a partition.
-        rdzv::FailureReport f;
-        f.agent = info_.id;
-        f.host = host_;
-        f.node_rank = last_plan_.NodeRankOf(info_.id);
-        f.kind = "partition";
-        f.code = 137;
-        f.wall_s = fenced_at_;
-        f.cause = fmt::format(
-            "node {} ({}) was cut off from etcd while alive: its lease expired "
-            "and it stopped its ranks (fencing)",
-            f.node_rank, host_);
-        (void)Retry([&] {
-          return etcd_->Put(keys_.failure(last_plan_gen_, "lost-" + info_.id), f.ToJson().dump());
-        });
-        // The job may have ended meanwhile: its report then learns the loss was a partition.
-        Result<std::optional<rdzv::StopRecord>> over = ReadStop();
-        if (over.ok() && *over) {
-          WriteGoodput(true, (*over)->code);
-          return (*over)->code;
-        }
-      }
-      fenced_ = false;
+      TENAX_ASSIGN_OR_RETURN(std::optional<int> ended, RegisterAgain());
+      if (ended) return *ended;
     }
     TENAX_ASSIGN_OR_RETURN(std::optional<rdzv::StopRecord> stop, ReadStop());
     if (stop) {
@@ -311,142 +283,194 @@ Result<int> NodeAgent::Run() {
       active_ = std::set<std::string>(plan->nodes.begin(), plan->nodes.end());
       lost_.clear();
     }
-    auto still_current = [&] {
-      std::lock_guard<std::mutex> lock(mu_);
-      return !moved_ && !stopped_ && !lease_lost_ && lost_.empty();
-    };
     if (node_rank < 0) {
-      log::Info("launch: generation {}: this node is a spare (active: {})", g,
-                fmt::join(plan->nodes, ", "));
-      // A spare watches: a lost active node ends the generation too (someone must say so), and
-      // the job may end while it waits.
-      bool finished = false;
-      WaitUntil(
-          [&] {
-            Result<RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
-            finished = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
-            return finished || !still_current();
-          },
-          1e9);
-      if (finished) {
-        log::Info("launch: job {} finished on every node", a_.job_id);
-        return 0;
-      }
-      std::set<std::string> gone;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        gone = lost_;
-        running_ = -1;
-      }
-      if (!gone.empty()) TENAX_RETURN_IF_ERROR(RecordLost(g, *plan, gone));
+      TENAX_ASSIGN_OR_RETURN(std::optional<int> end, WaitAsSpare(g, *plan));
+      if (end) return *end;
       continue;
     }
-    // Rank 0's store lives on node 0: its agent publishes a free port there.
-    std::string master;
-    if (node_rank == 0) {
-      master = fmt::format("{}:{}", info_.address, FreePortOn(info_.address));
-      TENAX_RETURN_IF_ERROR(
-          Retry([&] { return etcd_->PutIfAbsent(keys_.master(g), master); }).status());
+    TENAX_ASSIGN_OR_RETURN(std::optional<int> end, RunActive(g, *plan, node_rank));
+    if (end) return *end;
+  }
+}
+
+Result<std::optional<int>> NodeAgent::RegisterAgain() {
+  keeper_.reset();
+  const double since = protocol::MonotonicNow();
+  for (double pause = 0.2;; pause = std::min(pause * 2, 2.0)) {
+    Status st = Register();
+    if (st.ok()) break;
+    if (protocol::MonotonicNow() - since > a_.nodes_timeout_s) {
+      return st.WithContext(
+          fmt::format("etcd unreachable for {:g}s (--rdzv-timeout)", a_.nodes_timeout_s));
     }
-    WaitUntil(
-        [&] {
-          Result<std::optional<KeyValue>> m = etcd_->Get(keys_.master(g));
-          if (m.ok() && *m) master = (**m).value;
-          return (m.ok() && *m) || !still_current();
-        },
-        120);
-    if (!still_current() || master.empty()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = -1;
-      continue;
-    }
-    if (Status st = PrepareCheckpoints(g); !st.ok()) {
-      // This node cannot resume where the others do: a failure of the generation.
-      log::Error("launch: {}", st.message());
-      rdzv::FailureReport f;
-      f.agent = info_.id;
-      f.host = host_;
-      f.node_rank = node_rank;
-      f.code = ToInt(ExitCode::kIoError);
-      f.kind = protocol::FailureKindName(FailureKind::kIoError);
-      f.cause = st.message();
-      f.wall_s = WallNow();
-      (void)Retry([&] { return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump()); });
-      TENAX_RETURN_IF_ERROR(
-          Advance(g, f.code, "node " + std::to_string(node_rank) + ": " + st.message()));
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = -1;
-      continue;
-    }
-    GenerationPlan gp;
-    gp.generation = static_cast<int>(g);
-    gp.node_rank = node_rank;
-    gp.nnodes = o_.nnodes;
-    gp.master_addr = master.substr(0, master.rfind(':'));
-    gp.master_port = std::atoi(master.substr(master.rfind(':') + 1).c_str());
-    if (!progress_.joinable()) progress_ = std::thread([this] { ProgressLoop(); });
-    Supervisor::Outcome out = supervisor_->RunGeneration(gp, [&]() -> std::optional<std::string> {
-      std::lock_guard<std::mutex> lock(mu_);
-      beats_ = supervisor_->beats();  // for ProgressLoop
-      if (straggler_stop_) return straggler_stop_;
-      if (lease_lost_) return std::string("this node lost its etcd lease (fenced)");
-      if (stopped_) return std::string("the job stopped");
-      if (moved_) return std::string("the generation moved on (another node failed)");
-      if (!lost_.empty()) return fmt::format("node(s) lost: {}", fmt::join(lost_, ", "));
-      return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+  }
+  log::Info("launch: agent {} registered again after losing its lease", info_.id);
+  if (fenced_ && last_plan_gen_ >= 0) {
+    // The others recorded this node as lost; it was alive but cut off: a partition.
+    rdzv::FailureReport f;
+    f.agent = info_.id;
+    f.host = host_;
+    f.node_rank = last_plan_.NodeRankOf(info_.id);
+    f.kind = "partition";
+    f.code = 137;
+    f.wall_s = fenced_at_;
+    f.cause = fmt::format(
+        "node {} ({}) was cut off from etcd while alive: its lease expired "
+        "and it stopped its ranks (fencing)",
+        f.node_rank, host_);
+    (void)Retry([&] {
+      return etcd_->Put(keys_.failure(last_plan_gen_, "lost-" + info_.id), f.ToJson().dump());
     });
-    std::set<std::string> gone;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      gone = lost_;
-      lost_.clear();
-      running_ = -1;
-      if (lease_lost_) {
-        fenced_ = true;
-        fenced_at_ = WallNow();
-      }
-    }
-    supervisor_->Prewarm();  // the next generation's processes start up during the rendezvous
-    PublishReport(g, node_rank, out);
-    if (out.interrupted) {
-      TENAX_RETURN_IF_ERROR(Stop(out.exit_code, "a node agent was told to stop (SIGINT/SIGTERM)"));
-      continue;
-    }
-    if (!gone.empty()) {
-      TENAX_RETURN_IF_ERROR(RecordLost(g, *plan, gone));
-      continue;
-    }
-    if (out.verdict) {
-      const Verdict& v = *out.verdict;
-      const rdzv::FailureReport f = ReportOf(v, node_rank);
-      TENAX_RETURN_IF_ERROR(Retry([&] {
-                              return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump());
-                            }).status());
-      TENAX_RETURN_IF_ERROR(Advance(g, v.code, fmt::format("node {}: {}", node_rank, v.cause)));
-      continue;
-    }
-    if (out.superseded) continue;
-    // Every local rank finished: done here; the job is done when every node is.
-    TENAX_RETURN_IF_ERROR(
-        Retry([&] { return etcd_->Put(keys_.done(g, node_rank), info_.id); }).status());
-    bool all_done = false;
-    WaitUntil(
-        [&] {
-          Result<RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
-          all_done = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
-          Result<int64_t> now = CurrentGeneration();
-          std::lock_guard<std::mutex> lock(mu_);
-          return all_done || (now.ok() && *now != g) || stopped_;
-        },
-        1e9);
-    if (all_done) {
-      // The job is over: a launch with this job id again only reports it (stop code 0).
-      (void)etcd_->PutIfAbsent(keys_.stop(), rdzv::StopRecord{0, "finished"}.ToJson().dump());
-      if (node_rank == 0) WriteGoodput(true, 0);
-      log::Info("launch: job {} finished on every node", a_.job_id);
-      return 0;
+    // The job may have ended meanwhile: its report then learns the loss was a partition.
+    Result<std::optional<rdzv::StopRecord>> over = ReadStop();
+    if (over.ok() && *over) {
+      WriteGoodput(true, (*over)->code);
+      return std::optional<int>((*over)->code);
     }
   }
+  fenced_ = false;
+  return std::optional<int>();
+}
+
+bool NodeAgent::StillCurrent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !moved_ && !stopped_ && !lease_lost_ && lost_.empty();
+}
+
+Result<std::optional<int>> NodeAgent::WaitAsSpare(int64_t g, const rdzv::Plan& plan) {
+  log::Info("launch: generation {}: this node is a spare (active: {})", g,
+            fmt::join(plan.nodes, ", "));
+  // A spare watches: a lost active node ends the generation too (someone must say so), and
+  // the job may end while it waits.
+  bool finished = false;
+  WaitUntil(
+      [&] {
+        Result<RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
+        finished = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
+        return finished || !StillCurrent();
+      },
+      1e9);
+  if (finished) {
+    log::Info("launch: job {} finished on every node", a_.job_id);
+    return std::optional<int>(0);
+  }
+  std::set<std::string> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone = lost_;
+    running_ = -1;
+  }
+  if (!gone.empty()) TENAX_RETURN_IF_ERROR(RecordLost(g, plan, gone));
+  return std::optional<int>();
+}
+
+Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& plan, int node_rank) {
+  // Rank 0's store lives on node 0: its agent publishes a free port there.
+  std::string master;
+  if (node_rank == 0) {
+    master = fmt::format("{}:{}", info_.address, FreePortOn(info_.address));
+    TENAX_RETURN_IF_ERROR(
+        Retry([&] { return etcd_->PutIfAbsent(keys_.master(g), master); }).status());
+  }
+  WaitUntil(
+      [&] {
+        Result<std::optional<KeyValue>> m = etcd_->Get(keys_.master(g));
+        if (m.ok() && *m) master = (**m).value;
+        return (m.ok() && *m) || !StillCurrent();
+      },
+      120);
+  if (!StillCurrent() || master.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = -1;
+    return std::optional<int>();
+  }
+  if (Status st = PrepareCheckpoints(g); !st.ok()) {
+    // This node cannot resume where the others do: a failure of the generation.
+    log::Error("launch: {}", st.message());
+    rdzv::FailureReport f;
+    f.agent = info_.id;
+    f.host = host_;
+    f.node_rank = node_rank;
+    f.code = ToInt(ExitCode::kIoError);
+    f.kind = protocol::FailureKindName(FailureKind::kIoError);
+    f.cause = st.message();
+    f.wall_s = WallNow();
+    (void)Retry([&] { return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump()); });
+    TENAX_RETURN_IF_ERROR(
+        Advance(g, f.code, "node " + std::to_string(node_rank) + ": " + st.message()));
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = -1;
+    return std::optional<int>();
+  }
+  GenerationPlan gp;
+  gp.generation = static_cast<int>(g);
+  gp.node_rank = node_rank;
+  gp.nnodes = o_.nnodes;
+  gp.master_addr = master.substr(0, master.rfind(':'));
+  gp.master_port = std::atoi(master.substr(master.rfind(':') + 1).c_str());
+  if (!progress_.joinable()) progress_ = std::thread([this] { ProgressLoop(); });
+  Supervisor::Outcome out = supervisor_->RunGeneration(gp, [&]() -> std::optional<std::string> {
+    std::lock_guard<std::mutex> lock(mu_);
+    beats_ = supervisor_->beats();  // for ProgressLoop
+    if (straggler_stop_) return straggler_stop_;
+    if (lease_lost_) return std::string("this node lost its etcd lease (fenced)");
+    if (stopped_) return std::string("the job stopped");
+    if (moved_) return std::string("the generation moved on (another node failed)");
+    if (!lost_.empty()) return fmt::format("node(s) lost: {}", fmt::join(lost_, ", "));
+    return std::nullopt;
+  });
+  std::set<std::string> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone = lost_;
+    lost_.clear();
+    running_ = -1;
+    if (lease_lost_) {
+      fenced_ = true;
+      fenced_at_ = WallNow();
+    }
+  }
+  supervisor_->Prewarm();  // the next generation's processes start up during the rendezvous
+  PublishReport(g, node_rank, out);
+  if (out.interrupted) {
+    TENAX_RETURN_IF_ERROR(Stop(out.exit_code, "a node agent was told to stop (SIGINT/SIGTERM)"));
+    return std::optional<int>();
+  }
+  if (!gone.empty()) {
+    TENAX_RETURN_IF_ERROR(RecordLost(g, plan, gone));
+    return std::optional<int>();
+  }
+  if (out.verdict) {
+    const Verdict& v = *out.verdict;
+    const rdzv::FailureReport f = ReportOf(v, node_rank);
+    TENAX_RETURN_IF_ERROR(
+        Retry([&] { return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump()); }).status());
+    TENAX_RETURN_IF_ERROR(Advance(g, v.code, fmt::format("node {}: {}", node_rank, v.cause)));
+    return std::optional<int>();
+  }
+  if (out.superseded) return std::optional<int>();
+  // Every local rank finished: done here; the job is done when every node is.
+  TENAX_RETURN_IF_ERROR(
+      Retry([&] { return etcd_->Put(keys_.done(g, node_rank), info_.id); }).status());
+  bool all_done = false;
+  WaitUntil(
+      [&] {
+        Result<RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
+        all_done = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
+        Result<int64_t> now = CurrentGeneration();
+        std::lock_guard<std::mutex> lock(mu_);
+        return all_done || (now.ok() && *now != g) || stopped_;
+      },
+      1e9);
+  if (all_done) {
+    // The job is over: a launch with this job id again only reports it (stop code 0).
+    (void)etcd_->PutIfAbsent(keys_.stop(), rdzv::StopRecord{0, "finished"}.ToJson().dump());
+    if (node_rank == 0) WriteGoodput(true, 0);
+    log::Info("launch: job {} finished on every node", a_.job_id);
+    return std::optional<int>(0);
+  }
+  return std::optional<int>();
 }
 
 }  // namespace tenax::launch::agent_internal

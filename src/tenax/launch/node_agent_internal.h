@@ -110,6 +110,25 @@ class NodeAgent {
   Result<int> Run();
 
  private:
+  // Run's phases (node_agent.cc). Each returns the code Run is to exit with, or nullopt to go on.
+  // Before the first generation: the job's fixed facts in etcd, this node's checkpoint file
+  // server, the lease, the watcher, the supervisor and the agent channel; 0 when the job had
+  // already finished.
+  Result<std::optional<int>> Start();
+  // After this agent lost its lease (fenced): registers under a new one (until --rdzv-timeout)
+  // and records the partition of the generation it was active in; the stop code when the job
+  // ended meanwhile.
+  Result<std::optional<int>> RegisterAgain();
+  // A spare in generation g: waits until the job finishes (0) or g stops holding; records the
+  // active nodes lost meanwhile.
+  Result<std::optional<int>> WaitAsSpare(int64_t g, const rdzv::Plan& plan);
+  // Node `node_rank` of generation g: node 0's store address, the checkpoint folder ready, the
+  // ranks run until they end or g stops holding, then how g ended recorded in etcd; 0 when every
+  // node finished the job.
+  Result<std::optional<int>> RunActive(int64_t g, const rdzv::Plan& plan, int node_rank);
+  // The running generation still holds: not moved on, not stopped, lease held, no node lost.
+  bool StillCurrent();
+
   Status Register();
   void OnEvents(const std::vector<WatchEvent>& events);
   Result<int64_t> CurrentGeneration();
