@@ -1,0 +1,210 @@
+// The node agent's generations (node_agent.h, "join", "fail", "end"): reading the current one,
+// joining it and waiting for its plan (the earliest-joined live agent makes it), moving on after a
+// failure or a lost node, stopping the job, and the commits a rank may make only while its
+// generation is current (the fence).
+#include <fmt/format.h>
+
+#include "tenax/core/log.h"
+#include "tenax/launch/node_agent_internal.h"
+
+namespace tenax::launch::agent_internal {
+
+using protocol::ExitCode;
+using protocol::FailureKind;
+using protocol::ToInt;
+
+Result<int64_t> NodeAgent::CurrentGeneration() {
+  TENAX_ASSIGN_OR_RETURN(bool created,
+                         Retry([&] { return etcd_->PutIfAbsent(keys_.generation(), "0"); }));
+  (void)created;
+  TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> g,
+                         Retry([&] { return etcd_->Get(keys_.generation()); }));
+  if (!g) return Internal("the job's generation key vanished");
+  return ParseInt(g->value, 0);
+}
+
+Result<std::optional<rdzv::StopRecord>> NodeAgent::ReadStop() {
+  TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> kv,
+                         Retry([&] { return etcd_->Get(keys_.stop()); }));
+  if (!kv) return std::optional<rdzv::StopRecord>();
+  TENAX_ASSIGN_OR_RETURN(rdzv::StopRecord s, rdzv::StopRecord::FromJson(kv->value));
+  return std::optional<rdzv::StopRecord>(s);
+}
+
+Status NodeAgent::Stop(int code, const std::string& reason) {
+  rdzv::StopRecord s{code, reason};
+  TENAX_ASSIGN_OR_RETURN(
+      bool first, Retry([&] { return etcd_->PutIfAbsent(keys_.stop(), s.ToJson().dump()); }));
+  if (first) log::Error("launch: the job stops (exit code {}): {}", code, reason);
+  return Status::Ok();
+}
+
+Status NodeAgent::Advance(int64_t g, int code, const std::string& why) {
+  if (!protocol::Restartable(code)) {
+    return Stop(code, fmt::format("{} (exit code {}: a restart cannot fix it, "
+                                  "docs/exit_codes.md)",
+                                  why, code));
+  }
+  if (g + 1 > o_.max_restarts) {
+    return Stop(
+        code, fmt::format("{}; no restarts left ({} used, --max-restarts)", why, o_.max_restarts));
+  }
+  TENAX_ASSIGN_OR_RETURN(bool bumped, Retry([&] {
+                           return etcd_->CompareAndSwap(keys_.generation(), std::to_string(g),
+                                                        std::to_string(g + 1));
+                         }));
+  if (bumped) log::Info("launch: generation {} -> {}: {}", g, g + 1, why);
+  return Status::Ok();
+}
+
+Status NodeAgent::RecordLost(int64_t g, const rdzv::Plan& plan, const std::set<std::string>& lost) {
+  for (const std::string& id : lost) {
+    rdzv::FailureReport f;
+    f.agent = id;
+    f.host = hosts_.count(id) > 0 ? hosts_[id] : std::string();
+    f.node_rank = plan.NodeRankOf(id);
+    f.kind = "node-lost";
+    f.code = 137;
+    f.wall_s = WallNow();
+    f.cause = fmt::format(
+        "node {} (agent {}) stopped renewing its etcd lease: killed, stopped, "
+        "or cut off from the network",
+        f.node_rank, id);
+    TENAX_ASSIGN_OR_RETURN(bool first, Retry([&] {
+                             return etcd_->PutIfAbsent(keys_.failure(g, "lost-" + id),
+                                                       f.ToJson().dump());
+                           }));
+    if (first) log::Error("launch: {}", f.cause);
+  }
+  return Advance(g, 137, fmt::format("{} node(s) lost", lost.size()));
+}
+
+Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json& manifest) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lease_lost_) return Unavailable("this node lost its etcd lease (fenced)");
+  }
+  Txn txn;
+  txn.compare.push_back(
+      Compare::Value(keys_.generation(), CompareOp::kEqual, std::to_string(generation)));
+  txn.success.push_back(
+      TxnOp::Put(keys_.commit(step),
+                 nlohmann::json{{"generation", generation}, {"manifest", manifest}}.dump()));
+  txn.failure.push_back(TxnOp::Get(keys_.generation()));
+  // A repeat after an unknown outcome (a leader lost mid-request) is harmless: the comparison
+  // still holds and the same record is written again.
+  TENAX_ASSIGN_OR_RETURN(TxnResponse r, Retry([&] { return etcd_->Commit(txn); }, 40));
+  if (!r.succeeded) {
+    std::string now = "?";
+    if (!r.gets.empty() && !r.gets[0].kvs.empty()) now = r.gets[0].kvs[0].value;
+    return Unavailable(
+        fmt::format("generation {} is no longer current (now {}): a rank of an old "
+                    "generation must not commit a checkpoint",
+                    generation, now));
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
+  rdzv::Plan previous;
+  bool have_previous = false;
+  if (g > 0) {
+    TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> p,
+                           Retry([&] { return etcd_->Get(keys_.plan(g - 1)); }));
+    if (p) {
+      TENAX_ASSIGN_OR_RETURN(previous, rdzv::Plan::FromJson(p->value));
+      have_previous = true;
+    }
+  }
+  TENAX_RETURN_IF_ERROR(Retry([&] {
+                          return etcd_->Put(keys_.join(g, info_.id), info_.ToJson().dump(),
+                                            keeper_->lease());
+                        }).status());
+  std::optional<rdzv::Plan> plan;
+  Status error = Status::Ok();
+  bool gone = false;  // g is over (moved on, stopped) or this agent lost its lease
+  const double waiting_since = protocol::MonotonicNow();
+  double last_said = -1;
+  const bool ok = WaitUntil(
+      [&] {
+        std::set<std::string> lost;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (lease_lost_) return gone = true;
+          lost.swap(lost_);
+        }
+        // An agent of the last plan vanished meanwhile: say so for that generation.
+        if (!lost.empty() && last_plan_gen_ >= 0) {
+          if (Status st = RecordLost(last_plan_gen_, last_plan_, lost); !st.ok()) {
+            log::Warn("launch: {}", st.message());
+          }
+        }
+        Result<std::optional<KeyValue>> p = etcd_->Get(keys_.plan(g));
+        if (!p.ok()) return false;  // etcd unreachable for now: keep trying
+        if (*p) {
+          Result<rdzv::Plan> parsed = rdzv::Plan::FromJson((**p).value);
+          if (!parsed.ok()) {
+            error = parsed.status();
+            return true;
+          }
+          plan = *parsed;
+          return true;
+        }
+        Result<int64_t> now = CurrentGeneration();
+        Result<std::optional<rdzv::StopRecord>> stop = ReadStop();
+        if ((now.ok() && *now != g) || (stop.ok() && *stop)) return gone = true;
+        Result<RangeResponse> joins = etcd_->GetPrefix(keys_.joins(g));
+        Result<RangeResponse> agents = etcd_->GetPrefix(keys_.agents());
+        if (!joins.ok() || !agents.ok()) return false;
+        const std::set<std::string> alive = IdsUnder(*agents, keys_.agents());
+        std::map<std::string, rdzv::AgentInfo> live = AgentRecords(*agents);
+        for (const auto& [id, info] : live) hosts_[id] = info.host;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          agents_ = std::move(live);
+        }
+        std::vector<KeyValue> order = joins->kvs;
+        std::sort(order.begin(), order.end(), [](const KeyValue& a, const KeyValue& b) {
+          return a.create_revision < b.create_revision;
+        });
+        std::vector<std::string> joined;
+        for (const KeyValue& kv : order) {
+          const std::string id = kv.key.substr(keys_.joins(g).size());
+          if (alive.count(id) > 0) joined.push_back(id);
+        }
+        const bool all_joined = joined.size() == alive.size();
+        if (static_cast<int>(alive.size()) < o_.nnodes) {
+          const double waited = protocol::MonotonicNow() - waiting_since;
+          if (last_said < 0 || waited - last_said > 10) {
+            log::Info(
+                "launch: generation {}: waiting for nodes ({} of {} alive; --rdzv-timeout "
+                "{:g}s)",
+                g, alive.size(), o_.nnodes, a_.nodes_timeout_s);
+            last_said = waited;
+          }
+          if (waited > a_.nodes_timeout_s) {
+            error = Stop(ToInt(ExitCode::kUnavailable),
+                         fmt::format("only {} of {} nodes after waiting {:g}s (--rdzv-timeout)",
+                                     alive.size(), o_.nnodes, a_.nodes_timeout_s));
+            return gone = true;
+          }
+          return false;
+        }
+        // The earliest-joined live agent plans, once every live agent has joined.
+        if (joined.empty() || joined.front() != info_.id || !all_joined) return false;
+        Result<RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
+        if (!slow.ok()) return false;
+        std::optional<rdzv::Plan> made =
+            rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr,
+                           IdsUnder(*slow, keys_.slow_agents()));
+        if (!made) return false;
+        (void)etcd_->PutIfAbsent(keys_.plan(g), made->ToJson().dump());
+        return false;  // read it back on the next turn (another planner may have won)
+      },
+      a_.nodes_timeout_s + 3600);
+  TENAX_RETURN_IF_ERROR(error);
+  if (!ok || gone) return std::optional<rdzv::Plan>();
+  return plan;
+}
+
+}  // namespace tenax::launch::agent_internal
