@@ -426,8 +426,15 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
       180))
       << AllOutput(agents);
   // Node 0 holds node 1's files of a commit in RAM once they were pushed (in the background):
-  // step 8's may still be on their way, and then step 8 is lost and the job resumes from step 4,
-  // which node 0's RAM still holds (the replica store keeps the newest two steps).
+  // the victim says so. Step 8's may still be on their way, and then step 8 is lost and the job
+  // resumes from step 4, whose push was finished first (a newer step does not cancel a push in
+  // flight) and which node 0's RAM still holds (the replica store keeps the newest two steps).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return agents[victim]->output().find("file(s) held by the next node") != std::string::npos;
+      },
+      180))
+      << AllOutput(agents);
   std::vector<pid_t> node = Descendants(agents[victim]->pid());
   node.push_back(agents[victim]->pid());
   for (pid_t p : node) ::kill(p, SIGKILL);

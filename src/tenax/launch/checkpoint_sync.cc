@@ -290,10 +290,10 @@ void ReplicaPusher::Run() {
     }
     const int64_t step = job.manifest.step;
     PushOptions options = options_;
-    options.cancelled = [this, step] {
+    options.cancelled = [this] {
       if (options_.cancelled && options_.cancelled()) return true;
       std::lock_guard<std::mutex> lock(mu_);
-      return stop_ || (pending_ && pending_->manifest.step > step);
+      return stop_;  // not a newer step: this one is finished first (see the class comment)
     };
     Result<PushReport> result =
         PushReplicas(fs_, folder_, job.manifest, job.peer, secret_, options);

@@ -247,9 +247,13 @@ Result<PushReport> PushReplicas(FileSystem& fs, const std::string& folder,
                                 const ckpt::Manifest& manifest, const FilePeer& peer,
                                 const std::string& secret, const PushOptions& options = {});
 
-// PushReplicas on a background thread, so the agent hands a commit over and goes on. Only the
-// newest step matters: a submitted step replaces one still waiting, and cancels one in flight
-// (between two files) when it is newer; an older submission than the one waiting is ignored.
+// PushReplicas on a background thread, so the agent hands a commit over and goes on. A push in
+// flight is finished, then the newest step submitted meanwhile is pushed: a submitted step
+// replaces one still waiting, and an older submission than the one waiting is ignored. Finishing
+// is what keeps a whole replica in the peer's memory when commits come faster than pushes (a
+// newer step cancelling the one in flight would leave none, and a node lost then takes its files
+// with it); the peer's store keeps the newest two steps, so the one just finished stays usable
+// while the next is on its way.
 //
 // Thread safety: Submit may be called from any thread. `on_done` runs on the pusher's thread,
 // once per push started (with its report or error), and must not destroy the pusher. The

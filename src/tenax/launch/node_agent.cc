@@ -201,8 +201,13 @@ Result<std::optional<int>> NodeAgent::Start() {
     po.transfer.io_timeout = kPeerIoTimeout;
     pusher_ = std::make_unique<ReplicaPusher>(
         LocalFs(), job_.checkpoint_dir, secret_, po, [](int64_t step, const Result<PushReport>& r) {
-          if (!r.ok())
+          if (!r.ok()) {
             log::Warn("launch: memory replica of step {}: {}", step, r.status().message());
+          } else if (r->skipped_damaged.empty()) {
+            // The event that this node's files of the step survive its loss (tests wait for it).
+            log::Info("launch: memory replica of step {}: {} file(s) held by the next node", step,
+                      r->pushed.size());
+          }
         });
   }
   TENAX_RETURN_IF_ERROR(Register());
