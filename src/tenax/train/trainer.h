@@ -2,7 +2,8 @@
 // the newest good checkpoint when asked, runs the optimizer loop with gradient accumulation and
 // clipping, evaluates and checkpoints on schedule, and reports progress. Single process or any
 // parallel layout (the loop drives a StepModel, so it has no branch on which). Inside, a Trainer
-// object (trainer.cc) keeps setup, step, evaluation, save and finish as separate methods.
+// object (trainer_internal.h; Setup in trainer_setup.cc, Run in trainer.cc) keeps setup, step,
+// evaluation, save and finish as separate methods.
 //
 // Process-level concerns belong to the caller (the CLI): reading the launcher's context once
 // (protocol/rank_context.h), the terminate handler and the launcher watch. What the launcher

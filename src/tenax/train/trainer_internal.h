@@ -1,0 +1,158 @@
+// The Trainer class behind Train() (trainer.h), shared by the two files that implement it:
+// trainer_setup.cc (Setup: data, layout and process groups, model and optimizer, checkpoints and
+// the resume, loaders) and trainer.cc (Run: steps, loss spikes, evaluation, saves, Finish).
+// Internal: include it only from those two.
+#pragma once
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <set>
+
+#include "tenax/checkpoint/store.h"
+#include "tenax/config/batch.h"
+#include "tenax/config/config.h"
+#include "tenax/config/resume_changes.h"
+#include "tenax/core/format.h"
+#include "tenax/core/fs.h"
+#include "tenax/core/log.h"
+#include "tenax/core/run_lock.h"
+#include "tenax/data/hf_tokenizer_files.h"
+#include "tenax/data/loader.h"
+#include "tenax/data/source.h"
+#include "tenax/model/llama.h"
+#include "tenax/parallel/communicator.h"
+#include "tenax/parallel/mesh.h"
+#include "tenax/protocol/agent_channel.h"
+#include "tenax/protocol/fault_injection.h"
+#include "tenax/protocol/flight_recorder.h"
+#include "tenax/protocol/heartbeat.h"
+#include "tenax/train/adamw.h"
+#include "tenax/train/checkpoint_interval.h"
+#include "tenax/train/device.h"
+#include "tenax/train/evaluate.h"
+#include "tenax/train/loss_spike.h"
+#include "tenax/train/lr_schedule.h"
+#include "tenax/train/parallel_model.h"
+#include "tenax/train/reporter.h"
+#include "tenax/train/step_model.h"
+#include "tenax/train/train_checkpoint.h"
+#include "tenax/train/trainer.h"
+
+namespace tenax::train::trainer_internal {
+
+using Clock = std::chrono::steady_clock;
+using protocol::FailureKind;
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// What the loop does with a step whose loss is a spike (training.on_loss_spike).
+enum class SpikeAction { kNone, kWarn, kSkip, kRestart, kStop };
+
+// One rank's training run. Setup builds, in this order (each needs the previous): data (debug
+// presets take their vocabulary from it), the layout and process groups, the model under the
+// layout and its optimizer, checkpointing and the resume, the loaders at the resumed position.
+// Then Run: Step, Evaluate and Save per step, Finish. Every rank calls the same methods in the
+// same order (collectives inside). Not thread-safe; owns every thread it starts.
+class Trainer {
+ public:
+  static Result<std::unique_ptr<Trainer>> Create(const Config& config,
+                                                 const protocol::RankContext& context,
+                                                 const parallel::DistEnv& env,
+                                                 const protocol::ExitReporter& reporter);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+  ~Trainer();
+
+  Result<TrainSummary> Run();
+  // What the failure that Setup or Run returned was (kCrash unless a site said more).
+  FailureKind failure_kind() const { return failure_kind_; }
+  bool failure_secondary() const { return failure_secondary_; }
+
+ private:
+  Trainer(const Config& config, const protocol::RankContext& context, const parallel::DistEnv& env,
+          const protocol::ExitReporter& reporter)
+      : config_(config), ctx_(context), env_(env), reporter_(reporter), t_(config_.training) {}
+
+  Status Setup();
+  Status SetupData();
+  Status SetupRunFolder();
+  Status SetupGroups();
+  Status SetupModel();
+  Status SetupCheckpoints();
+  Status ReconcileResume();
+  Status SetupLoaders();
+
+  Status Step(int64_t step);
+  Status Evaluate(int64_t step);
+  Status Save(int64_t step);
+  Status Finish();
+  // Decides about a spike at `step` (logs it, records it); kNone when the loss is no spike.
+  Result<SpikeAction> CheckSpike(int64_t step, double loss);
+  Status Fail(FailureKind kind, Status st, bool secondary = false) {
+    failure_kind_ = kind;
+    failure_secondary_ = secondary;
+    return st;
+  }
+  // When every rank fails on the same mean loss (NaN, spike), which rank's own loss caused it:
+  // with `nonfinite`, the first whose local loss is not finite (-1: none, e.g. only the gradient
+  // norm overflowed); otherwise the largest. Collective; -1 for a single process.
+  int OriginOf(double local_loss, bool nonfinite);
+
+  // Constant after construction.
+  const Config config_;
+  const protocol::RankContext ctx_;
+  const parallel::DistEnv env_;
+  const protocol::ExitReporter& reporter_;
+  const TrainingOptions& t_;
+  const Clock::time_point t_start_ = Clock::now();
+
+  // Set up once, in Setup's order. Destroyed in reverse: the process groups outlive everything
+  // that issues collectives, the run lock outlives everything that writes the run folder.
+  std::optional<RunLock> run_lock_;
+  DeviceInfo device_;
+  data::DataSplits data_;
+  ModelSpec spec_;
+  std::optional<parallel::Mesh> mesh_;
+  BatchShape batch_;  // the step's batch; a resume may re-derive its accumulation
+  FlopsPerToken flops_;
+  std::string run_dir_, ckpt_dir_, config_toml_;
+  std::unique_ptr<parallel::ProcessGroups> groups_;
+  std::unique_ptr<parallel::Communicator> shard_group_, replicate_group_, tp_group_, pp_group_;
+  std::unique_ptr<parallel::Communicator> ep_group_, ep_shard_group_;  // expert_parallel > 1
+  std::vector<const parallel::Communicator*> all_groups_;
+  std::unique_ptr<protocol::FlightRecorder> flight_;
+  std::unique_ptr<protocol::FlightRecorderWatchdog> watchdog_;
+  std::unique_ptr<protocol::FaultInjector> faults_;
+  std::unique_ptr<model::Llama> model_;  // the full model, or the shape reference (distributed)
+  std::unique_ptr<ParallelModel> parallel_model_;
+  std::unique_ptr<SingleProcessModel> single_model_;
+  StepModel* step_model_ = nullptr;  // one of the two above
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<TrainTarget> target_;
+  std::unique_ptr<ckpt::CheckpointStore> store_;
+  std::unique_ptr<TrainCheckpointer> checkpointer_;
+  std::optional<data::BatchLoader> loader_;
+  std::optional<data::EvalLoader> val_loader_;
+  std::unique_ptr<Reporter> reporter_out_;  // the lead rank's terminal, metrics and TensorBoard
+  std::unique_ptr<protocol::HeartbeatWriter> beats_;
+
+  // Training state.
+  TrainProgress progress_;
+  int set_aside_ = 0;
+  int64_t last_step_ = 0;
+  int64_t tokens_per_step_ = 0;
+  std::optional<LossSpikeDetector> spikes_;
+  std::set<int64_t> rolled_back_;  // steps that made an earlier run roll back (loss spikes)
+  double train_seconds_ = 0;
+  int64_t steps_timed_ = 0;
+  parallel::CommStats step_comm_;  // collectives issued inside training steps only
+  FailureKind failure_kind_ = FailureKind::kSetup;
+  bool failure_secondary_ = false;
+  double local_loss_ = 0;  // this rank's loss of the current step, before the mean over ranks
+  TrainSummary summary_;
+};
+
+}  // namespace tenax::train::trainer_internal

@@ -1,0 +1,372 @@
+// Trainer::Setup and its parts, in the order Setup runs them: data, the run folder, the layout
+// and its process groups, the model and optimizer, checkpoints and the resume (with what changed
+// since the checkpoint), and the loaders at the resumed position (trainer_internal.h).
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include "tenax/train/trainer_internal.h"
+
+namespace tenax::train::trainer_internal {
+namespace {
+
+std::string CheckpointFolder(const Config& c, const std::string& run_dir) {
+  const std::string& f = c.checkpoint.folder;
+  return (!f.empty() && f[0] == '/') ? f : JoinPath(run_dir, f);
+}
+
+// Decides where training starts: fresh, the newest good checkpoint, or a given path.
+Result<TrainProgress> Resume(const CheckpointOptions& c, ckpt::CheckpointStore& store,
+                             TrainTarget& target) {
+  if (c.resume == "none") {
+    TENAX_ASSIGN_OR_RETURN(std::vector<int64_t> steps, store.ListCommitted());
+    if (!steps.empty()) {
+      return InvalidArgument(fmt::format(
+          "{} already holds checkpoints (newest: step {}) and checkpoint.resume = \"none\"; set "
+          "checkpoint.resume = \"latest\" to continue that run, or choose another job.name or "
+          "checkpoint.folder (tenax never overwrites checkpoints)",
+          store.folder(), steps.back()));
+    }
+    return TrainProgress{};
+  }
+  if (c.resume == "latest") {
+    auto latest = store.LatestGood();
+    if (!latest.ok()) {
+      if (latest.status().code() == StatusCode::kNotFound) return TrainProgress{};
+      return latest.status();
+    }
+    log::Info("resuming from {}", store.StepDir(*latest));
+    return RestoreTrainCheckpoint(store, *latest, target);
+  }
+  TENAX_ASSIGN_OR_RETURN(auto where, ckpt::ResolveCheckpointPath(LocalFs(), c.resume));
+  ckpt::CheckpointStore other(LocalFs(), where.first);
+  log::Info("resuming from {}", other.StepDir(where.second));
+  return RestoreTrainCheckpoint(other, where.second, target);
+}
+
+}  // namespace
+
+Status Trainer::Setup() {
+  at::manual_seed(config_.job.seed);
+  TENAX_ASSIGN_OR_RETURN(device_, ResolveDevice(t_));
+  {  // Threads follow the device and precision (device.h: ChooseThreads), said once at start.
+    const CpuFacts cpu = ReadCpuFacts();
+    const ThreadChoice threads = ChooseThreads(device_, t_.threads, cpu, env_.local_world);
+    at::set_num_threads(threads.intra_op_threads);
+    log::Info("{}", DescribeCompute(device_, threads, cpu));
+  }
+  TENAX_RETURN_IF_ERROR(SetupData());
+  TENAX_RETURN_IF_ERROR(SetupRunFolder());
+  TENAX_RETURN_IF_ERROR(SetupGroups());
+  TENAX_RETURN_IF_ERROR(SetupModel());
+  TENAX_RETURN_IF_ERROR(SetupCheckpoints());
+  TENAX_RETURN_IF_ERROR(SetupLoaders());
+  failure_kind_ = FailureKind::kCrash;
+  return Status::Ok();
+}
+
+Status Trainer::SetupData() {
+  TENAX_ASSIGN_OR_RETURN(data_, data::OpenDataSource(config_.data));
+  log::Info("data: {}", data_.description);
+  if (data_.entropy_rate_nats) {
+    log::Info("data: exact entropy rate {:.4f} nats/token (the best achievable loss)",
+              *data_.entropy_rate_nats);
+  }
+  TENAX_ASSIGN_OR_RETURN(spec_, ResolveModelSpec(config_.model, data_.vocab_size));
+  if (t_.seq_len > spec_.max_seq_len) {
+    return InvalidArgument(fmt::format(
+        "training.seq_len ({}) exceeds the model's max_seq_len ({}); lower training.seq_len or "
+        "raise model.max_seq_len",
+        t_.seq_len, spec_.max_seq_len));
+  }
+  TENAX_ASSIGN_OR_RETURN(mesh_, parallel::Mesh::Create(config_.parallelism, env_.world, spec_, t_));
+  TENAX_ASSIGN_OR_RETURN(batch_, ResolveBatch(t_, mesh_->dp()));
+  flops_ = TrainingFlopsPerToken(spec_, t_.seq_len);
+  summary_.model_name = spec_.name;
+  summary_.n_params = CountParams(spec_).total;
+  summary_.entropy_rate_nats = data_.entropy_rate_nats;
+  return Status::Ok();
+}
+
+Status Trainer::SetupRunFolder() {
+  run_dir_ = JoinPath(config_.job.dump_folder, config_.job.name);
+  summary_.run_dir = run_dir_;
+  // One owner per run folder: a launcher passes its lock on (and holds it across restarts);
+  // otherwise rank 0 takes it before writing anything.
+  if (ctx_.run_lock_fd >= 0) {
+    TENAX_RETURN_IF_ERROR(RunLock::VerifyInherited(ctx_.run_lock_fd, run_dir_));
+  } else if (env_.rank == 0 && ctx_.agent_socket.empty()) {
+    // (On several nodes the job id in etcd owns the run and commits are fenced by generation;
+    // a stopped rank of an old generation may still hold a lock on shared storage.)
+    TENAX_ASSIGN_OR_RETURN(run_lock_, RunLock::Acquire(run_dir_, "tenax train"));
+  } else {
+    TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(run_dir_));
+  }
+  config_toml_ = ConfigToToml(config_);
+  if (env_.rank == 0) {
+    TENAX_RETURN_IF_ERROR(
+        LocalFs().WriteFileAtomic(JoinPath(run_dir_, "config.toml"), config_toml_));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::SetupGroups() {
+  const parallel::Mesh& mesh = *mesh_;
+  // The world, then this rank's group along each axis (size-1 groups are local no-ops).
+  TENAX_ASSIGN_OR_RETURN(groups_,
+                         parallel::ProcessGroups::Connect(env_, std::chrono::seconds(120)));
+  auto group = [&](const char* name, parallel::Axis axis,
+                   std::unique_ptr<parallel::Communicator>* out) -> Status {
+    TENAX_ASSIGN_OR_RETURN(*out, groups_->NewGroup(name, mesh.GroupOf(env_.rank, axis)));
+    return Status::Ok();
+  };
+  TENAX_RETURN_IF_ERROR(group("dp_shard", parallel::Axis::kShard, &shard_group_));
+  TENAX_RETURN_IF_ERROR(group("dp_replicate", parallel::Axis::kReplicate, &replicate_group_));
+  TENAX_RETURN_IF_ERROR(group("tp", parallel::Axis::kTensor, &tp_group_));
+  TENAX_RETURN_IF_ERROR(group("pp", parallel::Axis::kPipeline, &pp_group_));
+  if (mesh.ep() > 1) {  // expert parallelism within dp_shard (parallel/mesh.h)
+    TENAX_ASSIGN_OR_RETURN(ep_group_, groups_->NewGroup("ep", mesh.ExpertGroupOf(env_.rank)));
+    TENAX_ASSIGN_OR_RETURN(ep_shard_group_,
+                           groups_->NewGroup("ep_shard", mesh.ExpertShardGroupOf(env_.rank)));
+  }
+  all_groups_ = {&groups_->world(), shard_group_.get(), replicate_group_.get(), tp_group_.get(),
+                 pp_group_.get(),   ep_group_.get(),    ep_shard_group_.get()};
+  if (!env_.distributed()) return Status::Ok();
+  // Named after what started it: the environment variables alone look like torchrun's.
+  log::Info("rank {} of {} (started by {}), layout {}", env_.rank, env_.world,
+            ctx_.supervised ? "tenax launch" : env_.source, mesh.Describe());
+  // Flight recorder: this rank's last collectives in every group, dumped when the launcher
+  // signals a hang (SIGUSR1) or when one runs past parallelism.collective_timeout_s
+  // (docs/flight_recorder.md), into the launcher's heartbeat folder if there is one.
+  flight_ = std::make_unique<protocol::FlightRecorder>(env_.rank);
+  const std::string dump_dir =
+      ctx_.heartbeat_dir.empty() ? JoinPath(run_dir_, "flight") : ctx_.heartbeat_dir;
+  TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(dump_dir));
+  protocol::WatchdogOptions wo;
+  wo.dump_path = protocol::FlightRecordPath(dump_dir, env_.rank);
+  wo.collective_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config_.parallelism.collective_timeout_s * 1000));
+  // This rank waited for a collective that another rank never joined: it reports itself as
+  // secondary (the flight records name the rank it waited for), then exits as the watchdog
+  // does by default (other threads are stuck inside the collective).
+  wo.on_timeout = [this, path = wo.dump_path](const protocol::CollectiveRecord& c) {
+    const std::string what = fmt::format(
+        "collective timeout: {} on group {} (seq {}, issued in step {} {}) did not complete "
+        "within parallelism.collective_timeout_s = {} s; flight record in {}",
+        c.op, c.group, c.seq, c.step, c.phase, config_.parallelism.collective_timeout_s, path);
+    log::Error("{}", what);
+    reporter_.Report(protocol::ToInt(protocol::ExitCode::kCollectiveTimeout), FailureKind::kHang,
+                     what, /*secondary=*/true);
+    std::_Exit(protocol::ToInt(protocol::ExitCode::kCollectiveTimeout));
+  };
+  watchdog_ = std::make_unique<protocol::FlightRecorderWatchdog>(*flight_, LocalFs(), wo);
+  const std::pair<parallel::Communicator*, parallel::Axis> recorded[] = {
+      {shard_group_.get(), parallel::Axis::kShard},
+      {replicate_group_.get(), parallel::Axis::kReplicate},
+      {tp_group_.get(), parallel::Axis::kTensor},
+      {pp_group_.get(), parallel::Axis::kPipeline}};
+  const char* names[] = {"dp_shard", "dp_replicate", "tp", "pp"};
+  groups_->world().SetFlightRecorder(flight_.get(), "world");
+  for (size_t i = 0; i < 4; ++i) {
+    recorded[i].first->SetFlightRecorder(flight_.get(), names[i]);
+    flight_->RegisterGroup(names[i], mesh.GroupOf(env_.rank, recorded[i].second));
+  }
+  if (ep_group_) {
+    ep_group_->SetFlightRecorder(flight_.get(), "ep");
+    flight_->RegisterGroup("ep", mesh.ExpertGroupOf(env_.rank));
+    ep_shard_group_->SetFlightRecorder(flight_.get(), "ep_shard");
+    flight_->RegisterGroup("ep_shard", mesh.ExpertShardGroupOf(env_.rank));
+  }
+  return Status::Ok();
+}
+
+Status Trainer::SetupModel() {
+  // Same seed on every rank: identical initial weights, no broadcast needed.
+  model_ = std::make_unique<model::Llama>(spec_, config_.job.seed, device_.device);
+  model_->SetActivationCheckpoint(config_.parallelism.activation_checkpoint);
+  const parallel::Mesh& mesh = *mesh_;
+  if (env_.distributed()) {
+    // This rank's part of the model under the layout (train/parallel_model.h); the full model
+    // then only serves as the shape reference (its tensors are released).
+    ParallelGroups pg{&groups_->world(),    replicate_group_.get(), shard_group_.get(),
+                      pp_group_.get(),      tp_group_.get(),        ep_group_.get(),
+                      ep_shard_group_.get()};
+    TENAX_ASSIGN_OR_RETURN(parallel_model_,
+                           ParallelModel::Create(spec_, model_->params(), pg, config_.parallelism,
+                                                 device_.device, device_.compute_dtype));
+    model_->ReleaseParams();
+    step_model_ = parallel_model_.get();
+  } else {
+    single_model_ = std::make_unique<SingleProcessModel>(*model_, device_.compute_dtype);
+    step_model_ = single_model_.get();
+  }
+  optimizer_ = std::make_unique<AdamW>(config_.optimizer, step_model_->optimizer_params(),
+                                       step_model_->decay_masks());
+  target_ = std::unique_ptr<TrainTarget>(
+      new TrainTarget{*model_,
+                      *optimizer_,
+                      parallel_model_.get(),
+                      env_.distributed() ? &groups_->world() : nullptr,
+                      {{"world_size", env_.world},
+                       {"data_parallel_replicate", mesh.degree(parallel::Axis::kReplicate)},
+                       {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
+                       {"tensor_parallel", mesh.degree(parallel::Axis::kTensor)},
+                       {"pipeline_parallel", mesh.degree(parallel::Axis::kPipeline)},
+                       {"expert_parallel", mesh.ep()},
+                       {"sharding", parallel_model_ ? "rank-pieces" : "none"}}});
+  if (!data_.tokenizer.empty()) {  // for export-hf and generate (train_checkpoint.h)
+    auto id = [](std::optional<uint32_t> v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    target_->tokenizer = {{"spec", data::AbsoluteTokenizerSpec(data_.tokenizer)},
+                          {"bos_id", id(data_.bos)},
+                          {"eos_id", id(data_.eos)}};
+  }
+  target_->moe = step_model_->moe_state();  // the sigmoid router's biases travel with it
+  target_->moe_copies = step_model_->moe_layer_copies();
+  log::Info("model: {} with {} parameters{}, {} training FLOP/token at seq_len {}; device {} ({})",
+            spec_.name, FormatParams(static_cast<double>(summary_.n_params)),
+            spec_.moe.enabled()
+                ? fmt::format(" ({} active: {} of {} experts per token)",
+                              FormatParams(static_cast<double>(CountParams(spec_).active)),
+                              spec_.moe.top_k, spec_.moe.n_experts)
+                : "",
+            FormatCount(flops_.total()), t_.seq_len, device_.name,
+            device_.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
+  log::Info("parameters + gradients + optimizer state per rank: {} ({} bytes)",
+            FormatGiB(static_cast<double>(step_model_->ResidentStateBytes())),
+            step_model_->ResidentStateBytes());
+  TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
+  return Status::Ok();
+}
+
+Status Trainer::SetupCheckpoints() {
+  parallel::Communicator& world = groups_->world();
+  ckpt_dir_ = CheckpointFolder(config_, run_dir_);
+  TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir_));
+  store_ = std::make_unique<ckpt::CheckpointStore>(LocalFs(), ckpt_dir_);
+  // Saves (sync or async), the interval (fixed or "auto"), memory replicas and pruning.
+  TrainCheckpointer::Setup cs;
+  cs.options = config_.checkpoint;
+  cs.total_steps = t_.steps;
+  cs.folder = ckpt_dir_;
+  if (config_.checkpoint.memory_replicas && env_.distributed()) {
+    cs.replica_root = "/dev/shm/tenax-" + config_.job.name;
+  }
+  cs.rank = env_.rank;
+  cs.world_size = env_.world;
+  // Unique per launch and generation: an async marker of an earlier launch never matches.
+  cs.attempt =
+      ctx_.supervised ? fmt::format("{:.0f}.{}", ctx_.launch_time_unix, ctx_.generation) : "0";
+  cs.observed = ObservedFailures{ctx_.generation, ctx_.run_elapsed_s};
+  cs.faults = faults_.get();
+  if (!ctx_.agent_socket.empty()) {
+    // Several nodes: rank 0 commits only with its node agent's consent (the generation must still
+    // be current: a rank of a fenced or replaced node never commits).
+    if (config_.checkpoint.async) {
+      return InvalidArgument(
+          "checkpoint.async = true is not supported across several nodes yet (each node's ranks "
+          "commit through their node agent); set checkpoint.async = false");
+    }
+    cs.fence = [socket = ctx_.agent_socket, gen = ctx_.generation](int64_t step,
+                                                                   const nlohmann::json& manifest) {
+      return protocol::RequestCommit(socket, gen, step, manifest, /*timeout_s=*/60);
+    };
+  }
+  checkpointer_ =
+      std::make_unique<TrainCheckpointer>(cs, *store_, env_.distributed() ? &world : nullptr);
+
+  // With memory replicas the newest checkpoint comes out of RAM when every rank has copies of
+  // every file; otherwise storage, repaired from the copies where they can.
+  const bool resume_latest = config_.checkpoint.enable && config_.checkpoint.resume == "latest";
+  std::optional<TrainProgress> from_memory;
+  if (resume_latest && !cs.replica_root.empty()) {
+    TENAX_ASSIGN_OR_RETURN(from_memory, checkpointer_->RestoreFromMemory(*target_));
+  }
+  if (from_memory) {
+    progress_ = std::move(*from_memory);
+  } else {
+    if (config_.checkpoint.enable) checkpointer_->RepairFromReplicas();
+    TENAX_ASSIGN_OR_RETURN(progress_, Resume(config_.checkpoint, *store_, *target_));
+  }
+  world.Barrier();  // every rank has read before anyone moves folders
+  if (config_.checkpoint.enable && env_.rank == 0) {
+    // Checkpoints newer than where training restarts (damaged ones that resume skipped, or a
+    // deliberate resume from an older path) would collide with the steps about to be saved.
+    TENAX_ASSIGN_OR_RETURN(std::vector<std::string> moved,
+                           store_->SetAsideNewerThan(progress_.step));
+    set_aside_ = static_cast<int>(moved.size());
+    for (const auto& m : moved) {
+      log::Warn("moved {} aside: training restarts at step {}", m, progress_.step);
+    }
+  }
+  TENAX_RETURN_IF_ERROR(ReconcileResume());
+  TENAX_RETURN_IF_ERROR(checkpointer_->Start(progress_.step));
+  world.Barrier();
+  return Status::Ok();
+}
+
+// A resumed run keeps the checkpoint's global batch unless told otherwise (config/batch.h), and
+// says which trajectory settings it changes (config/resume_changes.h). Every rank restored the same
+// checkpoint, so every rank decides the same; rank 0 speaks.
+Status Trainer::ReconcileResume() {
+  // A finished run launched again (maybe on another number of ranks) trains nothing: Run() says
+  // it is already complete and exits 0, whatever batch this layout could or could not keep.
+  const int64_t end = t_.stop_at > 0 ? std::min(t_.stop_at, t_.steps) : t_.steps;
+  if (progress_.step >= end) return Status::Ok();
+  std::vector<std::string> notes;
+  if (progress_.step > 0) {
+    TENAX_ASSIGN_OR_RETURN(batch_, ResolveResumedBatch(t_, mesh_->dp(), progress_.batch, &notes));
+  }
+  progress_.batch = batch_;
+  if (env_.rank != 0) return Status::Ok();
+  for (const auto& n : notes) log::Warn("resume: {}", n);
+  if (progress_.saved_config.empty()) return Status::Ok();
+  Result<std::vector<std::string>> changes = TrajectoryChanges(progress_.saved_config, config_);
+  if (!changes.ok()) {
+    log::Warn("resume: cannot compare with the checkpoint's config: {}",
+              changes.status().message());
+    return Status::Ok();
+  }
+  for (const auto& c : *changes) {
+    log::Warn("resume: deliberate change since the checkpoint at step {}: {}", progress_.step, c);
+  }
+  return Status::Ok();
+}
+
+Status Trainer::SetupLoaders() {
+  const parallel::Mesh& mesh = *mesh_;
+  // Each data-parallel rank reads its own block of every global batch (data/loader.h).
+  TENAX_ASSIGN_OR_RETURN(
+      loader_, data::BatchLoader::Create(data_.train, t_.seq_len, t_.local_batch_size,
+                                         config_.job.seed, mesh.dp_index(env_.rank), mesh.dp()));
+  loader_->Seek(progress_.data_position);
+  // Validation windows split over data-parallel ranks; the ranks of a TP group evaluate the
+  // same windows together (their collectives must see the same batch).
+  TENAX_ASSIGN_OR_RETURN(
+      val_loader_,
+      data::EvalLoader::Create(data_.val, t_.seq_len, t_.local_batch_size,
+                               config_.metrics.eval_tokens, mesh.dp_index(env_.rank), mesh.dp()));
+  if (env_.rank == 0) {
+    TENAX_ASSIGN_OR_RETURN(reporter_out_,
+                           Reporter::Open(run_dir_, config_.metrics, progress_.step));
+    summary_.metrics_path = reporter_out_->metrics_path();
+    summary_.tensorboard_dir = reporter_out_->tensorboard_dir();
+  }
+  tokens_per_step_ = batch_.global * t_.seq_len;
+  last_step_ = t_.stop_at > 0 ? std::min(t_.stop_at, t_.steps) : t_.steps;
+  // Loss spikes (training.loss_spike_factor): the window continues from the checkpoint; the
+  // steps that already made a run roll back ("restart") are skipped if they spike again.
+  spikes_.emplace(t_.loss_spike_factor, t_.loss_spike_window);
+  spikes_->Restore(progress_.loss_history);
+  if (spikes_->enabled()) {
+    TENAX_ASSIGN_OR_RETURN(std::vector<LossSpikeRecord> seen, ReadLossSpikes(run_dir_));
+    for (const auto& r : seen) {
+      if (r.action == "restart") rolled_back_.insert(r.step);
+    }
+  }
+  // Set up: the launcher's clock for this rank's training starts with this beat.
+  beats_ =
+      std::make_unique<protocol::HeartbeatWriter>(ctx_.heartbeat_dir, env_.rank, ctx_.generation);
+  beats_->Ready(progress_.step, set_aside_, run_dir_);
+  return Status::Ok();
+}
+
+}  // namespace tenax::train::trainer_internal
