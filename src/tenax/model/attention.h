@@ -23,7 +23,7 @@
 
 namespace tenax::model {
 
-// Query and key rows per block of BlockwiseAttention (see attention.cc for the measurement).
+// Query positions and keys per block of BlockwiseAttention (measured: see attention.cc).
 inline constexpr int64_t kAttentionBlock = 128;
 // Sequence length from which CausalGqaAttention takes the blockwise path on libtorch 1.13 CPU
 // (below it GroupedAttention is faster; docs/performance.md, "Attention").
