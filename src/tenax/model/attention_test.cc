@@ -13,10 +13,12 @@
 //         inputs: within 3e-2 (bf16 keeps 8 bits: ~4e-3 per rounding, a few roundings deep) and
 //         within twice the reference's own error plus 4e-3 (one rounding of dP). Observed:
 //         reference 1.1e-3..7.6e-3, grouped the same or better, blockwise 1.2e-3..1.1e-2.
-// A negative test shows the comparison catches a wrong head mapping (kv head h % K).
+// Blockwise results are bit-identical run to run and at 1 or 2 threads. A negative test shows the
+// comparison catches a wrong head mapping (kv head h % K).
 #include "tenax/model/attention.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -166,6 +168,20 @@ TEST(Attention, BlockwiseIsBitIdenticalRunToRun) {
   EXPECT_TRUE(at::equal(a.dq, b.dq));
   EXPECT_TRUE(at::equal(a.dk, b.dk));
   EXPECT_TRUE(at::equal(a.dv, b.dv));
+}
+
+TEST(Attention, BlockwiseBitsDoNotDependOnThreadCount) {
+  const Inputs in = MakeInputs(2, 40, 8, 2, 16, 4);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const Result one = RunPath(Blockwise16, in, at::kFloat);
+  at::set_num_threads(2);
+  const Result two = RunPath(Blockwise16, in, at::kFloat);
+  at::set_num_threads(threads);
+  EXPECT_TRUE(at::equal(one.out, two.out));
+  EXPECT_TRUE(at::equal(one.dq, two.dq));
+  EXPECT_TRUE(at::equal(one.dk, two.dk));
+  EXPECT_TRUE(at::equal(one.dv, two.dv));
 }
 
 }  // namespace
