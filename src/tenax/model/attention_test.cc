@@ -3,8 +3,8 @@
 // gradients in q, k and v for one random upstream gradient, on random inputs. Cases: fp64, fp32
 // and bf16; T a multiple of the block and not; T = 1; H = K (no grouping), G = 2 and 4; B > 1.
 // Tolerances, as the largest absolute error over the largest element of the reference:
-//   fp64: 1e-10 (only summation order differs; observed ~1e-15);
-//   fp32: 1e-5 (observed ~1e-6);
+//   fp64: 1e-10 (only the summation order differs);
+//   fp32: 1e-5;
 //   bf16: both paths round matmul inputs and outputs to bf16 but at different places (the
 //         reference rounds the scores and the probabilities, the blockwise path keeps its
 //         statistics in fp32 but takes the softmax backward's row term from dO.O, as
