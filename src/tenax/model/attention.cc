@@ -1,6 +1,5 @@
 #include "tenax/model/attention.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -64,121 +63,44 @@ at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& d
 // 2264 2127 / 2043 1458; 64 2900 3283 / 1349 1318; 128 2180 1762 / 1234 1010; 256 2433 2865 /
 // 2029 1189. Smaller blocks make each bmm too small for the BLAS and multiply the per-op
 // overhead (a dozen ops per block pair); larger ones waste more of the masked half of each
-// diagonal block and leave the (B*K, block*G, block) fp32 scores out of cache. (Measured with the
-// slabs batched in each op, before ForEachSlab.)
-
-// The forward of FlashAttention-2 on slabs q (S, T*G, D), k and v (S, T, D) into out
-// (S, T*G, D) and lse (S, T*G, 1), for any number S of (batch, kv head) slabs.
-void ForwardSlabs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out,
-                  at::Tensor lse, const at::Tensor& mask, int64_t g, int64_t bs) {
-  const int64_t t = k.size(1), d = q.size(2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const auto stats = StatsDtype(q.scalar_type());
-  const bool same = q.scalar_type() == stats;
-  for (int64_t i0 = 0; i0 < t; i0 += bs) {
-    const int64_t len = std::min(bs, t - i0);
-    const at::Tensor qb = q.narrow(1, i0 * g, len * g);  // (S, len*G, D)
-    at::Tensor m, l, acc;  // (S, len*G, 1), (S, len*G, 1), (S, len*G, D) in stats dtype
-    for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
-      const int64_t cols = std::min(bs, t - j0);
-      const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
-      at::Tensor s = at::bmm(qb, kb.transpose(1, 2));  // (S, len*G, cols)
-      s = same ? s.mul_(scale) : s.to(stats).mul_(scale);
-      if (j0 == i0) s.masked_fill_(mask.narrow(0, 0, len * g).narrow(1, 0, cols), -kInf);
-      const at::Tensor bmax = std::get<0>(s.max(2, true));
-      const at::Tensor m_new = m.defined() ? at::maximum(m, bmax) : bmax;
-      at::Tensor p = s.sub_(m_new).exp_();
-      const at::Tensor pv = same ? at::bmm(p, vb) : at::bmm(p.to(q.scalar_type()), vb).to(stats);
-      if (!m.defined()) {
-        l = p.sum(2, true);
-        acc = pv;
-      } else {
-        const at::Tensor corr = (m - m_new).exp_();
-        l = l.mul_(corr).add_(p.sum(2, true));
-        acc = acc.mul_(corr).add_(pv);
-      }
-      m = m_new;
-    }
-    out.narrow(1, i0 * g, len * g).copy_(acc.div_(l));
-    lse.narrow(1, i0 * g, len * g).copy_(l.log_().add_(m));
-  }
-}
-
-// The backward of FlashAttention-2 on slabs (shapes as ForwardSlabs; delta (S, T*G, 1)), into
-// dq (S, T*G, D), dk and dv (S, T, D) in the stats dtype, dk and dv zeroed by the caller.
-void BackwardSlabs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                   const at::Tensor& dout, const at::Tensor& lse, const at::Tensor& delta,
-                   at::Tensor dq, at::Tensor dk, at::Tensor dv, const at::Tensor& mask, int64_t g,
-                   int64_t bs) {
-  const int64_t t = k.size(1), d = q.size(2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const auto dtype = q.scalar_type();
-  const auto stats = StatsDtype(dtype);
-  const bool same = dtype == stats;
-  const auto to_compute = [&](const at::Tensor& x) { return same ? x : x.to(dtype); };
-  for (int64_t i0 = 0; i0 < t; i0 += bs) {
-    const int64_t len = std::min(bs, t - i0);
-    const at::Tensor qb = q.narrow(1, i0 * g, len * g), dob = dout.narrow(1, i0 * g, len * g);
-    const at::Tensor lb = lse.narrow(1, i0 * g, len * g), db = delta.narrow(1, i0 * g, len * g);
-    at::Tensor dqb = dq.narrow(1, i0 * g, len * g);
-    for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
-      const int64_t cols = std::min(bs, t - j0);
-      const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
-      at::Tensor s = at::bmm(qb, kb.transpose(1, 2));  // (S, len*G, cols)
-      s = same ? s.mul_(scale) : s.to(stats).mul_(scale);
-      if (j0 == i0) s.masked_fill_(mask.narrow(0, 0, len * g).narrow(1, 0, cols), -kInf);
-      const at::Tensor p = s.sub_(lb).exp_();  // the forward's probabilities
-      const at::Tensor pc = to_compute(p);
-      dv.narrow(1, j0, cols)
-          .add_(same ? at::bmm(pc.transpose(1, 2), dob)
-                     : at::bmm(pc.transpose(1, 2), dob).to(stats));
-      at::Tensor dp = at::bmm(dob, vb.transpose(1, 2));  // (S, len*G, cols)
-      if (!same) dp = dp.to(stats);
-      const at::Tensor dsc = to_compute(p.mul_(dp.sub_(db)).mul_(scale));  // dS * scale
-      const at::Tensor dq_part = at::bmm(dsc, kb);
-      if (j0 == 0) {
-        dqb.copy_(dq_part);
-      } else {
-        dqb.add_(same ? dq_part : dq_part.to(stats));
-      }
-      dk.narrow(1, j0, cols)
-          .add_(same ? at::bmm(dsc.transpose(1, 2), qb)
-                     : at::bmm(dsc.transpose(1, 2), qb).to(stats));
-    }
-  }
-}
-
-// Runs fn(s0, s1) over the slab range [0, n). On CPU: one parallel region over slabs, one slab
-// per call, ops inside single-threaded (libtorch runs ops in a parallel region on one thread).
-// The block loop is a few dozen small ops per block pair; each op forking and joining its own
-// OpenMP region cost up to 10x the whole attention on a shared 2-core machine (one thread
-// descheduled stalls every join). One slab per call keeps the arithmetic, hence the bits,
-// independent of the thread count. Elsewhere (CUDA): one call with every slab, batched ops.
-template <typename Fn>
-void ForEachSlab(const at::Tensor& like, int64_t n, const Fn& fn) {
-  if (!like.device().is_cpu()) {
-    fn(0, n);
-    return;
-  }
-  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-    at::NoGradGuard no_grad;  // grad mode is thread-local: worker threads start with it on
-    for (int64_t i = begin; i < end; ++i) fn(i, i + 1);
-  });
-}
-
+// diagonal block and leave the (B*K, block*G, block) fp32 scores out of cache.
 struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, int64_t g, int64_t bs) {
-    const int64_t n = q.size(0), t = k.size(1);
+    const int64_t bk = q.size(0), t = k.size(1), d = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const auto stats = StatsDtype(q.scalar_type());
+    const bool same = q.scalar_type() == stats;
     const at::Tensor mask = CausalMask(std::min(bs, t), std::min(bs, t), g, q.device());
-    at::Tensor out = at::empty_like(q);                                   // (BK, T*G, D)
-    at::Tensor lse = at::empty({n, t * g, 1}, q.options().dtype(stats));  // (BK, T*G, 1)
-    ForEachSlab(q, n, [&](int64_t s0, int64_t s1) {
-      const int64_t len = s1 - s0;
-      ForwardSlabs(q.narrow(0, s0, len), k.narrow(0, s0, len), v.narrow(0, s0, len),
-                   out.narrow(0, s0, len), lse.narrow(0, s0, len), mask, g, bs);
-    });
+    at::Tensor out = at::empty_like(q);                                    // (BK, T*G, D)
+    at::Tensor lse = at::empty({bk, t * g, 1}, q.options().dtype(stats));  // (BK, T*G, 1)
+    for (int64_t i0 = 0; i0 < t; i0 += bs) {
+      const int64_t len = std::min(bs, t - i0);
+      const at::Tensor qb = q.narrow(1, i0 * g, len * g);  // (BK, len*G, D)
+      at::Tensor m, l, acc;  // (BK, len*G, 1), (BK, len*G, 1), (BK, len*G, D) in stats dtype
+      for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
+        const int64_t cols = std::min(bs, t - j0);
+        const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
+        at::Tensor s = at::bmm(qb, kb.transpose(1, 2));  // (BK, len*G, cols)
+        s = same ? s.mul_(scale) : s.to(stats).mul_(scale);
+        if (j0 == i0) s.masked_fill_(mask.narrow(0, 0, len * g).narrow(1, 0, cols), -kInf);
+        const at::Tensor bmax = std::get<0>(s.max(2, true));
+        const at::Tensor m_new = m.defined() ? at::maximum(m, bmax) : bmax;
+        at::Tensor p = s.sub_(m_new).exp_();
+        const at::Tensor pv = same ? at::bmm(p, vb) : at::bmm(p.to(q.scalar_type()), vb).to(stats);
+        if (!m.defined()) {
+          l = p.sum(2, true);
+          acc = pv;
+        } else {
+          const at::Tensor corr = (m - m_new).exp_();
+          l = l.mul_(corr).add_(p.sum(2, true));
+          acc = acc.mul_(corr).add_(pv);
+        }
+        m = m_new;
+      }
+      out.narrow(1, i0 * g, len * g).copy_(acc.div_(l));
+      lse.narrow(1, i0 * g, len * g).copy_(l.log_().add_(m));
+    }
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["g"] = g;
     ctx->saved_data["bs"] = bs;
@@ -190,9 +112,11 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const int64_t g = ctx->saved_data["g"].toInt(), bs = ctx->saved_data["bs"].toInt();
-    const int64_t n = q.size(0), t = k.size(1);
+    const int64_t t = k.size(1), d = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const auto dtype = q.scalar_type();
     const auto stats = StatsDtype(dtype);
+    const bool same = dtype == stats;
     const at::Tensor dout = grads[0].contiguous();  // (BK, T*G, D)
     // delta_r = sum_d dO_rd O_rd = sum_c P_rc dP_rc: the softmax backward's row term.
     const at::Tensor delta = (dout.to(stats) * out.to(stats)).sum(2, true);  // (BK, T*G, 1)
@@ -200,13 +124,37 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
     at::Tensor dq = at::empty(q.sizes(), q.options().dtype(stats));
     at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(stats));
     at::Tensor dv = at::zeros(v.sizes(), v.options().dtype(stats));
-    ForEachSlab(q, n, [&](int64_t s0, int64_t s1) {
-      const int64_t len = s1 - s0;
-      BackwardSlabs(q.narrow(0, s0, len), k.narrow(0, s0, len), v.narrow(0, s0, len),
-                    dout.narrow(0, s0, len), lse.narrow(0, s0, len), delta.narrow(0, s0, len),
-                    dq.narrow(0, s0, len), dk.narrow(0, s0, len), dv.narrow(0, s0, len), mask, g,
-                    bs);
-    });
+    const auto to_compute = [&](const at::Tensor& x) { return same ? x : x.to(dtype); };
+    for (int64_t i0 = 0; i0 < t; i0 += bs) {
+      const int64_t len = std::min(bs, t - i0);
+      const at::Tensor qb = q.narrow(1, i0 * g, len * g), dob = dout.narrow(1, i0 * g, len * g);
+      const at::Tensor lb = lse.narrow(1, i0 * g, len * g), db = delta.narrow(1, i0 * g, len * g);
+      at::Tensor dqb = dq.narrow(1, i0 * g, len * g);
+      for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
+        const int64_t cols = std::min(bs, t - j0);
+        const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
+        at::Tensor s = at::bmm(qb, kb.transpose(1, 2));  // (BK, len*G, cols)
+        s = same ? s.mul_(scale) : s.to(stats).mul_(scale);
+        if (j0 == i0) s.masked_fill_(mask.narrow(0, 0, len * g).narrow(1, 0, cols), -kInf);
+        const at::Tensor p = s.sub_(lb).exp_();  // the forward's probabilities
+        const at::Tensor pc = to_compute(p);
+        dv.narrow(1, j0, cols)
+            .add_(same ? at::bmm(pc.transpose(1, 2), dob)
+                       : at::bmm(pc.transpose(1, 2), dob).to(stats));
+        at::Tensor dp = at::bmm(dob, vb.transpose(1, 2));  // (BK, len*G, cols)
+        if (!same) dp = dp.to(stats);
+        const at::Tensor dsc = to_compute(p.mul_(dp.sub_(db)).mul_(scale));  // dS * scale
+        const at::Tensor dq_part = at::bmm(dsc, kb);
+        if (j0 == 0) {
+          dqb.copy_(dq_part);
+        } else {
+          dqb.add_(same ? dq_part : dq_part.to(stats));
+        }
+        dk.narrow(1, j0, cols)
+            .add_(same ? at::bmm(dsc.transpose(1, 2), qb)
+                       : at::bmm(dsc.transpose(1, 2), qb).to(stats));
+      }
+    }
     return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor()};
   }
 };

@@ -27,7 +27,7 @@ namespace tenax::model {
 inline constexpr int64_t kAttentionBlock = 128;
 // Sequence length from which CausalGqaAttention takes the blockwise path on libtorch 1.13 CPU
 // (below it GroupedAttention is faster; docs/performance.md, "Attention").
-inline constexpr int64_t kBlockwiseMinSeq = 256;
+inline constexpr int64_t kBlockwiseMinSeq = 512;
 
 // softmax(q k^T / sqrt(D) + causal mask) v, per query head, with the path chosen as above.
 at::Tensor CausalGqaAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
