@@ -26,7 +26,8 @@ namespace tenax::model {
 // Query positions and keys per block of BlockwiseAttention (measured: see attention.cc).
 inline constexpr int64_t kAttentionBlock = 128;
 // Sequence length from which CausalGqaAttention takes the blockwise path on libtorch 1.13 CPU
-// (below it GroupedAttention is faster; docs/performance.md, "Attention").
+// (below it, the blockwise path lost at two threads on the 2-core machine; docs/performance.md,
+// "Attention").
 inline constexpr int64_t kBlockwiseMinSeq = 512;
 
 // softmax(q k^T / sqrt(D) + causal mask) v, per query head, with the path chosen as above.
