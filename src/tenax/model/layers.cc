@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tenax/core/torch_compat.h"
+#include "tenax/model/attention.h"
 #include "tenax/model/fused_layers.h"
 
 namespace tenax::model {
@@ -54,17 +54,12 @@ at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor
                      int64_t n_kv_heads, const RopeTable& rope) {
   const int64_t b = x.size(0), t = x.size(1);
   const int64_t d = wq.size(0) / n_heads;
-  const int64_t rep = n_heads / n_kv_heads;
   at::Tensor q = ApplyRope(Linear(x, wq).view({b, t, n_heads, d}), rope);     // (B, T, H, D)
   at::Tensor k = ApplyRope(Linear(x, wk).view({b, t, n_kv_heads, d}), rope);  // (B, T, K, D)
   at::Tensor v = Linear(x, wv).view({b, t, n_kv_heads, d});                   // (B, T, K, D)
-  if (rep > 1) {
-    k = k.unsqueeze(3).expand({b, t, n_kv_heads, rep, d}).reshape({b, t, n_heads, d});
-    v = v.unsqueeze(3).expand({b, t, n_kv_heads, rep, d}).reshape({b, t, n_heads, d});
-  }
-  at::Tensor y = compat::CausalAttention(q.transpose(1, 2), k.transpose(1, 2),
-                                         v.transpose(1, 2));  // (B, H, T, D)
-  return Linear(y.transpose(1, 2).reshape({b, t, n_heads * d}), wo);
+  // K and V stay at K heads: the path (fused, grouped, blockwise) is chosen in one place.
+  at::Tensor y = CausalGqaAttention(q, k, v);  // (B, T, H, D)
+  return Linear(y.reshape({b, t, n_heads * d}), wo);
 }
 
 at::Tensor FeedForward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,

@@ -1,0 +1,51 @@
+// Causal grouped-query attention (issue 17): the one function every attention layer calls
+// (model::Attention, hence tensor parallel and the pipeline stages), and the paths it chooses
+// between.
+//   - libtorch >= 2.0 (the GPU build): at::scaled_dot_product_attention (flash / memory-efficient
+//     kernels on CUDA), with enable_gqa from 2.5 on, else K and V expanded to H heads.
+//   - libtorch 1.13 on CPU: K and V are never repeated. Short sequences use GroupedAttention (one
+//     bmm per kv head for all its query heads, scores materialised); from kBlockwiseMinSeq on,
+//     BlockwiseAttention (FlashAttention-2 style, the (T x T) scores never held).
+//   - libtorch 1.13 on CUDA: the plain path (ReferenceAttention).
+// Non-goals: attention masks other than causal, dropout, hand-written SIMD or GPU kernels (the
+// blockwise path is at:: ops on blocks, so it runs anywhere, but on CUDA the fused kernels win).
+//
+// Shapes: B batch, T sequence, H query heads, K kv heads, G = H/K, D head dim. Query head h uses
+// kv head h / G (G consecutive query heads share one kv head, as in Meta's Llama 3).
+// Tensors are in the layout the projections produce: q (B, T, H, D), k and v (B, T, K, D); the
+// result is (B, T, H, D). Softmax statistics are fp32 (fp64 for fp64 inputs); the matmuls run in
+// the input dtype.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace tenax::model {
+
+// Query positions and keys per block of BlockwiseAttention (measured: see attention.cc).
+inline constexpr int64_t kAttentionBlock = 128;
+// Sequence length from which CausalGqaAttention takes the blockwise path on libtorch 1.13 CPU
+// (below it, the blockwise path lost at two threads on the 2-core machine; docs/performance.md,
+// "Attention").
+inline constexpr int64_t kBlockwiseMinSeq = 512;
+
+// softmax(q k^T / sqrt(D) + causal mask) v, per query head, with the path chosen as above.
+at::Tensor CausalGqaAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// The plain path, kept as the reference: K and V expanded to H heads (copies), the (B, H, T, T)
+// scores, a bool mask, masked_fill and softmax (what tenax ran before issue 17 on libtorch 1.13).
+at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// No repeated K/V: the queries of one kv head are viewed as (B*K, T*G, D) so that one bmm serves
+// all G query heads; the (B*K, T*G, T) scores are materialised. Plain autograd.
+at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// FlashAttention-2 on blocks of `block` query and key rows: key blocks above the diagonal are
+// skipped, the softmax is accumulated with running fp32 max/sum, and only the output and the
+// per-row logsumexp are saved; backward recomputes each block's scores. A custom autograd
+// function (no double backward). Deterministic: blocks are visited in a fixed order.
+at::Tensor BlockwiseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              int64_t block = kAttentionBlock);
+
+}  // namespace tenax::model
