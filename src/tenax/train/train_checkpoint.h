@@ -117,7 +117,8 @@ class TrainCheckpointer {
     CheckpointOptions options;  // the [checkpoint] section
     int64_t total_steps = 1;    // training.steps
     std::string folder;         // the checkpoint folder (CheckpointStore's)
-    // tmpfs folder for memory replicas (e.g. /dev/shm/tenax-<job name>); empty disables them.
+    // tmpfs folder for memory replicas (/dev/shm/tenax-<job name>-<crc of folder>); empty disables
+    // them.
     std::string replica_root;
     int rank = 0;
     int world_size = 1;
