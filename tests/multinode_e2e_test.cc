@@ -15,6 +15,7 @@
 #include <map>
 
 #include "netns_util.h"
+#include "tenax/core/owned_folder.h"
 #include "tenax/launch/etcd_client.h"
 #include "tenax/launch/rendezvous.h"
 #include "tenax/launch/testing_etcd.h"
@@ -456,6 +457,28 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
   EXPECT_TRUE(all.find("from local replica") != std::string::npos ||
               all.find("(replica)") != std::string::npos)
       << all;
+  // The agents that ended removed their RAM folders. The killed one could not: its folder is
+  // ownerless (its lock died with it), and the next agent to start on the host removes it; a
+  // claim of our own does the same here.
+  auto ram_folders_of = [](pid_t pid) {
+    std::vector<std::string> found;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("tenax-replicas-private-", 0) == 0 &&
+          n.find("-" + std::to_string(pid) + "-") != std::string::npos) {
+        found.push_back(n);
+      }
+    }
+    return found;
+  };
+  EXPECT_EQ(ram_folders_of(agents[node0]->pid()), std::vector<std::string>{});
+  EXPECT_EQ(ram_folders_of(agents[2]->pid()), std::vector<std::string>{});
+  {
+    auto sweeper = OwnedFolder::Claim("/dev/shm", "tenax-replicas-",
+                                      "tenax-replicas-private-test-" + std::to_string(::getpid()));
+    ASSERT_TRUE(sweeper.ok()) << sweeper.status().message();
+  }
+  EXPECT_EQ(ram_folders_of(agents[victim]->pid()), std::vector<std::string>{});
 }
 
 // Who may join: an etcd with client-certificate auth. Agents with the job's CA, certificate and

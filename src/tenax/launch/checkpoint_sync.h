@@ -94,8 +94,8 @@ struct FileServerOptions {
   std::string address = "127.0.0.1";  // the address to bind (the agent's --rdzv-address)
   int port = 0;                       // 0: any free port (read it back with port())
   std::string checkpoint_folder;      // this node's checkpoint folder (need not exist yet)
-  std::string replica_root;           // RAM folder for replicas, e.g. /dev/shm/tenax-<job>-<agent>
-  std::string secret;                 // the job's secret; requests must present it
+  std::string replica_root;  // RAM folder for replicas, e.g. /dev/shm/tenax-replicas-<job>-<agent>
+  std::string secret;        // the job's secret; requests must present it
   std::chrono::milliseconds io_timeout{30000};  // each read / write on a client connection
   int threads = 4;                              // requests served at once
 };
@@ -110,8 +110,9 @@ struct FileServerOptions {
 // the newest held is refused (409: a stale push). So between the first and the last file of a
 // newer step the store holds part of it and all of the one before; a node lost in that window is
 // restored from that older commit (the node agent drops a commit no live node can complete, and
-// the job resumes from the one before). Replicas survive the server (they live in RAM
-// files, which outlast an agent restart on the same host); DropReplicasNewerThan removes them.
+// the job resumes from the one before). Replicas outlive the server (a new server on the same
+// root serves them); DropReplicasNewerThan removes them, and whoever owns the root removes it
+// (the node agent: an OwnedFolder that goes with the agent).
 //
 // Thread safety: requests are served on the server's own threads (FileServerOptions::threads);
 // replica writes and drops are serialised by a mutex, reads need none (files are replaced by

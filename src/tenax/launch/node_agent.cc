@@ -189,7 +189,18 @@ Result<std::optional<int>> NodeAgent::Start() {
   secret_ = secret->value;
   if (!job_.checkpoint_dir.empty()) {
     // Peers fetch this node's checkpoint files (and the replicas it holds for them) from here.
-    replica_root_ = fmt::format("/dev/shm/tenax-replicas-{}-{}", a_.job_id, info_.id);
+    // The folder is this agent's alone and goes with it; those of agents killed on this host
+    // before they could remove theirs go now (nothing can read them: their server is gone).
+    TENAX_ASSIGN_OR_RETURN(
+        OwnedFolder folder,
+        OwnedFolder::Claim("/dev/shm", kReplicaFolderPrefix,
+                           fmt::format("{}{}-{}", kReplicaFolderPrefix, a_.job_id, info_.id)));
+    if (folder.swept() > 0) {
+      log::Info("launch: removed {} replica folder(s) in /dev/shm left by killed agents",
+                folder.swept());
+    }
+    replica_folder_ = std::make_unique<OwnedFolder>(std::move(folder));
+    replica_root_ = replica_folder_->path();
     FileServerOptions fo;
     fo.address = info_.address;
     fo.checkpoint_folder = job_.checkpoint_dir;

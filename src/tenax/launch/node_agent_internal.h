@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "tenax/core/owned_folder.h"
 #include "tenax/core/status.h"
 #include "tenax/launch/checkpoint_sync.h"
 #include "tenax/launch/etcd_client.h"
@@ -47,6 +48,8 @@ constexpr double kProgressS = 0.5;
 // (SIGSTOP, a hung host) fails after this long instead of holding a push, or the agent's exit,
 // for the library's default 30 s. Generous for a healthy network: it bounds one read, not a file.
 constexpr std::chrono::milliseconds kPeerIoTimeout{5000};
+// An agent's replica folder is /dev/shm/<this><job id>-<agent id> (see OwnedFolder).
+constexpr char kReplicaFolderPrefix[] = "tenax-replicas-";
 
 // --- helpers -----------------------------------------------------------------------------------
 
@@ -197,6 +200,7 @@ class NodeAgent {
   std::unique_ptr<EtcdWatcher> watcher_;
   std::unique_ptr<Supervisor> supervisor_;
   std::unique_ptr<protocol::AgentChannelServer> channel_;
+  std::unique_ptr<OwnedFolder> replica_folder_;  // the RAM folder files_ keeps replicas in
   std::unique_ptr<CheckpointFileServer> files_;  // this node's checkpoint files, for peers
   std::unique_ptr<ReplicaPusher> pusher_;        // this node's files of each commit, to a peer
   std::string secret_;
