@@ -481,6 +481,57 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
   EXPECT_EQ(ram_folders_of(agents[victim]->pid()), std::vector<std::string>{});
 }
 
+// A node lost before any of its files reached a peer's RAM (an injected fault drops its pushes)
+// takes every commit of the job with it: the job drops them, newest first, one generation each;
+// the surviving node sets aside its copies, whole but unusable without the lost node's files
+// (etcd remembers the dropped commits), and the job starts over from step 0 and ends with the
+// weights of an uninterrupted run. Before, the surviving node resumed from its copy and the
+// spare from nothing, and the ranks stopped with exit code 4.
+TEST_F(MultiNode, ALostNodeWhoseFilesNeverLeftItStartsTheJobOver) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  auto folder = [&](int host) { return *dir_ / ("lonely/host" + std::to_string(host)); };
+  // Node 1 holds ranks 2 and 3; the spare that takes its place drops its pushes too.
+  const std::string flags = "--max-restarts 12 --inject push-loss:rank=2:gen=all";
+  std::vector<std::unique_ptr<Background>> agents(3);
+  agents[0] = Agent(0, *etcd, "lonely", flags, 3, folder(0));
+  agents[1] = Agent(1, *etcd, "lonely", flags, 3, folder(1));
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, "lonely", 0);
+  agents[2] = Agent(2, *etcd, "lonely", flags, 3, folder(2));
+  const int node0 = HostOf(agents, plan.nodes[0]);
+  const int victim = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(node0, 0);
+  ASSERT_GE(victim, 0);
+  // The fault fired: the victim's files of step 4, committed, went nowhere.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return agents[victim]->output().find(
+                   "push-loss:rank=2:gen=all: this node's files of "
+                   "step 4 are not pushed") != std::string::npos;
+      },
+      180))
+      << AllOutput(agents);
+  std::vector<pid_t> node = Descendants(agents[victim]->pid());
+  node.push_back(agents[victim]->pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  EXPECT_EQ(agents[victim]->Wait(60), 128 + SIGKILL);
+  std::filesystem::remove_all(folder(victim));  // its disk is gone with it
+  EXPECT_EQ(agents[node0]->Wait(300), 0) << AllOutput(agents);
+  EXPECT_EQ(agents[2]->Wait(300), 0) << AllOutput(agents);
+  for (int shard = 0; shard < 4; ++shard) {
+    const std::string host_dir = shard < 2 ? folder(node0) : folder(2);
+    EXPECT_TRUE(Shard(host_dir, "lonely", shard) == Shard(dir_->path(), reference, shard))
+        << "shard " << shard << "\n"
+        << AllOutput(agents);
+  }
+  const std::string all = AllOutput(agents);
+  EXPECT_NE(all.find("checkpoint step 4 is lost"), std::string::npos) << all;
+  // Node 0's copy of step 4 is kept, out of the way.
+  EXPECT_TRUE(std::filesystem::exists(folder(node0) +
+                                      "/lonely/checkpoints/step_00000004.unaccepted/COMMITTED"))
+      << all;
+}
+
 // Who may join: an etcd with client-certificate auth. Agents with the job's CA, certificate and
 // key train the job; an agent without a certificate, or with one the cluster does not trust, is
 // refused before it learns or writes anything.

@@ -303,6 +303,21 @@ void ReplicaPusher::Run() {
 
 // --- unaccepted commits ----------------------------------------------------------------------
 
+namespace {
+
+// The manifest CRC in step `s`'s COMMITTED marker (nullopt: unreadable).
+std::optional<uint32_t> CommittedCrc(FileSystem& fs, const ckpt::CheckpointStore& store,
+                                     int64_t s) {
+  const std::string marker_path = JoinPath(store.StepDir(s), ckpt::kCommitFile);
+  Result<std::string> marker = fs.ReadFile(marker_path);
+  if (!marker.ok()) return std::nullopt;
+  Result<uint32_t> parsed = ckpt::ParseCommitMarker(*marker, marker_path);
+  if (!parsed.ok()) return std::nullopt;
+  return *parsed;
+}
+
+}  // namespace
+
 Result<std::vector<std::string>> SetAsideUnacceptedCommits(
     FileSystem& fs, const std::string& folder, const std::map<int64_t, uint32_t>& accepted,
     int64_t min_step) {
@@ -311,19 +326,29 @@ Result<std::vector<std::string>> SetAsideUnacceptedCommits(
   std::vector<std::string> moved;
   for (int64_t s : committed) {
     if (s < min_step) continue;
-    const std::string marker_path = JoinPath(store.StepDir(s), ckpt::kCommitFile);
-    Result<std::string> marker = fs.ReadFile(marker_path);
-    std::optional<uint32_t> crc;
-    if (marker.ok()) {
-      Result<uint32_t> parsed = ckpt::ParseCommitMarker(*marker, marker_path);
-      if (parsed.ok()) crc = *parsed;
-    }
+    const std::optional<uint32_t> crc = CommittedCrc(fs, store, s);
     const auto it = accepted.find(s);
     if (it != accepted.end() && crc && *crc == it->second) continue;
     TENAX_ASSIGN_OR_RETURN(std::string target, MoveAside(fs, store.StepDir(s), kUnacceptedSuffix));
     log::Warn("moved {} aside to {}: {}", store.StepDir(s), target,
               it == accepted.end() ? "the job has no record of committing this step"
                                    : "the job committed this step with another manifest");
+    moved.push_back(std::move(target));
+  }
+  return moved;
+}
+
+Result<std::vector<std::string>> SetAsideDroppedCommits(
+    FileSystem& fs, const std::string& folder, const std::map<int64_t, uint32_t>& dropped) {
+  ckpt::CheckpointStore store(fs, folder);
+  TENAX_ASSIGN_OR_RETURN(std::vector<int64_t> committed, store.ListCommitted());
+  std::vector<std::string> moved;
+  for (int64_t s : committed) {
+    const auto it = dropped.find(s);
+    if (it == dropped.end() || CommittedCrc(fs, store, s) != it->second) continue;
+    TENAX_ASSIGN_OR_RETURN(std::string target, MoveAside(fs, store.StepDir(s), kUnacceptedSuffix));
+    log::Warn("moved {} aside to {}: the job dropped this commit (no live node held all of it)",
+              store.StepDir(s), target);
     moved.push_back(std::move(target));
   }
   return moved;

@@ -17,6 +17,7 @@
 //   SetAsideUnacceptedCommits
 //                          moves aside committed steps the job never accepted (not recorded in
 //                          etcd: newer than the newest commit, or committed by a fenced rank)
+//   SetAsideDroppedCommits moves aside committed steps the job dropped (lost with a node)
 //
 // Wire protocol (HTTP/1.1, one request per connection). Every request carries the job's secret in
 // the X-Tenax-Job-Secret header (the secret the first agent put in etcd); a request without it, or
@@ -307,5 +308,11 @@ class ReplicaPusher {
 Result<std::vector<std::string>> SetAsideUnacceptedCommits(
     FileSystem& fs, const std::string& folder, const std::map<int64_t, uint32_t>& accepted,
     int64_t min_step = 0);
+
+// Moves aside (as above) every committed step in `folder` whose (step, manifest CRC) pair is in
+// `dropped`: commits the job recorded and later dropped because no live node held all of them.
+// A step of that number with another manifest (another job's) is left alone.
+Result<std::vector<std::string>> SetAsideDroppedCommits(FileSystem& fs, const std::string& folder,
+                                                        const std::map<int64_t, uint32_t>& dropped);
 
 }  // namespace tenax::launch

@@ -599,6 +599,30 @@ TEST(CheckpointSyncFolderTest, UnacceptedCommitsAreMovedAsideNeverDeleted) {
   EXPECT_EQ(*again, std::vector<std::string>{store.StepDir(200) + ".unaccepted.1"});
 }
 
+// The job dropped 100 (lost with a node) and 150 (but this folder's 150 has another manifest:
+// not the job's, left alone); 50 and 200 were never dropped.
+TEST(CheckpointSyncFolderTest, DroppedCommitsAreMovedAsideOthersKept) {
+  tenax::testing::TempDir tmp;
+  const std::string folder = tmp / "ckpt";
+  CheckpointStore store(LocalFs(), folder);
+  std::map<int64_t, uint32_t> crcs;
+  for (int64_t step : {50, 100, 150, 200}) {
+    ASSERT_TRUE(store.Save(step, {{"w.bin", Bytes("w" + std::to_string(step), 100)}}, {}, {}).ok());
+    auto m = ckpt::ReadCommittedManifest(LocalFs(), store, step);
+    ASSERT_TRUE(m.ok());
+    crcs[step] = ckpt::ManifestCrc(*m);
+  }
+  const std::map<int64_t, uint32_t> dropped = {{100, crcs[100]}, {150, crcs[150] ^ 1}};
+  auto moved = SetAsideDroppedCommits(LocalFs(), folder, dropped);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_EQ(*moved, std::vector<std::string>{store.StepDir(100) + ".unaccepted"});
+  EXPECT_EQ(*store.ListCommitted(), (std::vector<int64_t>{50, 150, 200}));
+  EXPECT_TRUE(LocalFs().Exists(JoinPath((*moved)[0], "w.bin")));
+  auto none = SetAsideDroppedCommits(LocalFs(), folder, {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
 TEST(CheckpointSyncFolderTest, ManifestCrcMatchesTheMarkerAndSurvivesAJsonRoundTrip) {
   tenax::testing::TempDir tmp;
   Manifest m = MakeManifest(42, AllFiles());

@@ -194,7 +194,8 @@ Result<int> Launch(const LaunchOptions& o) {
   if (!o.inject.empty()) {
     TENAX_ASSIGN_OR_RETURN(job.faults, protocol::ParseFaults(o.inject));
     TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(
-        job.faults, {o.nproc_per_node * o.nnodes, job.total_steps, o.max_restarts}));
+        job.faults,
+        {o.nproc_per_node * o.nnodes, job.total_steps, o.max_restarts, etcd ? o.nnodes : 1}));
   }
   if (etcd && train && train->async_checkpoints) {
     return InvalidArgument(

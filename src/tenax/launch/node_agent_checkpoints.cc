@@ -7,6 +7,7 @@
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/launch/node_agent_internal.h"
+#include "tenax/protocol/fault_injection.h"
 
 namespace tenax::launch::agent_internal {
 
@@ -35,7 +36,23 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
     accepted[m->step] = ckpt::ManifestCrc(*m);
     if (!newest || m->step > newest->step) newest = *m;
   }
-  if (!newest) return Status::Ok();  // nothing committed yet: a fresh start everywhere
+  // Commits the job dropped (lost with a node) may still be whole in this folder: never resumed
+  // from, even when the job has no other commit and starts over.
+  TENAX_ASSIGN_OR_RETURN(RangeResponse drops,
+                         Retry([&] { return etcd_->GetPrefix(keys_.drops()); }));
+  std::map<int64_t, uint32_t> dropped;
+  for (const KeyValue& kv : drops.kvs) {
+    const auto j = nlohmann::json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j.contains("manifest_crc")) {
+      dropped[j["step"].get<int64_t>()] = j["manifest_crc"].get<uint32_t>();
+    }
+  }
+  if (!dropped.empty()) {
+    TENAX_ASSIGN_OR_RETURN(std::vector<std::string> moved,
+                           SetAsideDroppedCommits(LocalFs(), job_.checkpoint_dir, dropped));
+    for (const auto& m : moved) log::Warn("launch: {} was dropped by the job: moved aside", m);
+  }
+  if (!newest) return Status::Ok();  // nothing committed (or all dropped): a fresh start
   // The sources of files are the agents alive now (a lost one would make a file nobody has look
   // merely unreachable, below).
   TENAX_ASSIGN_OR_RETURN(RangeResponse agents,
@@ -73,6 +90,9 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
     Txn txn;
     txn.compare.push_back(Compare::Value(keys_.generation(), CompareOp::kEqual, std::to_string(g)));
     txn.success.push_back(TxnOp::Delete(keys_.commit(newest->step)));
+    const nlohmann::json record = {
+        {"step", newest->step}, {"manifest_crc", ckpt::ManifestCrc(*newest)}, {"generation", g}};
+    txn.success.push_back(TxnOp::Put(keys_.dropped(newest->step), record.dump()));
     Result<TxnResponse> dropped = Retry([&] { return etcd_->Commit(txn); });
     if (dropped.ok() && dropped->succeeded) {
       log::Error(
@@ -115,6 +135,15 @@ void NodeAgent::PushReplicas(const std::string& commit_json) {
   }
   auto it = agents_.find(buddy);
   if (it == agents_.end() || it->second.file_port <= 0) return;
+  for (const protocol::Fault& f : job_.faults) {
+    const bool here = f.rank / o_.nproc_per_node == node_rank_;
+    const bool now = f.generation == protocol::Fault::kEveryGeneration || f.generation == running_;
+    if (f.kind == protocol::FaultKind::kPushLoss && here && now) {
+      log::Warn("launch: injected fault {}: this node's files of step {} are not pushed", f.text,
+                m->step);
+      return;
+    }
+  }
   pusher_->Submit(own, {fmt::format("agent {} on {}", buddy, it->second.host),
                         fmt::format("{}:{}", it->second.address, it->second.file_port)});
 }

@@ -18,6 +18,7 @@ Result<nlohmann::json> Parse(const std::string& text, const char* what) {
 }  // namespace
 
 std::string Keys::commit(int64_t step) const { return commits() + fmt::format("{:012d}", step); }
+std::string Keys::dropped(int64_t step) const { return drops() + fmt::format("{:012d}", step); }
 
 nlohmann::json AgentInfo::ToJson() const {
   return {{"id", id},   {"host", host},   {"address", address},

@@ -69,6 +69,10 @@ class Keys {
   std::string failure(int64_t g, const std::string& id) const { return failures(g) + id; }
   std::string commits() const { return root_ + "commits/"; }
   std::string commit(int64_t step) const;  // zero-padded, so keys sort by step
+  // Commits the job dropped (no live node held all of it): {"step", "manifest_crc",
+  // "generation"}; a folder's copy of one is moved aside, never resumed from.
+  std::string drops() const { return root_ + "dropped/"; }
+  std::string dropped(int64_t step) const;
   std::string stop() const { return root_ + "stop"; }
   std::string progresses(int64_t g) const { return gen(g) + "progress/"; }
   std::string progress(int64_t g, int node) const { return progresses(g) + std::to_string(node); }

@@ -20,8 +20,8 @@ namespace {
 const char* kGrammar =
     "crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N], hang:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
-    "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F]; each "
-    "may end in :gen=G or :gen=all";
+    "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
+    "push-loss:rank=R; each may end in :gen=G or :gen=all";
 
 constexpr std::pair<FaultKind, const char*> kKinds[] = {
     {FaultKind::kCrash, "crash"},
@@ -32,6 +32,7 @@ constexpr std::pair<FaultKind, const char*> kKinds[] = {
     {FaultKind::kCkptCorrupt, "ckpt-corrupt"},
     {FaultKind::kKillInCkpt, "kill-in-ckpt"},
     {FaultKind::kSpike, "spike"},
+    {FaultKind::kPushLoss, "push-loss"},
 };
 
 void Say(int rank, const std::string& what) {
@@ -119,6 +120,12 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     } else if (f.kind == FaultKind::kCrash && (have_step == (f.time_s > 0))) {
       return InvalidArgument("--inject " + item +
                              ": a crash needs rank=R and step=S or time=T (one of them)");
+    } else if (f.kind == FaultKind::kPushLoss) {
+      if (have_step) {
+        return InvalidArgument("--inject " + item +
+                               ": a push-loss has no step (it drops every push of its node in "
+                               "its generation)");
+      }
     } else if (f.kind != FaultKind::kCrash && !have_step) {
       return InvalidArgument(
           fmt::format("--inject {}: a {} needs step=S", item, FaultKindName(f.kind)));
@@ -141,6 +148,13 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
           "--inject {}: step {} is after the run's last step ({}, training.steps), so the fault "
           "could never fire",
           f.text, f.step, job.total_steps));
+    }
+    if (f.kind == FaultKind::kPushLoss && job.nnodes < 2) {
+      return InvalidArgument(fmt::format(
+          "--inject {}: replicas are pushed between the nodes of a job of several nodes "
+          "(--nnodes >= 2 with --rdzv etcd://...); this one has {}, so the fault could never "
+          "fire",
+          f.text, job.nnodes));
     }
     if (f.generation > job.max_restarts) {
       return InvalidArgument(fmt::format(
@@ -186,7 +200,7 @@ Result<std::unique_ptr<FaultInjector>> FaultInjector::Create(const RankContext& 
   for (const Fault& f : all) {
     const bool gen = f.generation == ctx.generation || f.generation == Fault::kEveryGeneration;
     const int who = f.kind == FaultKind::kCkptCorrupt ? 0 : f.rank;
-    if (gen && who == rank) mine.push_back(f);
+    if (gen && who == rank && f.kind != FaultKind::kPushLoss) mine.push_back(f);  // agent's
   }
   if (mine.empty()) return std::unique_ptr<FaultInjector>();
   return std::unique_ptr<FaultInjector>(new FaultInjector(ctx, rank, reporter, std::move(mine)));

@@ -20,6 +20,10 @@
 //         | kill-in-ckpt:rank=R:step=S[:gen=G]     SIGKILL after writing S's files, before commit
 //         | spike:rank=R:step=S[:factor=F][:gen=G] rank R's loss at step S is reported F times
 //                                                  larger (default 100; the gradients are not)
+//         | push-loss:rank=R[:gen=G]               several nodes: the node agent of rank R's node
+//                                                  drops its replica pushes (they never reach the
+//                                                  next node's RAM), like a node lost before any
+//                                                  push landed; fired by the agent, not the rank
 // Non-goals: faults in data loading or the network itself (a dead peer is a crash here).
 #pragma once
 
@@ -38,7 +42,17 @@
 
 namespace tenax::protocol {
 
-enum class FaultKind { kCrash, kHang, kSlow, kNan, kCkptFail, kCkptCorrupt, kKillInCkpt, kSpike };
+enum class FaultKind {
+  kCrash,
+  kHang,
+  kSlow,
+  kNan,
+  kCkptFail,
+  kCkptCorrupt,
+  kKillInCkpt,
+  kSpike,
+  kPushLoss,
+};
 const char* FaultKindName(FaultKind k);
 
 struct Fault {
@@ -62,6 +76,7 @@ struct JobShape {
   int world = 1;
   int64_t total_steps = 0;  // 0: unknown (not a `train` command)
   int max_restarts = 0;
+  int nnodes = 1;  // several: node agents with etcd (push-loss needs them)
 };
 Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job);
 

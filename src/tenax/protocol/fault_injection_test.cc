@@ -18,9 +18,9 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
   Result<std::vector<Fault>> f = ParseFaults(
       "crash:rank=1:step=8:how=exit:code=3,hang:rank=0:step=5:gen=2,slow:rank=1:factor=2.5,"
       "nan:rank=0:step=4,ckpt-fail:step=9,ckpt-corrupt:step=6,kill-in-ckpt:rank=1:step=3,"
-      "spike:rank=1:step=10:gen=all,spike:rank=0:step=11:factor=7");
+      "spike:rank=1:step=10:gen=all,spike:rank=0:step=11:factor=7,push-loss:rank=3:gen=all");
   ASSERT_TRUE(f.ok()) << f.status().message();
-  ASSERT_EQ(f->size(), 9u);
+  ASSERT_EQ(f->size(), 10u);
   const std::vector<Fault>& v = *f;
   EXPECT_EQ(v[0].kind, FaultKind::kCrash);
   EXPECT_EQ(v[0].rank, 1);
@@ -43,13 +43,17 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
   EXPECT_DOUBLE_EQ(v[7].factor, 100);  // the default
   EXPECT_EQ(v[7].generation, Fault::kEveryGeneration);
   EXPECT_DOUBLE_EQ(v[8].factor, 7);
+  EXPECT_EQ(v[9].kind, FaultKind::kPushLoss);
+  EXPECT_EQ(v[9].rank, 3);
+  EXPECT_EQ(v[9].generation, Fault::kEveryGeneration);
 }
 
 TEST(FaultInjectionTest, RefusesMalformedSpecs) {
   for (const std::string bad :
        {"boom:rank=1", "crash:rank=1", "crash:rank=1:step=2:time=3", "hang:step=3", "slow:rank=0",
         "spike:rank=0", "spike:rank=0:step=3:factor=1", "nan:rank=0:step=0",
-        "crash:rank=0:step=2:gen=some", "nan:rank=x:step=2"}) {
+        "crash:rank=0:step=2:gen=some", "nan:rank=x:step=2", "push-loss:step=3",
+        "push-loss:rank=1:step=3"}) {
     Result<std::vector<Fault>> f = ParseFaults(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument) << bad;
@@ -71,6 +75,10 @@ TEST(FaultInjectionTest, RefusesFaultsThatCouldNeverFire) {
   EXPECT_NE(st.message().find("--max-restarts 1"), std::string::npos) << st.message();
   EXPECT_TRUE(ValidateFaults(*ParseFaults("hang:rank=1:step=12:gen=1"), {2, 12, 1}).ok());
   EXPECT_TRUE(ValidateFaults(*ParseFaults("nan:rank=1:step=99"), {2, 0, 0}).ok());  // unknown
+  // Replica pushes exist between node agents only.
+  st = ValidateFaults(*ParseFaults("push-loss:rank=1"), {2, 12, 0, 1});
+  EXPECT_NE(st.message().find("several nodes"), std::string::npos) << st.message();
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("push-loss:rank=3"), {4, 12, 0, 2}).ok());
 }
 
 TEST(FaultInjectionTest, UnfiredFaultsAreTheOnesWithoutARecordInTheirGeneration) {
