@@ -88,15 +88,17 @@ Status NodeAgent::Register() {
   TENAX_ASSIGN_OR_RETURN(EtcdLease lease, etcd_->GrantLease(std::chrono::seconds(a_.lease_ttl_s)));
   TENAX_ASSIGN_OR_RETURN(
       keeper_, EtcdLeaseKeeper::Start(a_.etcd, lease, [this](const Status& why) {
+        log::Error("launch: lost the etcd lease ({}); stopping this node's ranks (fencing)",
+                   why.message());
         {
           std::lock_guard<std::mutex> lock(mu_);
           lease_lost_ = true;
           ++changes_;
+          // Under mu_: the destructor sets quit_ under it before it destroys the supervisor (set
+          // before any keeper exists).
+          if (!quit_) supervisor_->Wake();
         }
-        log::Error("launch: lost the etcd lease ({}); stopping this node's ranks (fencing)",
-                   why.message());
         cv_.notify_all();
-        if (supervisor_) supervisor_->Wake();
       }));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -221,15 +223,9 @@ Result<std::optional<int>> NodeAgent::Start() {
           }
         });
   }
-  TENAX_RETURN_IF_ERROR(Register());
-  TENAX_ASSIGN_OR_RETURN(RangeResponse now, etcd_->GetPrefix(keys_.root()));
-  TENAX_ASSIGN_OR_RETURN(
-      watcher_, EtcdWatcher::Start(
-                    a_.etcd, keys_.root(), now.revision + 1,
-                    [this](const std::vector<WatchEvent>& e) { OnEvents(e); },
-                    [](const Status& st) { log::Warn("launch: etcd watch: {}", st.message()); }));
-  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<ChildWatcher> children, ChildWatcher::Create());
   // The supervisor runs this node's ranks; goodput.json is the agent's (it covers every node).
+  // Made before the lease keeper and the watcher exist: their threads wake it.
+  TENAX_ASSIGN_OR_RETURN(std::unique_ptr<ChildWatcher> children, ChildWatcher::Create());
   JobInfo local = job_;
   local.goodput_path.clear();
   supervisor_ =
@@ -237,6 +233,13 @@ Result<std::optional<int>> NodeAgent::Start() {
   supervisor_->LeaveStragglersToAgent();  // judged among every rank of the job (ProgressLoop)
   supervisor_->SetRemoteHangHook(
       [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
+  TENAX_RETURN_IF_ERROR(Register());
+  TENAX_ASSIGN_OR_RETURN(RangeResponse now, etcd_->GetPrefix(keys_.root()));
+  TENAX_ASSIGN_OR_RETURN(
+      watcher_, EtcdWatcher::Start(
+                    a_.etcd, keys_.root(), now.revision + 1,
+                    [this](const std::vector<WatchEvent>& e) { OnEvents(e); },
+                    [](const Status& st) { log::Warn("launch: etcd watch: {}", st.message()); }));
   TENAX_RETURN_IF_ERROR(supervisor_->Start());
   TENAX_ASSIGN_OR_RETURN(channel_,
                          protocol::AgentChannelServer::Start(

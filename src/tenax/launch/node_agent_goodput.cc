@@ -64,14 +64,9 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
         g.AddStraggler(std::move(s));
       }
     }
-    Result<RangeResponse> fs = etcd_->GetPrefix(keys_.failures(gen));
-    if (!fs.ok()) continue;
-    std::vector<rdzv::FailureReport> reports;
-    for (const KeyValue& kv : fs->kvs) {
-      auto f = rdzv::FailureReport::FromJson(kv.value);
-      if (f.ok()) reports.push_back(*f);
-    }
-    if (std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(reports)) {
+    Result<std::vector<rdzv::FailureReport>> reports = FailureReportsOf(gen);
+    if (!reports.ok()) continue;
+    if (std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(*reports)) {
       FailureRecord f;
       f.time_s = first->wall_s - job_start_unix_;
       f.generation = static_cast<int>(gen);
@@ -85,7 +80,7 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
         // A lost node is known when its lease expires; its peers saw it go earlier (their
         // collectives broke): the earliest of those is when it failed.
         double failed = first->wall_s;
-        for (const rdzv::FailureReport& r : reports) {
+        for (const rdzv::FailureReport& r : *reports) {
           if (r.secondary) failed = std::min(failed, r.wall_s);
         }
         f.detection_s = std::max(0.0, first->wall_s - failed);
@@ -105,17 +100,22 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
   if (ended && st.ok()) report::WriteReportAtEnd(job_.run_dir, job_.goodput_path, "launch");
 }
 
+Result<std::vector<rdzv::FailureReport>> NodeAgent::FailureReportsOf(int64_t g) {
+  TENAX_ASSIGN_OR_RETURN(RangeResponse fs, etcd_->GetPrefix(keys_.failures(g)));
+  std::vector<rdzv::FailureReport> reports;
+  for (const KeyValue& kv : fs.kvs) {
+    auto f = rdzv::FailureReport::FromJson(kv.value);
+    if (f.ok()) reports.push_back(*f);  // a record of another version: not evidence
+  }
+  return reports;
+}
+
 void NodeAgent::LogFailureOf(int64_t g) {
   // Every node's log names the failure the job decided on, from every node's evidence: a node's
   // own "generation G -> G+1" line tells only what its ranks saw (often: peers lost).
-  Result<RangeResponse> fs = etcd_->GetPrefix(keys_.failures(g));
-  if (!fs.ok()) return;
-  std::vector<rdzv::FailureReport> reports;
-  for (const KeyValue& kv : fs->kvs) {
-    auto f = rdzv::FailureReport::FromJson(kv.value);
-    if (f.ok()) reports.push_back(*f);
-  }
-  std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(reports);
+  Result<std::vector<rdzv::FailureReport>> reports = FailureReportsOf(g);
+  if (!reports.ok()) return;
+  std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(*reports);
   if (!first) return;
   const std::string who = first->rank >= 0
                               ? fmt::format("rank {} on node {}", first->rank, first->node_rank)
