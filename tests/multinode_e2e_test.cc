@@ -208,6 +208,30 @@ std::string AllOutput(const std::vector<std::unique_ptr<Background>>& agents) {
   return out;
 }
 
+// Kills a whole node at once (its agent and its ranks, as a power loss would) and deletes its
+// checkpoint folder: its disk is gone with it.
+void KillNodeWithItsDisk(Background& agent, const std::string& folder) {
+  std::vector<pid_t> node = Descendants(agent.pid());
+  node.push_back(agent.pid());
+  for (pid_t p : node) ::kill(p, SIGKILL);
+  EXPECT_EQ(agent.Wait(60), 128 + SIGKILL);
+  std::filesystem::remove_all(folder);
+}
+
+// The final weights of `job` equal those of the `reference` run (in `reference_dir`): node 0's
+// shards from `node0_dir`, node 1's from `node1_dir` (folders of nodes without shared storage).
+void ExpectReferenceWeights(const std::string& job, const std::string& node0_dir,
+                            const std::string& node1_dir, const std::string& reference_dir,
+                            const std::string& reference,
+                            const std::vector<std::unique_ptr<Background>>& agents) {
+  for (int shard = 0; shard < 4; ++shard) {
+    const std::string host_dir = shard < 2 ? node0_dir : node1_dir;
+    EXPECT_TRUE(Shard(host_dir, job, shard) == Shard(reference_dir, reference, shard))
+        << job << " shard " << shard << "\n"
+        << AllOutput(agents);
+  }
+}
+
 // Kill -9 a whole node (its agent and its ranks at once): the spare takes its node rank.
 TEST_F(MultiNode, AKilledNodeIsReplacedByTheSpare) {
   const std::string& reference = Reference();
@@ -436,21 +460,12 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
       },
       180))
       << AllOutput(agents);
-  std::vector<pid_t> node = Descendants(agents[victim]->pid());
-  node.push_back(agents[victim]->pid());
-  for (pid_t p : node) ::kill(p, SIGKILL);
-  EXPECT_EQ(agents[victim]->Wait(60), 128 + SIGKILL);
-  std::filesystem::remove_all(folder(victim));  // its disk is gone with it
+  KillNodeWithItsDisk(*agents[victim], folder(victim));
   EXPECT_EQ(agents[node0]->Wait(300), 0) << AllOutput(agents);
   EXPECT_EQ(agents[2]->Wait(300), 0) << AllOutput(agents);
   // The final weights, from the folders that hold them: node 0's shards on its host, node 1's
   // on the spare's.
-  for (int shard = 0; shard < 4; ++shard) {
-    const std::string host_dir = shard < 2 ? folder(node0) : folder(2);
-    EXPECT_TRUE(Shard(host_dir, "private", shard) == Shard(dir_->path(), reference, shard))
-        << "shard " << shard << "\n"
-        << AllOutput(agents);
-  }
+  ExpectReferenceWeights("private", folder(node0), folder(2), dir_->path(), reference, agents);
   // Node 1's files came out of RAM: node 0's replica store (into node 0's folder, from which the
   // spare then took them) or straight to the spare from it.
   const std::string all = AllOutput(agents);
@@ -511,19 +526,10 @@ TEST_F(MultiNode, ALostNodeWhoseFilesNeverLeftItStartsTheJobOver) {
       },
       180))
       << AllOutput(agents);
-  std::vector<pid_t> node = Descendants(agents[victim]->pid());
-  node.push_back(agents[victim]->pid());
-  for (pid_t p : node) ::kill(p, SIGKILL);
-  EXPECT_EQ(agents[victim]->Wait(60), 128 + SIGKILL);
-  std::filesystem::remove_all(folder(victim));  // its disk is gone with it
+  KillNodeWithItsDisk(*agents[victim], folder(victim));
   EXPECT_EQ(agents[node0]->Wait(300), 0) << AllOutput(agents);
   EXPECT_EQ(agents[2]->Wait(300), 0) << AllOutput(agents);
-  for (int shard = 0; shard < 4; ++shard) {
-    const std::string host_dir = shard < 2 ? folder(node0) : folder(2);
-    EXPECT_TRUE(Shard(host_dir, "lonely", shard) == Shard(dir_->path(), reference, shard))
-        << "shard " << shard << "\n"
-        << AllOutput(agents);
-  }
+  ExpectReferenceWeights("lonely", folder(node0), folder(2), dir_->path(), reference, agents);
   const std::string all = AllOutput(agents);
   EXPECT_NE(all.find("checkpoint step 4 is lost"), std::string::npos) << all;
   // Node 0's copy of step 4 is kept, out of the way.
