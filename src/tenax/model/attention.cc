@@ -23,6 +23,14 @@ void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) 
                   "attention: query heads must be a multiple of kv heads");
 }
 
+// k or v (B, T, K, D) -> (B, T, H, D): each kv head repeated for its H / K query heads (what the
+// grouped and blockwise paths avoid).
+at::Tensor RepeatKv(const at::Tensor& x, int64_t h) {
+  const int64_t b = x.size(0), t = x.size(1), n_kv = x.size(2), d = x.size(3);
+  if (h == n_kv) return x;
+  return x.unsqueeze(3).expand({b, t, n_kv, h / n_kv, d}).reshape({b, t, h, d});
+}
+
 // q (B, T, H, D) -> (B*K, T*G, D), rows ordered (t, g): a block of query positions [t0, t1) is
 // the contiguous row range [t0*G, t1*G) of every kv head's slab.
 at::Tensor GroupQueries(const at::Tensor& q, int64_t n_kv) {
@@ -52,6 +60,17 @@ at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& d
   return at::arange(cols, opt).unsqueeze(0).gt(pos);                               // (rows*G, cols)
 }
 
+// The scaled scores of query block qb (BK, len*G, D) against key block kb (BK, cols, D), in the
+// statistics dtype: (BK, len*G, cols). `diagonal`: the blocks start at the same position, so the
+// keys after each query are masked (`mask` is the full block's, narrowed for a short last block).
+// Forward and backward compute them alike, so the backward's probabilities are the forward's.
+at::Tensor BlockScores(const at::Tensor& qb, const at::Tensor& kb, double scale,
+                       at::ScalarType stats, bool diagonal, const at::Tensor& mask) {
+  at::Tensor s = at::bmm(qb, kb.transpose(1, 2)).to(stats).mul_(scale);
+  if (diagonal) s.masked_fill_(mask.narrow(0, 0, s.size(1)).narrow(1, 0, s.size(2)), -kInf);
+  return s;
+}
+
 // FlashAttention-2 (Dao 2023, algorithms 1 and 2) with at:: ops on blocks. q (BK, T*G, D),
 // k and v (BK, T, D), all contiguous; returns (BK, T*G, D). Query block i holds positions
 // [i*bs, min((i+1)*bs, T)); it meets key blocks 0..i, only block i straddles the diagonal (the
@@ -69,8 +88,8 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
                             const at::Tensor& k, const at::Tensor& v, int64_t g, int64_t bs) {
     const int64_t bk = q.size(0), t = k.size(1), d = q.size(2);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    const auto stats = StatsDtype(q.scalar_type());
-    const bool same = q.scalar_type() == stats;
+    const auto dtype = q.scalar_type();
+    const auto stats = StatsDtype(dtype);
     const at::Tensor mask = CausalMask(std::min(bs, t), std::min(bs, t), g, q.device());
     at::Tensor out = at::empty_like(q);                                    // (BK, T*G, D)
     at::Tensor lse = at::empty({bk, t * g, 1}, q.options().dtype(stats));  // (BK, T*G, 1)
@@ -81,13 +100,11 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
       for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
         const int64_t cols = std::min(bs, t - j0);
         const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
-        at::Tensor s = at::bmm(qb, kb.transpose(1, 2));  // (BK, len*G, cols)
-        s = same ? s.mul_(scale) : s.to(stats).mul_(scale);
-        if (j0 == i0) s.masked_fill_(mask.narrow(0, 0, len * g).narrow(1, 0, cols), -kInf);
+        at::Tensor s = BlockScores(qb, kb, scale, stats, j0 == i0, mask);  // (BK, len*G, cols)
         const at::Tensor bmax = std::get<0>(s.max(2, true));
         const at::Tensor m_new = m.defined() ? at::maximum(m, bmax) : bmax;
         at::Tensor p = s.sub_(m_new).exp_();
-        const at::Tensor pv = same ? at::bmm(p, vb) : at::bmm(p.to(q.scalar_type()), vb).to(stats);
+        const at::Tensor pv = at::bmm(p.to(dtype), vb).to(stats);
         if (!m.defined()) {
           l = p.sum(2, true);
           acc = pv;
@@ -116,7 +133,6 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const auto dtype = q.scalar_type();
     const auto stats = StatsDtype(dtype);
-    const bool same = dtype == stats;
     const at::Tensor dout = grads[0].contiguous();  // (BK, T*G, D)
     // delta_r = sum_d dO_rd O_rd = sum_c P_rc dP_rc: the softmax backward's row term.
     const at::Tensor delta = (dout.to(stats) * out.to(stats)).sum(2, true);  // (BK, T*G, 1)
@@ -124,7 +140,6 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
     at::Tensor dq = at::empty(q.sizes(), q.options().dtype(stats));
     at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(stats));
     at::Tensor dv = at::zeros(v.sizes(), v.options().dtype(stats));
-    const auto to_compute = [&](const at::Tensor& x) { return same ? x : x.to(dtype); };
     for (int64_t i0 = 0; i0 < t; i0 += bs) {
       const int64_t len = std::min(bs, t - i0);
       const at::Tensor qb = q.narrow(1, i0 * g, len * g), dob = dout.narrow(1, i0 * g, len * g);
@@ -133,26 +148,18 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
       for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
         const int64_t cols = std::min(bs, t - j0);
         const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
-        at::Tensor s = at::bmm(qb, kb.transpose(1, 2));  // (BK, len*G, cols)
-        s = same ? s.mul_(scale) : s.to(stats).mul_(scale);
-        if (j0 == i0) s.masked_fill_(mask.narrow(0, 0, len * g).narrow(1, 0, cols), -kInf);
+        at::Tensor s = BlockScores(qb, kb, scale, stats, j0 == i0, mask);  // (BK, len*G, cols)
         const at::Tensor p = s.sub_(lb).exp_();  // the forward's probabilities
-        const at::Tensor pc = to_compute(p);
-        dv.narrow(1, j0, cols)
-            .add_(same ? at::bmm(pc.transpose(1, 2), dob)
-                       : at::bmm(pc.transpose(1, 2), dob).to(stats));
-        at::Tensor dp = at::bmm(dob, vb.transpose(1, 2));  // (BK, len*G, cols)
-        if (!same) dp = dp.to(stats);
-        const at::Tensor dsc = to_compute(p.mul_(dp.sub_(db)).mul_(scale));  // dS * scale
+        dv.narrow(1, j0, cols).add_(at::bmm(p.to(dtype).transpose(1, 2), dob).to(stats));
+        at::Tensor dp = at::bmm(dob, vb.transpose(1, 2)).to(stats);        // (BK, len*G, cols)
+        const at::Tensor dsc = p.mul_(dp.sub_(db)).mul_(scale).to(dtype);  // dS * scale
         const at::Tensor dq_part = at::bmm(dsc, kb);
         if (j0 == 0) {
           dqb.copy_(dq_part);
         } else {
-          dqb.add_(same ? dq_part : dq_part.to(stats));
+          dqb.add_(dq_part.to(stats));
         }
-        dk.narrow(1, j0, cols)
-            .add_(same ? at::bmm(dsc.transpose(1, 2), qb)
-                       : at::bmm(dsc.transpose(1, 2), qb).to(stats));
+        dk.narrow(1, j0, cols).add_(at::bmm(dsc.transpose(1, 2), qb).to(stats));
       }
     }
     return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor()};
@@ -163,14 +170,9 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
 
 at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   CheckShapes(q, k, v);
-  const int64_t b = q.size(0), t = q.size(1), h = q.size(2), n_kv = k.size(2), d = q.size(3);
-  const int64_t rep = h / n_kv;
-  at::Tensor ke = k, ve = v;
-  if (rep > 1) {
-    ke = k.unsqueeze(3).expand({b, t, n_kv, rep, d}).reshape({b, t, h, d});
-    ve = v.unsqueeze(3).expand({b, t, n_kv, rep, d}).reshape({b, t, h, d});
-  }
-  const at::Tensor qt = q.transpose(1, 2), kt = ke.transpose(1, 2), vt = ve.transpose(1, 2);
+  const int64_t t = q.size(1), h = q.size(2), d = q.size(3);
+  const at::Tensor qt = q.transpose(1, 2);
+  const at::Tensor kt = RepeatKv(k, h).transpose(1, 2), vt = RepeatKv(v, h).transpose(1, 2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   at::Tensor scores = at::matmul(qt, kt.transpose(-2, -1)).mul_(scale);  // (B, H, T, T)
   const at::Tensor mask = at::ones({t, t}, q.options().dtype(at::kBool)).triu_(1);
@@ -210,13 +212,9 @@ at::Tensor CausalGqaAttention(const at::Tensor& q, const at::Tensor& k, const at
                                           /*enable_gqa=*/q.size(2) != k.size(2))
       .transpose(1, 2);
 #elif TENAX_TORCH_AT_LEAST(2, 0)
-  const int64_t b = q.size(0), t = q.size(1), h = q.size(2), n_kv = k.size(2), d = q.size(3);
-  at::Tensor ke = k, ve = v;
-  if (h != n_kv) {
-    ke = k.unsqueeze(3).expand({b, t, n_kv, h / n_kv, d}).reshape({b, t, h, d});
-    ve = v.unsqueeze(3).expand({b, t, n_kv, h / n_kv, d}).reshape({b, t, h, d});
-  }
-  return compat::CausalAttention(q.transpose(1, 2), ke.transpose(1, 2), ve.transpose(1, 2))
+  const int64_t h = q.size(2);
+  return compat::CausalAttention(q.transpose(1, 2), RepeatKv(k, h).transpose(1, 2),
+                                 RepeatKv(v, h).transpose(1, 2))
       .transpose(1, 2);
 #else
   if (!q.device().is_cpu()) return ReferenceAttention(q, k, v);
