@@ -10,7 +10,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -19,13 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace {
-double MaxRssMiB() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;
-}
-}  // namespace
+#include "peak_rss.h"
 
 int main(int argc, char** argv) {
   namespace m = tenax::model;
@@ -44,7 +37,7 @@ int main(int argc, char** argv) {
   at::Tensor k = at::randn({b, t, kv, d}).to(dtype).requires_grad_(true);
   at::Tensor v = at::randn({b, t, kv, d}).to(dtype).requires_grad_(true);
   at::Tensor dout = at::randn({b, t, h, d}).to(dtype);
-  const double base = MaxRssMiB();
+  const double base = tenax::bench::MaxRssMiB();
   std::vector<double> ms;
   for (int64_t i = 0; i <= iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -67,6 +60,7 @@ int main(int argc, char** argv) {
       "path={} B={} H={} K={} T={} D={} dtype={} block={} threads={} fwd_bwd_ms_median={:.2f} "
       "min={:.2f} peak_rss_over_inputs_mib={:.0f}\n",
       path, b, h, kv, t, d, dtype == at::kFloat ? "fp32" : "bf16", block, threads,
-      ms.empty() ? 0.0 : ms[ms.size() / 2], ms.empty() ? 0.0 : ms.front(), MaxRssMiB() - base);
+      ms.empty() ? 0.0 : ms[ms.size() / 2], ms.empty() ? 0.0 : ms.front(),
+      tenax::bench::MaxRssMiB() - base);
   return 0;
 }

@@ -4,22 +4,14 @@
 //   build/bench/bench_head_memory plain|chunked [tokens=2048] [dim=256] [vocab=128256] [bf16|fp32]
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <string>
 
+#include "peak_rss.h"
 #include "tenax/model/fused_cross_entropy.h"
-
-namespace {
-double MaxRssMiB() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "chunked";
@@ -35,7 +27,7 @@ int main(int argc, char** argv) {
   at::Tensor w = at::randn({v, c}).mul_(0.02).requires_grad_(true);  // fp32 master (V, C)
   at::Tensor x = at::randn({n, c}).to(dtype).requires_grad_(true);   // (N, C)
   at::Tensor t = at::randint(0, v, {n}, at::kLong);
-  const double before = MaxRssMiB();
+  const double before = tenax::bench::MaxRssMiB();
   const auto t0 = std::chrono::steady_clock::now();
   at::Tensor loss;
   if (mode == "plain") {
@@ -49,7 +41,8 @@ int main(int argc, char** argv) {
   fmt::print(
       "mode {} tokens {} dim {} vocab {} {}: loss {:.4f}, {:.2f} s, peak RSS {:.0f} MiB "
       "({:.0f} MiB above the inputs; full fp32 logits would be {:.0f} MiB)\n",
-      mode, n, c, v, dtype == at::kFloat ? "fp32" : "bf16", loss.item<double>(), dt, MaxRssMiB(),
-      MaxRssMiB() - before, static_cast<double>(n * v * 4) / (1 << 20));
+      mode, n, c, v, dtype == at::kFloat ? "fp32" : "bf16", loss.item<double>(), dt,
+      tenax::bench::MaxRssMiB(), tenax::bench::MaxRssMiB() - before,
+      static_cast<double>(n * v * 4) / (1 << 20));
   return 0;
 }

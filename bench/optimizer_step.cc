@@ -1,11 +1,12 @@
 // The optimizer step alone (gradient clipping at 1.0, then AdamW with weight decay 0.1) on a
-// Llama shape's parameter list, the per-parameter loop from before issue 17 (bench/loop_adamw.h)
-// against train::AdamW (flat state) updating per tensor (its CPU default) and over the flat buffers
-// (its accelerator default), interleaved in one process (loop, per-tensor, flat, loop, ...)
-// so that drift in the machine's speed hits both alike. Fresh random gradients are written into
-// .grad before every timed step, as backward would leave them; only the clipping and the update
-// are timed. Prints each one's median and min ms per step, the ratio of medians, and the peak
-// RSS of the whole process. Threads as `tenax train` picks them for the precision (fp32: 1).
+// Llama shape's parameter list, the per-parameter loop from before issue 17
+// (src/tenax/train/testing_loop_adamw.h) against train::AdamW (flat state) updating per tensor (its
+// CPU default) and over the flat buffers (its accelerator default), interleaved in one process
+// (loop, per-tensor, flat, loop, ...) so that drift in the machine's speed hits both alike. Fresh
+// random gradients are written into .grad before every timed step, as backward would leave them;
+// only the clipping and the update are timed. Prints each one's median and min ms per step, the
+// ratio of medians, and the peak RSS of the whole process. Threads as `tenax train` picks them for
+// the precision (fp32: 1).
 //   build/bench/bench_optimizer_step [DIM=512 LAYERS=8 HEADS=8 KV_HEADS=4 FFN=1536 VOCAB=4000]
 //       [rounds=20] [threads=0: tenax's choice]
 #include <ATen/ATen.h>
@@ -17,11 +18,11 @@
 #include <cstdlib>
 #include <vector>
 
-#include "loop_adamw.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/model/llama.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
+#include "tenax/train/testing_loop_adamw.h"
 
 namespace {
 
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
       flat_model(spec, 0, at::kCPU);
   OptimizerOptions o;
   o.weight_decay = 0.1;
-  bench::LoopAdamW loop_opt(o, loop_model.params());
+  testing::LoopAdamW loop_opt(o, loop_model.params());
   train::AdamW tensor_opt(o, tensor_model.params()), flat_opt(o, flat_model.params());
   tensor_opt.set_update_mode(train::AdamW::UpdateMode::kPerTensor);
   flat_opt.set_update_mode(train::AdamW::UpdateMode::kFlat);
@@ -78,7 +79,7 @@ int main(int argc, char** argv) {
     const double scale = (r % 2 == 0) ? 1e-4 : 1.0;  // below and above the clipping norm
     set_grads(loop_model, scale);
     auto t0 = std::chrono::steady_clock::now();
-    bench::LoopClipGradNorm(loop_model.params(), 1.0);
+    testing::LoopClipGradNorm(loop_model.params(), 1.0);
     loop_opt.Step(1e-4);
     const double a = ms_since(t0);
     set_grads(tensor_model, scale);

@@ -7,11 +7,10 @@
 //       [seq=256] [batch=8] [steps=4] [threads=0: tenax's choice] [flags]
 // flags, comma-separated: `profile`; `plain-head` (the output head as before issue 17: full
 // logits, then cross-entropy) for before/after comparisons; `loop-adamw` (clipping and AdamW as
-// before issue 17: one loop over the parameters, bench/loop_adamw.h).
+// before issue 17: one loop over the parameters, src/tenax/train/testing_loop_adamw.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
-#include <sys/resource.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <algorithm>
@@ -22,19 +21,14 @@
 #include <string>
 #include <vector>
 
-#include "loop_adamw.h"
+#include "peak_rss.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/model/llama.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
+#include "tenax/train/testing_loop_adamw.h"
 
 namespace {
-
-double MaxRssMiB() {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_maxrss) / 1024.0;
-}
 
 // Self time per operation name (inclusive time minus that of the operations it called), from the
 // legacy profiler's push/pop event pairs, printed as a table of the largest.
@@ -114,7 +108,7 @@ int main(int argc, char** argv) {
   model::Llama m(spec, 0, at::kCPU);
   // Only the optimizer in use holds state, so that peak_rss_mib compares like with like.
   std::optional<train::AdamW> opt;
-  std::optional<bench::LoopAdamW> loop_opt;
+  std::optional<testing::LoopAdamW> loop_opt;
   if (loop_adamw) {
     loop_opt.emplace(OptimizerOptions{}, m.params());
   } else {
@@ -133,7 +127,7 @@ int main(int argc, char** argv) {
     }
     l.backward();
     if (loop_adamw) {
-      bench::LoopClipGradNorm(m.params(), 1.0);
+      testing::LoopClipGradNorm(m.params(), 1.0);
       loop_opt->Step(1e-4);
     } else {
       train::ClipGradNorm(m.params(), 1.0);
@@ -154,8 +148,8 @@ int main(int argc, char** argv) {
       "impl=tenax{}{} precision={} threads={} params={:.2f}M tokens_per_s={:.0f} "
       "model_gflops={:.1f} peak_rss_mib={:.0f} loss={:.4f}\n",
       plain_head ? "-plain-head" : "", loop_adamw ? "-loop-adamw" : "", precision,
-      threads.intra_op_threads, CountParams(spec).total / 1e6, tps, tps * fpt / 1e9, MaxRssMiB(),
-      loss);
+      threads.intra_op_threads, CountParams(spec).total / 1e6, tps, tps * fpt / 1e9,
+      bench::MaxRssMiB(), loss);
   if (profile) {
     using namespace torch::autograd::profiler;
     enableProfilerLegacy(

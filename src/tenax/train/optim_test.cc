@@ -6,6 +6,7 @@
 #include "tenax/parallel/gradients.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/lr_schedule.h"
+#include "tenax/train/testing_loop_adamw.h"
 
 namespace tenax::train {
 namespace {
@@ -82,50 +83,6 @@ TEST(ClipGradNorm, ScalesToMaxNorm) {
   EXPECT_NEAR(ClipGradNorm(params, 0.0), 1.0, 1e-5);  // 0 disables clipping, still reports
 }
 
-// The optimizer as it was before its state moved into flat buffers (issue 17): one loop over the
-// parameters, the update of torch.optim.AdamW(foreach=False) written out per tensor. Kept here as
-// the reference the flat implementation must reproduce.
-class ReferenceAdamW {
- public:
-  ReferenceAdamW(const OptimizerOptions& o, std::vector<at::Tensor> params,
-                 std::vector<at::Tensor> masks)
-      : o_(o), params_(std::move(params)), masks_(std::move(masks)) {
-    for (const auto& p : params_) {
-      m_.push_back(at::zeros_like(p));
-      v_.push_back(at::zeros_like(p));
-    }
-  }
-  void Step(double lr) {
-    at::NoGradGuard no_grad;
-    ++t_;
-    const double bias1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
-    const double bias2_sqrt = std::sqrt(1.0 - std::pow(o_.beta2, static_cast<double>(t_)));
-    for (size_t i = 0; i < params_.size(); ++i) {
-      at::Tensor p = params_[i];
-      at::Tensor g = p.grad();
-      if (!g.defined()) continue;
-      if (o_.weight_decay != 0) {
-        if (!masks_.empty()) {
-          p.addcmul_(p, masks_[i], -lr * o_.weight_decay);
-        } else if (p.dim() >= 2) {
-          p.mul_(1.0 - lr * o_.weight_decay);
-        }
-      }
-      m_[i].mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
-      v_[i].mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-      at::Tensor denom = (v_[i].sqrt() / bias2_sqrt).add_(o_.eps);
-      p.addcdiv_(m_[i], denom, -lr / bias1);
-    }
-  }
-  const std::vector<at::Tensor>& m() const { return m_; }
-  const std::vector<at::Tensor>& v() const { return v_; }
-
- private:
-  OptimizerOptions o_;
-  std::vector<at::Tensor> params_, masks_, m_, v_;
-  int64_t t_ = 0;
-};
-
 struct FlatCase {
   double weight_decay;
   bool masks;
@@ -154,23 +111,24 @@ void ExpectFlatMatchesReference(const FlatCase& c) {
   o.eps = 1e-8;
   o.weight_decay = c.weight_decay;
   std::vector<model::NamedTensor> named;
-  std::vector<at::Tensor> ref_params, masks, ref_masks;
+  std::vector<model::NamedTensor> ref_params;  // the reference's: the loop before issue 17
+  std::vector<at::Tensor> masks, ref_masks;
   for (size_t i = 0; i < shapes.size(); ++i) {
     at::Tensor p = at::randn(shapes[i], at::kFloat);
     named.push_back({"p" + std::to_string(i), p.clone()});
-    ref_params.push_back(p.clone());
+    ref_params.push_back({"p" + std::to_string(i), p.clone()});
     if (c.masks) masks.push_back((at::rand(shapes[i]) < 0.5).to(at::kFloat));
   }
   AdamW flat(o, named, masks);
   flat.set_update_mode(c.mode);
-  ReferenceAdamW ref(o, ref_params, masks);
+  testing::LoopAdamW ref(o, ref_params, masks);
   for (int step = 1; step <= 20; ++step) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const double scale = std::pow(10.0, static_cast<double>(static_cast<int>(i) % 3 - 1));
       at::Tensor g = at::randn(shapes[i], at::kFloat) * scale;
       const bool drop = c.drop_a_grad && i == 2 && step % 3 == 0;
       named[i].tensor.mutable_grad() = drop ? at::Tensor() : g.clone();
-      ref_params[i].mutable_grad() = drop ? at::Tensor() : g.clone();
+      ref_params[i].tensor.mutable_grad() = drop ? at::Tensor() : g.clone();
     }
     const double lr = o.lr * (1.0 + 0.1 * step);
     flat.Step(lr);
@@ -181,8 +139,8 @@ void ExpectFlatMatchesReference(const FlatCase& c) {
   for (size_t i = 0; i < shapes.size(); ++i) {
     EXPECT_EQ(state[2 * i].name, "exp_avg.p" + std::to_string(i));
     EXPECT_EQ(state[2 * i + 1].name, "exp_avg_sq.p" + std::to_string(i));
-    EXPECT_EQ(state[2 * i].tensor.sizes(), ref_params[i].sizes());
-    EXPECT_EQ(MaxAbsDiff(named[i].tensor, ref_params[i]), 0.0) << "parameter " << i;
+    EXPECT_EQ(state[2 * i].tensor.sizes(), ref_params[i].tensor.sizes());
+    EXPECT_EQ(MaxAbsDiff(named[i].tensor, ref_params[i].tensor), 0.0) << "parameter " << i;
     EXPECT_EQ(MaxAbsDiff(state[2 * i].tensor, ref.m()[i]), 0.0) << "exp_avg " << i;
     EXPECT_EQ(MaxAbsDiff(state[2 * i + 1].tensor, ref.v()[i]), 0.0) << "exp_avg_sq " << i;
     // The update moved every parameter (the test would pass vacuously otherwise).
