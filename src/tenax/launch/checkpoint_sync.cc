@@ -316,42 +316,46 @@ std::optional<uint32_t> CommittedCrc(FileSystem& fs, const ckpt::CheckpointStore
   return *parsed;
 }
 
-}  // namespace
-
-Result<std::vector<std::string>> SetAsideUnacceptedCommits(
-    FileSystem& fs, const std::string& folder, const std::map<int64_t, uint32_t>& accepted,
-    int64_t min_step) {
+// Moves aside every committed step of `folder` for which `why(step, crc)` gives a reason (logged),
+// and returns where each went. `crc()` reads the step's manifest CRC from its COMMITTED marker
+// (nullopt: unreadable), only when `why` asks.
+template <typename Why>
+Result<std::vector<std::string>> SetAsideCommits(FileSystem& fs, const std::string& folder,
+                                                 Why why) {
   ckpt::CheckpointStore store(fs, folder);
   TENAX_ASSIGN_OR_RETURN(std::vector<int64_t> committed, store.ListCommitted());
   std::vector<std::string> moved;
   for (int64_t s : committed) {
-    if (s < min_step) continue;
-    const std::optional<uint32_t> crc = CommittedCrc(fs, store, s);
-    const auto it = accepted.find(s);
-    if (it != accepted.end() && crc && *crc == it->second) continue;
+    const char* reason = why(s, [&] { return CommittedCrc(fs, store, s); });
+    if (reason == nullptr) continue;
     TENAX_ASSIGN_OR_RETURN(std::string target, MoveAside(fs, store.StepDir(s), kUnacceptedSuffix));
-    log::Warn("moved {} aside to {}: {}", store.StepDir(s), target,
-              it == accepted.end() ? "the job has no record of committing this step"
-                                   : "the job committed this step with another manifest");
+    log::Warn("moved {} aside to {}: {}", store.StepDir(s), target, reason);
     moved.push_back(std::move(target));
   }
   return moved;
 }
 
+}  // namespace
+
+Result<std::vector<std::string>> SetAsideUnacceptedCommits(
+    FileSystem& fs, const std::string& folder, const std::map<int64_t, uint32_t>& accepted,
+    int64_t min_step) {
+  return SetAsideCommits(fs, folder, [&](int64_t s, const auto& crc) -> const char* {
+    if (s < min_step) return nullptr;
+    const auto it = accepted.find(s);
+    if (it == accepted.end()) return "the job has no record of committing this step";
+    if (crc() == it->second) return nullptr;
+    return "the job committed this step with another manifest";
+  });
+}
+
 Result<std::vector<std::string>> SetAsideDroppedCommits(
     FileSystem& fs, const std::string& folder, const std::map<int64_t, uint32_t>& dropped) {
-  ckpt::CheckpointStore store(fs, folder);
-  TENAX_ASSIGN_OR_RETURN(std::vector<int64_t> committed, store.ListCommitted());
-  std::vector<std::string> moved;
-  for (int64_t s : committed) {
+  return SetAsideCommits(fs, folder, [&](int64_t s, const auto& crc) -> const char* {
     const auto it = dropped.find(s);
-    if (it == dropped.end() || CommittedCrc(fs, store, s) != it->second) continue;
-    TENAX_ASSIGN_OR_RETURN(std::string target, MoveAside(fs, store.StepDir(s), kUnacceptedSuffix));
-    log::Warn("moved {} aside to {}: the job dropped this commit (no live node held all of it)",
-              store.StepDir(s), target);
-    moved.push_back(std::move(target));
-  }
-  return moved;
+    if (it == dropped.end() || crc() != it->second) return nullptr;
+    return "the job dropped this commit (no live node held all of it)";
+  });
 }
 
 }  // namespace tenax::launch
