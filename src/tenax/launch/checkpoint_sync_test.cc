@@ -570,18 +570,23 @@ TEST_F(CheckpointSyncTest, AFolderCommittedWithAnotherManifestIsMovedAsideAndIts
 
 // No server needed from here on.
 
+// Commits steps (one file "w.bin" each) and records each commit's manifest CRC.
+void CommitSteps(CheckpointStore& store, const std::vector<int64_t>& steps,
+                 std::map<int64_t, uint32_t>* crcs) {
+  for (int64_t step : steps) {
+    ASSERT_TRUE(store.Save(step, {{"w.bin", Bytes("w" + std::to_string(step), 100)}}, {}, {}).ok());
+    auto m = ckpt::ReadCommittedManifest(LocalFs(), store, step);
+    ASSERT_TRUE(m.ok());
+    (*crcs)[step] = ckpt::ManifestCrc(*m);
+  }
+}
+
 TEST(CheckpointSyncFolderTest, UnacceptedCommitsAreMovedAsideNeverDeleted) {
   tenax::testing::TempDir tmp;
   const std::string folder = tmp / "ckpt";
   CheckpointStore store(LocalFs(), folder);
   std::map<int64_t, uint32_t> crcs;
-  for (int64_t step : {50, 100, 150, 200}) {
-    const NamedFiles files = {{"w.bin", Bytes("w" + std::to_string(step), 100)}};
-    ASSERT_TRUE(store.Save(step, files, {}, {}).ok());
-    auto m = ckpt::ReadCommittedManifest(LocalFs(), store, step);
-    ASSERT_TRUE(m.ok());
-    crcs[step] = ckpt::ManifestCrc(*m);
-  }
+  ASSERT_NO_FATAL_FAILURE(CommitSteps(store, {50, 100, 150, 200}, &crcs));
   // The job accepted 100 as committed here, 150 with another manifest, and never 200 (nor 50,
   // whose record is older than the job keeps: below min_step, left alone).
   const std::map<int64_t, uint32_t> accepted = {{100, crcs[100]}, {150, crcs[150] ^ 1}};
@@ -606,12 +611,7 @@ TEST(CheckpointSyncFolderTest, DroppedCommitsAreMovedAsideOthersKept) {
   const std::string folder = tmp / "ckpt";
   CheckpointStore store(LocalFs(), folder);
   std::map<int64_t, uint32_t> crcs;
-  for (int64_t step : {50, 100, 150, 200}) {
-    ASSERT_TRUE(store.Save(step, {{"w.bin", Bytes("w" + std::to_string(step), 100)}}, {}, {}).ok());
-    auto m = ckpt::ReadCommittedManifest(LocalFs(), store, step);
-    ASSERT_TRUE(m.ok());
-    crcs[step] = ckpt::ManifestCrc(*m);
-  }
+  ASSERT_NO_FATAL_FAILURE(CommitSteps(store, {50, 100, 150, 200}, &crcs));
   const std::map<int64_t, uint32_t> dropped = {{100, crcs[100]}, {150, crcs[150] ^ 1}};
   auto moved = SetAsideDroppedCommits(LocalFs(), folder, dropped);
   ASSERT_TRUE(moved.ok()) << moved.status().ToString();
