@@ -147,16 +147,24 @@ class MultiNode : public ::testing::Test {
   }
 
   // Starts two active agents and a spare for `job`; returns them (index = host) and the plan.
+  // `private_folders`: each host's job.dump_folder is its own HostFolder (no shared storage).
   static std::vector<std::unique_ptr<Background>> StartJob(const launch::testing::TestingEtcd& etcd,
                                                            const std::string& job,
                                                            const std::string& flags,
-                                                           launch::rdzv::Plan* plan) {
+                                                           launch::rdzv::Plan* plan,
+                                                           bool private_folders = false) {
     std::vector<std::unique_ptr<Background>> agents(3);
-    agents[0] = Agent(0, etcd, job, flags);
-    agents[1] = Agent(1, etcd, job, flags);
+    auto dump = [&](int host) { return private_folders ? HostFolder(job, host) : std::string(); };
+    agents[0] = Agent(0, etcd, job, flags, 3, dump(0));
+    agents[1] = Agent(1, etcd, job, flags, 3, dump(1));
     *plan = WaitPlan(etcd, job, 0);
-    agents[2] = Agent(2, etcd, job, flags);  // the spare
+    agents[2] = Agent(2, etcd, job, flags, 3, dump(2));  // the spare
     return agents;
+  }
+
+  // A host's own job.dump_folder for `job`, for jobs without shared storage.
+  static std::string HostFolder(const std::string& job, int host) {
+    return *dir_ / (job + "/host" + std::to_string(host));
   }
 
   // Waits until rank 0 committed `step` of `job`.
@@ -432,12 +440,9 @@ TEST_F(MultiNode, WithNoSpareTheJobWaitsThenStopsWithAReport) {
 TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
-  auto folder = [&](int host) { return *dir_ / ("private/host" + std::to_string(host)); };
-  std::vector<std::unique_ptr<Background>> agents(3);
-  agents[0] = Agent(0, *etcd, "private", "--max-restarts 3", 3, folder(0));
-  agents[1] = Agent(1, *etcd, "private", "--max-restarts 3", 3, folder(1));
-  const launch::rdzv::Plan plan = WaitPlan(*etcd, "private", 0);
-  agents[2] = Agent(2, *etcd, "private", "--max-restarts 3", 3, folder(2));
+  auto folder = [&](int host) { return HostFolder("private", host); };
+  launch::rdzv::Plan plan;
+  auto agents = StartJob(*etcd, "private", "--max-restarts 3", &plan, /*private_folders=*/true);
   const int node0 = HostOf(agents, plan.nodes[0]);
   const int victim = HostOf(agents, plan.nodes[1]);
   ASSERT_GE(node0, 0);
@@ -506,14 +511,11 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
 TEST_F(MultiNode, ALostNodeWhoseFilesNeverLeftItStartsTheJobOver) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
-  auto folder = [&](int host) { return *dir_ / ("lonely/host" + std::to_string(host)); };
+  auto folder = [&](int host) { return HostFolder("lonely", host); };
   // Node 1 holds ranks 2 and 3; the spare that takes its place drops its pushes too.
   const std::string flags = "--max-restarts 12 --inject push-loss:rank=2:gen=all";
-  std::vector<std::unique_ptr<Background>> agents(3);
-  agents[0] = Agent(0, *etcd, "lonely", flags, 3, folder(0));
-  agents[1] = Agent(1, *etcd, "lonely", flags, 3, folder(1));
-  const launch::rdzv::Plan plan = WaitPlan(*etcd, "lonely", 0);
-  agents[2] = Agent(2, *etcd, "lonely", flags, 3, folder(2));
+  launch::rdzv::Plan plan;
+  auto agents = StartJob(*etcd, "lonely", flags, &plan, /*private_folders=*/true);
   const int node0 = HostOf(agents, plan.nodes[0]);
   const int victim = HostOf(agents, plan.nodes[1]);
   ASSERT_GE(node0, 0);
