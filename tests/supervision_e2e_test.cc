@@ -62,14 +62,22 @@ class SupervisionE2E : public ::testing::Test {
 };
 TempDir* SupervisionE2E::dir_ = nullptr;
 
+// The launcher is killed while its job is held at step 10 by a stopped rank (the injected
+// `stop`, with a hang timeout far beyond the test's), so the kill lands mid-run however fast the
+// steps are, and the family includes a rank that runs no signal handler.
 TEST_F(SupervisionE2E, KilledLauncherLeavesNoProcessAndItsSuccessorResumes) {
   const std::string cmd =
       "launch --nproc-per-node 2 --spares 1 -- " + Train(*dir_, "orphans", kShortSteps);
   {
-    Background launcher(Words(cmd), dir_->path(), *dir_ / "orphans.log");
+    Background launcher(Words("launch --nproc-per-node 2 --spares 1 --hang-timeout 3600 "
+                              "--inject stop:rank=1:step=10 -- " +
+                              Train(*dir_, "orphans", kShortSteps)),
+                        dir_->path(), *dir_ / "orphans.log");
     ASSERT_TRUE(WaitFor(
         [&] {
-          return std::filesystem::exists(*dir_ / "orphans/checkpoints/step_00000008/COMMITTED");
+          return launcher.output().find("[rank 1] injected fault: SIGSTOP at step 10") !=
+                     std::string::npos &&
+                 std::filesystem::exists(*dir_ / "orphans/checkpoints/step_00000008/COMMITTED");
         },
         120))
         << launcher.output();
@@ -87,7 +95,8 @@ TEST_F(SupervisionE2E, KilledLauncherLeavesNoProcessAndItsSuccessorResumes) {
         30);
     EXPECT_TRUE(all_gone) << "processes of a killed launcher are still running";
   }
-  // The same command again: it takes the run folder over, resumes, records the lost launcher.
+  // The command again (without the fault): it takes the run folder over, resumes from step 8,
+  // records the lost launcher.
   auto r = RunTenax(cmd, dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("launch 2 of this run"), std::string::npos) << r.output;
@@ -96,7 +105,7 @@ TEST_F(SupervisionE2E, KilledLauncherLeavesNoProcessAndItsSuccessorResumes) {
   EXPECT_EQ(report["launches"], 2) << report.dump(2);
   ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
   EXPECT_EQ(report["failures"][0]["kind"], "launcher-lost");
-  EXPECT_GE(report["failures"][0]["resumed_from"].get<int>(), 8);
+  EXPECT_EQ(report["failures"][0]["resumed_from"].get<int>(), 8);
   EXPECT_GT(report["time_s"]["down"].get<double>(), 0.0);
   double sum = 0;
   for (const auto& [k, v] : report["time_s"].items()) sum += v.get<double>();
@@ -133,34 +142,26 @@ TEST_F(SupervisionE2E, AFinishedRunLaunchedAgainSucceeds) {
   EXPECT_NE(launched.output.find("already complete"), std::string::npos) << launched.output;
 }
 
-// A rank stopped with SIGSTOP from outside: no rank progresses, the stopped one cannot dump its
-// flight record, so the records name it; every rank is killed at once and the run recovers.
+// A rank stopped with SIGSTOP (the injected `stop`, so that it lands inside training however
+// fast the steps run): no rank progresses, and the stopped one cannot dump its flight record, so
+// the records name it; every rank is killed at once and the run recovers.
 TEST_F(SupervisionE2E, AStoppedRankIsNamedAndKilled) {
-  const std::string status = *dir_ / "stopped-status.json";
-  Background run(Words("launch --nproc-per-node 2 --max-restarts 2 --hang-timeout 2 "
-                       "--status-file " +
-                       status + " -- " + Train(*dir_, "stopped", kShortSteps)),
-                 dir_->path(), *dir_ / "stopped.log");
-  pid_t victim = -1;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        const nlohmann::json s = ReadJson(status);
-        if (!s.is_object() || s["ranks"].size() != 2) return false;
-        const auto& r1 = s["ranks"][1];
-        if (!r1.value("alive", false) || r1.value("step", 0) < 5) return false;
-        victim = r1.value("pid", -1);
-        return victim > 0;
-      },
-      120))
-      << run.output();
-  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
-  ASSERT_EQ(run.Wait(300), 0) << run.output();
+  auto r = RunTenax(
+      "launch --nproc-per-node 2 --max-restarts 2 --hang-timeout 2 --inject stop:rank=1:step=10 "
+      "-- " +
+          Train(*dir_, "stopped", kShortSteps),
+      dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] injected fault: SIGSTOP at step 10"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("flight records: rank(s) 1 left no flight record"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("killing every rank of generation 0"), std::string::npos) << r.output;
   ExpectClean("stopped");
   const nlohmann::json report = ReadJson(*dir_ / "stopped/goodput.json");
   ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
   EXPECT_EQ(report["failures"][0]["kind"], "hang");
-  EXPECT_EQ(report["failures"][0]["rank"], 1) << run.output();
-  EXPECT_NE(run.output().find("killing every rank of generation 0"), std::string::npos);
+  EXPECT_EQ(report["failures"][0]["rank"], 1) << r.output;
 }
 
 TEST_F(SupervisionE2E, AFaultThatNeverFiresIsAnError) {

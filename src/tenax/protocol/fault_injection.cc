@@ -19,6 +19,7 @@ namespace {
 
 const char* kGrammar =
     "crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N], hang:rank=R:step=S, "
+    "stop:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
     "push-loss:rank=R; each may end in :gen=G or :gen=all";
@@ -26,6 +27,7 @@ const char* kGrammar =
 constexpr std::pair<FaultKind, const char*> kKinds[] = {
     {FaultKind::kCrash, "crash"},
     {FaultKind::kHang, "hang"},
+    {FaultKind::kStop, "stop"},
     {FaultKind::kSlow, "slow"},
     {FaultKind::kNan, "nan"},
     {FaultKind::kCkptFail, "ckpt-fail"},
@@ -290,6 +292,14 @@ void FaultInjector::BeforeGradientReduce(int64_t step, double compute_s) {
       Record(f, step);
       Say(rank_, "hang at step " + std::to_string(step) + " before the gradient all-reduce");
       for (;;) ::pause();  // like a stuck kernel: alive, silent, holding its peers
+    }
+    if (f.kind == FaultKind::kStop && f.step == step) {
+      Record(f, step);
+      Say(rank_, "SIGSTOP at step " + std::to_string(step) + " before the gradient all-reduce");
+      // Stopped, the rank handles no signal (no flight record on SIGUSR1); only SIGKILL ends it
+      // and SIGCONT lets it carry on, like a process stopped by an operator or stuck in the
+      // kernel.
+      ::raise(SIGSTOP);
     }
     if (f.kind == FaultKind::kSlow && step >= f.step && compute_s > 0) {
       Record(f, step);

@@ -13,6 +13,8 @@
 // Grammar: FAULT[,FAULT...] where
 //   FAULT = crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N][:gen=G]
 //         | hang:rank=R:step=S[:gen=G]            blocks right before the gradient all-reduce
+//         | stop:rank=R:step=S[:gen=G]            stops itself (SIGSTOP) at the same point: no
+//                                                  signal handler runs until SIGCONT
 //         | slow:rank=R:factor=F[:from=S][:gen=G] step compute takes F times longer from step S
 //         | nan:rank=R:step=S[:gen=G]              the step's loss becomes NaN
 //         | ckpt-fail:step=S[:rank=R][:gen=G]      writing checkpoint S fails with an I/O error
@@ -45,6 +47,7 @@ namespace tenax::protocol {
 enum class FaultKind {
   kCrash,
   kHang,
+  kStop,
   kSlow,
   kNan,
   kCkptFail,
@@ -117,7 +120,8 @@ class FaultInjector {
   void OnStepBegin(int64_t step);
   // Right before the gradient reduction of `step`, after `compute_s` seconds of this step's
   // forward/backward: `slow` sleeps (factor - 1) x compute_s, `hang` blocks forever (the peers
-  // then wait inside the reduction, like a stuck kernel).
+  // then wait inside the reduction, like a stuck kernel), `stop` raises SIGSTOP (the same, and
+  // the rank cannot even dump its flight record).
   void BeforeGradientReduce(int64_t step, double compute_s);
   bool PoisonLoss(int64_t step);    // `nan`: this step's loss becomes NaN
   double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by

@@ -18,9 +18,10 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
   Result<std::vector<Fault>> f = ParseFaults(
       "crash:rank=1:step=8:how=exit:code=3,hang:rank=0:step=5:gen=2,slow:rank=1:factor=2.5,"
       "nan:rank=0:step=4,ckpt-fail:step=9,ckpt-corrupt:step=6,kill-in-ckpt:rank=1:step=3,"
-      "spike:rank=1:step=10:gen=all,spike:rank=0:step=11:factor=7,push-loss:rank=3:gen=all");
+      "spike:rank=1:step=10:gen=all,spike:rank=0:step=11:factor=7,push-loss:rank=3:gen=all,"
+      "stop:rank=1:step=6:gen=1");
   ASSERT_TRUE(f.ok()) << f.status().message();
-  ASSERT_EQ(f->size(), 10u);
+  ASSERT_EQ(f->size(), 11u);
   const std::vector<Fault>& v = *f;
   EXPECT_EQ(v[0].kind, FaultKind::kCrash);
   EXPECT_EQ(v[0].rank, 1);
@@ -46,12 +47,16 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
   EXPECT_EQ(v[9].kind, FaultKind::kPushLoss);
   EXPECT_EQ(v[9].rank, 3);
   EXPECT_EQ(v[9].generation, Fault::kEveryGeneration);
+  EXPECT_EQ(v[10].kind, FaultKind::kStop);
+  EXPECT_EQ(v[10].rank, 1);
+  EXPECT_EQ(v[10].step, 6);
+  EXPECT_EQ(v[10].generation, 1);
 }
 
 TEST(FaultInjectionTest, RefusesMalformedSpecs) {
   for (const std::string bad :
-       {"boom:rank=1", "crash:rank=1", "crash:rank=1:step=2:time=3", "hang:step=3", "slow:rank=0",
-        "spike:rank=0", "spike:rank=0:step=3:factor=1", "nan:rank=0:step=0",
+       {"boom:rank=1", "crash:rank=1", "crash:rank=1:step=2:time=3", "hang:step=3", "stop:rank=1",
+        "slow:rank=0", "spike:rank=0", "spike:rank=0:step=3:factor=1", "nan:rank=0:step=0",
         "crash:rank=0:step=2:gen=some", "nan:rank=x:step=2", "push-loss:step=3",
         "push-loss:rank=1:step=3"}) {
     Result<std::vector<Fault>> f = ParseFaults(bad);
