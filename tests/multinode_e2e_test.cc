@@ -25,6 +25,11 @@ namespace tenax::testing {
 namespace {
 
 constexpr int kSteps = 40;
+// Holds generation 0 at step 12: rank 2 (node 1's first) hangs before its gradient all-reduce,
+// and the default hang timeout (300 s) is far beyond any test's wait. A test that kills, stops
+// or cuts off a node after a commit thus acts mid-run however fast the steps are; the generations
+// after it run clean.
+constexpr char kHeldAtStep12[] = " --inject hang:rank=2:step=12";
 
 std::string Train(const std::string& dump, const std::string& name) {
   return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
@@ -216,6 +221,12 @@ std::string AllOutput(const std::vector<std::unique_ptr<Background>>& agents) {
   return out;
 }
 
+// Waits until generation 0 is held at `step` (the injected hang fired; see kHeldAtStep12).
+bool WaitHeld(const std::vector<std::unique_ptr<Background>>& agents, int step) {
+  const std::string fired = "injected fault: hang at step " + std::to_string(step) + " ";
+  return WaitFor([&] { return AllOutput(agents).find(fired) != std::string::npos; }, 180);
+}
+
 // Sends `sig` to a whole node at once: its agent and every process under it (its ranks).
 void SignalNode(const Background& agent, int sig) {
   std::vector<pid_t> node = Descendants(agent.pid());
@@ -250,9 +261,10 @@ TEST_F(MultiNode, AKilledNodeIsReplacedByTheSpare) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
   launch::rdzv::Plan plan;
-  auto agents = StartJob(*etcd, "killed", "--max-restarts 2", &plan);
+  auto agents = StartJob(*etcd, "killed", std::string("--max-restarts 2") + kHeldAtStep12, &plan);
   const int victim = HostOf(agents, plan.nodes[1]);
   ASSERT_GE(victim, 0) << AllOutput(agents);
+  ASSERT_TRUE(WaitHeld(agents, 12)) << AllOutput(agents);
   ASSERT_TRUE(WaitCommitted("killed", 8)) << AllOutput(agents);
   SignalNode(*agents[victim], SIGKILL);
   for (size_t i = 0; i < agents.size(); ++i) {
@@ -339,9 +351,10 @@ TEST_F(MultiNode, AStoppedNodeIsFencedAndReplaced) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
   launch::rdzv::Plan plan;
-  auto agents = StartJob(*etcd, "stopped", "--max-restarts 2", &plan);
+  auto agents = StartJob(*etcd, "stopped", std::string("--max-restarts 2") + kHeldAtStep12, &plan);
   const int victim = HostOf(agents, plan.nodes[1]);
   ASSERT_GE(victim, 0);
+  ASSERT_TRUE(WaitHeld(agents, 12)) << AllOutput(agents);
   ASSERT_TRUE(WaitCommitted("stopped", 8)) << AllOutput(agents);
   SignalNode(*agents[victim], SIGSTOP);
   // The other two finish without it.
@@ -369,9 +382,10 @@ TEST_F(MultiNode, ACutOffNodeStopsItsRanksAndIsReplaced) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
   launch::rdzv::Plan plan;
-  auto agents = StartJob(*etcd, "cut", "--max-restarts 2", &plan);
+  auto agents = StartJob(*etcd, "cut", std::string("--max-restarts 2") + kHeldAtStep12, &plan);
   const int victim = HostOf(agents, plan.nodes[0]);
   ASSERT_GE(victim, 0);
+  ASSERT_TRUE(WaitHeld(agents, 12)) << AllOutput(agents);
   ASSERT_TRUE(WaitCommitted("cut", 8)) << AllOutput(agents);
   const std::vector<pid_t> ranks = Descendants(agents[victim]->pid());
   ASSERT_TRUE(net_->Cut(victim).ok());
@@ -422,8 +436,10 @@ TEST_F(MultiNode, AnEtcdMemberLostMidRunGoesUnnoticed) {
 TEST_F(MultiNode, WithNoSpareTheJobWaitsThenStopsWithAReport) {
   auto etcd = Etcd();
   std::vector<std::unique_ptr<Background>> agents;
-  agents.push_back(Agent(0, *etcd, "nospare", "--max-restarts 2 --rdzv-timeout 8"));
-  agents.push_back(Agent(1, *etcd, "nospare", "--max-restarts 2 --rdzv-timeout 8"));
+  const std::string flags = std::string("--max-restarts 2 --rdzv-timeout 8") + kHeldAtStep12;
+  agents.push_back(Agent(0, *etcd, "nospare", flags));
+  agents.push_back(Agent(1, *etcd, "nospare", flags));
+  ASSERT_TRUE(WaitHeld(agents, 12)) << AllOutput(agents);
   ASSERT_TRUE(WaitCommitted("nospare", 8)) << AllOutput(agents);
   SignalNode(*agents[1], SIGKILL);
   EXPECT_EQ(agents[0]->Wait(300), 8) << AllOutput(agents);
@@ -442,7 +458,8 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
   auto etcd = Etcd();
   auto folder = [&](int host) { return HostFolder("private", host); };
   launch::rdzv::Plan plan;
-  auto agents = StartJob(*etcd, "private", "--max-restarts 3", &plan, /*private_folders=*/true);
+  auto agents = StartJob(*etcd, "private", std::string("--max-restarts 3") + kHeldAtStep12, &plan,
+                         /*private_folders=*/true);
   const int node0 = HostOf(agents, plan.nodes[0]);
   const int victim = HostOf(agents, plan.nodes[1]);
   ASSERT_GE(node0, 0);
@@ -464,6 +481,7 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
       },
       180))
       << AllOutput(agents);
+  ASSERT_TRUE(WaitHeld(agents, 12)) << AllOutput(agents);
   KillNodeWithItsDisk(*agents[victim], folder(victim));
   EXPECT_EQ(agents[node0]->Wait(300), 0) << AllOutput(agents);
   EXPECT_EQ(agents[2]->Wait(300), 0) << AllOutput(agents);
@@ -512,8 +530,10 @@ TEST_F(MultiNode, ALostNodeWhoseFilesNeverLeftItStartsTheJobOver) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
   auto folder = [&](int host) { return HostFolder("lonely", host); };
-  // Node 1 holds ranks 2 and 3; the spare that takes its place drops its pushes too.
-  const std::string flags = "--max-restarts 12 --inject push-loss:rank=2:gen=all";
+  // Node 1 holds ranks 2 and 3; the spare that takes its place drops its pushes too. Generation
+  // 0 is held at step 6 (as kHeldAtStep12 does), so step 4 is its only commit when it is killed.
+  const std::string flags =
+      "--max-restarts 12 --inject push-loss:rank=2:gen=all,hang:rank=2:step=6";
   launch::rdzv::Plan plan;
   auto agents = StartJob(*etcd, "lonely", flags, &plan, /*private_folders=*/true);
   const int node0 = HostOf(agents, plan.nodes[0]);
@@ -529,6 +549,7 @@ TEST_F(MultiNode, ALostNodeWhoseFilesNeverLeftItStartsTheJobOver) {
       },
       180))
       << AllOutput(agents);
+  ASSERT_TRUE(WaitHeld(agents, 6)) << AllOutput(agents);
   KillNodeWithItsDisk(*agents[victim], folder(victim));
   EXPECT_EQ(agents[node0]->Wait(300), 0) << AllOutput(agents);
   EXPECT_EQ(agents[2]->Wait(300), 0) << AllOutput(agents);
