@@ -477,13 +477,14 @@ TEST_F(ResilienceE2E, MemoryReplicasRestoreWithoutReadingStorage) {
   ExpectFailure(report, "crash", 1);
   EXPECT_EQ(report["failures"][0]["resumed_from"], 9);
   EXPECT_EQ(report["steps_redone"], 1);  // step 10
-  // The run's own RAM folder (named after the job and its checkpoint folder, so a concurrent run
-  // of the same job name elsewhere on this host has another one) is gone at the end.
+  // The launcher's own RAM folder (named after the job and the launcher's pid, so a concurrent
+  // run of the same job name elsewhere on this host has another one) is gone at the end.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex("out of memory replicas in (\\S+):"))) << out;
   const std::string root = m[1];
-  EXPECT_EQ(root.rfind("/dev/shm/tenax-" + job + "-", 0), 0u) << root;
+  EXPECT_EQ(root.rfind("/dev/shm/tenax-ram-" + job + "-", 0), 0u) << root;
   EXPECT_FALSE(std::filesystem::exists(root)) << root;
+  EXPECT_FALSE(std::filesystem::exists(root + ".owner")) << root;
 }
 
 // Inputs a restart cannot fix stop the launch before any rank starts, with a message that

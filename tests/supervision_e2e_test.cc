@@ -62,16 +62,27 @@ class SupervisionE2E : public ::testing::Test {
 };
 TempDir* SupervisionE2E::dir_ = nullptr;
 
+// The folder named on the line of `output` that starts with `prefix`, up to the next space.
+std::string FolderAfter(const std::string& output, const std::string& prefix) {
+  const size_t at = output.find(prefix);
+  if (at == std::string::npos) return "";
+  const size_t from = at + prefix.size();
+  return output.substr(from, output.find_first_of(" \n", from) - from);
+}
+
 // The launcher is killed while its job is held at step 10 by a stopped rank (the injected
 // `stop`, with a hang timeout far beyond the test's), so the kill lands mid-run however fast the
-// steps are, and the family includes a rank that runs no signal handler.
+// steps are, and the family includes a rank that runs no signal handler. With memory replicas
+// the ranks' RAM folder outlives the killed launcher only until the next launcher on the host.
 TEST_F(SupervisionE2E, KilledLauncherLeavesNoProcessAndItsSuccessorResumes) {
-  const std::string cmd =
-      "launch --nproc-per-node 2 --spares 1 -- " + Train(*dir_, "orphans", kShortSteps);
+  const std::string train =
+      Train(*dir_, "orphans", kShortSteps) + " --set checkpoint.memory_replicas=true";
+  const std::string cmd = "launch --nproc-per-node 2 --spares 1 -- " + train;
+  std::string ram;
   {
     Background launcher(Words("launch --nproc-per-node 2 --spares 1 --hang-timeout 3600 "
                               "--inject stop:rank=1:step=10 -- " +
-                              Train(*dir_, "orphans", kShortSteps)),
+                              train),
                         dir_->path(), *dir_ / "orphans.log");
     ASSERT_TRUE(WaitFor(
         [&] {
@@ -81,6 +92,11 @@ TEST_F(SupervisionE2E, KilledLauncherLeavesNoProcessAndItsSuccessorResumes) {
         },
         120))
         << launcher.output();
+    ram = FolderAfter(launcher.output(), "launch: memory replicas in ");
+    ASSERT_EQ(ram.rfind("/dev/shm/tenax-ram-orphans-" + std::to_string(launcher.pid()) + "-", 0),
+              0u)
+        << launcher.output();
+    ASSERT_FALSE(std::filesystem::is_empty(ram)) << "no checkpoint copies in " << ram;
     const std::vector<pid_t> family = Descendants(launcher.pid());
     ASSERT_GE(family.size(), 3u) << "2 ranks and a spare";
     ASSERT_EQ(::kill(launcher.pid(), SIGKILL), 0);
@@ -96,10 +112,18 @@ TEST_F(SupervisionE2E, KilledLauncherLeavesNoProcessAndItsSuccessorResumes) {
     EXPECT_TRUE(all_gone) << "processes of a killed launcher are still running";
   }
   // The command again (without the fault): it takes the run folder over, resumes from step 8,
-  // records the lost launcher.
+  // records the lost launcher. The killed launcher's RAM folder is gone once it started (its
+  // sweep, or another launcher's on this host), and its own once it ended.
   auto r = RunTenax(cmd, dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("launch 2 of this run"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(ram)) << ram;
+  EXPECT_FALSE(std::filesystem::exists(ram + ".owner")) << ram;
+  const std::string own = FolderAfter(r.output, "launch: memory replicas in ");
+  ASSERT_FALSE(own.empty()) << r.output;
+  EXPECT_NE(own, ram);
+  EXPECT_FALSE(std::filesystem::exists(own)) << own;
+  EXPECT_FALSE(std::filesystem::exists(own + ".owner")) << own;
   ExpectClean("orphans");
   const nlohmann::json report = ReadJson(*dir_ / "orphans/goodput.json");
   EXPECT_EQ(report["launches"], 2) << report.dump(2);

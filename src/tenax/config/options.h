@@ -158,9 +158,10 @@ struct CheckpointOptions {
   // Write checkpoints in the background: training blocks only while state is copied to host
   // memory (checkpoint/async_writer.h).
   bool async = false;
-  // Distributed: each rank also keeps its newest checkpoint files, and its peer's, in tmpfs
-  // (/dev/shm/tenax-<job.name>-<CRC-32 of the checkpoint folder>), so damaged or missing files of
-  // one rank are restored without storage (checkpoint/memory_replica.h).
+  // Distributed: each rank also keeps its newest checkpoint files, and its peer's, in tmpfs (the
+  // launcher's RAM folder, else /dev/shm/tenax-<job.name>-<CRC-32 of the checkpoint folder>), so
+  // damaged or missing files of one rank are restored without storage
+  // (checkpoint/memory_replica.h).
   bool memory_replicas = false;
   int64_t keep_latest = 3;        // 0 keeps all
   std::string resume = "latest";  // latest | none | PATH to a step folder

@@ -64,6 +64,7 @@ struct TrainJob {
   std::string checkpoint_dir;  // empty: checkpoints off
   int64_t total_steps = 0;
   bool async_checkpoints = false;
+  bool memory_replicas = false;
 };
 Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train") return std::optional<TrainJob>();
@@ -77,6 +78,7 @@ Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& arg
   }
   job.total_steps = config.training.steps;
   job.async_checkpoints = config.checkpoint.enable && config.checkpoint.async;
+  job.memory_replicas = config.checkpoint.enable && config.checkpoint.memory_replicas;
   return std::optional<TrainJob>(job);
 }
 
@@ -190,6 +192,7 @@ Result<int> Launch(const LaunchOptions& o) {
     job.run_dir = train->run_dir;
     job.checkpoint_dir = train->checkpoint_dir;
     job.total_steps = train->total_steps;
+    job.memory_replicas = train->memory_replicas;
   }
   if (!o.inject.empty()) {
     TENAX_ASSIGN_OR_RETURN(job.faults, protocol::ParseFaults(o.inject));

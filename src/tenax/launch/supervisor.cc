@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 extern char** environ;
@@ -65,10 +66,7 @@ Supervisor::~Supervisor() {
   for (int fd : liveness_) {
     if (fd >= 0) ::close(fd);
   }
-  if (!hb_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(hb_dir_, ec);
-  }
+  // hb_folder_ and ram_folder_ are removed after this, once the processes are gone.
 }
 
 double Supervisor::Elapsed() const { return protocol::MonotonicNow() - t0_mono_; }
@@ -94,6 +92,7 @@ Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
   setup.heartbeat_dir = hb_dir_;
   setup.inject = o_.inject;
   setup.agent_socket = agent_socket_;
+  if (ram_folder_) setup.ram_folder = ram_folder_->path();
   Result<int> standby = inherit(read_fd);
   Result<int> liveness = standby.ok() ? inherit(liveness_[0]) : standby;
   Result<int> lock = Result<int>(-1);
@@ -507,12 +506,37 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
 
 Status Supervisor::Start() {
   if (slots_) return Status::Ok();
-  hb_dir_ = "/tmp/tenax-heartbeat-XXXXXX";
-  if (::mkdtemp(hb_dir_.data()) == nullptr) {
-    const std::string tried = hb_dir_;
-    hb_dir_.clear();
+  // Folders of this launcher's own (core/owned_folder.h): <prefix><name>-<pid>-<random>, removed
+  // when it ends; a killed launcher's are removed by the next launcher that starts on the host.
+  std::random_device random;
+  auto claim = [&](const std::string& parent, const std::string& prefix, const std::string& name) {
+    return OwnedFolder::Claim(parent, prefix,
+                              fmt::format("{}{}{}-{:08x}", prefix, name, ::getpid(), random()));
+  };
+  Result<OwnedFolder> hb = claim("/tmp", "tenax-heartbeat-", "");
+  if (!hb.ok()) {
     return IoError(
-        fmt::format("cannot create a heartbeat folder {}: {}", tried, std::strerror(errno)));
+        fmt::format("cannot create a heartbeat folder in /tmp: {}", hb.status().message()));
+  }
+  hb_folder_ = std::move(*hb);
+  hb_dir_ = hb_folder_->path();
+  if (job_.memory_replicas) {
+    const std::string run = job_.run_dir.empty()
+                                ? std::string()
+                                : std::filesystem::path(job_.run_dir).filename().string() + "-";
+    Result<OwnedFolder> ram = claim("/dev/shm", "tenax-ram-", run);
+    if (!ram.ok()) {
+      return IoError(fmt::format(
+          "checkpoint.memory_replicas: cannot create the ranks' RAM folder in /dev/shm: {}; "
+          "make /dev/shm a writable tmpfs or set checkpoint.memory_replicas = false",
+          ram.status().message()));
+    }
+    ram_folder_ = std::move(*ram);
+    log::Info(
+        "launch: memory replicas in {}{}", ram_folder_->path(),
+        ram_folder_->swept() > 0
+            ? fmt::format(" (removed {} RAM folder(s) of killed launchers)", ram_folder_->swept())
+            : std::string());
   }
   if (::pipe2(liveness_, O_CLOEXEC) != 0) {
     return Internal(std::string("pipe2: ") + std::strerror(errno));

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "tenax/core/owned_folder.h"
 #include "tenax/core/run_lock.h"
 #include "tenax/core/status.h"
 #include "tenax/launch/attribution.h"
@@ -60,6 +61,7 @@ struct JobInfo {
   std::string run_dir;                  // the run folder (`train`); empty for other commands
   std::string checkpoint_dir;           // its checkpoint folder (`train` with checkpoints on)
   int64_t total_steps = 0;              // training.steps (`train`); 0: unknown
+  bool memory_replicas = false;         // checkpoint.memory_replicas: the ranks get a RAM folder
   std::vector<protocol::Fault> faults;  // the parsed --inject spec
   std::string goodput_path;             // where goodput.json goes; empty: nowhere
   nlohmann::json previous_goodput;      // goodput.json of earlier launches of this run (or null)
@@ -132,7 +134,10 @@ class Supervisor {
   const double t0_mono_, t0_wall_;
 
   std::unique_ptr<ChildWatcher> watcher_;
-  std::string hb_dir_;
+  // This launcher's folders, removed when it ends (by the next launcher on the host when it is
+  // killed): heartbeats (in /tmp) and, with memory replicas, the ranks' RAM folder (/dev/shm).
+  std::optional<OwnedFolder> hb_folder_, ram_folder_;
+  std::string hb_dir_;          // hb_folder_'s path
   int liveness_[2] = {-1, -1};  // the ranks hold [0] (launcher_watch.h); only this holds [1]
   std::unique_ptr<SlotTable> slots_;
   std::unique_ptr<Monitor> monitor_;

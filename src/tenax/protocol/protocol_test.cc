@@ -84,6 +84,7 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   s.launch_time_unix = 1700000000.25;
   s.heartbeat_dir = "/tmp/beats";
   s.inject = "crash:rank=1:step=3";
+  s.ram_folder = "/dev/shm/tenax-ram-run-4242-0a1b2c3d";
   Assignment a;
   a.rank = 5;
   a.world = 8;
@@ -116,6 +117,7 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   EXPECT_NEAR(ctx->run_elapsed_s, 7200.5, 1e-3);
   EXPECT_EQ(ctx->heartbeat_dir, "/tmp/beats");
   EXPECT_EQ(ctx->inject, "crash:rank=1:step=3");
+  EXPECT_EQ(ctx->ram_folder, "/dev/shm/tenax-ram-run-4242-0a1b2c3d");
 }
 
 TEST(RankContextTest, NoVariablesIsAnUnsupervisedProcess) {
@@ -125,6 +127,7 @@ TEST(RankContextTest, NoVariablesIsAnUnsupervisedProcess) {
   EXPECT_EQ(ctx->generation, 0);
   EXPECT_EQ(ctx->launcher_fd, -1);
   EXPECT_TRUE(ctx->heartbeat_dir.empty());
+  EXPECT_TRUE(ctx->ram_folder.empty());
 }
 
 TEST(RankContextTest, MalformedValuesNameTheVariable) {

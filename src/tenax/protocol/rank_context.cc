@@ -102,6 +102,7 @@ Result<RankContext> ReadRankContext(const GetEnv& getenv) {
   if (const char* v = get(kEnvHeartbeatDir)) ctx.heartbeat_dir = v;
   if (const char* v = get(kEnvInject)) ctx.inject = v;
   if (const char* v = get(kEnvAgentSocket)) ctx.agent_socket = v;
+  if (const char* v = get(kEnvRamFolder)) ctx.ram_folder = v;
   return ctx;
 }
 
@@ -128,6 +129,7 @@ std::vector<std::string> StandbyEnvironment(const StandbySetup& s) {
   if (!s.agent_socket.empty()) {
     env.push_back(fmt::format("{}={}", kEnvAgentSocket, s.agent_socket));
   }
+  if (!s.ram_folder.empty()) env.push_back(fmt::format("{}={}", kEnvRamFolder, s.ram_folder));
   return env;
 }
 

@@ -14,6 +14,9 @@
 //   TENAX_SLOT, TENAX_HEARTBEAT_DIR, TENAX_LAUNCH_TIME (unix seconds), TENAX_INJECT (fault spec)
 //   TENAX_AGENT_SOCKET   (several nodes) the node agent's channel: rank 0 commits checkpoints
 //                        through it, fenced by the generation (agent_channel.h)
+//   TENAX_RAM_FOLDER     (checkpoint.memory_replicas) a tmpfs folder that lives exactly as long
+//                        as the launcher (core/owned_folder.h): the ranks keep their checkpoint
+//                        copies there, so ranks it restarts find them and nothing outlives it
 // Assignment line ("KEY=VALUE KEY=VALUE ...\n", AssignmentLine): RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names, read by parallel/dist_env.h),
 // TENAX_RESTART_COUNT (the launch generation) and TENAX_RUN_ELAPSED_S (seconds since the launch
@@ -41,6 +44,7 @@ inline constexpr const char* kEnvInject = "TENAX_INJECT";
 inline constexpr const char* kEnvRestartCount = "TENAX_RESTART_COUNT";
 inline constexpr const char* kEnvRunElapsed = "TENAX_RUN_ELAPSED_S";
 inline constexpr const char* kEnvAgentSocket = "TENAX_AGENT_SOCKET";
+inline constexpr const char* kEnvRamFolder = "TENAX_RAM_FOLDER";
 
 struct RankContext {
   bool supervised = false;  // started by tenax launch
@@ -54,6 +58,7 @@ struct RankContext {
   std::string heartbeat_dir;    // empty: no beats, exit reports or fired-fault records
   std::string inject;           // fault spec (fault_injection.h); empty: none
   std::string agent_socket;     // several nodes: commit checkpoints through the agent
+  std::string ram_folder;       // the launcher's RAM folder for memory replicas; empty: none
 };
 
 using GetEnv = std::function<const char*(const char*)>;
@@ -77,6 +82,7 @@ struct StandbySetup {
   std::string heartbeat_dir;
   std::string inject;
   std::string agent_socket;
+  std::string ram_folder;
 };
 std::vector<std::string> StandbyEnvironment(const StandbySetup& s);  // "KEY=VALUE" entries
 

@@ -117,8 +117,8 @@ class TrainCheckpointer {
     CheckpointOptions options;  // the [checkpoint] section
     int64_t total_steps = 1;    // training.steps
     std::string folder;         // the checkpoint folder (CheckpointStore's)
-    // tmpfs folder for memory replicas (/dev/shm/tenax-<job name>-<crc of folder>); empty disables
-    // them.
+    // tmpfs folder for memory replicas (TENAX_RAM_FOLDER or /dev/shm/tenax-<job>-<crc>); empty
+    // disables them.
     std::string replica_root;
     int rank = 0;
     int world_size = 1;

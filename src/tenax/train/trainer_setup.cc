@@ -251,12 +251,15 @@ Status Trainer::SetupCheckpoints() {
   cs.total_steps = t_.steps;
   cs.folder = ckpt_dir_;
   if (config_.checkpoint.memory_replicas && env_.distributed()) {
-    // One RAM folder per run: the job's name for whoever looks at /dev/shm, and the CRC-32 of
-    // the checkpoint folder's absolute path so two runs of one job name on a host (two users,
-    // two CI checkouts) never share one, while a restart of the same run finds its own.
+    // Started by tenax launch: the launcher's RAM folder, which lives as long as it does. Else
+    // (torchrun, srun) one per run, kept: the job's name for whoever looks at /dev/shm, and the
+    // CRC-32 of the checkpoint folder's absolute path so two runs of one job name on a host (two
+    // users, two CI checkouts) never share one, while a restart of the same run finds its own.
     cs.replica_root =
-        fmt::format("/dev/shm/tenax-{}-{:08x}", config_.job.name,
-                    Crc32(std::filesystem::absolute(ckpt_dir_).lexically_normal().string()));
+        !ctx_.ram_folder.empty()
+            ? ctx_.ram_folder
+            : fmt::format("/dev/shm/tenax-{}-{:08x}", config_.job.name,
+                          Crc32(std::filesystem::absolute(ckpt_dir_).lexically_normal().string()));
   }
   cs.rank = env_.rank;
   cs.world_size = env_.world;
