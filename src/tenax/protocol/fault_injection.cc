@@ -22,7 +22,8 @@ const char* kGrammar =
     "stop:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
-    "push-loss:rank=R; each may end in :gen=G or :gen=all";
+    "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N]; each may end in :gen=G or "
+    ":gen=all";
 
 constexpr std::pair<FaultKind, const char*> kKinds[] = {
     {FaultKind::kCrash, "crash"},
@@ -35,6 +36,8 @@ constexpr std::pair<FaultKind, const char*> kKinds[] = {
     {FaultKind::kKillInCkpt, "kill-in-ckpt"},
     {FaultKind::kSpike, "spike"},
     {FaultKind::kPushLoss, "push-loss"},
+    {FaultKind::kExitHang, "exit-hang"},
+    {FaultKind::kExitCrash, "exit-crash"},
 };
 
 void Say(int rank, const std::string& what) {
@@ -122,11 +125,15 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     } else if (f.kind == FaultKind::kCrash && (have_step == (f.time_s > 0))) {
       return InvalidArgument("--inject " + item +
                              ": a crash needs rank=R and step=S or time=T (one of them)");
-    } else if (f.kind == FaultKind::kPushLoss) {
+    } else if (f.kind == FaultKind::kPushLoss || f.kind == FaultKind::kExitHang ||
+               f.kind == FaultKind::kExitCrash) {
       if (have_step) {
-        return InvalidArgument("--inject " + item +
-                               ": a push-loss has no step (it drops every push of its node in "
-                               "its generation)");
+        return InvalidArgument(
+            "--inject " + item +
+            (f.kind == FaultKind::kPushLoss
+                 ? ": a push-loss has no step (it drops every push of its node in its generation)"
+                 : ": an " + std::string(FaultKindName(f.kind)) +
+                       " has no step (it strikes once the rank's work is done)"));
       }
     } else if (f.kind != FaultKind::kCrash && !have_step) {
       return InvalidArgument(
@@ -304,6 +311,21 @@ void FaultInjector::BeforeGradientReduce(int64_t step, double compute_s) {
     if (f.kind == FaultKind::kSlow && step >= f.step && compute_s > 0) {
       Record(f, step);
       std::this_thread::sleep_for(std::chrono::duration<double>((f.factor - 1) * compute_s));
+    }
+  }
+}
+
+void FaultInjector::AfterFinish(int64_t step) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kExitHang) {
+      Record(f, step);
+      Say(rank_, "hang in the teardown after step " + std::to_string(step));
+      for (;;) ::pause();  // like a communicator whose destruction never returns
+    }
+    if (f.kind == FaultKind::kExitCrash) {
+      Record(f, step);
+      Say(rank_, "crash in the teardown after step " + std::to_string(step));
+      std::_Exit(f.code);  // like a destructor that fails: no report, no cleanup
     }
   }
 }

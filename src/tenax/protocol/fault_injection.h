@@ -26,6 +26,10 @@
 //                                                  drops its replica pushes (they never reach the
 //                                                  next node's RAM), like a node lost before any
 //                                                  push landed; fired by the agent, not the rank
+//         | exit-hang:rank=R[:gen=G]               blocks forever once its work is done (last
+//                                                  step, final checkpoint, `finish` beat), like a
+//                                                  teardown that never returns
+//         | exit-crash:rank=R[:code=N][:gen=G]     exits with code N (default 1) at that point
 // Non-goals: faults in data loading or the network itself (a dead peer is a crash here).
 #pragma once
 
@@ -55,6 +59,8 @@ enum class FaultKind {
   kKillInCkpt,
   kSpike,
   kPushLoss,
+  kExitHang,
+  kExitCrash,
 };
 const char* FaultKindName(FaultKind k);
 
@@ -123,6 +129,9 @@ class FaultInjector {
   // then wait inside the reduction, like a stuck kernel), `stop` raises SIGSTOP (the same, and
   // the rank cannot even dump its flight record).
   void BeforeGradientReduce(int64_t step, double compute_s);
+  // After the rank's `finish` beat (its work is done, `step` the last): `exit-hang` blocks forever,
+  // `exit-crash` exits with its code.
+  void AfterFinish(int64_t step);
   bool PoisonLoss(int64_t step);    // `nan`: this step's loss becomes NaN
   double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by
   // Checkpoint faults: `ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank

@@ -19,9 +19,9 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
       "crash:rank=1:step=8:how=exit:code=3,hang:rank=0:step=5:gen=2,slow:rank=1:factor=2.5,"
       "nan:rank=0:step=4,ckpt-fail:step=9,ckpt-corrupt:step=6,kill-in-ckpt:rank=1:step=3,"
       "spike:rank=1:step=10:gen=all,spike:rank=0:step=11:factor=7,push-loss:rank=3:gen=all,"
-      "stop:rank=1:step=6:gen=1");
+      "stop:rank=1:step=6:gen=1,exit-hang:rank=2,exit-crash:rank=0:code=3");
   ASSERT_TRUE(f.ok()) << f.status().message();
-  ASSERT_EQ(f->size(), 11u);
+  ASSERT_EQ(f->size(), 13u);
   const std::vector<Fault>& v = *f;
   EXPECT_EQ(v[0].kind, FaultKind::kCrash);
   EXPECT_EQ(v[0].rank, 1);
@@ -51,6 +51,12 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
   EXPECT_EQ(v[10].rank, 1);
   EXPECT_EQ(v[10].step, 6);
   EXPECT_EQ(v[10].generation, 1);
+  EXPECT_EQ(v[11].kind, FaultKind::kExitHang);
+  EXPECT_EQ(v[11].rank, 2);
+  EXPECT_EQ(v[11].step, 0);
+  EXPECT_EQ(v[11].generation, 0);
+  EXPECT_EQ(v[12].kind, FaultKind::kExitCrash);
+  EXPECT_EQ(v[12].code, 3);
 }
 
 TEST(FaultInjectionTest, RefusesMalformedSpecs) {
@@ -58,7 +64,8 @@ TEST(FaultInjectionTest, RefusesMalformedSpecs) {
        {"boom:rank=1", "crash:rank=1", "crash:rank=1:step=2:time=3", "hang:step=3", "stop:rank=1",
         "slow:rank=0", "spike:rank=0", "spike:rank=0:step=3:factor=1", "nan:rank=0:step=0",
         "crash:rank=0:step=2:gen=some", "nan:rank=x:step=2", "push-loss:step=3",
-        "push-loss:rank=1:step=3"}) {
+        "push-loss:rank=1:step=3", "exit-hang:step=3", "exit-hang:rank=1:step=3",
+        "exit-crash:rank=1:step=2"}) {
     Result<std::vector<Fault>> f = ParseFaults(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument) << bad;

@@ -101,6 +101,8 @@ void HeartbeatWriter::NonFinite(int64_t step) { Write(step, Phase::kNonFinite); 
 
 void HeartbeatWriter::LossSpike(int64_t step) { Write(step, Phase::kLossSpike); }
 
+void HeartbeatWriter::Finished(int64_t step) { Write(step, Phase::kFinish); }
+
 void HeartbeatWriter::Refresh() { Write(last_step_, last_phase_); }
 
 void HeartbeatWriter::Write(int64_t step, Phase phase) {

@@ -1,7 +1,8 @@
 // Progress heartbeats from ranks to the launcher. A rank overwrites <heartbeat folder>/rank-R
 // with one JSON object (temp file + rename, no fsync: losing a beat on a machine crash is
 // harmless, a torn one is not) when it is ready to train, after every step and around every
-// checkpoint. The launcher reads the files to tell a hang (no rank progresses) from a slow step,
+// checkpoint, and once more when its work is done (the `finish` phase, before the teardown). The
+// launcher reads the files to tell a hang (no rank progresses) from a slow step,
 // to find stragglers (per-step compute time, without the time blocked in collectives) and to
 // split the wall time for goodput.json (cumulative step and checkpoint seconds, the step a
 // generation resumed from). Without a heartbeat folder, beats are no-ops.
@@ -23,7 +24,9 @@ struct Beat {
   int64_t step = 0;
   double wall_s = 0;  // the rank's clock (seconds since the epoch)
   // kReady (set up, about to train), kTrain (a step finished), kCheckpoint (writing one),
-  // kNonFinite / kLossSpike (about to exit with that diagnosis), kEval (evaluating after `step`).
+  // kNonFinite / kLossSpike (about to exit with that diagnosis), kEval (evaluating after `step`),
+  // kFinish (done: the last step trained and the final checkpoint committed; the process only
+  // has to tear down and exit 0).
   Phase phase = Phase::kTrain;
   // Progress between steps: bumped for every evaluation batch (beats rate-limited), so the
   // launcher sees a long evaluation advance and does not take it for a hang.
@@ -63,6 +66,8 @@ class HeartbeatWriter {
   void CheckpointDone(int64_t step, double seconds);
   void NonFinite(int64_t step);
   void LossSpike(int64_t step);
+  // The rank's work is over and durable; written right before it tears down and exits.
+  void Finished(int64_t step);
   // Records the step an async save writes in the background (-1: none); sent with the next beat.
   void SetWritingCheckpoint(int64_t step) { beat_.writing_checkpoint = step; }
   // Rewrites the last beat (same step and phase) with the current fields.

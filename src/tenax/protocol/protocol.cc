@@ -11,7 +11,7 @@
 namespace tenax::protocol {
 namespace {
 
-constexpr std::array<std::pair<Phase, const char*>, 7> kPhases = {{
+constexpr std::array<std::pair<Phase, const char*>, 8> kPhases = {{
     {Phase::kSetup, "setup"},
     {Phase::kReady, "ready"},
     {Phase::kTrain, "train"},
@@ -19,6 +19,7 @@ constexpr std::array<std::pair<Phase, const char*>, 7> kPhases = {{
     {Phase::kNonFinite, "nonfinite"},
     {Phase::kLossSpike, "loss-spike"},
     {Phase::kEval, "eval"},
+    {Phase::kFinish, "finish"},
 }};
 
 constexpr std::array<std::pair<FailureKind, const char*>, 12> kKinds = {{

@@ -54,8 +54,9 @@ bool Restartable(int code);
 // A verb phrase for logs: "was killed by signal 9 (Killed)", "exited with code 5 (I/O error)".
 std::string DescribeExitCode(int code);
 
-// Where a rank is, as its heartbeats say (heartbeat.h). kSetup: no beat yet.
-enum class Phase { kSetup, kReady, kTrain, kCheckpoint, kNonFinite, kLossSpike, kEval };
+// Where a rank is, as its heartbeats say (heartbeat.h). kSetup: no beat yet. kFinish: its work
+// is done and durable (last step, final checkpoint committed); only its teardown is left.
+enum class Phase { kSetup, kReady, kTrain, kCheckpoint, kNonFinite, kLossSpike, kEval, kFinish };
 const char* PhaseName(Phase p);
 std::optional<Phase> ParsePhase(std::string_view name);
 

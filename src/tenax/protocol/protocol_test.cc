@@ -58,7 +58,7 @@ TEST(ProtocolTest, WaitStatusBecomesTheShellsCode) {
 
 TEST(ProtocolTest, NamesRoundTrip) {
   for (Phase p : {Phase::kSetup, Phase::kReady, Phase::kTrain, Phase::kCheckpoint,
-                  Phase::kNonFinite, Phase::kLossSpike, Phase::kEval}) {
+                  Phase::kNonFinite, Phase::kLossSpike, Phase::kEval, Phase::kFinish}) {
     EXPECT_EQ(ParsePhase(PhaseName(p)), p);
   }
   EXPECT_FALSE(ParsePhase("bogus"));
@@ -186,6 +186,22 @@ TEST(HeartbeatTest, EvaluationBatchesShowAsProgressWithoutAStep) {
   b = ReadHeartbeat(dir.path(), 0);
   EXPECT_EQ(b->step, 13);
   EXPECT_EQ(b->work, 51);
+}
+
+TEST(HeartbeatTest, TheFinishBeatKeepsTheLastStepAndItsTotals) {
+  // The launcher tells a rank stuck in its teardown from one stuck in training by this beat.
+  TempDir dir;
+  HeartbeatWriter w(dir.path(), 1, 0);
+  w.StepDone(48, 0.25, 0.2, 1000);
+  w.CheckpointBegin(48);
+  w.CheckpointDone(48, 0.5);
+  w.Finished(48);
+  std::optional<Beat> b = ReadHeartbeat(dir.path(), 1);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->phase, Phase::kFinish);
+  EXPECT_EQ(b->step, 48);
+  EXPECT_DOUBLE_EQ(b->steps_s, 0.25);
+  EXPECT_DOUBLE_EQ(b->checkpoint_s, 0.5);
 }
 
 TEST(ExitReportTest, RecognisesALostPeer) {

@@ -61,6 +61,7 @@ Result<TrainSummary> Trainer::Run() {
     summary_.already_complete = true;
     summary_.first_step = summary_.last_step = progress_.step;
     if (reporter_out_) reporter_out_->Finish();
+    Finished(progress_.step);
     return summary_;
   }
   summary_.first_step = progress_.step + 1;
@@ -336,7 +337,15 @@ Status Trainer::Finish() {
   summary_.tokens_per_s = train_seconds_ > 0 ? tokens_run / train_seconds_ : 0;
   summary_.flops_per_s = summary_.tokens_per_s * flops_.total();
   if (device_.peak_flops) summary_.mfu = summary_.flops_per_s / *device_.peak_flops;
+  Finished(last_step_);
   return Status::Ok();
+}
+
+void Trainer::Finished(int64_t step) {
+  // Everything this rank had to do is durable now; what is left is its teardown (process groups,
+  // threads), which the launcher watches on its own clock (--exit-timeout).
+  beats_->Finished(step);
+  if (faults_) faults_->AfterFinish(step);
 }
 
 }  // namespace trainer_internal

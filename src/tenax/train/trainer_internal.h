@@ -89,6 +89,8 @@ class Trainer {
   Status Evaluate(int64_t step);
   Status Save(int64_t step);
   Status Finish();
+  // The `finish` beat: this rank's work is done and durable (tests may hang it here: exit-hang).
+  void Finished(int64_t step);
   // Decides about a spike at `step` (logs it, records it); kNone when the loss is no spike.
   Result<SpikeAction> CheckSpike(int64_t step, double loss);
   Status Fail(FailureKind kind, Status st, bool secondary = false) {
