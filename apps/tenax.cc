@@ -281,6 +281,10 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--hang-timeout", launch_options.hang_timeout_s,
                          "seconds without progress before a hang is declared (a floor; default "
                          "300, or 10x the median step time if longer)");
+  launch_cmd->add_option("--exit-timeout", launch_options.exit_timeout_s,
+                         "seconds a rank that finished training may take to exit before it is "
+                         "named as stuck in its teardown and killed; the run still counts as "
+                         "done (default 60)");
   launch_cmd->add_option("--goodput-file", launch_options.goodput_file,
                          "write the goodput report (time split, failures) here; default: "
                          "goodput.json in the run folder");

@@ -345,6 +345,29 @@ TEST_F(MultiNode, AHungRankOnAnotherNodeIsNamed) {
   EXPECT_EQ(report["failures"][0]["node"], 1) << report.dump(2);
 }
 
+// A rank stuck in its teardown after it finished (the injected exit-hang) is killed by its own
+// node after --exit-timeout; the job still ends done on every node, without a restart, and node
+// 0's goodput.json names the rank and its node (from etcd's gen/0/exit/2).
+TEST_F(MultiNode, ARankStuckInItsTeardownOnAnotherNodeEndsTheJobDone) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  std::vector<std::unique_ptr<Background>> agents;
+  const std::string flags = "--max-restarts 2 --exit-timeout 1 --inject exit-hang:rank=2";
+  agents.push_back(Agent(0, *etcd, "teardown", flags));
+  agents.push_back(Agent(1, *etcd, "teardown", flags));
+  for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
+  EXPECT_NE(AllOutput(agents).find("launch: rank(s) 2 finished training"), std::string::npos)
+      << AllOutput(agents);
+  ExpectSameWeights("teardown", reference);
+  const nlohmann::json report = Goodput("teardown");
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_EQ(report["restarts"], 0) << report.dump(2);
+  ASSERT_EQ(report["exit_faults"].size(), 1u) << report.dump(2) << AllOutput(agents);
+  EXPECT_EQ(report["exit_faults"][0]["rank"], 2);
+  EXPECT_EQ(report["exit_faults"][0]["node"], 1);
+  EXPECT_EQ(report["exit_faults"][0]["kind"], "hang");
+}
+
 // SIGSTOP a whole node: alive but silent; its lease expires, it is replaced, and when it is let
 // go again it stops its own ranks (fenced) instead of writing anything.
 TEST_F(MultiNode, AStoppedNodeIsFencedAndReplaced) {

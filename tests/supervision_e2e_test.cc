@@ -2,8 +2,9 @@
 // would: a rank killed with SIGKILL ten times at random is named every time and the run still
 // ends bit-identical; a stopped rank is named and killed at once; a killed launcher leaves no
 // process behind and its successor resumes, with the gap in goodput.json; a second launch into a
-// running folder is refused without touching it; a finished run launched again succeeds; a
-// fault that never fires is an error. Every wait is for an event (a file, a status field, a
+// running folder is refused without touching it; a finished run launched again succeeds; a rank
+// stuck in its teardown after finishing is named and killed without a restart; a fault that never
+// fires is an error. Every wait is for an event (a file, a status field, a
 // process ending) with a deadline only as a bound for a broken run.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -186,6 +187,58 @@ TEST_F(SupervisionE2E, AStoppedRankIsNamedAndKilled) {
   ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
   EXPECT_EQ(report["failures"][0]["kind"], "hang");
   EXPECT_EQ(report["failures"][0]["rank"], 1) << r.output;
+}
+
+// A rank whose teardown never returns (the injected exit-hang: it blocks after its `finish` beat,
+// like a communicator whose destruction hangs) is named and killed once --exit-timeout has passed,
+// and the run ends done: exit code 0, no restart, no failure, nothing redone, the clean weights.
+TEST_F(SupervisionE2E, ARankStuckInItsTeardownIsNamedAndTheRunEndsDone) {
+  auto r = RunTenax(
+      "launch --nproc-per-node 2 --max-restarts 2 --exit-timeout 1 --inject exit-hang:rank=1 "
+      "-- " +
+          Train(*dir_, "teardown", kShortSteps),
+      dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] injected fault: hang in the teardown after step 48"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("launch: rank(s) 1 finished training (step 48, checkpoints committed) "
+                          "but did not exit within --exit-timeout 1s"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("generation 1:"), std::string::npos) << r.output;  // no restart
+  ExpectClean("teardown");
+  const nlohmann::json report = ReadJson(*dir_ / "teardown/goodput.json");
+  EXPECT_EQ(report["exit_code"], 0);
+  EXPECT_EQ(report["restarts"], 0);
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_EQ(report["steps_redone"], 0);
+  EXPECT_DOUBLE_EQ(report["time_s"]["lost"].get<double>(), 0);
+  ASSERT_EQ(report["exit_faults"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["exit_faults"][0]["rank"], 1);
+  EXPECT_EQ(report["exit_faults"][0]["kind"], "hang");
+  EXPECT_EQ(report["exit_faults"][0]["step"], kShortSteps);
+  EXPECT_NE(ReadFile(*dir_ / "teardown/report.html").find("id=\"exit-faults\""), std::string::npos);
+}
+
+// A rank that fails in its teardown (the injected exit-crash: code 3 after its `finish` beat) had
+// nothing left to lose: it is recorded, and the run ends done without a restart.
+TEST_F(SupervisionE2E, ARankThatCrashesAfterFinishingIsNoFailure) {
+  auto r =
+      RunTenax("launch --nproc-per-node 2 --max-restarts 2 --inject exit-crash:rank=1:code=3 -- " +
+                   Train(*dir_, "exitcrash", kShortSteps),
+               dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("launch: rank 1 exited with code 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("generation 1:"), std::string::npos) << r.output;  // no restart
+  ExpectClean("exitcrash");
+  const nlohmann::json report = ReadJson(*dir_ / "exitcrash/goodput.json");
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_EQ(report["restarts"], 0);
+  ASSERT_EQ(report["exit_faults"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["exit_faults"][0]["rank"], 1);
+  EXPECT_EQ(report["exit_faults"][0]["kind"], "crash");
+  EXPECT_EQ(report["exit_faults"][0]["step"], kShortSteps);
 }
 
 TEST_F(SupervisionE2E, AFaultThatNeverFiresIsAnError) {

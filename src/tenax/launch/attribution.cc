@@ -105,4 +105,16 @@ Verdict AttributeFailure(const std::vector<RankEnd>& ends) {
   return v;
 }
 
+int HangSuspect(const std::vector<int64_t>& last_step, const std::vector<bool>& finished) {
+  if (last_step.empty()) return -1;
+  const auto low = std::min_element(last_step.begin(), last_step.end());
+  if (std::count(last_step.begin(), last_step.end(), *low) == 1) {
+    return static_cast<int>(low - last_step.begin());
+  }
+  if (std::count(finished.begin(), finished.end(), false) == 1) {
+    return static_cast<int>(std::find(finished.begin(), finished.end(), false) - finished.begin());
+  }
+  return -1;
+}
+
 }  // namespace tenax::launch

@@ -60,4 +60,10 @@ protocol::FailureKind ClassifyEnd(const RankEnd& e);
 // launcher caused by stopping ranks are not evidence). Must not be empty.
 Verdict AttributeFailure(const std::vector<RankEnd>& ends);
 
+// A hang, before the flight records are read (they name the rank the others wait for and take
+// precedence): the only rank at the lowest step, else the only rank that has not finished (the
+// others beat `finish`: their work is done and they wait for nobody), else -1. Indices are local
+// ranks; `finished` counts ranks that finished or exited 0.
+int HangSuspect(const std::vector<int64_t>& last_step, const std::vector<bool>& finished);
+
 }  // namespace tenax::launch

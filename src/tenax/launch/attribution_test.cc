@@ -110,6 +110,17 @@ TEST(AttributionTest, TheOriginOfANaNIsTheRankThatSaysSo) {
   EXPECT_EQ(v.kind, FailureKind::kNonFinite);
 }
 
+TEST(AttributionTest, AHangSuspectIsTheOnlyRankBehindOrTheOnlyOneNotFinished) {
+  EXPECT_EQ(HangSuspect({12, 11, 12}, {false, false, false}), 1);  // the only one behind
+  EXPECT_EQ(HangSuspect({12, 12, 12}, {false, false, false}), -1);
+  // Equal steps after the last one: the ranks that finished (or exited 0) wait for nobody.
+  EXPECT_EQ(HangSuspect({48, 48, 48}, {true, false, true}), 1);
+  EXPECT_EQ(HangSuspect({48, 48, 48}, {true, false, false}), -1);
+  // The step decides first: a finished rank is never the one behind.
+  EXPECT_EQ(HangSuspect({48, 47, 48}, {true, false, false}), 1);
+  EXPECT_EQ(HangSuspect({}, {}), -1);
+}
+
 TEST(AttributionTest, KindFollowsTheReportAndThePhase) {
   EXPECT_EQ(ClassifyEnd(Death(0, 137, 0, Phase::kCheckpoint)), FailureKind::kCrashInCheckpoint);
   EXPECT_EQ(ClassifyEnd(Death(0, 5, 0, Phase::kCheckpoint)), FailureKind::kCheckpointWrite);

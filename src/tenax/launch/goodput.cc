@@ -86,6 +86,7 @@ void Goodput::Load(const nlohmann::json& prev) {
     failures_.push_back(r);
   }
   stragglers_ = prev.value("stragglers", nlohmann::json::array());
+  exit_faults_ = prev.value("exit_faults", nlohmann::json::array());
   tokens_per_s_ = prev.value("tokens_per_s", 0.0);
   run_dir_ = prev.value("run_dir", std::string());
   Segment& last = segments_.back();
@@ -190,6 +191,12 @@ void Goodput::AddStraggler(nlohmann::json straggler) {
   if (straggler.contains("time_s")) straggler["time_s"] = Run(straggler["time_s"].get<double>());
   straggler["segment"] = segment_;
   stragglers_.push_back(std::move(straggler));
+}
+
+void Goodput::AddExitFault(nlohmann::json fault) {
+  if (fault.contains("time_s")) fault["time_s"] = Run(fault["time_s"].get<double>());
+  fault["segment"] = segment_;
+  exit_faults_.push_back(std::move(fault));
 }
 
 int Goodput::restarts() const {
@@ -328,6 +335,7 @@ nlohmann::json Goodput::Report(double now, int exit_code, bool ended) const {
           {"failures_by_kind", by_kind},
           {"failures", failures},
           {"stragglers", stragglers_},
+          {"exit_faults", exit_faults_},
           {"loss_spikes", loss_spikes_},
           {"generations", gens},
           {"segments", segs}};
@@ -373,6 +381,11 @@ std::string Goodput::Summary(const nlohmann::json& r) {
         fmt::format("  straggler: rank {} on {} (compute {:.3f}s vs median {:.3f}s at step {})\n",
                     s.value("rank", -1), s.value("host", std::string()), s.value("compute_s", 0.0),
                     s.value("median_s", 0.0), s.value("step", int64_t{0}));
+  }
+  for (const auto& f : r.value("exit_faults", nlohmann::json::array())) {
+    out += fmt::format("  after finishing: rank {} on {} (step {}): {}, {}\n", f.value("rank", -1),
+                       f.value("host", std::string()), f.value("step", int64_t{0}),
+                       f.value("kind", std::string()), f.value("detail", std::string()));
   }
   for (const auto& s : r.value("loss_spikes", nlohmann::json::array())) {
     out += fmt::format("  loss spike: step {} loss {:.4g} vs median {:.4g} ({})\n",

@@ -2,7 +2,8 @@
 // checkpoint stalls, lost work (steps that a restart redid), failure detection, restart (from a
 // failure's detection until the next generation is ready to train), down time (no launcher
 // running: between a launch that ended or died and the next launch of the same run) and idle
-// (the rest: first start-up, evaluation, shut-down), and records every failure and straggler.
+// (the rest: first start-up, evaluation, shut-down), and records every failure, straggler and
+// rank that hung or crashed in its teardown after finishing (`exit_faults`: nothing lost).
 //
 // A run may take several launches (a scheduler requeues it, or a killed launcher is started
 // again): each launch is a *segment*. The launcher rewrites goodput.json about once a second
@@ -63,6 +64,9 @@ class Goodput {
   void GenerationEnded(double now, int exit_code);
   void AddFailure(FailureRecord failure);       // failure.time_s on this launch's clock
   void AddStraggler(nlohmann::json straggler);  // its time_s on this launch's clock
+  // A rank that hung or crashed in its teardown, after its work was done (no restart, nothing
+  // lost): {time_s (this launch's clock), generation, rank, slot, host, step, kind, detail}.
+  void AddExitFault(nlohmann::json fault);
   // The trainer's loss-spike record (<run folder>/loss_spikes.json "spikes"), for the report.
   void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
   void SetReplacement(int slot) {
@@ -107,6 +111,7 @@ class Goodput {
   std::vector<Generation> generations_;
   std::vector<FailureRecord> failures_;
   nlohmann::json stragglers_ = nlohmann::json::array();
+  nlohmann::json exit_faults_ = nlohmann::json::array();
   nlohmann::json loss_spikes_ = nlohmann::json::array();
   double tokens_per_s_ = 0;
   std::string run_dir_;

@@ -111,6 +111,40 @@ TEST(GoodputTest, AKilledLauncherIsRecordedAndTheGapIsDownTime) {
   EXPECT_NEAR(third.Report(1, 0, true)["time_s"]["down"].get<double>(), 28 + (100 - 58), 1e-9);
 }
 
+// A rank stuck in its teardown after the last step is killed by the launcher (exit-timeout):
+// the run ends with code 0, nothing is lost or redone, and the fault is kept across launches.
+TEST(GoodputTest, ATeardownHangAfterFinishingLosesNothing) {
+  Goodput g(kStart, nullptr, "host", 1);
+  g.GenerationStarted(0, 0);
+  g.LeadBeat(LeadBeat(0, Phase::kReady, 0, kStart + 2, 0), 2, kStart + 2);
+  g.LeadBeat(LeadBeat(0, Phase::kTrain, 10, kStart + 12, 10), 12, kStart + 12);
+  g.LeadBeat(LeadBeat(0, Phase::kFinish, 10, kStart + 12.5, 10), 12.5, kStart + 12.5);
+  g.AddExitFault({{"time_s", 72.5},
+                  {"generation", 0},
+                  {"rank", 1},
+                  {"slot", 1},
+                  {"host", "h1"},
+                  {"step", 10},
+                  {"kind", "hang"},
+                  {"detail", "did not exit"}});
+  g.GenerationEnded(72.6, 0);
+  const nlohmann::json r = g.Report(73, 0, true);
+  EXPECT_EQ(r["restarts"], 0);
+  EXPECT_TRUE(r["failures"].empty());
+  EXPECT_EQ(r["steps_redone"], 0);
+  EXPECT_NEAR(r["time_s"]["lost"].get<double>(), 0, 1e-9);
+  EXPECT_NEAR(r["time_s"]["productive"].get<double>(), 10, 1e-9);
+  EXPECT_NEAR(Sum(r), 73, 1e-9);
+  ASSERT_EQ(r["exit_faults"].size(), 1u);
+  EXPECT_EQ(r["exit_faults"][0]["rank"], 1);
+  EXPECT_EQ(r["exit_faults"][0]["segment"], 0);
+  EXPECT_NE(Goodput::Summary(r).find("after finishing: rank 1 on h1 (step 10): hang"),
+            std::string::npos)
+      << Goodput::Summary(r);
+  Goodput again(kStart + 100, &r, "host", 2);  // the next launch of the run keeps it
+  EXPECT_EQ(again.Report(1, 0, true)["exit_faults"].size(), 1u);
+}
+
 TEST(GoodputTest, StaleBeatsOfAnotherGenerationAreIgnored) {
   Goodput g(kStart, nullptr, "host", 1);
   g.GenerationStarted(1, 0);

@@ -139,6 +139,8 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
   TENAX_RETURN_IF_ERROR(
       CheckFinite("--flight-dump-timeout", o.flight_dump_s, 0, true, "a number of seconds >= 0"));
   TENAX_RETURN_IF_ERROR(
+      CheckFinite("--exit-timeout", o.exit_timeout_s, 0, true, "a number of seconds >= 0"));
+  TENAX_RETURN_IF_ERROR(
       CheckFinite("--kill-grace", o.kill_grace_s, 0, true, "a number of seconds >= 0"));
   TENAX_RETURN_IF_ERROR(
       CheckFinite("--straggler-factor", o.straggler_factor, 1, false, "a number > 1"));

@@ -40,6 +40,10 @@ struct LaunchOptions {
   // After a hang is declared, how long the ranks get to dump their flight records; then every
   // rank of the generation is killed at once (a hung rank does not honour SIGTERM anyway).
   double flight_dump_s = 3;
+  // A rank that finished (work done, final checkpoint committed: its `finish` beat) and has not
+  // exited this long after the last rank finished is stuck in its teardown: it is named in the
+  // log and goodput.json and killed, and the run ends as done (no restart).
+  double exit_timeout_s = 60;
   std::string inject;  // fault spec passed to the ranks (protocol/fault_injection.h)
   // goodput.json (goodput.h); empty: <run folder>/goodput.json for `train`, on node 0.
   std::string goodput_file;

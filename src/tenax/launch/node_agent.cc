@@ -451,6 +451,11 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
     }
   }
   supervisor_->Prewarm();  // the next generation's processes start up during the rendezvous
+  for (nlohmann::json f : supervisor_->exit_faults()) {  // for goodput.json, written by node 0
+    f["node"] = node_rank;
+    f.erase("time_s");  // this agent's clock; time_unix places it on the job's
+    (void)etcd_->Put(keys_.exit_fault(g, f.value("rank", -1)), f.dump());
+  }
   PublishReport(g, node_rank, out);
   if (out.interrupted) {
     TENAX_RETURN_IF_ERROR(Stop(out.exit_code, "a node agent was told to stop (SIGINT/SIGTERM)"));

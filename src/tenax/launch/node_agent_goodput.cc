@@ -55,15 +55,20 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
       g.GenerationEnded(r.value("end_unix", 0.0) - job_start_unix_, r.value("exit_code", 0));
       last_end = std::max(last_end, r.value("end_unix", 0.0) - job_start_unix_);
     }
-    if (Result<RangeResponse> ss = etcd_->GetPrefix(keys_.stragglers(gen)); ss.ok()) {
-      for (const KeyValue& kv : ss->kvs) {
-        nlohmann::json s = nlohmann::json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
-        if (!s.is_object()) continue;
-        s["time_s"] = s.value("time_unix", job_start_unix_) - job_start_unix_;
-        s.erase("time_unix");
-        g.AddStraggler(std::move(s));
+    // Records the nodes left under a prefix (stragglers, exit faults), on the job's clock.
+    auto records = [&](const std::string& prefix, auto add) {
+      Result<RangeResponse> rs = etcd_->GetPrefix(prefix);
+      if (!rs.ok()) return;
+      for (const KeyValue& kv : rs->kvs) {
+        nlohmann::json x = nlohmann::json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+        if (!x.is_object()) continue;
+        x["time_s"] = x.value("time_unix", job_start_unix_) - job_start_unix_;
+        x.erase("time_unix");
+        add(std::move(x));
       }
-    }
+    };
+    records(keys_.stragglers(gen), [&](nlohmann::json x) { g.AddStraggler(std::move(x)); });
+    records(keys_.exit_faults(gen), [&](nlohmann::json x) { g.AddExitFault(std::move(x)); });
     Result<std::vector<rdzv::FailureReport>> reports = FailureReportsOf(gen);
     if (!reports.ok()) continue;
     if (std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(*reports)) {

@@ -20,6 +20,8 @@
 //                            the agent's lease; rate-limited): node 0's agent finds stragglers
 //                            among every rank of the job from them
 //   gen/<G>/straggler/<rank> a straggler found in G (goodput's stragglers table)
+//   gen/<G>/exit/<rank>      a rank of G that hung or crashed in its teardown after finishing
+//                            (goodput's exit_faults; the run was not affected)
 //   slow/<id>                an agent whose node straggled and was replaced (--replace-stragglers):
 //                            a spare of last resort from then on
 //   failures/<G>/<id>        a node's evidence of G's failure (first by time wins), or
@@ -78,6 +80,10 @@ class Keys {
   std::string progress(int64_t g, int node) const { return progresses(g) + std::to_string(node); }
   std::string stragglers(int64_t g) const { return gen(g) + "straggler/"; }
   std::string straggler(int64_t g, int rank) const { return stragglers(g) + std::to_string(rank); }
+  std::string exit_faults(int64_t g) const { return gen(g) + "exit/"; }
+  std::string exit_fault(int64_t g, int rank) const {
+    return exit_faults(g) + std::to_string(rank);
+  }
   std::string slow_agents() const { return root_ + "slow/"; }
   std::string slow_agent(const std::string& id) const { return slow_agents() + id; }
 

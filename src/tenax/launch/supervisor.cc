@@ -249,6 +249,10 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(i));
     if (!beat || beat->generation != gen || beat->pid != rank_pids_[i]) continue;
     beats_[i] = *beat;
+    if (beat->phase == protocol::Phase::kFinish && !finished_[i]) {
+      finished_[i] = true;
+      if (!exited_[i]) finished_at_[i] = Elapsed();
+    }
     if (local_stragglers_) stragglers_.Add(i, beat->recent);
     if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
     if (beat->step == last_step_[i]) {
@@ -299,6 +303,8 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
       return true;
     }
   }
+  // Every rank's work is done: what is left is their teardown, judged by ExitOverdue, not here.
+  if (AllFinished()) return false;
   double timeout = o_.startup_timeout_s;
   if (any_step_done_ && intervals_.empty()) {
     timeout = o_.hang_timeout_s;  // training, though no step interval was seen yet
@@ -319,12 +325,10 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   v.code = ToInt(ExitCode::kHang);
   v.kind = FailureKind::kHang;
   v.cause = fmt::format("hang: no progress for {:.1f}s", quiet);
-  // The lowest step is the likeliest culprit; equal steps leave it undetermined.
-  const auto low = std::min_element(last_step_.begin(), last_step_.end());
-  int culprit = -1;
-  if (std::count(last_step_.begin(), last_step_.end(), *low) == 1) {
-    culprit = static_cast<int>(low - last_step_.begin());
-  }
+  // The only rank at the lowest step, or the only one not finished (attribution.h).
+  std::vector<bool> done(n);
+  for (int i = 0; i < n; ++i) done[i] = finished_[i] || exited_[i];
+  int culprit = HangSuspect(last_step_, done);
   // Flight records say more: every rank dumps its last collectives, and the analysis names the
   // rank(s) the others wait for (docs/flight_recorder.md).
   if (const int waited = AnalyzeHang(); waited >= 0) {
@@ -348,6 +352,65 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   return true;
 }
 
+bool Supervisor::AllFinished() const {
+  for (size_t i = 0; i < finished_.size(); ++i) {
+    if (!finished_[i] && !exited_[i]) return false;
+  }
+  return true;
+}
+
+bool Supervisor::Finished(int gen, int local) {
+  if (finished_[local]) return true;
+  auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(local));
+  if (!beat || beat->generation != gen || beat->pid != rank_pids_[local] ||
+      beat->phase != protocol::Phase::kFinish) {
+    return false;
+  }
+  beats_[local] = *beat;
+  finished_[local] = true;
+  finished_at_[local] = Elapsed();
+  return true;
+}
+
+void Supervisor::AddExitFault(int gen, int local, const std::string& kind,
+                              const std::string& detail) {
+  const int slot = slots_->SlotOf(local);
+  nlohmann::json f = {{"time_s", Elapsed()},
+                      {"generation", gen},
+                      {"rank", Rank(local)},
+                      {"slot", slot},
+                      {"host", beats_[local].host.empty() ? host_ : beats_[local].host},
+                      {"step", beats_[local].step},
+                      {"kind", kind},
+                      {"detail", detail}};
+  goodput_.AddExitFault(f);
+  f["time_unix"] = t0_wall_ + Elapsed();
+  exit_faults_.push_back(std::move(f));
+}
+
+bool Supervisor::ExitOverdue(int gen) {
+  if (!AllFinished()) return false;
+  // The deadline runs from the moment the last rank finished (or exited).
+  double done_at = 0;
+  for (size_t i = 0; i < finished_.size(); ++i) done_at = std::max(done_at, finished_at_[i]);
+  const double waited = Elapsed() - done_at;
+  if (waited <= o_.exit_timeout_s) return false;
+  std::vector<int> stuck;
+  for (int local = 0; local < o_.nproc_per_node; ++local) {
+    if (exited_[local]) continue;
+    stuck.push_back(Rank(local));
+    AddExitFault(gen, local, "hang",
+                 fmt::format("did not exit {:.1f}s after finishing (--exit-timeout {:g}); killed",
+                             waited, o_.exit_timeout_s));
+  }
+  log::Warn(
+      "launch: rank(s) {} finished training (step {}, checkpoints committed) but did not exit "
+      "within --exit-timeout {:g}s: stuck in their teardown; killing them. The run is complete; "
+      "recorded in goodput.json exit_faults",
+      fmt::join(stuck, ", "), beats_.front().step, o_.exit_timeout_s);
+  return true;
+}
+
 Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const StopFn& stop) {
   Outcome out;
   const int gen = plan.generation;
@@ -366,6 +429,10 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   rank_pids_.assign(n, -1);
   last_step_.assign(n, -1);
   last_work_.assign(n, 0);
+  finished_.assign(n, false);
+  exited_.assign(n, false);
+  finished_at_.assign(n, 0.0);
+  exit_faults_.clear();
   intervals_.clear();
   any_step_done_ = false;
   for (int local = 0; local < n; ++local) {
@@ -447,8 +514,21 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
                   r.slot, protocol::DescribeExitCode(e.code));
         continue;
       }
-      if (e.code == 0 || stopping) continue;  // done, or stopped by us: not evidence
-      failed.push_back(Evidence(gen, r.local, e.pid, e));
+      if (stopping) continue;  // stopped by us: not evidence
+      if (e.code != 0 && Finished(gen, r.local)) {
+        // Its work was done and durable: a crash in the teardown costs nothing to redo.
+        log::Warn(
+            "launch: rank {} {} after it finished training (step {}); the run is not affected "
+            "(recorded in goodput.json exit_faults)",
+            Rank(r.local), protocol::DescribeExitCode(e.code), beats_[r.local].step);
+        AddExitFault(gen, r.local, "crash",
+                     protocol::DescribeExitCode(e.code) + " after finishing");
+      } else if (e.code != 0) {
+        failed.push_back(Evidence(gen, r.local, e.pid, e));
+        continue;
+      }
+      if (!finished_[r.local]) finished_at_[r.local] = Elapsed();
+      exited_[r.local] = true;
     }
     if (!failed.empty() && !out.verdict) {
       // Decide once the window after the first failure has passed, or nobody is left to fail.
@@ -478,6 +558,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
           begin_stop(SIGTERM, o_.kill_grace_s);
         }
       }
+      if (!stopping && ExitOverdue(gen)) begin_stop(SIGKILL, 0);
       Publish(gen, false);
     }
     if (stopping && Elapsed() >= kill_at) {

@@ -2,7 +2,8 @@
 // every rank process is started (as a standby, assigned its rank through a pipe: spares.h), then
 // the loop sleeps until a child ends, a signal arrives or the next heartbeat check is due
 // (child_watch.h), and ends the generation when
-//   - every rank exited 0 (done),
+//   - every rank exited 0 (done); a rank that finished (its `finish` beat) but does not exit
+//     within --exit-timeout is stuck in its teardown: named, killed, and the run is still done,
 //   - a rank failed: the loop keeps collecting evidence for a short window (more deaths, exit
 //     reports), then AttributeFailure names the first failure (attribution.h), and the other
 //     ranks are stopped (SIGTERM + SIGCONT, SIGKILL after --kill-grace),
@@ -113,6 +114,9 @@ class Supervisor {
   void WriteGoodput(bool ended, int exit_code);
   // Several nodes: the node agent's channel, passed to every rank started from now on.
   void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
+  // The running or last generation's ranks that hung or crashed after they finished (their work
+  // done: no restart), as goodput.json `exit_faults` entries plus `time_unix`.
+  const std::vector<nlohmann::json>& exit_faults() const { return exit_faults_; }
 
  private:
   int Rank(int local) const { return node_rank_ * o_.nproc_per_node + local; }
@@ -123,6 +127,15 @@ class Supervisor {
   // returns the local rank the others wait for, or -1 when the records do not single one out.
   int AnalyzeHang();
   RankEnd Evidence(int gen, int local, pid_t pid, const ChildEnd& end);
+  // Teardown: every rank finished (its `finish` beat: work done and durable) or exited 0.
+  bool AllFinished() const;
+  // Whether local rank `local` finished in generation `gen`: seen before, or its newest beat is
+  // its `finish` beat (read now: it may have ended between two heartbeat checks).
+  bool Finished(int gen, int local);
+  // Every rank finished but some did not exit within --exit-timeout: logs and records them
+  // (goodput.json exit_faults); the caller kills them and the generation ends with exit code 0.
+  bool ExitOverdue(int gen);
+  void AddExitFault(int gen, int local, const std::string& kind, const std::string& detail);
   void Publish(int gen, bool force);
 
   // Constant after construction.
@@ -158,6 +171,11 @@ class Supervisor {
   std::vector<double> intervals_;   // seconds between step completions (local rank 0)
   double last_progress_ = 0, last_check_ = 0;
   bool any_step_done_ = false;
+  // Teardown of the running generation (per local rank): the `finish` beat was seen, the process
+  // exited 0 (or crashed after finishing), and when either happened first.
+  std::vector<bool> finished_, exited_;
+  std::vector<double> finished_at_;
+  std::vector<nlohmann::json> exit_faults_;  // this generation's, with time_unix (several nodes)
 };
 
 }  // namespace tenax::launch

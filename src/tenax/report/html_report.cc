@@ -207,20 +207,40 @@ std::string FailureTable(const nlohmann::json& fails) {
   return out + "</table>\n";
 }
 
+// Where and when something happened to a rank: the leading columns of the straggler and
+// after-finishing tables (goodput.json records with time_s, generation, rank, slot, host, step).
+constexpr const char* kRankEventHeader =
+    "<tr><th>time (s)</th><th>gen</th><th>rank</th><th>slot</th><th>host</th><th>step</th>";
+std::string RankEventCells(const nlohmann::json& x) {
+  return Td(fmt::format("{:.1f}", Num(x, "time_s")), true) +
+         Td(std::to_string(x.value("generation", 0)), true) +
+         Td(std::to_string(x.value("rank", -1)), true) +
+         Td(std::to_string(x.value("slot", -1)), true) + Td(x.value("host", std::string())) +
+         Td(std::to_string(x.value("step", int64_t{0})), true);
+}
+
 std::string StragglerTable(const nlohmann::json& s) {
   if (s.empty()) return "<p class=\"none\">No stragglers.</p>\n";
-  std::string out =
-      "<table id=\"stragglers\"><tr><th>time (s)</th><th>gen</th><th>rank</th><th>slot</th>"
-      "<th>host</th><th>step</th><th>compute (s/step)</th><th>median of the others "
-      "(s/step)</th></tr>\n";
+  std::string out = std::string("<table id=\"stragglers\">") + kRankEventHeader +
+                    "<th>compute (s/step)</th><th>median of the others (s/step)</th></tr>\n";
   for (const auto& x : s) {
-    out += "<tr>" + Td(fmt::format("{:.1f}", Num(x, "time_s")), true) +
-           Td(std::to_string(x.value("generation", 0)), true) +
-           Td(std::to_string(x.value("rank", -1)), true) +
-           Td(std::to_string(x.value("slot", -1)), true) + Td(x.value("host", std::string())) +
-           Td(std::to_string(x.value("step", int64_t{0})), true) +
-           Td(fmt::format("{:.3f}", Num(x, "compute_s")), true) +
+    out += "<tr>" + RankEventCells(x) + Td(fmt::format("{:.3f}", Num(x, "compute_s")), true) +
            Td(fmt::format("{:.3f}", Num(x, "median_s")), true) + "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+// Ranks that hung or crashed in their teardown, after their work was done; shown only when any.
+std::string ExitFaultTable(const nlohmann::json& s) {
+  if (s.empty()) return "";
+  std::string out = std::string(
+                        "<h2>After finishing</h2>\n<p class=\"sub\">Ranks that hung or crashed "
+                        "in their teardown, after their last step and final checkpoint: the run "
+                        "was not affected.</p>\n<table id=\"exit-faults\">") +
+                    kRankEventHeader + "<th>kind</th><th>what happened</th></tr>\n";
+  for (const auto& x : s) {
+    out += "<tr>" + RankEventCells(x) + Td(x.value("kind", std::string())) +
+           Td(x.value("detail", std::string())) + "</tr>\n";
   }
   return out + "</table>\n";
 }
@@ -322,6 +342,7 @@ std::string ReportHtml(const RunData& d, std::vector<ChartFile>* charts) {
         "<h2>Failures</h2>\n" + FailureTable(d.goodput.value("failures", nlohmann::json::array()));
     html += "<h2>Stragglers</h2>\n" +
             StragglerTable(d.goodput.value("stragglers", nlohmann::json::array()));
+    html += ExitFaultTable(d.goodput.value("exit_faults", nlohmann::json::array()));
   } else {
     html +=
         "<p class=\"none\">No goodput.json: the run was not started by <code>tenax launch</code>"
