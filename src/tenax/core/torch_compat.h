@@ -38,13 +38,12 @@ inline at::Tensor CausalAttention(const at::Tensor& q, const at::Tensor& k, cons
 inline bool CudaAvailable() { return at::hasCUDA(); }
 
 #if defined(TENAX_WITH_CUDA)
-// The caching allocator's statistics API moved between releases (DeviceStats fields became
-// arrays indexed by StatType in 1.x and stayed so in 2.x; the accessor namespace is stable).
+// The caching allocator's statistics: DeviceStats fields are arrays indexed by StatType in 1.x
+// and 2.x, but StatType left c10::cuda::CUDACachingAllocator (2.11 has it in c10::CachingAllocator,
+// with the device-generic DeviceStats); its AGGREGATE entry is index 0 in every release.
 inline int64_t CudaPeakAllocatedBytes(int device) {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device);
-  return stats
-      .allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)]
-      .peak;
+  constexpr size_t kAggregate = 0;
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device).allocated_bytes[kAggregate].peak;
 }
 #endif
 
@@ -57,10 +56,22 @@ inline int64_t CudaPeakAllocatedBytes(int device) {
 #define TENAX_COMPAT_C10D_INCLUDED
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#if TENAX_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+// PyTorch's pip wheels (the GPU machine's libtorch) ship no Gloo headers, though their libtorch
+// has Gloo inside; Debian's libtorch-dev ships them.
+#if __has_include(<gloo/algorithm.h>)
+#define TENAX_HAVE_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 
 namespace tenax::compat {
 
@@ -73,6 +84,13 @@ using C10dGroup = c10d::ProcessGroup;
 inline c10::intrusive_ptr<C10dGroup> MakeGlooGroup(const c10::intrusive_ptr<c10d::Store>& store,
                                                    int rank, int size,
                                                    std::chrono::milliseconds timeout) {
+#if !defined(TENAX_HAVE_GLOO)
+  (void)store, (void)rank, (void)size, (void)timeout;
+  throw std::runtime_error(
+      "this libtorch was installed without Gloo's headers (PyTorch's pip wheels ship none), so "
+      "tenax was built without process groups: run one process, or build against a libtorch "
+      "with them (Debian's libtorch-dev, or a source build of PyTorch)");
+#else
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
   // GLOO_SOCKET_IFNAME picks the network interface, as in PyTorch (whose Python layer, not the
@@ -82,6 +100,7 @@ inline c10::intrusive_ptr<C10dGroup> MakeGlooGroup(const c10::intrusive_ptr<c10d
                                  ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
                                  : c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+#endif
 }
 
 // Whether the backend has native flat reduce-scatter / all-gather (NCCL does; 1.13's Gloo does

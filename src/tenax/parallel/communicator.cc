@@ -240,6 +240,15 @@ Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env
     pg->world_ = MakeLocalCommunicator();
     return pg;
   }
+#if !defined(TENAX_HAVE_GLOO)
+  // Said before any rank waits for the others: no retry can help (torch_compat.h).
+  return InvalidArgument(fmt::format(
+      "rank {} of {}: this tenax was built against a libtorch without Gloo's headers (PyTorch's "
+      "pip wheels ship none), so it has no process groups: run one process (no tenax launch "
+      "--nproc-per-node > 1), or build against a libtorch that has them (Debian's "
+      "libtorch-dev, or PyTorch built from source)",
+      env.rank, env.world));
+#endif
   if (env.rank != 0) {
     // c10d's client sleeps a whole second between attempts while the server is not up yet
     // (rank 0 is still starting): wait for the listener with short retries instead.
