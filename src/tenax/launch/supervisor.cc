@@ -243,15 +243,21 @@ RankEnd Supervisor::Evidence(int gen, int local, pid_t pid, const ChildEnd& end)
   return e;
 }
 
+std::optional<protocol::Beat> Supervisor::CurrentBeat(int gen, int local) const {
+  auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(local));
+  if (!beat || beat->generation != gen || beat->pid != rank_pids_[local]) return std::nullopt;
+  return beat;
+}
+
 bool Supervisor::CheckBeats(int gen, Outcome* out) {
   const int n = o_.nproc_per_node;
   for (int i = 0; i < n; ++i) {
-    auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(i));
-    if (!beat || beat->generation != gen || beat->pid != rank_pids_[i]) continue;
+    auto beat = CurrentBeat(gen, i);
+    if (!beat) continue;
     beats_[i] = *beat;
-    if (beat->phase == protocol::Phase::kFinish && !finished_[i]) {
+    if (beat->phase == protocol::Phase::kFinish) {
+      MarkDone(i);
       finished_[i] = true;
-      if (!exited_[i]) finished_at_[i] = Elapsed();
     }
     if (local_stragglers_) stragglers_.Add(i, beat->recent);
     if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
@@ -327,7 +333,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   v.cause = fmt::format("hang: no progress for {:.1f}s", quiet);
   // The only rank at the lowest step, or the only one not finished (attribution.h).
   std::vector<bool> done(n);
-  for (int i = 0; i < n; ++i) done[i] = finished_[i] || exited_[i];
+  for (int i = 0; i < n; ++i) done[i] = Done(i);
   int culprit = HangSuspect(last_step_, done);
   // Flight records say more: every rank dumps its last collectives, and the analysis names the
   // rank(s) the others wait for (docs/flight_recorder.md).
@@ -352,30 +358,32 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   return true;
 }
 
+void Supervisor::MarkDone(int local) {
+  if (!Done(local)) done_at_[local] = Elapsed();
+}
+
 bool Supervisor::AllFinished() const {
-  for (size_t i = 0; i < finished_.size(); ++i) {
-    if (!finished_[i] && !exited_[i]) return false;
+  for (int i = 0; i < o_.nproc_per_node; ++i) {
+    if (!Done(i)) return false;
   }
   return true;
 }
 
 bool Supervisor::Finished(int gen, int local) {
   if (finished_[local]) return true;
-  auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(local));
-  if (!beat || beat->generation != gen || beat->pid != rank_pids_[local] ||
-      beat->phase != protocol::Phase::kFinish) {
-    return false;
-  }
+  auto beat = CurrentBeat(gen, local);
+  if (!beat || beat->phase != protocol::Phase::kFinish) return false;
   beats_[local] = *beat;
+  MarkDone(local);
   finished_[local] = true;
-  finished_at_[local] = Elapsed();
   return true;
 }
 
 void Supervisor::AddExitFault(int gen, int local, const std::string& kind,
                               const std::string& detail) {
   const int slot = slots_->SlotOf(local);
-  nlohmann::json f = {{"time_s", Elapsed()},
+  const double now = Elapsed();
+  nlohmann::json f = {{"time_s", now},
                       {"generation", gen},
                       {"rank", Rank(local)},
                       {"slot", slot},
@@ -384,16 +392,14 @@ void Supervisor::AddExitFault(int gen, int local, const std::string& kind,
                       {"kind", kind},
                       {"detail", detail}};
   goodput_.AddExitFault(f);
-  f["time_unix"] = t0_wall_ + Elapsed();
+  f["time_unix"] = t0_wall_ + now;
   exit_faults_.push_back(std::move(f));
 }
 
 bool Supervisor::ExitOverdue(int gen) {
   if (!AllFinished()) return false;
   // The deadline runs from the moment the last rank finished (or exited).
-  double done_at = 0;
-  for (size_t i = 0; i < finished_.size(); ++i) done_at = std::max(done_at, finished_at_[i]);
-  const double waited = Elapsed() - done_at;
+  const double waited = Elapsed() - *std::max_element(done_at_.begin(), done_at_.end());
   if (waited <= o_.exit_timeout_s) return false;
   std::vector<int> stuck;
   for (int local = 0; local < o_.nproc_per_node; ++local) {
@@ -431,7 +437,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   last_work_.assign(n, 0);
   finished_.assign(n, false);
   exited_.assign(n, false);
-  finished_at_.assign(n, 0.0);
+  done_at_.assign(n, 0.0);
   exit_faults_.clear();
   intervals_.clear();
   any_step_done_ = false;
@@ -527,7 +533,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
         failed.push_back(Evidence(gen, r.local, e.pid, e));
         continue;
       }
-      if (!finished_[r.local]) finished_at_[r.local] = Elapsed();
+      MarkDone(r.local);
       exited_[r.local] = true;
     }
     if (!failed.empty() && !out.verdict) {
@@ -576,8 +582,8 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   }
   // The last beats (the final step, a checkpoint) may have come after the last check.
   for (int i = 0; i < n; ++i) {
-    auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(i));
-    if (!beat || beat->generation != gen || beat->pid != rank_pids_[i]) continue;
+    auto beat = CurrentBeat(gen, i);
+    if (!beat) continue;
     beats_[i] = *beat;
     if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
   }

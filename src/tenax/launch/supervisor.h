@@ -127,8 +127,14 @@ class Supervisor {
   // returns the local rank the others wait for, or -1 when the records do not single one out.
   int AnalyzeHang();
   RankEnd Evidence(int gen, int local, pid_t pid, const ChildEnd& end);
-  // Teardown: every rank finished (its `finish` beat: work done and durable) or exited 0.
-  bool AllFinished() const;
+  // Local rank `local`'s newest beat when it is this generation's process's (else stale: none).
+  std::optional<protocol::Beat> CurrentBeat(int gen, int local) const;
+  // Teardown. A rank is done when it finished (its `finish` beat: work done and durable) or exited
+  // 0 (or crashed after finishing); MarkDone, called before either is set, records when it first
+  // became done.
+  bool Done(int local) const { return finished_[local] || exited_[local]; }
+  void MarkDone(int local);
+  bool AllFinished() const;  // every rank is done
   // Whether local rank `local` finished in generation `gen`: seen before, or its newest beat is
   // its `finish` beat (read now: it may have ended between two heartbeat checks).
   bool Finished(int gen, int local);
@@ -174,7 +180,7 @@ class Supervisor {
   // Teardown of the running generation (per local rank): the `finish` beat was seen, the process
   // exited 0 (or crashed after finishing), and when either happened first.
   std::vector<bool> finished_, exited_;
-  std::vector<double> finished_at_;
+  std::vector<double> done_at_;
   std::vector<nlohmann::json> exit_faults_;  // this generation's, with time_unix (several nodes)
 };
 
