@@ -63,9 +63,13 @@ Result<KvCacheDecoder> KvCacheDecoder::Create(Llama& model, int64_t capacity,
   d.moe_ = model.moe();
   for (int64_t i = 0; i < s.n_layers; ++i) {
     const std::string p = fmt::format("layers.{}.", i);
-    Layer l{w.at(p + "attention_norm.weight"), w.at(p + "attention.wq.weight"),
-            w.at(p + "attention.wk.weight"),   w.at(p + "attention.wv.weight"),
-            w.at(p + "attention.wo.weight"),   w.at(p + "ffn_norm.weight")};
+    Layer l;
+    l.attention_norm = w.at(p + "attention_norm.weight");
+    l.wq = w.at(p + "attention.wq.weight");
+    l.wk = w.at(p + "attention.wk.weight");
+    l.wv = w.at(p + "attention.wv.weight");
+    l.wo = w.at(p + "attention.wo.weight");
+    l.ffn_norm = w.at(p + "ffn_norm.weight");
     if (s.moe.IsMoeLayer(i)) {  // the same routed block as training (model/moe.h)
       l.is_moe = true;
       l.moe.router = w.at(p + "moe.router.weight");

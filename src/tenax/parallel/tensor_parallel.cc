@@ -324,8 +324,9 @@ at::Tensor TensorParallelLoss(const ModelSpec& spec,
   for (int64_t i = 0; i < spec.n_layers; ++i) {
     h = TensorParallelBlock(spec, TensorParallelLayerOf(local_params, i), tp, h, rope);
   }
-  const at::Tensor& out_w = spec.tie_embeddings ? Param(p, "tok_embeddings.weight")
-                                                : Param(p, "output.weight");  // (V, C)
+  // A handle, not a reference: g++ 13 cannot tell that Param's result outlives the temporary name.
+  const at::Tensor out_w =
+      Param(p, spec.tie_embeddings ? "tok_embeddings.weight" : "output.weight");  // (V, C)
   return TensorParallelHeadLoss(spec, Param(p, "norm.weight"), out_w, tp, h, targets);
 }
 
