@@ -4,11 +4,14 @@ build/bench/bench_train_step (tenax) and bench/llama_eager.py (the eager script 
 write) in turn, A B A B ..., each run its own process, and prints the median tokens/s and peak
 RSS of each, the ratio of medians and the median of the pair-by-pair ratios (which holds when the
 machine's speed drifts during the run), plus the machine's 2048^3 matmul rates before and after.
-Both sides use their defaults for threads unless --threads is given. Timing goals live here,
-never in tests.
+Both sides use their defaults for threads unless --threads is given. tenax keeps freed memory
+in glibc's heap (src/tenax/train/device.h); --eager-keeps-memory gives the eager script the same
+malloc settings through the environment, to show what the rest of tenax's step is worth. Timing
+goals live here, never in tests.
 
   bench/side_by_side.py [--rounds 3] [--steps 4] [--shapes medium,29m] [--precisions fp32,bf16]
-                        [--threads N] [--build build] [--python /usr/bin/python3]
+                        [--threads N] [--eager-keeps-memory] [--build build]
+                        [--python /usr/bin/python3]
 """
 import argparse
 import os
@@ -24,8 +27,13 @@ SHAPES = {  # name -> DIM LAYERS HEADS KV_HEADS FFN VOCAB
 }
 
 
-def run(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+# What tenax sets with mallopt (KeepFreedCpuMemory), as glibc's environment variables.
+KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
+
+
+def run(cmd, env=None):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                         env=None if env is None else {**os.environ, **env}).stdout
     for line in out.splitlines():
         if line.startswith("impl="):
             return dict(kv.split("=", 1) for kv in line.split())
@@ -42,6 +50,7 @@ def main():
     ap.add_argument("--shapes", default="medium,29m")
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--eager-keeps-memory", action="store_true")
     ap.add_argument("--build", default=os.path.join(here, "..", "build"))
     ap.add_argument("--python", default="/usr/bin/python3")
     a = ap.parse_args()
@@ -49,7 +58,9 @@ def main():
     eager = [a.python, os.path.join(here, "llama_eager.py")]
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cpus, "
           f"load average {os.getloadavg()[0]:.2f} at start; seq {a.seq}, batch {a.batch}, "
-          f"{a.steps} timed steps per run, {a.rounds} rounds (tenax, eager in turn)")
+          f"{a.steps} timed steps per run, {a.rounds} rounds (tenax, eager in turn)"
+          + ("; eager with tenax's malloc settings" if a.eager_keeps_memory else ""))
+    eager_env = KEEP_MEMORY if a.eager_keeps_memory else None
     mm = run(eager + ["matmul", str(a.threads)])
     print(f"matmul 2048^3 ({mm['threads']} threads): fp32 {mm['float32_gflops']} GFLOP/s, "
           f"bf16 {mm['bfloat16_gflops']} GFLOP/s")
@@ -63,7 +74,7 @@ def main():
             t_runs, e_runs = [], []
             for _ in range(a.rounds):
                 t_runs.append(run([tenax] + args))
-                e_runs.append(run(eager + args))
+                e_runs.append(run(eager + args, eager_env))
             tt = [float(r["tokens_per_s"]) for r in t_runs]
             et = [float(r["tokens_per_s"]) for r in e_runs]
             pairs = sorted(x / y for x, y in zip(tt, et))

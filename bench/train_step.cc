@@ -7,7 +7,8 @@
 //       [seq=256] [batch=8] [steps=4] [threads=0: tenax's choice] [flags]
 // flags, comma-separated: `profile`; `plain-head` (the output head as before issue 17: full
 // logits, then cross-entropy) for before/after comparisons; `loop-adamw` (clipping and AdamW as
-// before issue 17: one loop over the parameters, src/tenax/train/testing_loop_adamw.h).
+// before issue 17: one loop over the parameters, src/tenax/train/testing_loop_adamw.h);
+// `glibc-malloc` (glibc's default thresholds, as before tenax kept freed memory: device.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -103,6 +104,12 @@ int main(int argc, char** argv) {
   const train::CpuFacts cpu = train::ReadCpuFacts();
   const train::ThreadChoice threads = train::ChooseThreads(device, threads_arg, cpu, 1);
   at::set_num_threads(threads.intra_op_threads);
+  // As `tenax train` does on CPU (device.h), unless `glibc-malloc` asks for glibc's defaults.
+  const bool glibc_malloc = flags.find("glibc-malloc") != std::string::npos;
+  if (!glibc_malloc &&
+      train::ChooseCpuAllocator([](const char* name) { return std::getenv(name); }).keep) {
+    train::KeepFreedCpuMemory();
+  }
 
   at::manual_seed(0);
   model::Llama m(spec, 0, at::kCPU);
@@ -145,11 +152,11 @@ int main(int argc, char** argv) {
   const double tps = static_cast<double>(batch * seq) / dt;
   const double fpt = TrainingFlopsPerToken(spec, seq).total();
   fmt::print(
-      "impl=tenax{}{} precision={} threads={} params={:.2f}M tokens_per_s={:.0f} "
+      "impl=tenax{}{}{} precision={} threads={} params={:.2f}M tokens_per_s={:.0f} "
       "model_gflops={:.1f} peak_rss_mib={:.0f} loss={:.4f}\n",
-      plain_head ? "-plain-head" : "", loop_adamw ? "-loop-adamw" : "", precision,
-      threads.intra_op_threads, CountParams(spec).total / 1e6, tps, tps * fpt / 1e9,
-      bench::MaxRssMiB(), loss);
+      plain_head ? "-plain-head" : "", loop_adamw ? "-loop-adamw" : "",
+      glibc_malloc ? "-glibc-malloc" : "", precision, threads.intra_op_threads,
+      CountParams(spec).total / 1e6, tps, tps * fpt / 1e9, bench::MaxRssMiB(), loss);
   if (profile) {
     using namespace torch::autograd::profiler;
     enableProfilerLegacy(

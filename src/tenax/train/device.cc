@@ -3,10 +3,12 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/resource.h>
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -123,6 +125,33 @@ std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& thread
         cpu.amx_bf16 ? "matrix units (AMX)" : "dot products (AVX512-BF16)");
   }
   return line;
+}
+
+AllocatorChoice ChooseCpuAllocator(const std::function<const char*(const char*)>& getenv) {
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
+                           "MALLOC_MMAP_MAX_"}) {
+    if (getenv(name) != nullptr) return {false, fmt::format("{} is set: left as it is", name)};
+  }
+  const char* tunables = getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::string(tunables).find("glibc.malloc.") != std::string::npos) {
+    return {false, "GLIBC_TUNABLES sets glibc.malloc: left as it is"};
+  }
+  if (const char* preload = getenv("LD_PRELOAD")) {
+    for (const char* other : {"jemalloc", "tcmalloc", "mimalloc"}) {
+      if (std::string(preload).find(other) != std::string::npos) {
+        return {false, fmt::format("LD_PRELOAD brings {}: glibc's malloc is not in use", other)};
+      }
+    }
+  }
+  return {true, fmt::format("malloc keeps freed blocks below {} MiB for the next step (no trim)",
+                            kMallocKeepBelowBytes >> 20)};
+}
+
+bool KeepFreedCpuMemory() {
+  // Setting either threshold also turns off glibc's own adjustment of them.
+  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocKeepBelowBytes)) == 1;
+  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
+  return mmap_ok && trim_ok;
 }
 
 int64_t PeakMemoryBytes(const DeviceInfo& device) {

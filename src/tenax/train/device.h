@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -48,6 +50,22 @@ ThreadChoice ChooseThreads(const DeviceInfo& device, int64_t requested, const Cp
 // bf16-capable CPU training in fp32, the setting that would use it.
 std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& threads,
                             const CpuFacts& cpu);
+// glibc's malloc gives a freed block of 128 KiB or more back to the kernel (munmap, or a trim of
+// the heap's top), so on CPU every step's activations and gradients fault in fresh zeroed pages:
+// 4-13% of a step on the bench shapes (docs/performance.md). Keeping them, blocks up to 32 MiB
+// (the largest mmap threshold glibc accepts) come from the heap and freed memory is never trimmed,
+// so the heap stays at the step's peak, which the peak RSS already was. The user's own settings
+// win: MALLOC_*_ variables, GLIBC_TUNABLES with glibc.malloc.*, or another malloc in LD_PRELOAD.
+struct AllocatorChoice {
+  bool keep = false;   // set the two thresholds
+  std::string reason;  // for the line logged at start
+};
+// `getenv` reads the environment (injectable for tests).
+AllocatorChoice ChooseCpuAllocator(const std::function<const char*(const char*)>& getenv);
+// Applies the choice to this process (mallopt); false if glibc refused a setting.
+bool KeepFreedCpuMemory();
+inline constexpr size_t kMallocKeepBelowBytes = size_t{32} << 20;
+
 // Dense bf16 peak FLOP/s by GPU name ("NVIDIA H100 80GB HBM3" -> 989e12); nullopt if unknown.
 std::optional<double> PeakBf16Flops(const std::string& gpu_name);
 // Peak bytes in use: the CUDA caching allocator's peak on GPU, the process's max RSS on CPU.

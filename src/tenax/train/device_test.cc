@@ -3,6 +3,12 @@
 #include "tenax/train/device.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
 
 namespace tenax::train {
 namespace {
@@ -69,6 +75,48 @@ TEST(ReadCpuFacts, ReadsThisMachine) {
   EXPECT_GE(f.usable_cores, 1);
   at::mm(at::ones({4, 4}), at::ones({4, 4}));  // libblas is loaded with libtorch
   EXPECT_GE(ReadCpuFacts().openblas_threads, 0);
+}
+
+AllocatorChoice ChooseWith(const std::map<std::string, std::string>& env) {
+  return ChooseCpuAllocator([&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(ChooseCpuAllocator, KeepsFreedMemoryUnlessTheUserChoseOtherwise) {
+  AllocatorChoice plain =
+      ChooseWith({{"LD_PRELOAD", "libfoo.so"}, {"GLIBC_TUNABLES", "glibc.rtld.x=1"}});
+  EXPECT_TRUE(plain.keep);
+  EXPECT_EQ(plain.reason, "malloc keeps freed blocks below 32 MiB for the next step (no trim)");
+  for (const auto& [name, value] :
+       std::map<std::string, std::string>{{"MALLOC_MMAP_THRESHOLD_", "131072"},
+                                          {"MALLOC_TRIM_THRESHOLD_", "0"},
+                                          {"MALLOC_TOP_PAD_", "0"},
+                                          {"MALLOC_MMAP_MAX_", "0"},
+                                          {"GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1"},
+                                          {"LD_PRELOAD", "/usr/lib/libjemalloc.so.2"}}) {
+    const AllocatorChoice c = ChooseWith({{name, value}});
+    EXPECT_FALSE(c.keep) << name;
+    EXPECT_NE(c.reason.find(name == "LD_PRELOAD" ? "jemalloc" : name.substr(0, 7)),
+              std::string::npos)
+        << c.reason;
+  }
+}
+
+// After KeepFreedCpuMemory a 16 MiB block (an activation of the bench shapes) comes from the heap,
+// not from its own mapping, and stays in the heap once freed, so the next one reuses its pages.
+TEST(KeepFreedCpuMemory, ABlockBelowTheThresholdIsServedAndKeptByTheHeap) {
+  ASSERT_TRUE(KeepFreedCpuMemory());
+  constexpr size_t kBytes = size_t{16} << 20;
+  const struct mallinfo2 before = mallinfo2();
+  auto* p = static_cast<volatile char*>(std::malloc(kBytes));
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < kBytes; i += 4096) p[i] = 1;
+  const struct mallinfo2 during = mallinfo2();
+  EXPECT_EQ(during.hblkhd, before.hblkhd) << "the block was mmapped on its own";
+  std::free(const_cast<char*>(p));
+  EXPECT_GE(mallinfo2().fordblks, kBytes) << "the freed block left the heap";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "tenax/core/crc32.h"
@@ -56,6 +57,13 @@ Status Trainer::Setup() {
     const ThreadChoice threads = ChooseThreads(device_, t_.threads, cpu, env_.local_world);
     at::set_num_threads(threads.intra_op_threads);
     log::Info("{}", DescribeCompute(device_, threads, cpu));
+  }
+  if (!device_.device.is_cuda()) {  // device.h: KeepFreedCpuMemory
+    AllocatorChoice malloc = ChooseCpuAllocator([](const char* name) { return std::getenv(name); });
+    if (malloc.keep && !KeepFreedCpuMemory()) {
+      malloc.reason = "glibc refused the malloc thresholds: left at its defaults";
+    }
+    log::Info("memory: {}", malloc.reason);
   }
   TENAX_RETURN_IF_ERROR(SetupData());
   TENAX_RETURN_IF_ERROR(SetupRunFolder());
