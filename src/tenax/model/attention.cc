@@ -8,6 +8,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/torch_compat.h"
+#include "tenax/model/fused_layers.h"
 
 namespace tenax::model {
 namespace {
@@ -187,8 +188,11 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
   const at::Tensor qg = GroupQueries(q, n_kv);            // (BK, T*G, D)
   const at::Tensor kg = GroupKeys(k), vg = GroupKeys(v);  // (BK, T, D)
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  at::Tensor scores = at::bmm(qg, kg.transpose(1, 2)).mul_(scale);  // (BK, T*G, T)
-  scores.masked_fill_(CausalMask(t, t, g, q.device()), -kInf);
+  at::Tensor scores = at::bmm(qg, kg.transpose(1, 2));  // (BK, T*G, T)
+  if (q.device().is_cpu() && q.scalar_type() == at::kBFloat16) {
+    return UngroupOutput(at::bmm(Bf16CpuCausalSoftmax(scores, g, scale), vg), b, t, h, n_kv);
+  }
+  scores.mul_(scale).masked_fill_(CausalMask(t, t, g, q.device()), -kInf);
   return UngroupOutput(at::bmm(at::softmax(scores, -1), vg), b, t, h, n_kv);
 }
 

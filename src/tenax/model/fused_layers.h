@@ -4,8 +4,10 @@
 // kernels do element by element (2-3x slower than widening to fp32, computing and narrowing).
 // Each node here saves only its bf16 inputs (plus RMSNorm's per-row scale) and recomputes the
 // cheap rest in backward.
-// Non-goals: hand-written SIMD or CUDA kernels (every body is a few at:: ops, so the same code
-// runs on every device); double backward.
+// Every body is a few at:: ops, so the same code runs on every device, with two exceptions in
+// bf16 on the CPU: the SwiGLU gate and attention's causal softmax run the one-pass loops of
+// cpu_kernels.h (what they buy is in docs/performance.md). Non-goals: CUDA kernels; double
+// backward.
 //
 // Numerics: computed in at least fp32 (fp64 stays fp64 for the gradient tests), rounded to the
 // input's dtype once at the end. In fp32 and fp64 the forward passes and the RoPE and SwiGLU
@@ -26,5 +28,11 @@ at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 
 // SwiGLU's gate: silu(a) * b for a, b of one shape, in a's dtype.
 at::Tensor SiluMul(const at::Tensor& a, const at::Tensor& b);
+
+// Attention's causal softmax for bf16 scores on the CPU (cpu_kernels.h): scores (BK, T*G, T),
+// rows ordered (position, query head of the kv head's G), attention.cc's grouped layout ->
+// softmax(scale * scores) over each row's keys up to its position, 0 after them. Other dtypes and
+// devices take attention.cc's composition (scale, mask, at::softmax).
+at::Tensor Bf16CpuCausalSoftmax(const at::Tensor& scores, int64_t group, double scale);
 
 }  // namespace tenax::model

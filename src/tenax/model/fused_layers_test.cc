@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cmath>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace tenax::model {
@@ -132,6 +134,43 @@ TEST(FusedLayers, SiluMulMatchesThePlainCompositionBitForBit) {
           [](const std::vector<at::Tensor>& in) { return PlainSiluMul(in[0], in[1]); },
           {Randn({4, 6, 40}, 5, 3.0), Randn({4, 6, 40}, 6)}, /*exact_fp32=*/true,
           /*bf16_tol=*/2e-2);
+}
+
+// bf16 on the CPU takes cpu_kernels.h's loops: against the widened composition they replace
+// (fp32 math, one rounding to bf16), on more elements than one task so that the work is split,
+// from non-contiguous inputs. The two differ only in exp's last bits and the order of the
+// products, so an element may round to the neighbouring bf16 value, never further.
+TEST(FusedLayers, Bf16SiluMulOnTheCpuIsTheWidenedCompositionWithinOneBf16Step) {
+  const int64_t rows = 300, cols = 257;  // 77,100 elements: more than one task of 32,768
+  const at::Tensor a = Randn({cols, rows}, 7, 4.0).to(at::kBFloat16).t();  // non-contiguous
+  const at::Tensor b = Randn({rows, cols}, 8).to(at::kBFloat16);
+  const at::Tensor g = Randn({rows, cols}, 9).to(at::kBFloat16);
+  const at::Tensor av = a.detach().requires_grad_(true), bv = b.detach().requires_grad_(true);
+  const at::Tensor out = SiluMul(av, bv);
+  const auto grads = torch::autograd::grad({out}, {av, bv}, {g});
+  const at::Tensor af = a.to(at::kFloat), bf = b.to(at::kFloat), gf = g.to(at::kFloat);
+  const std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {
+      {out, (at::silu(af) * bf).to(at::kBFloat16)},
+      {grads[0], at::silu_backward(gf * bf, af).to(at::kBFloat16)},
+      {grads[1], (gf * at::silu(af)).to(at::kBFloat16)}};
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const at::Tensor got = pairs[i].first.to(at::kFloat), want = pairs[i].second.to(at::kFloat);
+    ASSERT_EQ(pairs[i].first.scalar_type(), at::kBFloat16);
+    // One bf16 step at |want|: 2^(exponent - 7).
+    const at::Tensor step = at::exp2(at::floor(at::log2(want.abs().clamp_min(1e-30))) - 7);
+    EXPECT_TRUE(((got - want).abs() <= step).all().item<bool>()) << "output " << i;
+    const double differing = (got != want).to(at::kDouble).mean().item<double>();
+    EXPECT_LT(differing, 0.01) << "output " << i;
+  }
+  // A NaN stays a NaN; large inputs saturate as silu does (below -87, to about -1e-36 x a where
+  // the widened path reaches -0: exp is clamped there to stay finite).
+  const at::Tensor x = at::tensor({std::nanf(""), 200.0f, -200.0f, 0.0f}).to(at::kBFloat16);
+  const at::Tensor y = at::ones({4}).to(at::kBFloat16);
+  const at::Tensor s = SiluMul(x, y).to(at::kFloat);
+  EXPECT_TRUE(std::isnan(s[0].item<float>()));
+  EXPECT_EQ(s[1].item<float>(), 200.0f);
+  EXPECT_NEAR(s[2].item<float>(), 0.0f, 1e-33);
+  EXPECT_EQ(s[3].item<float>(), 0.0f);
 }
 
 }  // namespace

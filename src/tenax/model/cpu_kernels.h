@@ -1,0 +1,43 @@
+// Hand-written CPU loops for the two pointwise steps whose at:: compositions cost a bf16 step most
+// on CPU after its matmuls: SwiGLU's gate (libtorch 1.13 runs bf16 silu element by element, and
+// the widened composition in fused_layers.cc makes six passes and three fp32 temporaries in
+// forward, twelve and seven in backward) and the causal softmax of short-sequence attention
+// (scale, mask, softmax: three passes over the whole (T x T) scores, half of them masked). These
+// loops make one pass over raw bf16 bits, with the math in fp32 and one rounding to bf16 at the
+// end (round to nearest even, as at::Tensor::to).
+// Plain C++ that the compiler vectorizes, built for AVX-512, AVX2 and baseline x86-64 and chosen
+// at load time (GCC's target_clones); elsewhere the same loops, scalar or as the compiler can.
+// Single-threaded: the caller splits the range (at::parallel_for); no result depends on the
+// split, so they are the same at any thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace tenax::model::cpu {
+
+// out[i] = bf16(silu(a[i]) * b[i]), silu(x) = x * sigmoid(x).
+void SiluMulForward(const uint16_t* a, const uint16_t* b, uint16_t* out, int64_t n);
+
+// Given g = d loss / d out: ga[i] = bf16(g b sigmoid(a) (1 + a (1 - sigmoid(a)))),
+// gb[i] = bf16(g silu(a)).
+void SiluMulBackward(const uint16_t* a, const uint16_t* b, const uint16_t* g, uint16_t* ga,
+                     uint16_t* gb, int64_t n);
+
+// The causal softmax of attention scores, rows of `cols` keys: row r is query position
+// (r % rows_per_slab) / group (a slab holds T positions x G query heads, attention.cc's grouped
+// layout) and sees keys 0..that position; the keys after it get probability 0. p = softmax over
+// the visible keys of scale * s, in fp32, rounded once. Rows [row_begin, row_end).
+void CausalSoftmaxForward(const uint16_t* scores, uint16_t* probs, int64_t row_begin,
+                          int64_t row_end, int64_t rows_per_slab, int64_t cols, int64_t group,
+                          float scale);
+// Its backward: d loss / d s = scale p (g - sum(g p)) over the visible keys, 0 after them.
+void CausalSoftmaxBackward(const uint16_t* probs, const uint16_t* grad, uint16_t* grad_scores,
+                           int64_t row_begin, int64_t row_end, int64_t rows_per_slab, int64_t cols,
+                           int64_t group, float scale);
+
+// exp(x) in fp32 for x in [-87, 88] (clamped outside: results stay finite and normal), relative
+// error below 3e-7: 2^n e^r with |r| <= ln(2)/2 and e^r to degree 6 of its Taylor series.
+// Exposed for its test.
+float ExpForSigmoid(float x);
+
+}  // namespace tenax::model::cpu

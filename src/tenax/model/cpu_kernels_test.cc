@@ -1,0 +1,74 @@
+// cpu_kernels.h: its exp against the C library's, in double, over its whole range and beyond;
+// the causal softmax against masked at::softmax in fp32 rounded to bf16 (SwiGLU's loops are
+// checked through SiluMul in fused_layers_test.cc).
+#include "tenax/model/cpu_kernels.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace tenax::model::cpu {
+namespace {
+
+TEST(CpuKernels, ExpIsWithinItsStatedErrorOverItsRange) {
+  double worst = 0;
+  for (int i = 0; i <= 2'000'000; ++i) {
+    const float x = -87.0f + 175.0f * static_cast<float>(i) / 2'000'000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(ExpForSigmoid(x) - want) / want);
+  }
+  EXPECT_LT(worst, 3e-7);
+  // Clamped outside [-87, 88]: finite, and exp of the bound.
+  EXPECT_EQ(ExpForSigmoid(-1000.0f), ExpForSigmoid(-87.0f));
+  EXPECT_EQ(ExpForSigmoid(1000.0f), ExpForSigmoid(88.0f));
+  EXPECT_TRUE(std::isfinite(ExpForSigmoid(INFINITY)));
+  EXPECT_GT(ExpForSigmoid(-INFINITY), 0.0f);
+}
+
+// Every element within one bf16 step of the fp32 reference rounded to bf16, and equal to it for
+// all but a few: the two differ only in exp's last bits and where the scale is applied.
+void ExpectWithinOneBf16Step(const at::Tensor& got_bf16, const at::Tensor& want_fp32) {
+  const at::Tensor got = got_bf16.to(at::kFloat), want = want_fp32.to(at::kBFloat16).to(at::kFloat);
+  const at::Tensor step = at::exp2(at::floor(at::log2(want.abs().clamp_min(1e-30))) - 7);
+  EXPECT_TRUE(((got - want).abs() <= step).all().item<bool>());
+  EXPECT_LT((got != want).to(at::kDouble).mean().item<double>(), 0.02);
+}
+
+const uint16_t* Bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+uint16_t* MutableBits(at::Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+
+TEST(CpuKernels, CausalSoftmaxIsMaskedSoftmaxForwardAndBackward) {
+  // 3 slabs of T = 37 positions x G = 2 heads, 37 keys; rows split in two calls, as threads do.
+  const int64_t slabs = 3, t = 37, g = 2, rows = t * g;
+  const float scale = 0.125f;
+  at::manual_seed(11);
+  const at::Tensor s = (at::randn({slabs, rows, t}) * 8).to(at::kBFloat16);
+  const at::Tensor gr = at::randn({slabs, rows, t}).to(at::kBFloat16);
+  at::Tensor p = at::empty_like(s), ds = at::empty_like(s);
+  for (const auto& [b, e] : {std::pair<int64_t, int64_t>{0, 50}, {50, slabs * rows}}) {
+    CausalSoftmaxForward(Bits(s), MutableBits(p), b, e, rows, t, g, scale);
+  }
+  const at::Tensor position = at::arange(t).repeat_interleave(g).unsqueeze(1);  // (rows, 1)
+  const at::Tensor masked = at::arange(t).unsqueeze(0).gt(position);            // (rows, t)
+  const at::Tensor want_p =
+      at::softmax((s.to(at::kFloat) * scale).masked_fill(masked, -INFINITY), -1);
+  ExpectWithinOneBf16Step(p, want_p);
+  EXPECT_TRUE((p.to(at::kFloat).masked_select(masked.expand_as(want_p)) == 0).all().item<bool>());
+  for (const auto& [b, e] : {std::pair<int64_t, int64_t>{0, 101}, {101, slabs * rows}}) {
+    CausalSoftmaxBackward(Bits(p), Bits(gr), MutableBits(ds), b, e, rows, t, g, scale);
+  }
+  // d/ds of softmax(scale s) . gr, from the bf16 probabilities as saved.
+  const at::Tensor pf = p.to(at::kFloat), gf = gr.to(at::kFloat);
+  const at::Tensor want_ds = scale * pf * (gf - (gf * pf).sum(-1, /*keepdim=*/true));
+  ExpectWithinOneBf16Step(ds, want_ds);
+}
+
+}  // namespace
+}  // namespace tenax::model::cpu
