@@ -50,6 +50,16 @@ std::string Shard(const std::string& dir, const std::string& run, int shard) {
   return ReadFile(dir + name);
 }
 
+// Removes the RAM folders in /dev/shm whose agent was killed (their lock died with it), as the
+// next agent to start on the host would. Every test ends with it (a node the test killed lost its
+// RAM too), so that nothing of a killed agent stays in /dev/shm whatever runs after it.
+void SweepOwnerlessRamFolders(const std::string& job) {
+  auto sweeper =
+      OwnedFolder::Claim("/dev/shm", "tenax-replicas-",
+                         "tenax-replicas-" + job + "-test-" + std::to_string(::getpid()));
+  ASSERT_TRUE(sweeper.ok()) << sweeper.status().message();
+}
+
 class MultiNode : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -76,6 +86,10 @@ class MultiNode : public ::testing::Test {
   }
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
+  }
+  void TearDown() override {
+    if (skip_.empty())
+      SweepOwnerlessRamFolders(::testing::UnitTest::GetInstance()->current_test_info()->name());
   }
 
   // An etcd on the bridge, reachable from every host.
@@ -533,11 +547,7 @@ TEST_F(MultiNode, ALostNodesFilesComeBackFromItsPeersMemory) {
   };
   EXPECT_EQ(ram_folders_of(agents[node0]->pid()), std::vector<std::string>{});
   EXPECT_EQ(ram_folders_of(agents[2]->pid()), std::vector<std::string>{});
-  {
-    auto sweeper = OwnedFolder::Claim("/dev/shm", "tenax-replicas-",
-                                      "tenax-replicas-private-test-" + std::to_string(::getpid()));
-    ASSERT_TRUE(sweeper.ok()) << sweeper.status().message();
-  }
+  SweepOwnerlessRamFolders("private");
   // (An agent of another test run on this host may be sweeping it at this moment: wait for it.)
   EXPECT_TRUE(WaitFor([&] { return ram_folders_of(agents[victim]->pid()).empty(); }, 30))
       << "the killed agent's RAM folder is still in /dev/shm";
