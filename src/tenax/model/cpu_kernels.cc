@@ -151,3 +151,68 @@ TENAX_CPU_CLONES void CausalSoftmaxBackward(const uint16_t* probs, const uint16_
 }
 
 }  // namespace tenax::model::cpu
+
+namespace tenax::model::cpu {
+
+TENAX_CPU_CLONES void RmsNormForward(const uint16_t* x, const float* weight, uint16_t* out,
+                                     float* rscale, int64_t row_begin, int64_t row_end,
+                                     int64_t cols, float eps) {
+  std::vector<float> w(cols), v(cols);
+  for (int64_t c = 0; c < cols; ++c) w[c] = Widen(Narrow(weight[c]));  // the weight in bf16
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint16_t* xr = x + r * cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float f = Widen(xr[c]);
+      v[c] = f * f;
+    }
+    const float scale =
+        1.0f / __builtin_sqrtf(Sum(v.data(), cols) / static_cast<float>(cols) + eps);
+    rscale[r] = scale;
+    uint16_t* o = out + r * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = Narrow(Widen(Narrow(Widen(xr[c]) * scale)) * w[c]);
+  }
+}
+
+TENAX_CPU_CLONES void RmsNormBackward(const uint16_t* x, const float* weight, const float* rscale,
+                                      const uint16_t* grad, uint16_t* grad_x, float* gw_rows,
+                                      int64_t row_begin, int64_t row_end, int64_t cols) {
+  std::vector<float> n(cols), gn(cols), prod(cols);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint16_t *xr = x + r * cols, *gr = grad + r * cols;
+    const float scale = rscale[r];
+    for (int64_t c = 0; c < cols; ++c) {
+      n[c] = Widen(xr[c]) * scale;
+      const float g = Widen(gr[c]);
+      gw_rows[c] += g * n[c];
+      gn[c] = g * weight[c];
+      prod[c] = gn[c] * n[c];
+    }
+    const float dot = Sum(prod.data(), cols) / static_cast<float>(cols);
+    uint16_t* o = grad_x + r * cols;
+    for (int64_t c = 0; c < cols; ++c) o[c] = Narrow((gn[c] - n[c] * dot) * scale);
+  }
+}
+
+}  // namespace tenax::model::cpu
+
+namespace tenax::model::cpu {
+
+TENAX_CPU_CLONES void RopeRotate(const uint16_t* x, const float* cos, const float* sin,
+                                 uint16_t* out, int64_t row_begin, int64_t row_end,
+                                 int64_t positions, int64_t heads, int64_t dim, bool transposed) {
+  const int64_t half = dim / 2;
+  const float sign = transposed ? -1.0f : 1.0f;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t t = (r / heads) % positions;
+    const float *c = cos + t * half, *s = sin + t * half;
+    const uint16_t* xr = x + r * dim;
+    uint16_t* o = out + r * dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const float x0 = Widen(xr[2 * i]), x1 = Widen(xr[2 * i + 1]), si = sign * s[i];
+      o[2 * i] = Narrow(x0 * c[i] - x1 * si);
+      o[2 * i + 1] = Narrow(x0 * si + x1 * c[i]);
+    }
+  }
+}
+
+}  // namespace tenax::model::cpu

@@ -1,14 +1,15 @@
-// Hand-written CPU loops for the two pointwise steps whose at:: compositions cost a bf16 step most
-// on CPU after its matmuls: SwiGLU's gate (libtorch 1.13 runs bf16 silu element by element, and
-// the widened composition in fused_layers.cc makes six passes and three fp32 temporaries in
-// forward, twelve and seven in backward) and the causal softmax of short-sequence attention
-// (scale, mask, softmax: three passes over the whole (T x T) scores, half of them masked). These
-// loops make one pass over raw bf16 bits, with the math in fp32 and one rounding to bf16 at the
-// end (round to nearest even, as at::Tensor::to).
-// Plain C++ that the compiler vectorizes, built for AVX-512, AVX2 and baseline x86-64 and chosen
-// at load time (GCC's target_clones); elsewhere the same loops, scalar or as the compiler can.
-// Single-threaded: the caller splits the range (at::parallel_for); no result depends on the
-// split, so they are the same at any thread count.
+// Hand-written CPU loops for the pointwise steps whose at:: compositions cost a bf16 step most on
+// CPU after its matmuls: RMSNorm (casts, squares, a mean, two products and their temporaries),
+// RoPE (widened, rotated through a swapped copy, narrowed), SwiGLU's gate (libtorch 1.13 runs bf16
+// silu element by element, and the widened composition in fused_layers.cc makes six passes and
+// three fp32 temporaries in forward, twelve and seven in backward) and the causal softmax of
+// short-sequence attention (scale, mask, softmax: three passes over the whole (T x T) scores, half
+// of them masked). These loops make one pass over raw bf16 bits, with the math in fp32 and one
+// rounding to bf16 at the end (round to nearest even, as at::Tensor::to). Plain C++ that the
+// compiler vectorizes, built for AVX-512, AVX2 and baseline x86-64 and chosen at load time (GCC's
+// target_clones); elsewhere the same loops, scalar or as the compiler can. Single-threaded: the
+// caller splits the range (at::parallel_for); no result depends on the split, so they are the same
+// at any thread count.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,25 @@ void CausalSoftmaxForward(const uint16_t* scores, uint16_t* probs, int64_t row_b
 void CausalSoftmaxBackward(const uint16_t* probs, const uint16_t* grad, uint16_t* grad_scores,
                            int64_t row_begin, int64_t row_end, int64_t rows_per_slab, int64_t cols,
                            int64_t group, float scale);
+
+// RMSNorm of rows of `cols` bf16 values with an fp32 weight, as fused_layers.cc's composition
+// rounds it: r = 1 / sqrt(mean(x^2) + eps) in fp32 (kept in rscale[row] for backward),
+// out = bf16(bf16(x r) * bf16(w)). Rows [row_begin, row_end).
+void RmsNormForward(const uint16_t* x, const float* weight, uint16_t* out, float* rscale,
+                    int64_t row_begin, int64_t row_end, int64_t cols, float eps);
+// Its backward with n = x r and gn = g w: gx = bf16(r (gn - n mean(gn n))), and
+// gw_rows[c] += sum over the rows of g n (fp32; the caller sums blocks of rows in a fixed order).
+void RmsNormBackward(const uint16_t* x, const float* weight, const float* rscale,
+                     const uint16_t* grad, uint16_t* grad_x, float* gw_rows, int64_t row_begin,
+                     int64_t row_end, int64_t cols);
+
+// RoPE on rows of `dim` bf16 values, row r at position (r / heads) % positions of a
+// (B, T, H, D) tensor: pairs (x0, x1) become (x0 c - x1 s, x0 s + x1 c) with c, s the fp32
+// tables' (T', D/2) entries of that position; `transposed` rotates by the opposite angle
+// (backward). Rows [row_begin, row_end).
+void RopeRotate(const uint16_t* x, const float* cos, const float* sin, uint16_t* out,
+                int64_t row_begin, int64_t row_end, int64_t positions, int64_t heads, int64_t dim,
+                bool transposed);
 
 // exp(x) in fp32 for x in [-87, 88] (clamped outside: results stay finite and normal), relative
 // error below 3e-7: 2^n e^r with |r| <= ln(2)/2 and e^r to degree 6 of its Taylor series.

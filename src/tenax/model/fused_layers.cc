@@ -3,7 +3,9 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "tenax/core/check.h"
 #include "tenax/model/cpu_kernels.h"
@@ -17,11 +19,48 @@ using torch::autograd::variable_list;
 // Statistics and pointwise math run in fp32 at least; fp64 stays fp64.
 at::ScalarType Widen(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
+// bf16 on the CPU: the one-pass loops of cpu_kernels.h, split over libtorch's threads.
+bool UseCpuLoops(const at::Tensor& a, const at::Tensor& b) {
+  return a.device().is_cpu() && a.scalar_type() == at::kBFloat16 &&
+         b.scalar_type() == at::kBFloat16;
+}
+const uint16_t* Bits(const at::Tensor& t) {
+  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+uint16_t* MutableBits(at::Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
+}
+constexpr int64_t kLoopGrain = 1 << 15;  // elements per task, as at::internal::GRAIN_SIZE
+constexpr int64_t kRmsNormRowsPerBlock = 64;
+// RMSNorm's loops also need the fp32 master weight (the model's; a bf16 weight takes the
+// composition).
+bool UseRmsNormLoops(const at::Tensor& x, const at::Tensor& weight) {
+  return x.device().is_cpu() && x.scalar_type() == at::kBFloat16 &&
+         weight.scalar_type() == at::kFloat && weight.dim() == 1;
+}
+
 // RMSNorm. Saves x (its own dtype) and the per-row scale r = 1 / sqrt(mean(x^2) + eps) (fp32);
 // backward recomputes n = x r and uses d/dx = r (gn - n mean(gn n)), gn = g w.
 struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             double eps) {
+    if (UseRmsNormLoops(x, weight)) {
+      const at::Tensor xc = x.contiguous(), wc = weight.contiguous();
+      const int64_t cols = x.size(-1), rows = xc.numel() / cols;
+      at::Tensor out = at::empty_like(xc, at::MemoryFormat::Contiguous);
+      std::vector<int64_t> per_row = x.sizes().vec();
+      per_row.back() = 1;
+      at::Tensor r = at::empty(per_row, x.options().dtype(at::kFloat));
+      const uint16_t* px = Bits(xc);
+      const float* pw = wc.data_ptr<float>();
+      uint16_t* po = MutableBits(out);
+      float* pr = r.data_ptr<float>();
+      at::parallel_for(0, rows, std::max<int64_t>(1, kLoopGrain / cols), [&](int64_t b, int64_t e) {
+        cpu::RmsNormForward(px, pw, po, pr, b, e, cols, static_cast<float>(eps));
+      });
+      ctx->save_for_backward({x, weight, r});
+      return out;
+    }
     const at::ScalarType dt = x.scalar_type();
     const at::Tensor xf = x.to(Widen(dt));
     const at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);  // (..., 1)
@@ -32,6 +71,32 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1], &r = saved[2];
+    if (UseRmsNormLoops(x, weight) && grads[0].scalar_type() == at::kBFloat16) {
+      const at::Tensor xc = x.contiguous(), wc = weight.contiguous(), g = grads[0].contiguous();
+      const int64_t cols = x.size(-1), rows = xc.numel() / cols;
+      const int64_t blocks = (rows + kRmsNormRowsPerBlock - 1) / kRmsNormRowsPerBlock;
+      at::Tensor gx = at::empty_like(xc, at::MemoryFormat::Contiguous);
+      // The weight's gradient summed per block of rows, then over the blocks in order: the same
+      // bits at any thread count.
+      at::Tensor per_block = at::zeros({blocks, cols}, weight.options());
+      const uint16_t *px = Bits(xc), *pg = Bits(g);
+      const float *pw = wc.data_ptr<float>(), *pr = r.data_ptr<float>();
+      uint16_t* pgx = MutableBits(gx);
+      float* pb = per_block.data_ptr<float>();
+      at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          const int64_t first = blk * kRmsNormRowsPerBlock;
+          cpu::RmsNormBackward(px, pw, pr, pg, pgx, pb + blk * cols, first,
+                               std::min(rows, first + kRmsNormRowsPerBlock), cols);
+        }
+      });
+      at::Tensor gw = at::zeros({cols}, weight.options());
+      float* sum = gw.data_ptr<float>();
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        for (int64_t c = 0; c < cols; ++c) sum[c] += pb[blk * cols + c];
+      }
+      return {gx, gw, at::Tensor()};
+    }
     const at::ScalarType f = Widen(x.scalar_type());
     at::Tensor n = x.to(f) * r;            // (..., C)
     const at::Tensor gf = grads[0].to(f);  // may alias grads[0]: never written
@@ -59,9 +124,33 @@ at::Tensor RotatePairs(const at::Tensor& x, const at::Tensor& c, const at::Tenso
 
 // RoPE, a rotation: backward rotates the gradient by the opposite angle; nothing is saved but the
 // two (1, T, 1, D) tables.
+// bf16 on the CPU with fp32 tables: cpu_kernels.h's RopeRotate over the (B*T*H) rows of x.
+bool UseRopeLoops(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return x.device().is_cpu() && x.scalar_type() == at::kBFloat16 &&
+         cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat;
+}
+at::Tensor RopeLoops(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     bool transposed) {
+  const at::Tensor xc = x.contiguous(), c = cos.contiguous(), s = sin.contiguous();
+  at::Tensor out = at::empty_like(xc, at::MemoryFormat::Contiguous);
+  const int64_t t = x.size(1), h = x.size(2), d = x.size(3), rows = xc.numel() / d;
+  const uint16_t* px = Bits(xc);
+  const float *pc = c.data_ptr<float>(), *ps = s.data_ptr<float>();
+  uint16_t* po = MutableBits(out);
+  at::parallel_for(0, rows, std::max<int64_t>(1, kLoopGrain / d), [&](int64_t b, int64_t e) {
+    cpu::RopeRotate(px, pc, ps, po, b, e, t, h, d, transposed);
+  });
+  return out;
+}
+
 struct RopeFn : public torch::autograd::Function<RopeFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin) {
+    if (UseRopeLoops(x, cos, sin)) {
+      ctx->saved_data["cos"] = cos;
+      ctx->saved_data["sin"] = sin;
+      return RopeLoops(x, cos, sin, /*transposed=*/false);
+    }
     const at::ScalarType dt = x.scalar_type(), f = Widen(dt);
     const int64_t t = x.size(1);
     const at::Tensor c = cos.narrow(0, 0, t).to(f), s = sin.narrow(0, 0, t).to(f);  // (T, D/2)
@@ -73,25 +162,17 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (ctx->saved_data.count("cos") > 0) {  // the loops' forward: bf16 on the CPU
+      return {RopeLoops(grads[0].to(at::kBFloat16), ctx->saved_data["cos"].toTensor(),
+                        ctx->saved_data["sin"].toTensor(), /*transposed=*/true),
+              at::Tensor(), at::Tensor()};
+    }
     const at::Tensor c = ctx->saved_data["c"].toTensor(), s = ctx->saved_data["s"].toTensor();
     const at::Tensor& g = grads[0];
     return {RotatePairs(g.to(c.scalar_type()), c, s).to(g.scalar_type()), at::Tensor(),
             at::Tensor()};
   }
 };
-
-// bf16 on the CPU: the one-pass loops of cpu_kernels.h, split over libtorch's threads.
-bool UseCpuLoops(const at::Tensor& a, const at::Tensor& b) {
-  return a.device().is_cpu() && a.scalar_type() == at::kBFloat16 &&
-         b.scalar_type() == at::kBFloat16;
-}
-const uint16_t* Bits(const at::Tensor& t) {
-  return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-uint16_t* MutableBits(at::Tensor& t) {
-  return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
-}
-constexpr int64_t kLoopGrain = 1 << 15;  // elements per task, as at::internal::GRAIN_SIZE
 
 // silu(a) * b. Saves a and b only (the plain composition also keeps silu(a)). bf16 on the CPU
 // runs the loops of cpu_kernels.h; elsewhere bf16 is widened to fp32 for the math (libtorch 1.13

@@ -4,10 +4,10 @@
 // kernels do element by element (2-3x slower than widening to fp32, computing and narrowing).
 // Each node here saves only its bf16 inputs (plus RMSNorm's per-row scale) and recomputes the
 // cheap rest in backward.
-// Every body is a few at:: ops, so the same code runs on every device, with two exceptions in
-// bf16 on the CPU: the SwiGLU gate and attention's causal softmax run the one-pass loops of
-// cpu_kernels.h (what they buy is in docs/performance.md). Non-goals: CUDA kernels; double
-// backward.
+// Every body is a few at:: ops, so the same code runs on every device, except in bf16 on the CPU:
+// there RMSNorm (with its fp32 weight), RoPE (with fp32 tables), the SwiGLU gate and attention's
+// causal softmax run the one-pass loops of cpu_kernels.h (what they buy is in
+// docs/performance.md). Non-goals: CUDA kernels; double backward.
 //
 // Numerics: computed in at least fp32 (fp64 stays fp64 for the gradient tests), rounded to the
 // input's dtype once at the end. In fp32 and fp64 the forward passes and the RoPE and SwiGLU

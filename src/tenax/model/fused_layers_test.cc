@@ -6,6 +6,7 @@
 #include "tenax/model/fused_layers.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -171,6 +172,79 @@ TEST(FusedLayers, Bf16SiluMulOnTheCpuIsTheWidenedCompositionWithinOneBf16Step) {
   EXPECT_EQ(s[1].item<float>(), 200.0f);
   EXPECT_NEAR(s[2].item<float>(), 0.0f, 1e-33);
   EXPECT_EQ(s[3].item<float>(), 0.0f);
+}
+
+// bf16 RoPE on the CPU (fp32 tables) takes cpu_kernels.h's loops: the rotation and its transpose
+// in fp32, rounded to bf16, within one bf16 step of the composition's arithmetic written out.
+TEST(FusedLayers, Bf16RopeOnTheCpuIsTheRotationWithinOneBf16Step) {
+  const int64_t b = 2, t = 40, h = 3, d = 16;
+  const at::Tensor angles = at::outer(at::arange(t + 5, at::kDouble), Randn({d / 2}, 15).abs_());
+  const at::Tensor cos = angles.cos().to(at::kFloat), sin = angles.sin().to(at::kFloat);
+  const at::Tensor x = Randn({b, t, h, d}, 16, 2.0).to(at::kBFloat16);
+  const at::Tensor g = Randn({b, t, h, d}, 17).to(at::kBFloat16);
+  const at::Tensor xv = x.detach().requires_grad_(true);
+  const at::Tensor out = FusedRope(xv, cos, sin);
+  const at::Tensor gx = torch::autograd::grad({out}, {xv}, {g})[0];
+  auto rotate = [&](const at::Tensor& v, double sign) {  // (x0 c - x1 s, x0 s + x1 c), s signed
+    const at::Tensor p = v.to(at::kFloat).reshape({b, t, h, d / 2, 2});
+    const at::Tensor c = cos.narrow(0, 0, t).view({1, t, 1, d / 2});
+    const at::Tensor s = sin.narrow(0, 0, t).view({1, t, 1, d / 2}) * sign;
+    const at::Tensor x0 = p.select(-1, 0), x1 = p.select(-1, 1);
+    return at::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1).reshape({b, t, h, d});
+  };
+  for (const auto& [got, want] :
+       std::vector<std::pair<at::Tensor, at::Tensor>>{{out, rotate(x, 1)}, {gx, rotate(g, -1)}}) {
+    ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+    const at::Tensor w = want.to(at::kBFloat16).to(at::kFloat);
+    const at::Tensor step = at::exp2(at::floor(at::log2(w.abs().clamp_min(1e-30))) - 7);
+    EXPECT_TRUE(((got.to(at::kFloat) - w).abs() <= step).all().item<bool>());
+    EXPECT_LT((got.to(at::kFloat) != w).to(at::kDouble).mean().item<double>(), 0.02);
+  }
+}
+
+// bf16 RMSNorm on the CPU (fp32 weight, as in the model) takes cpu_kernels.h's loops: against the
+// composition's arithmetic written out here (fp32 statistics, x r rounded to bf16, times the
+// weight rounded to bf16), within one bf16 step; the weight's gradient within fp32 summation
+// order; and the same bits at one and at two threads.
+TEST(FusedLayers, Bf16RmsNormOnTheCpuIsTheCompositionWithinOneBf16Step) {
+  const int64_t rows = 150, cols = 96;  // 150 rows: more than two blocks of 64
+  const at::Tensor x = Randn({3, rows / 3, cols}, 12, 2.0).to(at::kBFloat16);
+  const at::Tensor w = Randn({cols}, 13).add_(1.0).to(at::kFloat);
+  const at::Tensor g = Randn({3, rows / 3, cols}, 14).to(at::kBFloat16);
+  auto run = [&](int threads) {
+    const int before = at::get_num_threads();
+    at::set_num_threads(threads);
+    const at::Tensor xv = x.detach().requires_grad_(true), wv = w.detach().requires_grad_(true);
+    const at::Tensor out = FusedRmsNorm(xv, wv, 1e-5);
+    auto grads = torch::autograd::grad({out}, {xv, wv}, {g});
+    at::set_num_threads(before);
+    return std::vector<at::Tensor>{out, grads[0], grads[1]};
+  };
+  const std::vector<at::Tensor> one = run(1), two = run(2);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
+
+  const at::Tensor xf = x.to(at::kFloat), gf = g.to(at::kFloat);
+  const at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, true) + 1e-5);
+  const at::Tensor n = xf * r, gn = gf * w;
+  const at::Tensor want_out =
+      ((n.to(at::kBFloat16).to(at::kFloat) * w.to(at::kBFloat16).to(at::kFloat)));
+  const at::Tensor want_gx = (gn - n * (gn * n).mean(-1, true)) * r;
+  const at::Tensor want_gw = (gf * n).reshape({-1, cols}).sum(0);
+  // The output element by element; the input's gradient, a difference of nearly equal terms where
+  // it is small, against its largest element (as the fp64 comparisons above).
+  for (int i : {0, 1}) {
+    const at::Tensor& got = one[i];
+    ASSERT_EQ(got.scalar_type(), at::kBFloat16);
+    const at::Tensor want = (i == 0 ? want_out : want_gx).to(at::kBFloat16).to(at::kFloat);
+    const at::Tensor diff = (got.to(at::kFloat) - want).abs();
+    const at::Tensor step = at::exp2(
+        at::floor(at::log2((i == 0 ? want.abs() : want.abs().max()).clamp_min(1e-30))) - 7);
+    EXPECT_TRUE((diff <= step).all().item<bool>())
+        << i << ": " << (diff / step).max().item<double>() << " steps";
+    EXPECT_LT((diff > 0).to(at::kDouble).mean().item<double>(), 0.02) << i;
+  }
+  ASSERT_EQ(one[2].scalar_type(), at::kFloat);
+  EXPECT_LT(MaxRelDiff(one[2], want_gw), 1e-5);
 }
 
 }  // namespace
