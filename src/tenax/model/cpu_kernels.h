@@ -4,12 +4,13 @@
 // silu element by element, and the widened composition in fused_layers.cc makes six passes and
 // three fp32 temporaries in forward, twelve and seven in backward) and the causal softmax of
 // short-sequence attention (scale, mask, softmax: three passes over the whole (T x T) scores, half
-// of them masked). These loops make one pass over raw bf16 bits, with the math in fp32 and one
-// rounding to bf16 at the end (round to nearest even, as at::Tensor::to). Plain C++ that the
-// compiler vectorizes, built for AVX-512, AVX2 and baseline x86-64 and chosen at load time (GCC's
-// target_clones); elsewhere the same loops, scalar or as the compiler can. Single-threaded: the
-// caller splits the range (at::parallel_for); no result depends on the split, so they are the same
-// at any thread count.
+// of them masked). These loops make one pass over raw bf16 bits, with the math in fp32 and
+// rounding to bf16 where the compositions round (round to nearest even, as at::Tensor::to). Plain
+// C++ that the compiler vectorizes, built for x86-64-v4 (AVX-512 with BW/VL), AVX2 and baseline
+// x86-64 and chosen at load time (GCC's target_clones); elsewhere the same loops, scalar or as the
+// compiler can. Single-threaded: the caller splits the range (at::parallel_for). No result depends
+// on the split (RMSNorm's weight gradient is summed by the caller over fixed blocks of rows), so
+// they are the same at any thread count.
 #pragma once
 
 #include <cstdint>
