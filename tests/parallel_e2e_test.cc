@@ -365,16 +365,21 @@ TEST_F(ParallelE2E, DeadRankEndsTheJobNamingIt) {
     ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
+  // This run's processes only: their command lines name this test's own dump folder (another
+  // checkout's suite may be running the same test on this host at the same time).
+  std::string folder;  // as a regular expression: each '.' literal
+  for (char c : dir_->path()) folder += c == '.' ? std::string("[.]") : std::string(1, c);
+  const std::string pgrep = "pgrep -f 'job[.]dump_folder=" + folder + " --set job[.]name=dead'";
   // Wait until training runs, then SIGKILL rank 1 (slot 1: the launcher assigns ranks to slots in
   // order at the first start; found by its TENAX_SLOT=1 environment).
   std::string victim;
   for (int i = 0; i < 300 && victim.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (ReadFile(log).find("step 2/") == std::string::npos) continue;
-    victim = RunCommand(
-                 "for p in $(pgrep -f 'job[.]name=dead'); do "
-                 "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx TENAX_SLOT=1 && "
-                 "echo $p; done | head -1")
+    victim = RunCommand("for p in $(" + pgrep +
+                        "); do "
+                        "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx TENAX_SLOT=1 && "
+                        "echo $p; done | head -1")
                  .output;
   }
   ASSERT_FALSE(victim.empty()) << ReadFile(log);
@@ -392,7 +397,7 @@ TEST_F(ParallelE2E, DeadRankEndsTheJobNamingIt) {
   EXPECT_LT(seconds, 15.0);
   const std::string out = ReadFile(log);
   EXPECT_NE(out.find("rank 1 was killed by signal 9"), std::string::npos) << out;
-  EXPECT_EQ(RunCommand("pgrep -f 'job[.]name=dead' || true").output, "") << "ranks left behind";
+  EXPECT_EQ(RunCommand(pgrep + " || true").output, "") << "ranks left behind";
 }
 
 }  // namespace
