@@ -61,36 +61,8 @@ Result<KvCacheDecoder> KvCacheDecoder::Create(Llama& model, int64_t capacity,
   d.norm_ = w.at("norm.weight");
   d.output_ = s.tie_embeddings ? d.tok_embeddings_ : w.at("output.weight");
   d.moe_ = model.moe();
-  for (int64_t i = 0; i < s.n_layers; ++i) {
-    const std::string p = fmt::format("layers.{}.", i);
-    Layer l;
-    l.attention_norm = w.at(p + "attention_norm.weight");
-    l.wq = w.at(p + "attention.wq.weight");
-    l.wk = w.at(p + "attention.wk.weight");
-    l.wv = w.at(p + "attention.wv.weight");
-    l.wo = w.at(p + "attention.wo.weight");
-    l.ffn_norm = w.at(p + "ffn_norm.weight");
-    if (s.moe.IsMoeLayer(i)) {  // the same routed block as training (model/moe.h)
-      l.is_moe = true;
-      l.moe.router = w.at(p + "moe.router.weight");
-      for (int64_t e = 0; e < s.moe.n_experts; ++e) {
-        const std::string x = ExpertParamPrefix(i, e);
-        l.moe.w1.push_back(w.at(x + "w1.weight"));
-        l.moe.w2.push_back(w.at(x + "w2.weight"));
-        l.moe.w3.push_back(w.at(x + "w3.weight"));
-      }
-      if (s.moe.n_shared > 0) {
-        l.moe.shared_w1 = w.at(p + "moe.shared.w1.weight");
-        l.moe.shared_w2 = w.at(p + "moe.shared.w2.weight");
-        l.moe.shared_w3 = w.at(p + "moe.shared.w3.weight");
-      }
-    } else {
-      l.w1 = w.at(p + "feed_forward.w1.weight");
-      l.w2 = w.at(p + "feed_forward.w2.weight");
-      l.w3 = w.at(p + "feed_forward.w3.weight");
-    }
-    d.layers_.push_back(std::move(l));
-  }
+  // MoE layers: the same routed block as training (model/moe.h).
+  for (int64_t i = 0; i < s.n_layers; ++i) d.layers_.push_back(BindLayer(s, i, w));
   d.rope_ = MakeRopeTable(s, capacity, model.device());
   d.k_cache_.resize(d.layers_.size());
   d.v_cache_.resize(d.layers_.size());

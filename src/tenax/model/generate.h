@@ -65,11 +65,7 @@ class KvCacheDecoder {
   void Reset() { length_ = 0; }
 
  private:
-  struct Layer {  // aliases of the model's parameters
-    at::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
-    bool is_moe = false;
-    MoeWeights moe;  // MoE layers (w1, w2, w3 then undefined)
-  };
+  using Layer = LayerWeights;  // aliases of the model's parameters, detached
   KvCacheDecoder() = default;
   at::Tensor Attend(size_t layer, const at::Tensor& x, const RopeTable& rope);
 

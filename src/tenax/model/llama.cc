@@ -75,6 +75,38 @@ Llama::Llama(ModelSpec spec, uint64_t seed, const at::Device& device)
   BindAliases();
 }
 
+LayerWeights BindLayer(const ModelSpec& spec, int64_t i,
+                       const std::map<std::string, at::Tensor>& by_name) {
+  const std::string p = fmt::format("layers.{}.", i);
+  LayerWeights l;
+  l.attention_norm = by_name.at(p + "attention_norm.weight");
+  l.wq = by_name.at(p + "attention.wq.weight");
+  l.wk = by_name.at(p + "attention.wk.weight");
+  l.wv = by_name.at(p + "attention.wv.weight");
+  l.wo = by_name.at(p + "attention.wo.weight");
+  l.ffn_norm = by_name.at(p + "ffn_norm.weight");
+  if (spec.moe.IsMoeLayer(i)) {
+    l.is_moe = true;
+    l.moe.router = by_name.at(p + "moe.router.weight");
+    for (int64_t e = 0; e < spec.moe.n_experts; ++e) {
+      const std::string x = ExpertParamPrefix(i, e);
+      l.moe.w1.push_back(by_name.at(x + "w1.weight"));
+      l.moe.w2.push_back(by_name.at(x + "w2.weight"));
+      l.moe.w3.push_back(by_name.at(x + "w3.weight"));
+    }
+    if (spec.moe.n_shared > 0) {
+      l.moe.shared_w1 = by_name.at(p + "moe.shared.w1.weight");
+      l.moe.shared_w2 = by_name.at(p + "moe.shared.w2.weight");
+      l.moe.shared_w3 = by_name.at(p + "moe.shared.w3.weight");
+    }
+  } else {
+    l.w1 = by_name.at(p + "feed_forward.w1.weight");
+    l.w2 = by_name.at(p + "feed_forward.w2.weight");
+    l.w3 = by_name.at(p + "feed_forward.w3.weight");
+  }
+  return l;
+}
+
 void Llama::BindAliases() {
   std::map<std::string, at::Tensor> by_name;
   for (auto& p : params_) by_name[p.name] = p.tensor;
@@ -90,36 +122,7 @@ void Llama::BindAliases() {
       return Block(layers_[static_cast<size_t>(i)], x, rope_);
     });
   }
-  for (int64_t i = 0; i < spec_.n_layers; ++i) {
-    const std::string p = fmt::format("layers.{}.", i);
-    Layer l;
-    l.attention_norm = by_name.at(p + "attention_norm.weight");
-    l.wq = by_name.at(p + "attention.wq.weight");
-    l.wk = by_name.at(p + "attention.wk.weight");
-    l.wv = by_name.at(p + "attention.wv.weight");
-    l.wo = by_name.at(p + "attention.wo.weight");
-    l.ffn_norm = by_name.at(p + "ffn_norm.weight");
-    if (spec_.moe.IsMoeLayer(i)) {
-      l.is_moe = true;
-      l.moe.router = by_name.at(p + "moe.router.weight");
-      for (int64_t e = 0; e < spec_.moe.n_experts; ++e) {
-        const std::string x = ExpertParamPrefix(i, e);
-        l.moe.w1.push_back(by_name.at(x + "w1.weight"));
-        l.moe.w2.push_back(by_name.at(x + "w2.weight"));
-        l.moe.w3.push_back(by_name.at(x + "w3.weight"));
-      }
-      if (spec_.moe.n_shared > 0) {
-        l.moe.shared_w1 = by_name.at(p + "moe.shared.w1.weight");
-        l.moe.shared_w2 = by_name.at(p + "moe.shared.w2.weight");
-        l.moe.shared_w3 = by_name.at(p + "moe.shared.w3.weight");
-      }
-    } else {
-      l.w1 = by_name.at(p + "feed_forward.w1.weight");
-      l.w2 = by_name.at(p + "feed_forward.w2.weight");
-      l.w3 = by_name.at(p + "feed_forward.w3.weight");
-    }
-    layers_.push_back(std::move(l));
-  }
+  for (int64_t i = 0; i < spec_.n_layers; ++i) layers_.push_back(BindLayer(spec_, i, by_name));
 }
 
 const RopeTable& Llama::Rope(int64_t seq_len) {

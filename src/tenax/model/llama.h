@@ -21,6 +21,7 @@
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,6 +44,16 @@ struct NamedTensor {
 // with gradients on during backward. `fn` must stay valid until the backward has run.
 at::Tensor RecomputeInBackward(const std::function<at::Tensor(const at::Tensor&)>* fn,
                                const at::Tensor& x);
+
+// One decoder layer's parameters: aliases of the tensors in `by_name` (the names above), bound
+// once by the training model and by the decoder of model/generate.h.
+struct LayerWeights {
+  at::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
+  bool is_moe = false;
+  MoeWeights moe;  // MoE layers (w1, w2, w3 then undefined)
+};
+LayerWeights BindLayer(const ModelSpec& spec, int64_t layer,
+                       const std::map<std::string, at::Tensor>& by_name);
 
 class Llama {
  public:
@@ -101,11 +112,7 @@ class Llama {
   MoeState* moe() { return moe_.get(); }
 
  private:
-  struct Layer {  // aliases of tensors in params_
-    at::Tensor attention_norm, wq, wk, wv, wo, ffn_norm, w1, w2, w3;
-    bool is_moe = false;
-    MoeWeights moe;  // MoE layers (w1, w2, w3 then undefined)
-  };
+  using Layer = LayerWeights;  // aliases of tensors in params_
   void BindAliases();
   const RopeTable& Rope(int64_t seq_len);
   at::Tensor Block(const Layer& layer, const at::Tensor& h, const RopeTable& rope) const;
