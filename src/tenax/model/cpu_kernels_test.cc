@@ -10,6 +10,8 @@
 #include <cmath>
 #include <utility>
 
+#include "tenax/model/testing_bf16.h"
+
 namespace tenax::model::cpu {
 namespace {
 
@@ -26,15 +28,6 @@ TEST(CpuKernels, ExpIsWithinItsStatedErrorOverItsRange) {
   EXPECT_EQ(ExpForSigmoid(1000.0f), ExpForSigmoid(88.0f));
   EXPECT_TRUE(std::isfinite(ExpForSigmoid(INFINITY)));
   EXPECT_GT(ExpForSigmoid(-INFINITY), 0.0f);
-}
-
-// Every element within one bf16 step of the fp32 reference rounded to bf16, and equal to it for
-// all but a few: the two differ only in exp's last bits and where the scale is applied.
-void ExpectWithinOneBf16Step(const at::Tensor& got_bf16, const at::Tensor& want_fp32) {
-  const at::Tensor got = got_bf16.to(at::kFloat), want = want_fp32.to(at::kBFloat16).to(at::kFloat);
-  const at::Tensor step = at::exp2(at::floor(at::log2(want.abs().clamp_min(1e-30))) - 7);
-  EXPECT_TRUE(((got - want).abs() <= step).all().item<bool>());
-  EXPECT_LT((got != want).to(at::kDouble).mean().item<double>(), 0.02);
 }
 
 const uint16_t* Bits(const at::Tensor& t) {
@@ -59,7 +52,7 @@ TEST(CpuKernels, CausalSoftmaxIsMaskedSoftmaxForwardAndBackward) {
   const at::Tensor masked = at::arange(t).unsqueeze(0).gt(position);            // (rows, t)
   const at::Tensor want_p =
       at::softmax((s.to(at::kFloat) * scale).masked_fill(masked, -INFINITY), -1);
-  ExpectWithinOneBf16Step(p, want_p);
+  EXPECT_TRUE(testing::WithinOneBf16Step(p, want_p, 0.02));
   EXPECT_TRUE((p.to(at::kFloat).masked_select(masked.expand_as(want_p)) == 0).all().item<bool>());
   for (const auto& [b, e] : {std::pair<int64_t, int64_t>{0, 101}, {101, slabs * rows}}) {
     CausalSoftmaxBackward(Bits(p), Bits(gr), MutableBits(ds), b, e, rows, t, g, scale);
@@ -67,7 +60,7 @@ TEST(CpuKernels, CausalSoftmaxIsMaskedSoftmaxForwardAndBackward) {
   // d/ds of softmax(scale s) . gr, from the bf16 probabilities as saved.
   const at::Tensor pf = p.to(at::kFloat), gf = gr.to(at::kFloat);
   const at::Tensor want_ds = scale * pf * (gf - (gf * pf).sum(-1, /*keepdim=*/true));
-  ExpectWithinOneBf16Step(ds, want_ds);
+  EXPECT_TRUE(testing::WithinOneBf16Step(ds, want_ds, 0.02));
 }
 
 }  // namespace

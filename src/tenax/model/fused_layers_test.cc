@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "tenax/model/testing_bf16.h"
+
 namespace tenax::model {
 namespace {
 
@@ -155,13 +157,9 @@ TEST(FusedLayers, Bf16SiluMulOnTheCpuIsTheWidenedCompositionWithinOneBf16Step) {
       {grads[0], at::silu_backward(gf * bf, af).to(at::kBFloat16)},
       {grads[1], (gf * at::silu(af)).to(at::kBFloat16)}};
   for (size_t i = 0; i < pairs.size(); ++i) {
-    const at::Tensor got = pairs[i].first.to(at::kFloat), want = pairs[i].second.to(at::kFloat);
     ASSERT_EQ(pairs[i].first.scalar_type(), at::kBFloat16);
-    // One bf16 step at |want|: 2^(exponent - 7).
-    const at::Tensor step = at::exp2(at::floor(at::log2(want.abs().clamp_min(1e-30))) - 7);
-    EXPECT_TRUE(((got - want).abs() <= step).all().item<bool>()) << "output " << i;
-    const double differing = (got != want).to(at::kDouble).mean().item<double>();
-    EXPECT_LT(differing, 0.01) << "output " << i;
+    EXPECT_TRUE(testing::WithinOneBf16Step(pairs[i].first, pairs[i].second, 0.01))
+        << "output " << i;
   }
   // A NaN stays a NaN; large inputs saturate as silu does (below -87, to about -1e-36 x a where
   // the widened path reaches -0: exp is clamped there to stay finite).
@@ -195,10 +193,7 @@ TEST(FusedLayers, Bf16RopeOnTheCpuIsTheRotationWithinOneBf16Step) {
   for (const auto& [got, want] :
        std::vector<std::pair<at::Tensor, at::Tensor>>{{out, rotate(x, 1)}, {gx, rotate(g, -1)}}) {
     ASSERT_EQ(got.scalar_type(), at::kBFloat16);
-    const at::Tensor w = want.to(at::kBFloat16).to(at::kFloat);
-    const at::Tensor step = at::exp2(at::floor(at::log2(w.abs().clamp_min(1e-30))) - 7);
-    EXPECT_TRUE(((got.to(at::kFloat) - w).abs() <= step).all().item<bool>());
-    EXPECT_LT((got.to(at::kFloat) != w).to(at::kDouble).mean().item<double>(), 0.02);
+    EXPECT_TRUE(testing::WithinOneBf16Step(got, want, 0.02));
   }
 }
 
@@ -232,17 +227,10 @@ TEST(FusedLayers, Bf16RmsNormOnTheCpuIsTheCompositionWithinOneBf16Step) {
   const at::Tensor want_gw = (gf * n).reshape({-1, cols}).sum(0);
   // The output element by element; the input's gradient, a difference of nearly equal terms where
   // it is small, against its largest element (as the fp64 comparisons above).
-  for (int i : {0, 1}) {
-    const at::Tensor& got = one[i];
-    ASSERT_EQ(got.scalar_type(), at::kBFloat16);
-    const at::Tensor want = (i == 0 ? want_out : want_gx).to(at::kBFloat16).to(at::kFloat);
-    const at::Tensor diff = (got.to(at::kFloat) - want).abs();
-    const at::Tensor step = at::exp2(
-        at::floor(at::log2((i == 0 ? want.abs() : want.abs().max()).clamp_min(1e-30))) - 7);
-    EXPECT_TRUE((diff <= step).all().item<bool>())
-        << i << ": " << (diff / step).max().item<double>() << " steps";
-    EXPECT_LT((diff > 0).to(at::kDouble).mean().item<double>(), 0.02) << i;
-  }
+  ASSERT_EQ(one[0].scalar_type(), at::kBFloat16);
+  ASSERT_EQ(one[1].scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(testing::WithinOneBf16Step(one[0], want_out, 0.02));
+  EXPECT_TRUE(testing::WithinOneBf16Step(one[1], want_gx, 0.02, testing::StepAt::kLargestElement));
   ASSERT_EQ(one[2].scalar_type(), at::kFloat);
   EXPECT_LT(MaxRelDiff(one[2], want_gw), 1e-5);
 }
