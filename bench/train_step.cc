@@ -106,10 +106,7 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads.intra_op_threads);
   // As `tenax train` does on CPU (device.h), unless `glibc-malloc` asks for glibc's defaults.
   const bool glibc_malloc = flags.find("glibc-malloc") != std::string::npos;
-  if (!glibc_malloc &&
-      train::ChooseCpuAllocator([](const char* name) { return std::getenv(name); }).keep) {
-    train::KeepFreedCpuMemory();
-  }
+  if (!glibc_malloc) train::SetUpCpuAllocator();
 
   at::manual_seed(0);
   model::Llama m(spec, 0, at::kCPU);

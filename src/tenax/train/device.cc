@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -152,6 +153,14 @@ bool KeepFreedCpuMemory() {
   const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMallocKeepBelowBytes)) == 1;
   const bool trim_ok = mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
   return mmap_ok && trim_ok;
+}
+
+AllocatorChoice SetUpCpuAllocator() {
+  AllocatorChoice choice = ChooseCpuAllocator([](const char* name) { return std::getenv(name); });
+  if (choice.keep && !KeepFreedCpuMemory()) {
+    return {false, "glibc refused the malloc thresholds: left at its defaults"};
+  }
+  return choice;
 }
 
 int64_t PeakMemoryBytes(const DeviceInfo& device) {

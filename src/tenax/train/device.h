@@ -64,6 +64,9 @@ struct AllocatorChoice {
 AllocatorChoice ChooseCpuAllocator(const std::function<const char*(const char*)>& getenv);
 // Applies the choice to this process (mallopt); false if glibc refused a setting.
 bool KeepFreedCpuMemory();
+// Both, from this process's environment, as `tenax train` does on CPU: `keep` says whether the
+// thresholds are now set, `reason` what to log.
+AllocatorChoice SetUpCpuAllocator();
 inline constexpr size_t kMallocKeepBelowBytes = size_t{32} << 20;
 
 // Dense bf16 peak FLOP/s by GPU name ("NVIDIA H100 80GB HBM3" -> 989e12); nullopt if unknown.

@@ -4,7 +4,6 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "tenax/core/crc32.h"
@@ -58,13 +57,7 @@ Status Trainer::Setup() {
     at::set_num_threads(threads.intra_op_threads);
     log::Info("{}", DescribeCompute(device_, threads, cpu));
   }
-  if (!device_.device.is_cuda()) {  // device.h: KeepFreedCpuMemory
-    AllocatorChoice malloc = ChooseCpuAllocator([](const char* name) { return std::getenv(name); });
-    if (malloc.keep && !KeepFreedCpuMemory()) {
-      malloc.reason = "glibc refused the malloc thresholds: left at its defaults";
-    }
-    log::Info("memory: {}", malloc.reason);
-  }
+  if (!device_.device.is_cuda()) log::Info("memory: {}", SetUpCpuAllocator().reason);
   TENAX_RETURN_IF_ERROR(SetupData());
   TENAX_RETURN_IF_ERROR(SetupRunFolder());
   TENAX_RETURN_IF_ERROR(SetupGroups());
