@@ -1,6 +1,5 @@
 #include "tenax/model/fused_layers.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/model/cpu_kernels.h"
+#include "tenax/model/cpu_parallel.h"
 
 namespace tenax::model {
 namespace {
@@ -55,7 +55,7 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
       const float* pw = wc.data_ptr<float>();
       uint16_t* po = MutableBits(out);
       float* pr = r.data_ptr<float>();
-      at::parallel_for(0, rows, std::max<int64_t>(1, kLoopGrain / cols), [&](int64_t b, int64_t e) {
+      ParallelFor(0, rows, std::max<int64_t>(1, kLoopGrain / cols), [&](int64_t b, int64_t e) {
         cpu::RmsNormForward(px, pw, po, pr, b, e, cols, static_cast<float>(eps));
       });
       ctx->save_for_backward({x, weight, r});
@@ -83,7 +83,7 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
       const float *pw = wc.data_ptr<float>(), *pr = r.data_ptr<float>();
       uint16_t* pgx = MutableBits(gx);
       float* pb = per_block.data_ptr<float>();
-      at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      ParallelFor(0, blocks, 1, [&](int64_t b0, int64_t b1) {
         for (int64_t blk = b0; blk < b1; ++blk) {
           const int64_t first = blk * kRmsNormRowsPerBlock;
           cpu::RmsNormBackward(px, pw, pr, pg, pgx, pb + blk * cols, first,
@@ -137,7 +137,7 @@ at::Tensor RopeLoops(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   const uint16_t* px = Bits(xc);
   const float *pc = c.data_ptr<float>(), *ps = s.data_ptr<float>();
   uint16_t* po = MutableBits(out);
-  at::parallel_for(0, rows, std::max<int64_t>(1, kLoopGrain / d), [&](int64_t b, int64_t e) {
+  ParallelFor(0, rows, std::max<int64_t>(1, kLoopGrain / d), [&](int64_t b, int64_t e) {
     cpu::RopeRotate(px, pc, ps, po, b, e, t, h, d, transposed);
   });
   return out;
@@ -187,7 +187,7 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
       at::Tensor out = at::empty_like(ac, at::MemoryFormat::Contiguous);
       const uint16_t *pa = Bits(ac), *pb = Bits(bc);
       uint16_t* po = MutableBits(out);
-      at::parallel_for(0, ac.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+      ParallelFor(0, ac.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
         cpu::SiluMulForward(pa + begin, pb + begin, po + begin, end - begin);
       });
       return out;
@@ -205,7 +205,7 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
       at::Tensor gb = at::empty_like(a, at::MemoryFormat::Contiguous);
       const uint16_t *pa = Bits(a), *pb = Bits(b), *pg = Bits(g);
       uint16_t *pga = MutableBits(ga), *pgb = MutableBits(gb);
-      at::parallel_for(0, a.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+      ParallelFor(0, a.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
         cpu::SiluMulBackward(pa + begin, pb + begin, pg + begin, pga + begin, pgb + begin,
                              end - begin);
       });
@@ -231,7 +231,7 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
     const int64_t rows_per_slab = s.size(1), cols = s.size(2);
     const uint16_t* in = Bits(s);
     uint16_t* out = MutableBits(p);
-    at::parallel_for(0, s.size(0) * rows_per_slab, kRowsPerTask, [&](int64_t b, int64_t e) {
+    ParallelFor(0, s.size(0) * rows_per_slab, kRowsPerTask, [&](int64_t b, int64_t e) {
       cpu::CausalSoftmaxForward(in, out, b, e, rows_per_slab, cols, group,
                                 static_cast<float>(scale));
     });
@@ -250,7 +250,7 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
     const int64_t rows_per_slab = p.size(1), cols = p.size(2);
     const uint16_t *pp = Bits(p), *pg = Bits(g);
     uint16_t* out = MutableBits(ds);
-    at::parallel_for(0, p.size(0) * rows_per_slab, kRowsPerTask, [&](int64_t b, int64_t e) {
+    ParallelFor(0, p.size(0) * rows_per_slab, kRowsPerTask, [&](int64_t b, int64_t e) {
       cpu::CausalSoftmaxBackward(pp, pg, out, b, e, rows_per_slab, cols, group,
                                  static_cast<float>(scale));
     });
