@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "tenax/core/check.h"
 #include "tenax/core/torch_compat.h"
@@ -54,11 +55,14 @@ at::Tensor UngroupOutput(const at::Tensor& o, int64_t b, int64_t t, int64_t h, i
 }
 
 // True where key column c lies after the query of row r (rows ordered (t, g), G per position):
-// (rows*G, cols), for a block whose first query and first key are the same position.
-at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& device) {
+// (rows*G, cols), for a block of queries at positions first..first+rows-1 and keys from 0 (the
+// same position as the first query when `first` is 0, as in BlockScores).
+at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& device,
+                      int64_t first = 0) {
   const auto opt = at::TensorOptions().dtype(at::kLong).device(device);
-  const at::Tensor pos = at::arange(rows, opt).repeat_interleave(g).unsqueeze(1);  // (rows*G, 1)
-  return at::arange(cols, opt).unsqueeze(0).gt(pos);                               // (rows*G, cols)
+  const at::Tensor pos =
+      at::arange(first, first + rows, opt).repeat_interleave(g).unsqueeze(1);  // (rows*G, 1)
+  return at::arange(cols, opt).unsqueeze(0).gt(pos);                           // (rows*G, cols)
 }
 
 // The scaled scores of query block qb (BK, len*G, D) against key block kb (BK, cols, D), in the
@@ -181,19 +185,33 @@ at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at
   return at::matmul(at::softmax(scores, -1), vt).transpose(1, 2);  // (B, T, H, D)
 }
 
-at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t query_block) {
   CheckShapes(q, k, v);
+  TENAX_CHECK(query_block > 0);
   const int64_t b = q.size(0), t = q.size(1), h = q.size(2), n_kv = k.size(2), d = q.size(3);
   const int64_t g = h / n_kv;
   const at::Tensor qg = GroupQueries(q, n_kv);            // (BK, T*G, D)
   const at::Tensor kg = GroupKeys(k), vg = GroupKeys(v);  // (BK, T, D)
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  at::Tensor scores = at::bmm(qg, kg.transpose(1, 2));  // (BK, T*G, T)
-  if (q.device().is_cpu() && q.scalar_type() == at::kBFloat16) {
-    return UngroupOutput(at::bmm(Bf16CpuCausalSoftmax(scores, g, scale), vg), b, t, h, n_kv);
+  const bool loops = q.device().is_cpu() && q.scalar_type() == at::kBFloat16;
+  // Queries in blocks, each against the keys up to its last position only: the scores right of
+  // the diagonal's blocks are never computed (a quarter of them with two blocks).
+  std::vector<at::Tensor> outs;
+  for (int64_t t0 = 0; t0 < t; t0 += query_block) {
+    const int64_t t1 = std::min(t, t0 + query_block);
+    const at::Tensor kb = kg.narrow(1, 0, t1), vb = vg.narrow(1, 0, t1);
+    at::Tensor scores = at::bmm(qg.narrow(1, t0 * g, (t1 - t0) * g), kb.transpose(1, 2));
+    at::Tensor p;  // (BK, (t1-t0)*G, t1)
+    if (loops) {
+      p = Bf16CpuCausalSoftmax(scores, g, scale, t0);
+    } else {
+      scores.mul_(scale).masked_fill_(CausalMask(t1 - t0, t1, g, q.device(), t0), -kInf);
+      p = at::softmax(scores, -1);
+    }
+    outs.push_back(at::bmm(p, vb));
   }
-  scores.mul_(scale).masked_fill_(CausalMask(t, t, g, q.device()), -kInf);
-  return UngroupOutput(at::bmm(at::softmax(scores, -1), vg), b, t, h, n_kv);
+  return UngroupOutput(outs.size() == 1 ? outs[0] : at::cat(outs, 1), b, t, h, n_kv);
 }
 
 at::Tensor BlockwiseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

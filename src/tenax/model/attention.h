@@ -25,6 +25,8 @@ namespace tenax::model {
 
 // Query positions and keys per block of BlockwiseAttention (measured: see attention.cc).
 inline constexpr int64_t kAttentionBlock = 128;
+// Query positions per block of GroupedAttention (measured: docs/performance.md, "Attention").
+inline constexpr int64_t kGroupedQueryBlock = 128;
 // Sequence length from which CausalGqaAttention takes the blockwise path on libtorch 1.13 CPU
 // (below it, the blockwise path lost at two threads on the 2-core machine; docs/performance.md,
 // "Attention").
@@ -38,8 +40,11 @@ at::Tensor CausalGqaAttention(const at::Tensor& q, const at::Tensor& k, const at
 at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 // No repeated K/V: the queries of one kv head are viewed as (B*K, T*G, D) so that one bmm serves
-// all G query heads; the (B*K, T*G, T) scores are materialised. Plain autograd.
-at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// all G query heads. The queries go in blocks of `query_block` positions, each block's scores
+// (B*K, block*G, keys up to its last position) materialised, so the blocks right of the diagonal
+// are skipped. Plain autograd, except the bf16 CPU softmax (fused_layers.h).
+at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t query_block = kGroupedQueryBlock);
 
 // FlashAttention-2 on blocks of `block` query and key rows: key blocks above the diagonal are
 // skipped, the softmax is accumulated with running fp32 max/sum, and only the output and the

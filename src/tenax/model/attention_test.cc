@@ -77,6 +77,13 @@ double WorstErr(const Result& got, const Result& want) {
 at::Tensor Blockwise16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return BlockwiseAttention(q, k, v, 16);
 }
+// The production query block (one block for the shapes below) and blocks of 16 query positions.
+at::Tensor Grouped(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return GroupedAttention(q, k, v);
+}
+at::Tensor Grouped16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return GroupedAttention(q, k, v, 16);
+}
 
 struct Shape {
   int64_t b, t, h, n_kv, d;
@@ -103,7 +110,8 @@ void ExpectMatches(const AttentionFn& fn, at::ScalarType dtype, double tol) {
 }
 
 TEST(Attention, GroupedMatchesReferenceFp64) {
-  ExpectMatches(GroupedAttention, at::kDouble, 1e-10);
+  ExpectMatches(Grouped, at::kDouble, 1e-10);
+  ExpectMatches(Grouped16, at::kDouble, 1e-10);
 }
 TEST(Attention, BlockwiseMatchesReferenceFp64) { ExpectMatches(Blockwise16, at::kDouble, 1e-10); }
 TEST(Attention, BlockwiseDefaultBlockMatchesReferenceFp64) {
@@ -115,7 +123,10 @@ TEST(Attention, BlockwiseDefaultBlockMatchesReferenceFp64) {
   EXPECT_LT(WorstErr(RunPath(fn, in, at::kDouble), RunPath(ReferenceAttention, in, at::kDouble)),
             1e-10);
 }
-TEST(Attention, GroupedMatchesReferenceFp32) { ExpectMatches(GroupedAttention, at::kFloat, 1e-5); }
+TEST(Attention, GroupedMatchesReferenceFp32) {
+  ExpectMatches(Grouped, at::kFloat, 1e-5);
+  ExpectMatches(Grouped16, at::kFloat, 1e-5);
+}
 TEST(Attention, BlockwiseMatchesReferenceFp32) { ExpectMatches(Blockwise16, at::kFloat, 1e-5); }
 TEST(Attention, DispatchMatchesReferenceFp32) {
   // Both sides of kBlockwiseMinSeq through the function the layers call.
@@ -140,7 +151,8 @@ TEST(Attention, Bf16NoWorseThanReference) {
     rounded.dout = in.dout.to(at::kBFloat16).to(at::kDouble);
     const Result exact = RunPath(ReferenceAttention, rounded, at::kDouble);
     const double ref_err = WorstErr(RunPath(ReferenceAttention, in, at::kBFloat16), exact);
-    for (const AttentionFn& fn : {AttentionFn(GroupedAttention), AttentionFn(Blockwise16)}) {
+    for (const AttentionFn& fn :
+         {AttentionFn(Grouped), AttentionFn(Grouped16), AttentionFn(Blockwise16)}) {
       const double err = WorstErr(RunPath(fn, in, at::kBFloat16), exact);
       EXPECT_LT(err, 3e-2) << "T=" << s.t << " H=" << s.h << " K=" << s.n_kv;
       EXPECT_LT(err, 2 * ref_err + 4e-3)
@@ -154,7 +166,7 @@ TEST(Attention, WrongHeadMappingIsCaught) {
   const Inputs in = MakeInputs(2, 40, 4, 2, 8, 7);
   const auto wrong = [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     const at::Tensor perm = at::tensor({0, 2, 1, 3}, at::kLong);
-    return GroupedAttention(q.index_select(2, perm), k, v).index_select(2, perm);
+    return GroupedAttention(q.index_select(2, perm), k, v, 16).index_select(2, perm);
   };
   EXPECT_GT(WorstErr(RunPath(wrong, in, at::kDouble), RunPath(ReferenceAttention, in, at::kDouble)),
             1e-2);

@@ -85,8 +85,9 @@ TENAX_INLINE float Sum(const float* v, int64_t n) {
   return s;
 }
 
-TENAX_INLINE int64_t Visible(int64_t row, int64_t rows_per_slab, int64_t cols, int64_t group) {
-  const int64_t position = (row % rows_per_slab) / group;
+TENAX_INLINE int64_t Visible(int64_t row, int64_t rows_per_slab, int64_t cols, int64_t group,
+                             int64_t first_position) {
+  const int64_t position = first_position + (row % rows_per_slab) / group;
   return position + 1 < cols ? position + 1 : cols;
 }
 
@@ -119,12 +120,12 @@ namespace tenax::model::cpu {
 TENAX_CPU_CLONES void CausalSoftmaxForward(const uint16_t* scores, uint16_t* probs,
                                            int64_t row_begin, int64_t row_end,
                                            int64_t rows_per_slab, int64_t cols, int64_t group,
-                                           float scale) {
+                                           int64_t first_position, float scale) {
   std::vector<float> e(cols);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint16_t* s = scores + r * cols;
     uint16_t* p = probs + r * cols;
-    const int64_t n = Visible(r, rows_per_slab, cols, group);
+    const int64_t n = Visible(r, rows_per_slab, cols, group, first_position);
     for (int64_t j = 0; j < n; ++j) e[j] = Widen(s[j]) * scale;
     const float m = Max(e.data(), n);
     for (int64_t j = 0; j < n; ++j) e[j] = Exp(e[j] - m);
@@ -137,12 +138,12 @@ TENAX_CPU_CLONES void CausalSoftmaxForward(const uint16_t* scores, uint16_t* pro
 TENAX_CPU_CLONES void CausalSoftmaxBackward(const uint16_t* probs, const uint16_t* grad,
                                             uint16_t* grad_scores, int64_t row_begin,
                                             int64_t row_end, int64_t rows_per_slab, int64_t cols,
-                                            int64_t group, float scale) {
+                                            int64_t group, int64_t first_position, float scale) {
   std::vector<float> gp(cols);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const uint16_t *p = probs + r * cols, *g = grad + r * cols;
     uint16_t* out = grad_scores + r * cols;
-    const int64_t n = Visible(r, rows_per_slab, cols, group);
+    const int64_t n = Visible(r, rows_per_slab, cols, group, first_position);
     for (int64_t j = 0; j < n; ++j) gp[j] = Widen(g[j]) * Widen(p[j]);
     const float dot = Sum(gp.data(), n);
     for (int64_t j = 0; j < n; ++j) out[j] = Narrow(scale * (gp[j] - Widen(p[j]) * dot));

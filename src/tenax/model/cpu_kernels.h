@@ -26,16 +26,17 @@ void SiluMulBackward(const uint16_t* a, const uint16_t* b, const uint16_t* g, ui
                      uint16_t* gb, int64_t n);
 
 // The causal softmax of attention scores, rows of `cols` keys: row r is query position
-// (r % rows_per_slab) / group (a slab holds T positions x G query heads, attention.cc's grouped
-// layout) and sees keys 0..that position; the keys after it get probability 0. p = softmax over
-// the visible keys of scale * s, in fp32, rounded once. Rows [row_begin, row_end).
+// first_position + (r % rows_per_slab) / group (a slab holds positions x G query heads,
+// attention.cc's grouped layout; first_position > 0 for a block of later queries) and sees keys
+// 0..that position; the keys after it get probability 0. p = softmax over the visible keys of
+// scale * s, in fp32, rounded once. Rows [row_begin, row_end).
 void CausalSoftmaxForward(const uint16_t* scores, uint16_t* probs, int64_t row_begin,
                           int64_t row_end, int64_t rows_per_slab, int64_t cols, int64_t group,
-                          float scale);
+                          int64_t first_position, float scale);
 // Its backward: d loss / d s = scale p (g - sum(g p)) over the visible keys, 0 after them.
 void CausalSoftmaxBackward(const uint16_t* probs, const uint16_t* grad, uint16_t* grad_scores,
                            int64_t row_begin, int64_t row_end, int64_t rows_per_slab, int64_t cols,
-                           int64_t group, float scale);
+                           int64_t group, int64_t first_position, float scale);
 
 // RMSNorm of rows of `cols` bf16 values with an fp32 weight, as fused_layers.cc's composition
 // rounds it: r = 1 / sqrt(mean(x^2) + eps) in fp32 (kept in rscale[row] for backward),

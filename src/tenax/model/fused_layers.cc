@@ -219,24 +219,25 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
 };
 
 // Attention's scale, causal mask and softmax in one node (bf16, CPU): the loops of cpu_kernels.h
-// over (BK, T*G, T) scores, each row only up to its query's position. Saves the probabilities
-// (as at::softmax does).
+// over (BK, R*G, T) scores of queries first_position..T-1, each row only up to its query's
+// position. Saves the probabilities (as at::softmax does).
 struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
   static constexpr int64_t kRowsPerTask = 64;
 
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& scores, int64_t group,
-                            double scale) {
+                            int64_t first_position, double scale) {
     const at::Tensor s = scores.contiguous();
     at::Tensor p = at::empty_like(s, at::MemoryFormat::Contiguous);
     const int64_t rows_per_slab = s.size(1), cols = s.size(2);
     const uint16_t* in = Bits(s);
     uint16_t* out = MutableBits(p);
     ParallelFor(0, s.size(0) * rows_per_slab, kRowsPerTask, [&](int64_t b, int64_t e) {
-      cpu::CausalSoftmaxForward(in, out, b, e, rows_per_slab, cols, group,
+      cpu::CausalSoftmaxForward(in, out, b, e, rows_per_slab, cols, group, first_position,
                                 static_cast<float>(scale));
     });
     ctx->save_for_backward({p});
     ctx->saved_data["group"] = group;
+    ctx->saved_data["first_position"] = first_position;
     ctx->saved_data["scale"] = scale;
     return p;
   }
@@ -244,6 +245,7 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const at::Tensor p = ctx->get_saved_variables()[0];
     const int64_t group = ctx->saved_data["group"].toInt();
+    const int64_t first_position = ctx->saved_data["first_position"].toInt();
     const double scale = ctx->saved_data["scale"].toDouble();
     const at::Tensor g = grads[0].to(at::kBFloat16).contiguous();
     at::Tensor ds = at::empty_like(p, at::MemoryFormat::Contiguous);
@@ -251,10 +253,10 @@ struct CausalSoftmaxFn : public torch::autograd::Function<CausalSoftmaxFn> {
     const uint16_t *pp = Bits(p), *pg = Bits(g);
     uint16_t* out = MutableBits(ds);
     ParallelFor(0, p.size(0) * rows_per_slab, kRowsPerTask, [&](int64_t b, int64_t e) {
-      cpu::CausalSoftmaxBackward(pp, pg, out, b, e, rows_per_slab, cols, group,
+      cpu::CausalSoftmaxBackward(pp, pg, out, b, e, rows_per_slab, cols, group, first_position,
                                  static_cast<float>(scale));
     });
-    return {ds, at::Tensor(), at::Tensor()};
+    return {ds, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -271,11 +273,12 @@ at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
   return RopeFn::apply(x, cos, sin);
 }
 
-at::Tensor Bf16CpuCausalSoftmax(const at::Tensor& scores, int64_t group, double scale) {
+at::Tensor Bf16CpuCausalSoftmax(const at::Tensor& scores, int64_t group, double scale,
+                                int64_t first_position) {
   TENAX_CHECK(scores.dim() == 3 && scores.device().is_cpu() &&
-              scores.scalar_type() == at::kBFloat16 && group > 0 &&
-              scores.size(1) == scores.size(2) * group);
-  return CausalSoftmaxFn::apply(scores, group, scale);
+              scores.scalar_type() == at::kBFloat16 && group > 0 && first_position >= 0 &&
+              scores.size(1) + first_position * group == scores.size(2) * group);
+  return CausalSoftmaxFn::apply(scores, group, first_position, scale);
 }
 
 at::Tensor SiluMul(const at::Tensor& a, const at::Tensor& b) {

@@ -29,10 +29,12 @@ at::Tensor FusedRope(const at::Tensor& x, const at::Tensor& cos, const at::Tenso
 // SwiGLU's gate: silu(a) * b for a, b of one shape, in a's dtype.
 at::Tensor SiluMul(const at::Tensor& a, const at::Tensor& b);
 
-// Attention's causal softmax for bf16 scores on the CPU (cpu_kernels.h): scores (BK, T*G, T),
-// rows ordered (position, query head of the kv head's G), attention.cc's grouped layout ->
+// Attention's causal softmax for bf16 scores on the CPU (cpu_kernels.h): scores (BK, R*G, T) for
+// the queries at positions first_position..T-1 (R = T - first_position; all of them when it is
+// 0), rows ordered (position, query head of the kv head's G), attention.cc's grouped layout ->
 // softmax(scale * scores) over each row's keys up to its position, 0 after them. Other dtypes and
 // devices take attention.cc's composition (scale, mask, at::softmax).
-at::Tensor Bf16CpuCausalSoftmax(const at::Tensor& scores, int64_t group, double scale);
+at::Tensor Bf16CpuCausalSoftmax(const at::Tensor& scores, int64_t group, double scale,
+                                int64_t first_position = 0);
 
 }  // namespace tenax::model
