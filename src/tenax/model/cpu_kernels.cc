@@ -1,5 +1,6 @@
 #include "tenax/model/cpu_kernels.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -213,6 +214,25 @@ TENAX_CPU_CLONES void RopeRotate(const uint16_t* x, const float* cos, const floa
       o[2 * i] = Narrow(x0 * c[i] - x1 * si);
       o[2 * i + 1] = Narrow(x0 * si + x1 * c[i]);
     }
+  }
+}
+
+TENAX_CPU_CLONES void CrossEntropyRows(uint16_t* logits, const int64_t* targets, float* row_loss,
+                                       int64_t row_begin, int64_t row_end, int64_t vocab,
+                                       bool write_grad, float grad_scale) {
+  std::vector<float> e(vocab);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    uint16_t* l = logits + r * vocab;
+    const int64_t t = targets[r];
+    for (int64_t j = 0; j < vocab; ++j) e[j] = Widen(l[j]);
+    const float m = Max(e.data(), vocab);
+    const float picked = e[t];
+    for (int64_t j = 0; j < vocab; ++j) e[j] = Exp(e[j] - m);
+    const float sum = Sum(e.data(), vocab);
+    row_loss[r] = (std::log(sum) + m) - picked;
+    if (!write_grad) continue;
+    for (int64_t j = 0; j < vocab; ++j) l[j] = Narrow((e[j] / sum) * grad_scale);
+    l[t] = Narrow((e[t] / sum - 1.0f) * grad_scale);
   }
 }
 

@@ -57,6 +57,14 @@ void RopeRotate(const uint16_t* x, const float* cos, const float* sin, uint16_t*
                 int64_t row_begin, int64_t row_end, int64_t positions, int64_t heads, int64_t dim,
                 bool transposed);
 
+// Cross-entropy over rows of `vocab` bf16 logits, in place: row r's loss, logsumexp(l) - l[t] with
+// t = targets[r] (in [0, vocab): the caller checks), goes to row_loss[r] in fp32; when
+// `write_grad`, the row is overwritten with its gradient (softmax(l) - onehot(t)) * grad_scale,
+// computed in fp32 as fused_cross_entropy.cc's composition orders it and rounded once. Rows
+// [row_begin, row_end).
+void CrossEntropyRows(uint16_t* logits, const int64_t* targets, float* row_loss, int64_t row_begin,
+                      int64_t row_end, int64_t vocab, bool write_grad, float grad_scale);
+
 // exp(x) in fp32 for x in [-87, 88] (clamped outside: results stay finite and normal), relative
 // error below 3e-7: 2^n e^r with |r| <= ln(2)/2 and e^r to degree 6 of its Taylor series.
 // Exposed for its test.

@@ -3,13 +3,25 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "tenax/core/check.h"
+#include "tenax/model/cpu_kernels.h"
+#include "tenax/model/cpu_parallel.h"
 
 namespace tenax::model {
 namespace {
 
 at::ScalarType StatsDtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+// The loops index the logits by target without a bounds check of their own; the composition's
+// gather throws for such a target, and so does this.
+void CheckTargets(const at::Tensor& targets, int64_t vocab) {
+  if (targets.numel() == 0) return;
+  const int64_t lo = targets.min().item<int64_t>(), hi = targets.max().item<int64_t>();
+  TORCH_CHECK(lo >= 0 && hi < vocab, "LinearCrossEntropy: target ", lo < 0 ? lo : hi,
+              " lies outside the vocabulary [0, ", vocab, ")");
+}
 
 // The gradient is computed in forward, chunk by chunk, while each chunk's logits are at hand (as
 // Liger-Kernel's fused linear cross-entropy does): the loss is the last node of the graph, so
@@ -24,31 +36,53 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const int64_t n = x.size(0), v = weight.size(0);
     const auto stats = StatsDtype(x.scalar_type());
     const bool same = x.scalar_type() == stats;
+    // bf16 on the CPU: each row's softmax statistics, loss and gradient in one pass over its bf16
+    // logits (cpu_kernels.h), instead of widening them into `buf` and eight passes over it.
+    const bool loops = x.device().is_cpu() && x.scalar_type() == at::kBFloat16;
+    if (loops) CheckTargets(targets, v);
     const at::Tensor w = weight.to(x.scalar_type());  // (V, C) compute copy
     const double inv_n = 1.0 / static_cast<double>(n);
     at::Tensor total = at::zeros({}, x.options().dtype(stats));
-    at::Tensor buf = at::empty({std::min(rows, n), v}, x.options().dtype(stats));  // reused
-    at::Tensor grad_x = need_grad ? at::empty_like(x) : at::Tensor();              // (N, C)
-    at::Tensor grad_w;  // (V, C) in the stats dtype
+    const int64_t max_rows = std::min(rows, n);
+    // Reused by every chunk: the fp32 logits, or (loops) each row's loss.
+    at::Tensor buf =
+        at::empty(loops ? std::vector<int64_t>{max_rows} : std::vector<int64_t>{max_rows, v},
+                  x.options().dtype(stats));
+    at::Tensor grad_x = need_grad ? at::empty_like(x) : at::Tensor();  // (N, C)
+    at::Tensor grad_w;                                                 // (V, C) in the stats dtype
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
       const int64_t len = std::min(rows, n - r0);
       const at::Tensor xc = x.narrow(0, r0, len);
-      const at::Tensor tc = targets.narrow(0, r0, len).unsqueeze(1);  // (len, 1)
-      at::Tensor p = buf.narrow(0, 0, len);                           // (len, V)
-      if (same) {
-        at::mm_out(p, xc, w.t());
+      at::Tensor g;  // d loss / d logits = (softmax - onehot(target)) / N, in x's dtype
+      if (loops) {
+        g = at::mm(xc, w.t());  // (len, V) bf16 logits, turned into their gradient in place
+        const at::Tensor tc = targets.narrow(0, r0, len).contiguous();
+        uint16_t* pg = reinterpret_cast<uint16_t*>(g.data_ptr<at::BFloat16>());
+        const int64_t* pt = tc.data_ptr<int64_t>();
+        float* pl = buf.data_ptr<float>();
+        ParallelFor(
+            0, len, std::max<int64_t>(1, (int64_t{1} << 15) / v), [&](int64_t b, int64_t e) {
+              cpu::CrossEntropyRows(pg, pt, pl, b, e, v, need_grad, static_cast<float>(inv_n));
+            });
+        total.add_(buf.narrow(0, 0, len).sum());
+        if (!need_grad) continue;
       } else {
-        p.copy_(at::mm(xc, w.t()));  // bf16 logits, widened
+        const at::Tensor tc = targets.narrow(0, r0, len).unsqueeze(1);  // (len, 1)
+        at::Tensor p = buf.narrow(0, 0, len);                           // (len, V)
+        if (same) {
+          at::mm_out(p, xc, w.t());
+        } else {
+          p.copy_(at::mm(xc, w.t()));  // bf16 logits, widened
+        }
+        const at::Tensor picked = p.gather(1, tc);          // (len, 1)
+        const at::Tensor mx = std::get<0>(p.max(1, true));  // (len, 1)
+        p.sub_(mx).exp_();
+        const at::Tensor sum = p.sum(1, true);        // (len, 1)
+        total.add_((sum.log() + mx - picked).sum());  // sum of logsumexp - target logit
+        if (!need_grad) continue;
+        p.div_(sum).scatter_add_(1, tc, at::full({len, 1}, -1.0, p.options())).mul_(inv_n);
+        g = same ? p : p.to(x.scalar_type());
       }
-      const at::Tensor picked = p.gather(1, tc);          // (len, 1)
-      const at::Tensor mx = std::get<0>(p.max(1, true));  // (len, 1)
-      p.sub_(mx).exp_();
-      const at::Tensor sum = p.sum(1, true);        // (len, 1)
-      total.add_((sum.log() + mx - picked).sum());  // sum of logsumexp - target logit
-      if (!need_grad) continue;
-      // d loss / d logits = (softmax - onehot(target)) / N
-      p.div_(sum).scatter_add_(1, tc, at::full({len, 1}, -1.0, p.options())).mul_(inv_n);
-      const at::Tensor g = same ? p : p.to(x.scalar_type());
       at::Tensor gx = grad_x.narrow(0, r0, len);
       at::mm_out(gx, g, w);
       if (!grad_w.defined()) {

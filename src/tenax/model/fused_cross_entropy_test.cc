@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <string>
 #include <vector>
 
 #include "tenax/model/llama.h"
@@ -94,6 +95,25 @@ TEST(LinearCrossEntropy, DetectsWrongTargets) {
   const Case got = Chunked(x, w, (t + 1).remainder(20), at::kDouble, 7);
   EXPECT_GT(MaxRelErr(got.loss, want.loss), 1e-3);
   EXPECT_GT(MaxRelErr(got.dw, want.dw), 1e-2);
+}
+
+// bf16 on the CPU takes cpu_kernels.h's loop, which indexes the logits by target: a target
+// outside the vocabulary is refused as the composition's gather refuses it, naming the target.
+TEST(LinearCrossEntropy, Bf16CpuRefusesATargetOutsideTheVocabulary) {
+  const at::Tensor x = at::ones({4, 8}, at::kBFloat16), w = at::ones({20, 8}, at::kFloat);
+  for (const int64_t bad : {int64_t{20}, int64_t{-1}}) {
+    const at::Tensor t = at::tensor(std::vector<int64_t>{3, bad, 0, 1}, at::kLong);
+    try {
+      LinearCrossEntropy(x, w, t);
+      ADD_FAILURE() << "target " << bad << " was accepted";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("target " + std::to_string(bad) + " lies outside"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_NO_THROW(
+      LinearCrossEntropy(x, w, at::tensor(std::vector<int64_t>{3, 19, 0, 1}, at::kLong)));
 }
 
 // Without gradients (evaluation) the loss is the same and nothing is kept for backward.
