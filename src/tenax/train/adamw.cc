@@ -6,7 +6,9 @@
 #include <cmath>
 #include <map>
 
+#include "tenax/model/cpu_parallel.h"
 #include "tenax/parallel/gradients.h"
+#include "tenax/train/adamw_kernel.h"
 
 namespace tenax::train {
 
@@ -70,6 +72,41 @@ void AdamW::StepOne(size_t i, double lr, double bias1, double bias2_sqrt,
   p.addcdiv_(exp_avg_[i], denom, -lr / bias1);
 }
 
+void AdamW::StepLoop(size_t i, double lr, double bias1, double bias2_sqrt) {
+  at::Tensor p = params_[i].tensor;
+  const at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::Tensor();
+  if (!g.defined()) return;
+  AdamWScalars s;
+  if (options_.weight_decay != 0 && !decay_masks_.empty()) {
+    s.decay = AdamWScalars::Decay::kMask;
+    s.decay_coef = static_cast<float>(-lr * options_.weight_decay);
+  } else if (options_.weight_decay != 0 && decay_[i]) {
+    s.decay = AdamWScalars::Decay::kScale;
+    s.decay_factor = static_cast<float>(1.0 - lr * options_.weight_decay);
+  }
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  s.beta1 = static_cast<float>(b1);
+  s.one_minus_beta1 = static_cast<float>(1.0 - b1);
+  s.beta2 = static_cast<float>(b2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - b2);
+  s.bias2_sqrt = static_cast<float>(bias2_sqrt);
+  s.eps = static_cast<float>(options_.eps);
+  s.step_size = static_cast<float>(-lr / bias1);
+  const at::Tensor mask =
+      s.decay == AdamWScalars::Decay::kMask ? decay_masks_[i].contiguous() : at::Tensor();
+  float* pp = p.data_ptr<float>();
+  const float* pg = g.data_ptr<float>();
+  float* pm = exp_avg_[i].data_ptr<float>();
+  float* pv = exp_avg_sq_[i].data_ptr<float>();
+  const float* pk = mask.defined() ? mask.data_ptr<float>() : nullptr;
+  model::ParallelFor(0, p.numel(), int64_t{1} << 15,
+                     [&](int64_t b, int64_t e) { AdamWUpdate(pp, pg, pm, pv, pk, b, e, s); });
+  // Written through pointers: tell autograd's version checks, as the in-place ops did.
+  for (const at::Tensor* t : {&p, &exp_avg_[i], &exp_avg_sq_[i]}) {
+    t->unsafeGetTensorImpl()->bump_version();
+  }
+}
+
 // The same operations as StepOne, in the same order per element, over the whole group: each
 // element sees the same IEEE operations, so the result is the same bit for bit.
 void AdamW::StepFlat(Group& g, double lr, double bias1, double bias2_sqrt) {
@@ -103,10 +140,15 @@ void AdamW::Step(double lr) {
   for (Group& g : groups_) {
     bool complete = true;
     for (size_t i : g.members) complete = complete && params_[i].tensor.grad().defined();
-    const bool flat =
-        mode_ == UpdateMode::kFlat || (mode_ == UpdateMode::kAuto && !g.exp_avg.device().is_cpu());
+    const bool cpu = g.exp_avg.device().is_cpu();
+    const bool flat = mode_ == UpdateMode::kFlat || (mode_ == UpdateMode::kAuto && !cpu);
     if (flat && complete) {
       StepFlat(g, lr, bias1, bias2_sqrt);
+      continue;
+    }
+    const bool fp32_cpu = cpu && params_[g.members.front()].tensor.scalar_type() == at::kFloat;
+    if (fp32_cpu && (mode_ == UpdateMode::kLoop || mode_ == UpdateMode::kAuto)) {
+      for (size_t i : g.members) StepLoop(i, lr, bias1, bias2_sqrt);
       continue;
     }
     // One allocation per step, freed after it: held between steps it would sit on top of

@@ -12,19 +12,22 @@
 //    the denominator and the update are six large element-wise operations over the whole group
 //    instead of ~7 small launches (and one allocation) per parameter; each parameter receives
 //    its slice with one add_ (and its weight decay with one more).
-//  - on the CPU (kPerTensor): the same operations per parameter on the views, the denominator in
-//    one scratch buffer allocated once per step (the size of the largest parameter). Measured on
-//    the 29M shape (docs/performance.md, "Optimizer"), a pass over the whole 117 MB group streams
-//    every buffer through DRAM at each of the ~15 operations and is slower than the old loop; per
-//    parameter (at most a few MB) the operations after the first hit the cache, and what the old
-//    loop lost was allocating two fresh tensors (page faults) per parameter per step.
-// Both give the per-parameter loop's result bit for bit on CPU (optim_test.cc keeps that loop as
+//  - on the CPU, fp32 (kLoop): per parameter, one pass of adamw_kernel.h over parameter,
+//    gradient and moments, split over the intra-op threads (7 ATen passes before: 30 -> 14 ms a
+//    step on the 29M shape, docs/performance.md).
+//  - on the CPU, other dtypes (kPerTensor): the same operations per parameter on the views, the
+//    denominator in one scratch buffer allocated once per step (the size of the largest
+//    parameter). Measured on the 29M shape (docs/performance.md, "Optimizer"), a pass over the
+//    whole 117 MB group streams every buffer through DRAM at each of the ~15 operations and is
+//    slower than the old loop; per parameter (at most a few MB) the operations after the first
+//    hit the cache, and what the old loop lost was allocating two fresh tensors (page faults) per
+//    parameter per step.
+// All give the per-parameter loop's result bit for bit on CPU (optim_test.cc keeps that loop as
 // its reference): every element sees the same IEEE operations in the same order. A group with a
 // missing gradient (a parameter autograd did not reach) takes the per-tensor path, which skips
 // that parameter as before. Nothing here reads a value back to the host.
 //
-// Non-goals: a hand-written kernel (the ATen ops are vectorised already, and a CPU kernel would
-// need its own SIMD dispatch); making the parameters or their .grad views of one buffer (the
+// Non-goals: making the parameters or their .grad views of one buffer (the
 // model and FSDP own them).
 // Thread safety: none.
 #pragma once
@@ -46,9 +49,9 @@ class AdamW {
   AdamW(const OptimizerOptions& options, const std::vector<model::NamedTensor>& params,
         std::vector<at::Tensor> decay_masks = {});
 
-  // How Step runs the update (see the file comment); the result is the same. kAuto: kPerTensor
-  // on CPU, kFlat elsewhere. For tests and benchmarks.
-  enum class UpdateMode { kAuto, kFlat, kPerTensor };
+  // How Step runs the update (see the file comment); the result is the same. kAuto: kLoop for
+  // fp32 on the CPU, kPerTensor for other CPU dtypes, kFlat elsewhere. For tests and benchmarks.
+  enum class UpdateMode { kAuto, kFlat, kPerTensor, kLoop };
   void set_update_mode(UpdateMode mode) { mode_ = mode; }
 
   // One update with learning rate `lr` using each parameter's .grad().
@@ -74,6 +77,8 @@ class AdamW {
   // The per-parameter update of parameter i, its denominator in `scratch` (>= its numel).
   void StepOne(size_t i, double lr, double bias1, double bias2_sqrt, const at::Tensor& scratch);
   void StepFlat(Group& g, double lr, double bias1, double bias2_sqrt);
+  // The per-parameter update of parameter i in one pass (adamw_kernel.h); fp32 CPU tensors.
+  void StepLoop(size_t i, double lr, double bias1, double bias2_sqrt);
   void Decay(size_t i, double lr);
 
   // Constant after construction.

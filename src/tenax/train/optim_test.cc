@@ -98,8 +98,9 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
 // one large enough that ATen splits it across threads at other boundaries than in a flat buffer),
 // random gradients of a few magnitudes and a varying learning rate: the flat optimizer gives the
 // reference's parameters and moments bit for bit on CPU (every element sees the same IEEE
-// operations in the same order), whether the update runs per tensor (CPU's default) or over the
-// flat buffers (the accelerators' default). Tolerance 0, stated: any difference fails.
+// operations in the same order), whether the update runs as one loop per tensor (CPU's fp32
+// default), as ATen operations per tensor or over the flat buffers (the accelerators' default).
+// Tolerance 0, stated: any difference fails.
 void ExpectFlatMatchesReference(const FlatCase& c) {
   at::manual_seed(17);
   const std::vector<std::vector<int64_t>> shapes{{37, 13},   {64}, {5, 3, 7}, {1},
@@ -150,22 +151,27 @@ void ExpectFlatMatchesReference(const FlatCase& c) {
 
 constexpr auto kFlat = AdamW::UpdateMode::kFlat;
 constexpr auto kPerTensor = AdamW::UpdateMode::kPerTensor;
+constexpr auto kLoop = AdamW::UpdateMode::kLoop;
 
 TEST(AdamWFlat, MatchesPerParameterLoopWithoutDecay) {
   ExpectFlatMatchesReference({0.0, false, false, kFlat});
   ExpectFlatMatchesReference({0.0, false, false, kPerTensor});
+  ExpectFlatMatchesReference({0.0, false, false, kLoop});
 }
 TEST(AdamWFlat, MatchesPerParameterLoopWithDecay) {
   ExpectFlatMatchesReference({0.1, false, false, kFlat});
   ExpectFlatMatchesReference({0.1, false, false, kPerTensor});
+  ExpectFlatMatchesReference({0.1, false, false, kLoop});
 }
 TEST(AdamWFlat, MatchesPerParameterLoopWithDecayMasks) {
   ExpectFlatMatchesReference({0.1, true, false, kFlat});
   ExpectFlatMatchesReference({0.1, true, false, kPerTensor});
+  ExpectFlatMatchesReference({0.1, true, false, kLoop});
 }
 TEST(AdamWFlat, MatchesPerParameterLoopWhenAGradientIsMissing) {
   ExpectFlatMatchesReference({0.1, false, true, kFlat});
   ExpectFlatMatchesReference({0.1, false, true, kPerTensor});
+  ExpectFlatMatchesReference({0.1, false, true, kLoop});
 }
 
 // The per-parameter state tensors are views of the flat buffers: LoadState writes through them,
