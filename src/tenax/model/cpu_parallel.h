@@ -22,6 +22,9 @@
 
 namespace tenax::model {
 
+// Elements per task for element-wise loops, as ATen's own (at::internal::GRAIN_SIZE).
+inline constexpr int64_t kLoopGrain = int64_t{1} << 15;
+
 void ParallelFor(int64_t begin, int64_t end, int64_t grain,
                  const std::function<void(int64_t, int64_t)>& f);
 

@@ -60,10 +60,9 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
         uint16_t* pg = reinterpret_cast<uint16_t*>(g.data_ptr<at::BFloat16>());
         const int64_t* pt = tc.data_ptr<int64_t>();
         float* pl = buf.data_ptr<float>();
-        ParallelFor(
-            0, len, std::max<int64_t>(1, (int64_t{1} << 15) / v), [&](int64_t b, int64_t e) {
-              cpu::CrossEntropyRows(pg, pt, pl, b, e, v, need_grad, static_cast<float>(inv_n));
-            });
+        ParallelFor(0, len, std::max<int64_t>(1, kLoopGrain / v), [&](int64_t b, int64_t e) {
+          cpu::CrossEntropyRows(pg, pt, pl, b, e, v, need_grad, static_cast<float>(inv_n));
+        });
         total.add_(buf.narrow(0, 0, len).sum());
         if (!need_grad) continue;
       } else {

@@ -30,7 +30,6 @@ const uint16_t* Bits(const at::Tensor& t) {
 uint16_t* MutableBits(at::Tensor& t) {
   return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
 }
-constexpr int64_t kLoopGrain = 1 << 15;  // elements per task, as at::internal::GRAIN_SIZE
 constexpr int64_t kRmsNormRowsPerBlock = 64;
 // RMSNorm's loops also need the fp32 master weight (the model's; a bf16 weight takes the
 // composition).

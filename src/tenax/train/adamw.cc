@@ -99,7 +99,7 @@ void AdamW::StepLoop(size_t i, double lr, double bias1, double bias2_sqrt) {
   float* pm = exp_avg_[i].data_ptr<float>();
   float* pv = exp_avg_sq_[i].data_ptr<float>();
   const float* pk = mask.defined() ? mask.data_ptr<float>() : nullptr;
-  model::ParallelFor(0, p.numel(), int64_t{1} << 15,
+  model::ParallelFor(0, p.numel(), model::kLoopGrain,
                      [&](int64_t b, int64_t e) { AdamWUpdate(pp, pg, pm, pv, pk, b, e, s); });
   // Written through pointers: tell autograd's version checks, as the in-place ops did.
   for (const at::Tensor* t : {&p, &exp_avg_[i], &exp_avg_sq_[i]}) {
