@@ -251,12 +251,16 @@ TEST_F(ResilienceE2E, NoRestartsLeftStopsWithAReport) {
   EXPECT_NE(r.output.find("2 failure(s) and 1 restart(s)"), std::string::npos) << r.output;
 }
 
-// Rank 1 computes 4x longer per step from step 2: reported by rank and host; slowness alone is
-// not a failure, so the run is otherwise untouched.
+// Rank 1 computes 40x longer per step from step 2: reported by rank and host; slowness alone is
+// not a failure, so the run is otherwise untouched. The threshold is 8x (as in the multi-node
+// test): with the default 1.5x and a 4x slowdown, two suites on the 2-core machine once made the
+// healthy rank 0's ~5 ms steps take 65 ms three steps in a row, over 1.5x the slowed rank 1's.
 TEST_F(ResilienceE2E, StragglerIsReportedByRankAndHost) {
   std::string out;
   auto r = RunTenax(
-      "launch --nproc-per-node 2 --inject slow:rank=1:factor=4:from=2 -- " + Train(*dir_, "slow"),
+      "launch --nproc-per-node 2 --straggler-factor 8 "
+      "--inject slow:rank=1:factor=40:from=2 -- " +
+          Train(*dir_, "slow"),
       dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("launch: straggler: rank 1 on "), std::string::npos) << r.output;
@@ -267,7 +271,7 @@ TEST_F(ResilienceE2E, StragglerIsReportedByRankAndHost) {
   const auto& s = report["stragglers"][0];
   EXPECT_EQ(s["rank"], 1);
   EXPECT_FALSE(s["host"].get<std::string>().empty());
-  EXPECT_GT(s["compute_s"].get<double>(), 1.5 * s["median_s"].get<double>());
+  EXPECT_GT(s["compute_s"].get<double>(), 8 * s["median_s"].get<double>());
   EXPECT_EQ(report["failures"].size(), 0u);
 }
 
