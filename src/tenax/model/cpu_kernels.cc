@@ -5,12 +5,7 @@
 #include <limits>
 #include <vector>
 
-// One copy of each loop per instruction set, picked when the library loads (an ifunc).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TENAX_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define TENAX_CPU_CLONES
-#endif
+#include "tenax/core/cpu_clones.h"
 
 namespace tenax::model::cpu {
 namespace {
@@ -114,10 +109,6 @@ TENAX_CPU_CLONES void SiluMulBackward(const uint16_t* a, const uint16_t* b, cons
   }
 }
 
-}  // namespace tenax::model::cpu
-
-namespace tenax::model::cpu {
-
 TENAX_CPU_CLONES void CausalSoftmaxForward(const uint16_t* scores, uint16_t* probs,
                                            int64_t row_begin, int64_t row_end,
                                            int64_t rows_per_slab, int64_t cols, int64_t group,
@@ -151,10 +142,6 @@ TENAX_CPU_CLONES void CausalSoftmaxBackward(const uint16_t* probs, const uint16_
     for (int64_t j = n; j < cols; ++j) out[j] = 0;
   }
 }
-
-}  // namespace tenax::model::cpu
-
-namespace tenax::model::cpu {
 
 TENAX_CPU_CLONES void RmsNormForward(const uint16_t* x, const float* weight, uint16_t* out,
                                      float* rscale, int64_t row_begin, int64_t row_end,
@@ -194,10 +181,6 @@ TENAX_CPU_CLONES void RmsNormBackward(const uint16_t* x, const float* weight, co
     for (int64_t c = 0; c < cols; ++c) o[c] = Narrow((gn[c] - n[c] * dot) * scale);
   }
 }
-
-}  // namespace tenax::model::cpu
-
-namespace tenax::model::cpu {
 
 TENAX_CPU_CLONES void RopeRotate(const uint16_t* x, const float* cos, const float* sin,
                                  uint16_t* out, int64_t row_begin, int64_t row_end,

@@ -74,8 +74,8 @@ void AdamW::StepOne(size_t i, double lr, double bias1, double bias2_sqrt,
 
 void AdamW::StepLoop(size_t i, double lr, double bias1, double bias2_sqrt) {
   at::Tensor p = params_[i].tensor;
-  const at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::Tensor();
-  if (!g.defined()) return;
+  if (!p.grad().defined()) return;
+  const at::Tensor g = p.grad().contiguous();
   AdamWScalars s;
   if (options_.weight_decay != 0 && !decay_masks_.empty()) {
     s.decay = AdamWScalars::Decay::kMask;

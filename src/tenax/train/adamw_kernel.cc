@@ -2,11 +2,7 @@
 
 #include <cmath>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TENAX_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define TENAX_CPU_CLONES
-#endif
+#include "tenax/core/cpu_clones.h"
 
 namespace tenax::train {
 
