@@ -39,6 +39,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 START = time.time()
 
@@ -350,11 +351,61 @@ class Block(nn.Module):
         return h + self.w2(F.silu(self.w1(z)) * self.w3(z))
 
 
+class GptBlock(nn.Module):
+    """Megatron-LM's GPT layer of 2021 written with eager PyTorch ops: LayerNorm, biases, fused QKV
+    projection, scores materialized (scale, causal mask, softmax, dropout on the probabilities),
+    GELU MLP, dropout on both residual branches."""
+
+    def __init__(self, h, heads, f, p=0.1):
+        super().__init__()
+        self.heads, self.d, self.p = heads, h // heads, p
+        self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+        self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
+        self.fc1, self.fc2 = nn.Linear(h, f), nn.Linear(f, h)
+
+    def forward(self, x, mask):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, self.d).permute(2, 0, 3, 1, 4)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(self.d))
+        probs = F.dropout(scores.masked_fill(mask, float("-inf")).softmax(-1), self.p, True)
+        o = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
+        x = x + F.dropout(self.proj(o), self.p, True)
+        return x + F.dropout(self.fc2(F.gelu(self.fc1(self.ln2(x)))), self.p, True)
+
+
 LAYER_SHAPES = {  # h, heads, kv_heads, f
     "llama3-8b": (4096, 32, 8, 14336),
     "llama3-70b": (8192, 64, 8, 28672),
+    "gpt-1.7b": (2304, 24, 24, 9216),  # Megatron-LM 2021's 1.7B: 24 layers, seq 2048
     "tiny": (64, 4, 2, 128),
+    "gpt-tiny": (64, 4, 4, 256),
 }
+
+
+def make_stack(name, depth, s, b, dev, dt):
+    """`depth` layers of `name`, an input and an output gradient, and the per-call argument."""
+    h, heads, kvh, f = LAYER_SHAPES[name]
+    if name.startswith("gpt"):
+        layers = nn.ModuleList([GptBlock(h, heads, f) for _ in range(depth)]).to(dev, dt)
+        extra = torch.ones(s, s, dtype=torch.bool, device=dev).triu(1)
+    else:
+        layers = nn.ModuleList([Block(h, heads, kvh, f) for _ in range(depth)]).to(dev, dt)
+        extra = rope_freqs(h // heads, s, dev)
+    x = torch.randn(b, s, h, device=dev, dtype=dt, requires_grad=True)
+    g = torch.randn(b, s, h, device=dev, dtype=dt)
+    return layers, extra, x, g
+
+
+def stack_step(layers, extra, x, g, ac="none"):
+    """Forward and backward through the stack; ac = "full" recomputes each layer's forward in
+    backward (torch.utils.checkpoint)."""
+    y = x
+    for layer in layers:
+        if ac == "full":
+            y = torch.utils.checkpoint.checkpoint(layer, y, extra, use_reentrant=False)
+        else:
+            y = layer(y, extra)
+    y.backward(g)
 
 
 def run_layers(dev, timer, smoke, compile_ok, warm_s=0.0):
@@ -415,6 +466,32 @@ def run_layers(dev, timer, smoke, compile_ok, warm_s=0.0):
     return rows
 
 
+def run_layers_more(dev, timer, smoke, warm_s):
+    """Recomputation and Megatron-style GPT layers, each timed at the held clock: the eager 8B
+    layer with full recomputation, and GPT 1.7B's layer (scores materialized, dropout 0.1) without
+    and with it."""
+    rows = []
+    cases = [("llama3-8b", 8192, 1, 4, "full"), ("gpt-1.7b", 2048, 8, 4, "none"),
+             ("gpt-1.7b", 2048, 8, 4, "full")]
+    if smoke:
+        cases = [("tiny", 32, 1, 2, "full"), ("gpt-tiny", 32, 2, 2, "none"), ("gpt-tiny", 32, 2, 2, "full")]
+    for name, s, b, depth, ac in cases:
+        layers, extra, x, g = make_stack(name, depth, s, b, dev, torch.bfloat16)
+        step = lambda: stack_step(layers, extra, x, g, ac)  # noqa: E731
+        t_warm = time.time() + warm_s
+        step()
+        while time.time() < t_warm:
+            step()
+        sec = timer(step, warmup=2, target_s=1.0, max_reps=10)
+        rows.append({"model": name, "seq": s, "batch": b, "layers": depth, "ac": ac,
+                     "warm_s": warm_s, "s_per_layer": sec / depth})
+        log(f"layer {name} S={s} b={b} ac={ac}: {sec / depth * 1e3:.2f} ms fwd+bwd per layer")
+        del layers, x, g, extra
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
 def kernel_kind(name):
     n = name.lower()
     if any(k in n for k in ("flash", "fmha", "attention", "cudnn")):  # cuDNN SDPA's helpers too
@@ -424,27 +501,21 @@ def kernel_kind(name):
     return "elementwise"
 
 
-def run_profile(dev, smoke, warm_s):
+def run_profile(dev, smoke, warm_s, only=""):
     """The eager layers under torch.profiler after `warm_s` of the same work: the GPU time of
     every kernel in place (the sum of parts as the layer runs them, L2 and clock included), by
     kind (matmul, attention, the rest) and the top kernels."""
     from torch.profiler import ProfilerActivity, profile
     rows = []
     dt = torch.bfloat16
-    cases = [("llama3-8b", 8192, 1, 4), ("llama3-70b", 8192, 1, 2)] if not smoke else [("tiny", 32, 1, 2)]
+    cases = [("llama3-8b", 8192, 1, 4), ("llama3-70b", 8192, 1, 2), ("gpt-1.7b", 2048, 8, 4)]
+    if smoke:
+        cases = [("tiny", 32, 1, 2), ("gpt-tiny", 32, 2, 2)]
+    if only:
+        cases = [c for c in cases if c[0] in only.split(",")]
     for name, s, b, depth in cases:
-        h, heads, kvh, f = LAYER_SHAPES[name]
-        layers = nn.ModuleList([Block(h, heads, kvh, f) for _ in range(depth)]).to(dev, dt)
-        freqs = rope_freqs(h // heads, s, dev)
-        x = torch.randn(b, s, h, device=dev, dtype=dt, requires_grad=True)
-        g = torch.randn(b, s, h, device=dev, dtype=dt)
-
-        def step():
-            y = x
-            for layer in layers:
-                y = layer(y, freqs)
-            y.backward(g)
-
+        layers, extra, x, g = make_stack(name, depth, s, b, dev, dt)
+        step = lambda: stack_step(layers, extra, x, g)  # noqa: E731
         t_end = time.time() + warm_s
         step()
         while time.time() < t_end:
@@ -562,6 +633,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, CPU allowed")
     ap.add_argument("--layer-warm-s", type=float, default=0.0,
                     help="run each layer this long before timing it (the held clock)")
+    ap.add_argument("--profile-only", default="", help="profile only these layers (e.g. gpt-1.7b)")
     ap.add_argument("--sections", default="gemm,attention,stream,sustained,layer",
                     help="comma-separated, in order; a section may repeat (attention before and "
                          "after sustained: burst against held clock)")
@@ -590,7 +662,8 @@ def main():
         "layer": lambda: run_layers(dev, timer, args.smoke, time.time() < START + args.budget_s,
                                     args.layer_warm_s),
         "burst": lambda: run_burst(dev, timer, args.smoke),
-        "profile": lambda: run_profile(dev, args.smoke, args.layer_warm_s),
+        "profile": lambda: run_profile(dev, args.smoke, args.layer_warm_s, args.profile_only),
+        "layer_more": lambda: run_layers_more(dev, timer, args.smoke, args.layer_warm_s),
     }
     clocks = ClockLog()
     for i, name in enumerate(args.sections.split(",")):

@@ -61,6 +61,11 @@ constexpr double kLossBytesPerLogit = 20.0;
 // mask and writes (5 B) backward.
 constexpr double kSoftmaxFwdBytes = 4.0, kSoftmaxBwdBytes = 6.0;
 constexpr double kDropoutBytes = 5.0;
+// Eager PyTorch has no fused scale-mask-softmax: the scaling and the causal mask (masked_fill) are
+// kernels of their own, each reading and writing the scores forward and their gradient backward
+// (4 B each way per pass). Seen in place on an H100 (bench/gpu_components.py, a GPT layer): these
+// passes and the softmax's took 18.5 of the layer's 32.7 ms.
+constexpr double kEagerScaleMaskBytes = 8.0;
 // AdamW touches fp32 parameter, gradient, m and v (read) and parameter, m and v (write), plus
 // the gradient-norm pass: 8 x 4 bytes per parameter of the local shard.
 constexpr double kOptimizerBytesPerParam = 32.0;
@@ -278,12 +283,13 @@ MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, 
     const double d = static_cast<double>(lw.head_dim);
     const double scores = batch * seq * seq;
     const double drop = sw.dropout > 0 ? kDropoutBytes : 0.0;
+    const double unfused = sw.kernels == Kernels::kEager ? kEagerScaleMaskBytes : 0.0;
     attn_fwd = GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
                GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
-               StreamTime(hw, scores * (kSoftmaxFwdBytes + drop));
+               StreamTime(hw, scores * (kSoftmaxFwdBytes + drop + unfused));
     const double bwd = 3.0 * GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
                        GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
-                       StreamTime(hw, scores * (kSoftmaxBwdBytes + drop));
+                       StreamTime(hw, scores * (kSoftmaxBwdBytes + drop + unfused));
     lt.attention = attn_fwd + bwd;
   } else {
     // Causal: each local query sees seq / 2 keys on average (context parallelism balances the

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "tenax/core/fs.h"
@@ -161,6 +162,76 @@ class Reader {
       errors_->push_back(fmt::format("{}: {} must be an array of [{} positive numbers] rows ({})",
                                      source_, Name(section, key), N, meaning));
       out.clear();
+    }
+    return out;
+  }
+  // An optional array of inline tables, one whole layer timed each: { arch = "llama" | "gpt",
+  // kernels = "eager" | "compiled", recompute = "none" | "full", dim, heads, kv_heads (Llama),
+  // ffn, seq_len, batch, ms }. Shapes must be whole and divide (heads | dim, kv_heads | heads).
+  std::vector<LayerMeasurement> Layers(const char* section, const char* key) {
+    used_[section].insert(key);
+    std::vector<LayerMeasurement> out;
+    const toml::node* n = Find(section, key);
+    if (!n) return out;
+    const std::string where = fmt::format("{}: {}", source_, Name(section, key));
+    const toml::array* rows = n->as_array();
+    if (!rows) {
+      errors_->push_back(where + " must be an array of { arch = ..., ms = ... } tables");
+      return out;
+    }
+    static const std::set<std::string> kKeys = {"arch",  "kernels",  "recompute", "dim",
+                                                "heads", "kv_heads", "ffn",       "seq_len",
+                                                "batch", "ms"};
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const toml::table* t = rows->get(i)->as_table();
+      const std::string row = fmt::format("{} row {}", where, i + 1);
+      if (!t) {
+        errors_->push_back(row + " must be a table { arch = ..., ms = ... }");
+        continue;
+      }
+      bool ok = true;
+      auto fail = [&](const std::string& what) {
+        errors_->push_back(row + ": " + what);
+        ok = false;
+      };
+      for (const auto& [k, v] : *t) {
+        if (!kKeys.count(std::string(k.str()))) fail(fmt::format("unknown key {}", k.str()));
+      }
+      auto word = [&](const char* k, const char* a, const char* b) {
+        auto v = t->get(k) ? t->get(k)->value<std::string>() : std::nullopt;
+        if (!v || (*v != a && *v != b)) fail(fmt::format("{} must be \"{}\" or \"{}\"", k, a, b));
+        return v && *v == b;
+      };
+      auto whole = [&](const char* k, bool required) -> int64_t {
+        const toml::node* v = t->get(k);
+        if (!v) {
+          if (required) fail(fmt::format("{} is missing", k));
+          return 0;
+        }
+        auto x = v->value<int64_t>();
+        if (!x || *x <= 0) fail(fmt::format("{} must be a positive whole number", k));
+        return x ? *x : 0;
+      };
+      LayerMeasurement m;
+      m.gpt = word("arch", "llama", "gpt");
+      m.compiled = word("kernels", "eager", "compiled");
+      m.full_recompute = word("recompute", "none", "full");
+      m.dim = whole("dim", true);
+      m.heads = whole("heads", true);
+      m.kv_heads = m.gpt ? m.heads : whole("kv_heads", true);
+      m.ffn = whole("ffn", true);
+      m.seq_len = whole("seq_len", true);
+      m.batch = whole("batch", true);
+      auto ms = t->get("ms") ? t->get("ms")->value<double>() : std::nullopt;
+      if (!ms || !(*ms > 0)) fail("ms must be a positive number (milliseconds per layer)");
+      m.seconds = ms ? *ms * 1e-3 : 0;
+      if (ok && (m.dim % m.heads != 0 || m.heads % m.kv_heads != 0)) {
+        fail(
+            fmt::format("heads must divide dim and kv_heads divide heads (dim {}, heads {}, "
+                        "kv_heads {})",
+                        m.dim, m.heads, m.kv_heads));
+      }
+      if (ok) out.push_back(m);
     }
     return out;
   }
@@ -368,6 +439,7 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
       r.Rows<2>("calibration", "allgather_nvlink", {1, kG}, "bytes, bus GB/s on 8 GPUs");
   c.allreduce_network =
       r.Rows<2>("calibration", "allreduce_network", {1, kG}, "bytes, bus GB/s per NIC");
+  c.layers = r.Layers("calibration", "layers");
   r.ReportUnknown();
   // Zero speeds would divide by zero in the time model.
   const std::pair<const char*, double> speeds[] = {{"matmul", p.eff.matmul},

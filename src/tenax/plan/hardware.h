@@ -50,6 +50,20 @@ struct AttentionTable {
   std::vector<double> flops;  // FLOP/s
 };
 
+// A whole transformer layer timed on one GPU: forward + backward of one micro-batch, bf16,
+// tensor parallelism 1, after the same work has held the GPU at its power limit (the sustained
+// clock). Llama layers are torchtitan's formulation (fp32 RMSNorm, complex rotary, repeat_kv, SDPA
+// with the profile's flash3 kernel, as PyTorch 2.11 runs it on Hopper); GPT layers are Megatron-LM
+// 2021's (LayerNorm, biases, GELU, scores materialized, dropout 0.1 on the probabilities and both
+// residual branches).
+struct LayerMeasurement {
+  bool gpt = false;             // a GPT layer (else Llama)
+  bool compiled = false;        // torch.compile'd (else eager: one kernel per op)
+  bool full_recompute = false;  // the forward recomputed in backward (torch.utils.checkpoint)
+  int64_t dim = 0, heads = 0, kv_heads = 0, ffn = 0, seq_len = 0, batch = 0;
+  double seconds = 0;
+};
+
 // Component measurements kept in the profile to report how well it reproduces them (`tenax plan
 // --validate`, calibration rows). They do not change any prediction.
 struct CalibrationPoints {
@@ -58,6 +72,8 @@ struct CalibrationPoints {
   std::vector<std::array<double, 2>> allreduce_nvlink;   // bytes, bus bandwidth (bytes/s), 8 GPUs
   std::vector<std::array<double, 2>> allgather_nvlink;   // bytes, bus bandwidth (bytes/s), 8 GPUs
   std::vector<std::array<double, 2>> allreduce_network;  // bytes, bus bandwidth per NIC (bytes/s)
+  // Whole layers timed on the GPU (LayerMeasurement). They check that the components add up.
+  std::vector<LayerMeasurement> layers;
 };
 
 struct HardwareProfile {

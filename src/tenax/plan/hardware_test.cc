@@ -32,8 +32,20 @@ TEST(Hardware, ShippedProfilesLoad) {
   EXPECT_EQ(h100.sm_count, 132);
   EXPECT_DOUBLE_EQ(h100.gemm_overhead, 6e-6);
   ASSERT_EQ(h100.attention.count("flash2"), 1u);
-  EXPECT_DOUBLE_EQ(h100.attention.at("flash2").flops.back(), 328e12);
+  // PyTorch 2.11's flash (FlashAttention-2) and cuDNN SDPA backends measured on an H100 at 16K.
+  EXPECT_DOUBLE_EQ(h100.attention.at("flash2").flops.back(), 308.4e12);
+  EXPECT_DOUBLE_EQ(h100.attention.at("flash3").flops.back(), 541.9e12);
+  EXPECT_DOUBLE_EQ(h100.eff.memory_bound, 0.69);
   EXPECT_EQ(h100.calibration.gemm_bf16.size(), 35u);  // 2 MAMF + 33 OpenXLA shapes
+  ASSERT_EQ(h100.calibration.layers.size(), 7u);  // 5 Llama (8B, 70B, recompute, compiled), 2 GPT
+  const LayerMeasurement& first = h100.calibration.layers[0];
+  EXPECT_FALSE(first.gpt || first.compiled || first.full_recompute);
+  EXPECT_EQ(first.dim, 4096);
+  EXPECT_EQ(first.kv_heads, 8);
+  EXPECT_DOUBLE_EQ(first.seconds, 25.48e-3);  // ms in the file
+  const LayerMeasurement& gpt = h100.calibration.layers.back();
+  EXPECT_TRUE(gpt.gpt && gpt.full_recompute);
+  EXPECT_EQ(gpt.kv_heads, gpt.heads);  // a GPT layer has no grouped keys
   // A100 has no FlashAttention-3 table and no fp8.
   auto a100 = *LoadHardwareProfile("a100-80g", HardwareDirs());
   EXPECT_EQ(a100.attention.count("flash3"), 0u);
@@ -101,6 +113,28 @@ TEST(Hardware, CalibrationRowsAndAttentionTablesAreChecked) {
   auto unknown = ParseHardwareProfile("inherits = \"h100-sxm\"\n[attention.flash2]\nspeed = 1\n",
                                       "u.toml", HardwareDirs());
   EXPECT_NE(Message(unknown).find("unknown key attention.flash2.speed"), std::string::npos);
+}
+
+TEST(Hardware, LayerRowsAreChecked) {
+  auto r = ParseHardwareProfile(
+      "inherits = \"h100-sxm\"\n[calibration]\nlayers = [\n"
+      "  { arch = \"llama\", kernels = \"eager\", recompute = \"none\", dim = 4096, heads = 30, "
+      "kv_heads = 8, ffn = 14336, seq_len = 8192, batch = 1, ms = 25 },\n"
+      "  { arch = \"mamba\", kernels = \"eager\", recompute = \"some\", dim = 4096, heads = 32, "
+      "ffn = 1.5, seq_len = 8192, batch = 1, ms = -1, colour = 1 },\n"
+      "  { arch = \"llama\", kernels = \"eager\", recompute = \"none\", dim = 4096, heads = 32, "
+      "ffn = 14336, seq_len = 8192, batch = 1, ms = 25 },\n  7 ]\n",
+      "l.toml", HardwareDirs());
+  const std::string m = Message(r);
+  for (const char* want :
+       {"l.toml: [calibration] layers row 1: heads must divide dim and kv_heads divide heads "
+        "(dim 4096, heads 30, kv_heads 8)",
+        "row 2: unknown key colour", "row 2: arch must be \"llama\" or \"gpt\"",
+        "row 2: recompute must be \"none\" or \"full\"",
+        "row 2: ffn must be a positive whole number", "row 2: ms must be a positive number",
+        "row 3: kv_heads is missing", "row 4 must be a table"}) {
+    EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
+  }
 }
 
 TEST(Hardware, ZeroSpeedIsRejected) {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <map>
 
+#include "tenax/core/check.h"
+#include "tenax/plan/cost_model.h"
 #include "tenax/plan/failure.h"
 #include "tenax/plan/hardware.h"
 #include "tenax/plan/kernels.h"
@@ -60,6 +62,46 @@ ValidationRow Check(std::string claim, double published, std::string published_t
   return r;
 }
 
+// One measured layer (CalibrationPoints::layers) as the cost model sees it: tensor parallelism 1,
+// bf16, at the sustained clock (the layers were timed at the power limit). Llama layers ran
+// torchtitan's complex rotary and SDPA's cuDNN kernel (PyTorch 2.11's default on Hopper: the
+// flash3 table); GPT layers Megatron-LM 2021's materialized scores with dropout 0.1. The error is
+// a speed's, as for the GEMMs: positive when the model is faster than the measurement.
+ValidationRow LayerRow(const HardwareProfile& hw, const LayerMeasurement& l) {
+  ModelSpec m;
+  m.name = "layer";
+  m.dim = l.dim;
+  m.n_layers = 1;
+  m.n_heads = l.heads;
+  m.n_kv_heads = l.kv_heads;
+  m.ffn_hidden_dim = l.ffn;
+  m.vocab_size = 128256;  // no part of a layer
+  Software sw;
+  sw.kernels = l.compiled ? Kernels::kFused : Kernels::kEager;
+  Architecture arch;
+  if (l.gpt) {
+    arch = {/*gated_mlp=*/false, /*layer_norm=*/true, /*biases=*/true, /*learned_positions=*/true};
+    sw.attention = AttentionKind::kMaterialized;
+    sw.dropout = 0.1;
+  } else {
+    sw.attention = hw.attention.count("flash3") ? AttentionKind::kFlash3 : AttentionKind::kFlash2;
+    sw.complex_rotary = true;
+  }
+  const std::string claim = fmt::format(
+      "{} {} layer{}, dim {}, {} heads, ffn {}, {} x {} tokens, fwd+bwd",
+      l.compiled ? "compiled" : "eager", l.gpt ? "GPT (scores materialized, dropout 0.1)" : "Llama",
+      l.full_recompute ? " with full recompute" : "", l.dim,
+      l.gpt ? fmt::format("{}", l.heads) : fmt::format("{}/{}", l.heads, l.kv_heads), l.ffn,
+      l.batch, l.seq_len);
+  auto ms = [](double v) { return fmt::format("{:.2f} ms", v * 1e3); };
+  auto w = MakeWorkload(m, arch, sw, l.seq_len, l.seq_len * l.batch);
+  TENAX_CHECK_MSG(w.ok(), "layer rows are checked when the profile is read");
+  const Recompute r = l.full_recompute ? Recompute::kFull : Recompute::kNone;
+  const double t = EstimateMicroBatch(*w, hw, 1, 1, l.batch, r, false).layer.total();
+  return Numeric(RowKind::kCalibration, hw.name, claim, "", 1.0 / l.seconds, ms(l.seconds), 1.0 / t,
+                 ms(t));
+}
+
 void CalibrationRows(const HardwareProfile& hw, std::vector<ValidationRow>* rows) {
   const std::string group = hw.name;
   auto tf = [](double v) { return fmt::format("{:.1f} TFLOP/s", v / 1e12); };
@@ -103,6 +145,7 @@ void CalibrationRows(const HardwareProfile& hw, std::vector<ValidationRow>* rows
                             fmt::format("network all-reduce per NIC, {}", FormatBytes(p[0])), "",
                             p[1], gb(p[1]), model, gb(model)));
   }
+  for (const LayerMeasurement& l : hw.calibration.layers) rows->push_back(LayerRow(hw, l));
 }
 
 std::string MetricText(Metric m, double v) {

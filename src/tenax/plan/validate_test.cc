@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "tenax/plan/testing.h"
 #include "tenax/plan/validate_cases.h"
@@ -37,6 +39,31 @@ TEST(Validate, ErrorStaysWithinTheRecordedFigure) {
                         << " (" << r.tolerance << ")";
   }
   EXPECT_GE(checked, 7);
+}
+
+// The components add up to a layer: whole layers timed on an H100 (h100-sxm's [calibration]
+// layers) against the cost model's sum of GEMMs, attention and elementwise kernels. The Llama
+// layers without recomputation are within 5% (1-3% today; 3-12% before the attention tables and
+// the streaming efficiency were measured on that GPU). Recomputation and eager GPT layers are off
+// by more (docs/planner.md, "Measured on an H100 SXM5"): their mean over all layer rows may not
+// grow past the recorded figure.
+TEST(Validate, MeasuredLayersMatchTheSumOfTheirComponents) {
+  auto rows = RunValidation(testing::HardwareDirs());
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  int layers = 0, plain_llama = 0;
+  double sum = 0;
+  for (const auto& r : *rows) {
+    if (r.kind != RowKind::kCalibration || r.claim.find(" layer") == std::string::npos) continue;
+    ++layers;
+    sum += std::fabs(r.error);
+    if (r.claim.find("Llama layer,") == std::string::npos) continue;  // recompute, GPT
+    ++plain_llama;
+    EXPECT_LE(std::fabs(r.error), 0.05)
+        << r.group << ": " << r.claim << ": measured " << r.published << ", model " << r.predicted;
+  }
+  EXPECT_GE(plain_llama, 4);
+  ASSERT_GE(layers, 7);
+  EXPECT_LE(sum / layers, 0.068) << "the layer rows' mean absolute error grew: " << sum / layers;
 }
 
 TEST(Validate, EveryPublishedRunNamesItsSource) {
