@@ -223,7 +223,7 @@ Status RunPlan(const PlanFlags& f) {
   const bool runnable_only = !f.all && all_reason.empty();
   std::optional<SearchResult> unrestricted;
   if (runnable_only) {
-    o.accept = [&w](const Layout& l) { return TenaxTrainSupport(w, l).runnable; };
+    o.accept = [&w](const Layout& l) { return TenaxTrainRuns(w, l); };
     o.reject_reason = "tenax train cannot run it yet (--all ranks it)";
     SearchOptions all = o;
     all.accept = nullptr;

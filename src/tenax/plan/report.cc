@@ -156,7 +156,7 @@ std::string PlanText(const PlanReport& r) {
                        LayoutName(c.layout), FormatDuration(c.time.step),
                        FormatCount(c.time.tokens_per_s_per_gpu * static_cast<double>(r.gpus)),
                        c.time.tflops_per_gpu, 100 * c.time.mfu, FormatGiB(c.memory.total()),
-                       TenaxTrainSupport(w, c.layout).runnable ? "yes" : "no");
+                       TenaxTrainRuns(w, c.layout) ? "yes" : "no");
     if (auto t = Training(r, c)) {
       out += fmt::format(" {:>9.1f}", t->seconds / kDay);
       if (fail) out += fmt::format(" {:>13.1f}", t->wall_seconds / kDay);
@@ -363,7 +363,7 @@ nlohmann::json PlanJson(const PlanReport& r, bool with_layouts) {
     nlohmann::json faster = nlohmann::json::array();
     const double best = s.best.empty() ? 1e300 : s.best.front().time.step;
     for (const Candidate& c : r.unrunnable->best) {
-      if (!TenaxTrainSupport(w, c.layout).runnable && c.time.step < best) {
+      if (!TenaxTrainRuns(w, c.layout) && c.time.step < best) {
         faster.push_back(LayoutJson(r, c));
       }
     }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "tenax/plan/moe_model.h"
 
@@ -23,6 +25,20 @@ std::vector<int64_t> Divisors(int64_t n) {
   lo.insert(lo.end(), hi.rbegin(), hi.rend());
   return lo;
 }
+
+// Divisors, each n computed once: the inner loops of the search ask for the same few numbers
+// hundreds of thousands of times. References stay valid as the map grows (node-based).
+class DivisorCache {
+ public:
+  const std::vector<int64_t>& operator()(int64_t n) {
+    auto it = cache_.find(n);
+    if (it == cache_.end()) it = cache_.emplace(n, Divisors(n)).first;
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<int64_t, std::vector<int64_t>> cache_;
+};
 
 // Smallest chunk of a sequence context parallelism may leave on a GPU: below it the all-gathers'
 // latency dominates and the causal balancing (2 chunks per rank) stops making sense.
@@ -156,13 +172,14 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
   std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int64_t>, MicroBatchCost> cache;
   std::map<std::pair<int64_t, int>, LayerFootprint> footprints;
   const bool materialized = w.sw.attention == AttentionKind::kMaterialized;
-  for (int64_t tp : Divisors(o.gpus)) {
+  DivisorCache divisors;
+  for (int64_t tp : divisors(o.gpus)) {
     if (!pinned(fix.tp, tp)) continue;
     if (tp > m.n_heads || !TensorParallelProblem(m, tp).empty()) {
       ++r.dropped["tensor parallelism does not divide the heads / ffn"];
       continue;
     }
-    for (int64_t cp : Divisors(o.gpus / tp)) {
+    for (int64_t cp : divisors(o.gpus / tp)) {
       if (!pinned(fix.cp, cp)) continue;
       if (cp > 1 && materialized) {
         ++r.dropped["context parallelism needs flash attention"];
@@ -172,7 +189,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
         ++r.dropped["context parallelism does not divide the sequence"];
         continue;
       }
-      for (int64_t pp : Divisors(o.gpus / (tp * cp))) {
+      for (int64_t pp : divisors(o.gpus / (tp * cp))) {
         if (!pinned(fix.pp, pp)) continue;
         if (pp > m.n_layers) {
           ++r.dropped["more pipeline stages than layers"];
@@ -193,7 +210,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
             vpps.push_back(v);
           }
         }
-        for (int64_t mbs : Divisors(seqs / dp)) {
+        for (int64_t mbs : divisors(seqs / dp)) {
           if (!pinned(fix.micro_batch, mbs)) continue;
           const int64_t micro_batches = seqs / dp / mbs;
           for (Recompute rc : kAllRecompute) {
@@ -246,9 +263,9 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                     ++r.dropped["the pinned pipeline split does not fit the layers"];
                     continue;
                   }
-                  for (int64_t ds : Divisors(dp)) {
+                  for (int64_t ds : divisors(dp)) {
                     if (!pinned(fix.dp_shard, ds) || !pinned(fix.dp_replicate, dp / ds)) continue;
-                    for (int64_t ep : Divisors(ds)) {
+                    for (int64_t ep : divisors(ds)) {
                       if (!pinned(fix.ep, ep)) continue;
                       if (ep > 1 && (!IsMoe(w) || m.moe.n_experts % ep != 0)) {
                         if (IsMoe(w)) ++r.dropped["expert parallelism does not divide the experts"];

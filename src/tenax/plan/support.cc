@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 namespace tenax::plan {
 
 const char* TenaxActivationCheckpoint(Recompute r) {
@@ -19,37 +21,84 @@ const char* TenaxActivationCheckpoint(Recompute r) {
   return "";
 }
 
-TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l) {
-  TrainSupport s;
-  auto lacks = [&](std::string what) { s.missing.push_back(std::move(what)); };
-  if (l.cp > 1) lacks("context parallelism");
-  if (l.fp8) lacks("fp8 matmuls");
-  if (l.shard() > 1 && !l.reshard) lacks("the distributed optimizer (ZeRO-1/2) apart from FSDP");
-  if (*TenaxActivationCheckpoint(l.recompute) == '\0') {
-    lacks(fmt::format("recompute = {} (tenax: none, alternate as \"selective\", full)",
-                      RecomputeName(l.recompute)));
-  }
+namespace {
+
+// What tenax train lacks for a layout, one bit each, so that the search's runnable test needs no
+// strings; TenaxTrainSupport names the set bits.
+enum Missing : uint32_t {
+  kContextParallel = 1u << 0,
+  kFp8 = 1u << 1,
+  kDistributedOptimizer = 1u << 2,
+  kRecompute = 1u << 3,
+  kUnevenSplit = 1u << 4,
+  kSeqNotDivisibleByTp = 1u << 5,
+  kInterleavedMicroBatches = 1u << 6,
+  kAttention = 1u << 7,
+  kFusedKernels = 1u << 8,
+  kDropout = 1u << 9,
+  kTpOverlap = 1u << 10,
+  kNoSequenceParallel = 1u << 11,
+  kGptLayers = 1u << 12,
+};
+
+uint32_t MissingFeatures(const Workload& w, const Layout& l) {
+  uint32_t m = 0;
+  if (l.cp > 1) m |= kContextParallel;
+  if (l.fp8) m |= kFp8;
+  if (l.shard() > 1 && !l.reshard) m |= kDistributedOptimizer;
+  if (*TenaxActivationCheckpoint(l.recompute) == '\0') m |= kRecompute;
   if (l.pp > 1 &&
       (l.first_layers > 0 || l.last_layers > 0 || w.model.n_layers % (l.pp * l.vpp) != 0)) {
-    lacks(fmt::format("an uneven pipeline split ({} layers over pp {} x v {})", w.model.n_layers,
-                      l.pp, l.vpp));
+    m |= kUnevenSplit;
   }
-  if (l.tp > 1 && w.seq_len % l.tp != 0) lacks("seq_len not divisible by tp");
-  if (l.vpp > 1 && l.micro_batches % l.pp != 0) {
-    lacks(fmt::format("interleaved 1F1B with micro-batches ({}) not a multiple of pp ({})",
+  if (l.tp > 1 && w.seq_len % l.tp != 0) m |= kSeqNotDivisibleByTp;
+  if (l.vpp > 1 && l.micro_batches % l.pp != 0) m |= kInterleavedMicroBatches;
+  const Software& sw = w.sw;
+  if (sw.attention != AttentionKind::kFlash2) m |= kAttention;
+  if (sw.kernels != Kernels::kEager) m |= kFusedKernels;
+  if (sw.dropout > 0) m |= kDropout;
+  if (sw.tp_overlap != TpOverlap::kNone) m |= kTpOverlap;
+  if (!sw.sequence_parallel && l.tp > 1) m |= kNoSequenceParallel;
+  const Architecture& a = w.arch;
+  if (!a.gated_mlp || a.layer_norm || a.biases || a.learned_positions) m |= kGptLayers;
+  return m;
+}
+
+}  // namespace
+
+bool TenaxTrainRuns(const Workload& w, const Layout& l) { return MissingFeatures(w, l) == 0; }
+
+TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l) {
+  const uint32_t m = MissingFeatures(w, l);
+  TrainSupport s;
+  auto lacks = [&](Missing bit, std::string what) {
+    if (m & bit) s.missing.push_back(std::move(what));
+  };
+  lacks(kContextParallel, "context parallelism");
+  lacks(kFp8, "fp8 matmuls");
+  lacks(kDistributedOptimizer, "the distributed optimizer (ZeRO-1/2) apart from FSDP");
+  if (m & kRecompute) {
+    lacks(kRecompute, fmt::format("recompute = {} (tenax: none, alternate as \"selective\", full)",
+                                  RecomputeName(l.recompute)));
+  }
+  if (m & kUnevenSplit) {
+    lacks(kUnevenSplit, fmt::format("an uneven pipeline split ({} layers over pp {} x v {})",
+                                    w.model.n_layers, l.pp, l.vpp));
+  }
+  lacks(kSeqNotDivisibleByTp, "seq_len not divisible by tp");
+  if (m & kInterleavedMicroBatches) {
+    lacks(kInterleavedMicroBatches,
+          fmt::format("interleaved 1F1B with micro-batches ({}) not a multiple of pp ({})",
                       l.micro_batches, l.pp));
   }
-  const Software& sw = w.sw;
-  if (sw.attention != AttentionKind::kFlash2) {
-    lacks(fmt::format("attention = {}", AttentionName(sw.attention)));
-  }
-  if (sw.kernels != Kernels::kEager) lacks("fused kernels");
-  if (sw.dropout > 0) lacks("dropout");
-  if (sw.tp_overlap != TpOverlap::kNone) lacks("tensor-parallel communication overlap");
-  if (!sw.sequence_parallel && l.tp > 1) lacks("tensor parallelism without sequence parallelism");
-  const Architecture& a = w.arch;
-  if (!a.gated_mlp || a.layer_norm || a.biases || a.learned_positions) lacks("GPT-style layers");
-  s.runnable = s.missing.empty();
+  if (m & kAttention)
+    lacks(kAttention, fmt::format("attention = {}", AttentionName(w.sw.attention)));
+  lacks(kFusedKernels, "fused kernels");
+  lacks(kDropout, "dropout");
+  lacks(kTpOverlap, "tensor-parallel communication overlap");
+  lacks(kNoSequenceParallel, "tensor parallelism without sequence parallelism");
+  lacks(kGptLayers, "GPT-style layers");
+  s.runnable = m == 0;
   return s;
 }
 

@@ -26,6 +26,10 @@ struct TrainSupport {
 
 TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l);
 
+// The same verdict without naming what is missing: no strings, so the search can ask it of every
+// layout it costs (hundreds of thousands for 405B on 16,384 GPUs).
+bool TenaxTrainRuns(const Workload& w, const Layout& l);
+
 // The tenax train [parallelism] / [training] settings a runnable layout maps to, for reports
 // ("recompute alternate" is tenax's activation_checkpoint = "selective").
 const char* TenaxActivationCheckpoint(Recompute r);
