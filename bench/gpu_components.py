@@ -41,6 +41,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+from llama_eager import RMSNorm  # torchtitan's fp32 RMSNorm, as the CPU baseline writes it
+
 START = time.time()
 
 
@@ -282,17 +284,6 @@ def run_attention(dev, timer, smoke):
 
 # ---------------------------------------------------------------------------------------------
 # torchtitan's Llama 3 layer (its formulation, written here for the measurement)
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
-
 
 def rope_freqs(d, s, dev, theta=500000.0):
     inv = 1.0 / theta ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d)
