@@ -83,7 +83,7 @@ Status BuildModel(const PlanFlags& f, ModelSpec* spec, Architecture* arch, std::
   }
   TENAX_ASSIGN_OR_RETURN(*spec, ApplyShape(base ? &*base : nullptr, o));
   if (f.arch == "gpt") {
-    *arch = Architecture{false, true, true, true};
+    *arch = kGptArchitecture;
     spec->tie_embeddings = true;
   } else if (!f.arch.empty() && f.arch != "llama") {
     return InvalidArgument("--arch = '" + f.arch + "': expected llama or gpt");

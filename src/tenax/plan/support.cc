@@ -77,22 +77,25 @@ TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l) {
   lacks(kContextParallel, "context parallelism");
   lacks(kFp8, "fp8 matmuls");
   lacks(kDistributedOptimizer, "the distributed optimizer (ZeRO-1/2) apart from FSDP");
+  // Items with numbers in them are formatted only when their bit is set.
   if (m & kRecompute) {
-    lacks(kRecompute, fmt::format("recompute = {} (tenax: none, alternate as \"selective\", full)",
-                                  RecomputeName(l.recompute)));
+    s.missing.push_back(
+        fmt::format("recompute = {} (tenax: none, alternate as \"selective\", full)",
+                    RecomputeName(l.recompute)));
   }
   if (m & kUnevenSplit) {
-    lacks(kUnevenSplit, fmt::format("an uneven pipeline split ({} layers over pp {} x v {})",
+    s.missing.push_back(fmt::format("an uneven pipeline split ({} layers over pp {} x v {})",
                                     w.model.n_layers, l.pp, l.vpp));
   }
   lacks(kSeqNotDivisibleByTp, "seq_len not divisible by tp");
   if (m & kInterleavedMicroBatches) {
-    lacks(kInterleavedMicroBatches,
-          fmt::format("interleaved 1F1B with micro-batches ({}) not a multiple of pp ({})",
-                      l.micro_batches, l.pp));
+    s.missing.push_back(
+        fmt::format("interleaved 1F1B with micro-batches ({}) not a multiple of pp ({})",
+                    l.micro_batches, l.pp));
   }
-  if (m & kAttention)
-    lacks(kAttention, fmt::format("attention = {}", AttentionName(w.sw.attention)));
+  if (m & kAttention) {
+    s.missing.push_back(fmt::format("attention = {}", AttentionName(w.sw.attention)));
+  }
   lacks(kFusedKernels, "fused kernels");
   lacks(kDropout, "dropout");
   lacks(kTpOverlap, "tensor-parallel communication overlap");

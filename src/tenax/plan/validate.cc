@@ -80,7 +80,7 @@ ValidationRow LayerRow(const HardwareProfile& hw, const LayerMeasurement& l) {
   sw.kernels = l.compiled ? Kernels::kFused : Kernels::kEager;
   Architecture arch;
   if (l.gpt) {
-    arch = {/*gated_mlp=*/false, /*layer_norm=*/true, /*biases=*/true, /*learned_positions=*/true};
+    arch = kGptArchitecture;
     sw.attention = AttentionKind::kMaterialized;
     sw.dropout = 0.1;
   } else {

@@ -17,7 +17,6 @@ ModelSpec Gpt(int64_t heads, int64_t hidden, int64_t layers) {
   m.tie_embeddings = true;  // Megatron-LM ties the output projection to the embedding
   return m;
 }
-constexpr Architecture kGpt = {false, true, true, true};
 
 // Megatron-LM in 2021: fused kernels (bias+GELU, bias+dropout+add, scale-mask-softmax), scores
 // materialized, dropout 0.1, no sequence parallelism, no overlap of tensor-parallel, gradient
@@ -90,7 +89,7 @@ PublishedRun MegatronRow(int64_t heads, int64_t hidden, int64_t layers, int64_t 
   r.profile = "a100-80g";
   r.preset = "";
   r.shape = Gpt(heads, hidden, layers);
-  r.arch = kGpt;
+  r.arch = kGptArchitecture;
   r.sw = Megatron2021();
   r.gpus = gpus;
   r.seq_len = 2048;

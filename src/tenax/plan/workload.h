@@ -68,6 +68,9 @@ struct Architecture {
   bool biases = false;             // biases on the linear layers
   bool learned_positions = false;  // a learned position embedding table (seq_len x dim)
 };
+// Megatron's GPT-2/3 blocks (`--arch gpt`): GELU MLP, LayerNorm, biases, learned positions.
+constexpr Architecture kGptArchitecture = {/*gated_mlp=*/false, /*layer_norm=*/true,
+                                           /*biases=*/true, /*learned_positions=*/true};
 
 // Software features of the run. Defaults are tenax train's.
 struct Software {
