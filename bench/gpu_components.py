@@ -387,6 +387,17 @@ def make_stack(name, depth, s, b, dev, dt):
     return layers, extra, x, g
 
 
+def hold(step, seconds):
+    """Runs `step` for `seconds` (at least once): training's steady state, the clock held at the
+    power limit, before anything is timed."""
+    t_end = time.time() + seconds
+    step()
+    while time.time() < t_end:
+        step()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def stack_step(layers, extra, x, g, ac="none"):
     """Forward and backward through the stack; ac = "full" recomputes each layer's forward in
     backward (torch.utils.checkpoint)."""
@@ -406,17 +417,8 @@ def run_layers(dev, timer, smoke, compile_ok, warm_s=0.0):
     if smoke:
         cases = [("tiny", 32, 1, 2)]
     for name, s, b, depth in cases:
-        h, heads, kvh, f = LAYER_SHAPES[name]
-        layers = nn.ModuleList([Block(h, heads, kvh, f) for _ in range(depth)]).to(dev, dt)
-        freqs = rope_freqs(h // heads, s, dev)
-        x = torch.randn(b, s, h, device=dev, dtype=dt, requires_grad=True)
-        g = torch.randn(b, s, h, device=dev, dtype=dt)
-
-        def step():
-            y = x
-            for layer in layers:
-                y = layer(y, freqs)
-            y.backward(g)
+        layers, freqs, x, g = make_stack(name, depth, s, b, dev, dt)
+        step = lambda: stack_step(layers, freqs, x, g)  # noqa: E731
 
         def fwd():
             with torch.no_grad():
@@ -424,10 +426,7 @@ def run_layers(dev, timer, smoke, compile_ok, warm_s=0.0):
                 for layer in layers:
                     y = layer(y, freqs)
 
-        t_warm = time.time() + warm_s  # training's steady state: the clock held at the power limit
-        step()
-        while time.time() < t_warm:
-            step()
+        hold(step, warm_s)
         sec = timer(step, warmup=2, target_s=1.0, max_reps=10)
         sec_fwd = timer(fwd, warmup=1, target_s=0.5, max_reps=10)
         rows.append({"model": name, "seq": s, "batch": b, "layers": depth, "compiled": False, "warm_s": warm_s,
@@ -438,13 +437,7 @@ def run_layers(dev, timer, smoke, compile_ok, warm_s=0.0):
             # One compiled layer applied `depth` times (one compilation, forward and backward).
             try:
                 compiled = torch.compile(layers[0])
-
-                def cstep():
-                    y = x
-                    for _ in range(depth):
-                        y = compiled(y, freqs)
-                    y.backward(g)
-
+                cstep = lambda: stack_step([compiled] * depth, freqs, x, g)  # noqa: E731
                 sec_c = timer(cstep, warmup=3, target_s=1.0, max_reps=10)
                 rows.append({"model": name, "seq": s, "batch": b, "layers": depth, "compiled": True,
                              "s_per_layer": sec_c / depth})
@@ -469,10 +462,7 @@ def run_layers_more(dev, timer, smoke, warm_s):
     for name, s, b, depth, ac in cases:
         layers, extra, x, g = make_stack(name, depth, s, b, dev, torch.bfloat16)
         step = lambda: stack_step(layers, extra, x, g, ac)  # noqa: E731
-        t_warm = time.time() + warm_s
-        step()
-        while time.time() < t_warm:
-            step()
+        hold(step, warm_s)
         sec = timer(step, warmup=2, target_s=1.0, max_reps=10)
         rows.append({"model": name, "seq": s, "batch": b, "layers": depth, "ac": ac,
                      "warm_s": warm_s, "s_per_layer": sec / depth})
@@ -507,12 +497,7 @@ def run_profile(dev, smoke, warm_s, only=""):
     for name, s, b, depth in cases:
         layers, extra, x, g = make_stack(name, depth, s, b, dev, dt)
         step = lambda: stack_step(layers, extra, x, g)  # noqa: E731
-        t_end = time.time() + warm_s
-        step()
-        while time.time() < t_end:
-            step()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+        hold(step, warm_s)
         steps = 3
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
         with profile(activities=acts) as prof:
