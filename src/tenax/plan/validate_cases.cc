@@ -19,8 +19,9 @@ ModelSpec Gpt(int64_t heads, int64_t hidden, int64_t layers) {
 }
 
 // Megatron-LM in 2021: fused kernels (bias+GELU, bias+dropout+add, scale-mask-softmax), scores
-// materialized, dropout 0.1, no sequence parallelism, no overlap of tensor-parallel, gradient
-// all-reduce or pipeline traffic (the paper's "local" DDP reduces after backward).
+// materialized, dropout 0.1, no sequence parallelism, no overlap of tensor-parallel or pipeline
+// traffic. Gradients: Megatron's "local" DDP reduces after backward; MegatronRow turns overlap on
+// where the run used PyTorch's DDP instead.
 Software Megatron2021() {
   Software sw;
   sw.kernels = Kernels::kFused;
@@ -97,8 +98,10 @@ PublishedRun MegatronRow(int64_t heads, int64_t hidden, int64_t layers, int64_t 
   r.fix = fix;
   r.metric = Metric::kHardwareTflops;
   r.published = tflops;
+  // The SC21 scripts (NVIDIA/Megatron-LM examples/sc21/run_table_1.sh) run DDP=torch without
+  // pipelining, which all-reduces gradient buckets during backward, and DDP=local with it.
+  r.sw.dp_overlap = pp == 1;
   (void)tp;
-  (void)pp;
   return r;
 }
 
@@ -124,30 +127,32 @@ PublishedRun Row(const char* group, const char* claim, const char* source, const
 
 std::vector<PublishedRun> Build() {
   std::vector<PublishedRun> v;
-  // Megatron-LM 2021, Table 1: pinned tensor and pipeline degrees, the rest data parallel (DDP),
-  // full activation recomputation (the paper's FLOP formula assumes it).
+  // Megatron-LM 2021, Table 1: tensor and pipeline degrees, micro-batch size and virtual stages
+  // (--num-layers-per-virtual-pipeline-stage; none is v=1) as NVIDIA/Megatron-LM's
+  // examples/sc21/run_table_1.sh runs them, the rest data parallel (DDP), full activation
+  // recomputation (the paper's FLOP formula assumes it).
   const char* t1 = kMegatron;
   v.push_back(MegatronRow(24, 2304, 24, 1, 1, 32, 512, 137, "GPT 1.7B, 32 A100, TP1 PP1",
-                          "tp=1,pp=1,cp=1,dp_shard=1,ac=full", t1));
+                          "tp=1,pp=1,cp=1,dp_shard=1,mbs=16,ac=full", t1));
   v.push_back(MegatronRow(32, 3072, 30, 2, 1, 64, 512, 138, "GPT 3.6B, 64 A100, TP2 PP1",
-                          "tp=2,pp=1,cp=1,dp_shard=1,ac=full", t1));
+                          "tp=2,pp=1,cp=1,dp_shard=1,mbs=16,ac=full", t1));
   v.push_back(MegatronRow(32, 4096, 36, 4, 1, 128, 512, 142, "GPT 7.5B, 128 A100, TP4 PP1",
-                          "tp=4,pp=1,cp=1,dp_shard=1,ac=full", t1));
+                          "tp=4,pp=1,cp=1,dp_shard=1,mbs=16,ac=full", t1));
   v.push_back(MegatronRow(48, 6144, 40, 8, 1, 256, 1024, 135, "GPT 18.4B, 256 A100, TP8 PP1",
-                          "tp=8,pp=1,cp=1,dp_shard=1,ac=full", t1));
+                          "tp=8,pp=1,cp=1,dp_shard=1,mbs=8,ac=full", t1));
   v.push_back(MegatronRow(64, 8192, 48, 8, 2, 512, 1536, 138, "GPT 39.1B, 512 A100, TP8 PP2",
-                          "tp=8,pp=2,cp=1,dp_shard=1,ac=full,first=0,last=0", t1));
+                          "tp=8,pp=2,v=1,cp=1,dp_shard=1,mbs=4,ac=full,first=0,last=0", t1));
   v.push_back(MegatronRow(80, 10240, 60, 8, 4, 1024, 1792, 140, "GPT 76.1B, 1024 A100, TP8 PP4",
-                          "tp=8,pp=4,cp=1,dp_shard=1,ac=full,first=0,last=0", t1));
+                          "tp=8,pp=4,v=3,cp=1,dp_shard=1,mbs=2,ac=full,first=0,last=0", t1));
   v.push_back(MegatronRow(96, 12288, 80, 8, 8, 1536, 2304, 148, "GPT 145.6B, 1536 A100, TP8 PP8",
-                          "tp=8,pp=8,cp=1,dp_shard=1,ac=full,first=0,last=0", t1));
+                          "tp=8,pp=8,v=2,cp=1,dp_shard=1,mbs=2,ac=full,first=0,last=0", t1));
   v.push_back(MegatronRow(128, 16384, 96, 8, 16, 1920, 2160, 155, "GPT 310.1B, 1920 A100, TP8 PP16",
-                          "tp=8,pp=16,cp=1,dp_shard=1,ac=full,first=0,last=0", t1));
+                          "tp=8,pp=16,v=2,cp=1,dp_shard=1,mbs=1,ac=full,first=0,last=0", t1));
   v.push_back(MegatronRow(128, 20480, 105, 8, 35, 2520, 2520, 163,
                           "GPT 529.6B, 2520 A100, TP8 PP35",
-                          "tp=8,pp=35,cp=1,dp_shard=1,ac=full,first=0,last=0", t1));
+                          "tp=8,pp=35,v=3,cp=1,dp_shard=1,mbs=1,ac=full,first=0,last=0", t1));
   v.push_back(MegatronRow(160, 25600, 128, 8, 64, 3072, 3072, 163, "GPT 1008B, 3072 A100, TP8 PP64",
-                          "tp=8,pp=64,cp=1,dp_shard=1,ac=full,first=0,last=0", t1));
+                          "tp=8,pp=64,v=1,cp=1,dp_shard=1,mbs=1,ac=full,first=0,last=0", t1));
   // Table 2: GPT-3 175B (model parallel 96 = TP8 x PP12) and 530B (280 = TP8 x PP35), micro-batch
   // 1, batch fixed while the GPUs grow.
   const char* t2 = kMegatronT2;
