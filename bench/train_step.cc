@@ -8,7 +8,8 @@
 // flags, comma-separated: `profile`; `plain-head` (the output head as before issue 17: full
 // logits, then cross-entropy) for before/after comparisons; `loop-adamw` (clipping and AdamW as
 // before issue 17: one loop over the parameters, src/tenax/train/testing_loop_adamw.h);
-// `glibc-malloc` (glibc's default thresholds, as before tenax kept freed memory: device.h).
+// `glibc-malloc` (glibc's default thresholds, as before tenax kept freed memory: device.h);
+// `blas-matmul` (fp32 products in ATen, as before they went to oneDNN's sgemm: model/cpu_gemm.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 
 #include "peak_rss.h"
 #include "tenax/config/model_spec.h"
+#include "tenax/model/cpu_gemm.h"
 #include "tenax/model/llama.h"
 #include "tenax/train/adamw.h"
 #include "tenax/train/device.h"
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
   if (argc < 8) {
     fmt::print(stderr,
                "usage: {} DIM LAYERS HEADS KV_HEADS FFN VOCAB fp32|bf16 [seq=256] [batch=8] "
-               "[steps=4] [threads=0] [profile]\n",
+               "[steps=4] [threads=0] [flags]\n",
                argv[0]);
     return 2;
   }
@@ -98,12 +100,14 @@ int main(int argc, char** argv) {
   const bool profile = flags.find("profile") != std::string::npos;
   const bool plain_head = flags.find("plain-head") != std::string::npos;
   const bool loop_adamw = flags.find("loop-adamw") != std::string::npos;
+  // fp32 products in ATen (OpenBLAS here) instead of oneDNN's sgemm (model/cpu_gemm.h).
+  if (flags.find("blas-matmul") != std::string::npos) model::EnableCpuSgemm(false);
 
   train::DeviceInfo device;
   device.compute_dtype = precision == "bf16" ? at::kBFloat16 : at::kFloat;
   const train::CpuFacts cpu = train::ReadCpuFacts();
   const train::ThreadChoice threads = train::ChooseThreads(device, threads_arg, cpu, 1);
-  at::set_num_threads(threads.intra_op_threads);
+  train::ApplyThreads(threads);
   // As `tenax train` does on CPU (device.h), unless `glibc-malloc` asks for glibc's defaults.
   const bool glibc_malloc = flags.find("glibc-malloc") != std::string::npos;
   if (!glibc_malloc) train::SetUpCpuAllocator();

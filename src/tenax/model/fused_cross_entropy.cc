@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tenax/core/check.h"
+#include "tenax/model/cpu_gemm.h"
 #include "tenax/model/cpu_kernels.h"
 #include "tenax/model/cpu_parallel.h"
 
@@ -69,7 +70,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
         const at::Tensor tc = targets.narrow(0, r0, len).unsqueeze(1);  // (len, 1)
         at::Tensor p = buf.narrow(0, 0, len);                           // (len, V)
         if (same) {
-          at::mm_out(p, xc, w.t());
+          MmOut(p, xc, w.t(), /*accumulate=*/false);  // fp32: oneDNN sgemm (cpu_gemm.h)
         } else {
           p.copy_(at::mm(xc, w.t()));  // bf16 logits, widened
         }
@@ -83,11 +84,11 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
         g = same ? p : p.to(x.scalar_type());
       }
       at::Tensor gx = grad_x.narrow(0, r0, len);
-      at::mm_out(gx, g, w);
+      MmOut(gx, g, w, /*accumulate=*/false);
       if (!grad_w.defined()) {
-        grad_w = same ? at::mm(g.t(), xc) : at::mm(g.t(), xc).to(stats);
+        grad_w = same ? Mm(g.t(), xc) : at::mm(g.t(), xc).to(stats);
       } else if (same) {
-        grad_w.addmm_(g.t(), xc);
+        MmOut(grad_w, g.t(), xc, /*accumulate=*/true);
       } else {
         grad_w.add_(at::mm(g.t(), xc));
       }

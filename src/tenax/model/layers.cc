@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "tenax/model/attention.h"
+#include "tenax/model/cpu_gemm.h"
 #include "tenax/model/fused_layers.h"
 
 namespace tenax::model {
@@ -46,6 +47,9 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTable& rope) {
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
+  if (UseCpuLinear(x, weight)) {
+    return CpuLinearFp32(x, weight);  // fp32 on the CPU: oneDNN's sgemm (model/cpu_gemm.h)
+  }
   return at::matmul(x, weight.to(x.scalar_type()).t());
 }
 
