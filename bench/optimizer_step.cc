@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   train::DeviceInfo device;  // fp32
   const train::ThreadChoice threads =
       train::ChooseThreads(device, arg(8, 0), train::ReadCpuFacts(), 1);
-  at::set_num_threads(threads.intra_op_threads);
+  train::ApplyThreads(threads);
 
   at::manual_seed(0);
   // One copy of the model (same initial weights) per optimizer.

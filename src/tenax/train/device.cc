@@ -87,25 +87,36 @@ CpuFacts ReadCpuFacts() {
   if (auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
     f.openblas_threads = get();
   }
+  f.openblas_threads_from_env = std::getenv("OPENBLAS_NUM_THREADS") != nullptr;
   return f;
 }
 
 ThreadChoice ChooseThreads(const DeviceInfo& device, int64_t requested, const CpuFacts& cpu,
                            int local_world) {
-  if (requested > 0) {
-    return {static_cast<int>(requested), "training.threads"};
-  }
   if (device.device.is_cuda()) {
-    return {at::get_num_threads(), "libtorch's default (the GPU computes)"};
+    if (requested > 0) return {static_cast<int>(requested), 0, "training.threads"};
+    return {at::get_num_threads(), 0, "libtorch's default (the GPU computes)"};
   }
-  if (device.compute_dtype == at::kBFloat16) {
-    const int n = std::max(1, cpu.usable_cores / std::max(1, local_world));
-    return {n, local_world > 1 ? fmt::format("bf16 matmuls run in oneDNN on these threads: "
-                                             "{} cores / {} ranks on this host",
-                                             cpu.usable_cores, local_world)
-                               : "bf16 matmuls run in oneDNN on these threads: every core"};
+  // OpenBLAS keeps to the calling thread (see device.h), unless the user set its threads.
+  const int blas = cpu.openblas_threads > 0 && !cpu.openblas_threads_from_env ? 1 : 0;
+  if (requested > 0) return {static_cast<int>(requested), blas, "training.threads"};
+  const int n = std::max(1, cpu.usable_cores / std::max(1, local_world));
+  const char* what = device.compute_dtype == at::kBFloat16 ? "bf16" : "fp32";
+  return {n, blas,
+          local_world > 1
+              ? fmt::format("{} matmuls run in oneDNN on these threads: {} cores / {} ranks on "
+                            "this host",
+                            what, cpu.usable_cores, local_world)
+              : fmt::format("{} matmuls run in oneDNN on these threads: every core", what)};
+}
+
+void ApplyThreads(const ThreadChoice& threads) {
+  at::set_num_threads(threads.intra_op_threads);
+  if (threads.blas_threads <= 0) return;
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(threads.blas_threads);
   }
-  return {1, "fp32 matmuls run in OpenBLAS on its own threads; more here would oversubscribe"};
 }
 
 std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& threads,
@@ -116,8 +127,15 @@ std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& thread
                                                                        : "fp32",
                                  threads.intra_op_threads, threads.reason);
   if (device.device.is_cuda()) return line;
-  line += cpu.openblas_threads > 0 ? fmt::format(", OpenBLAS {} thread(s)", cpu.openblas_threads)
-                                   : std::string(", BLAS is not OpenBLAS");
+  if (cpu.openblas_threads <= 0) {
+    line += ", BLAS is not OpenBLAS";
+  } else if (threads.blas_threads > 0) {
+    line +=
+        fmt::format(", OpenBLAS {} thread(s) (attention's batched products)", threads.blas_threads);
+  } else {
+    line += fmt::format(", OpenBLAS {} thread(s){}", cpu.openblas_threads,
+                        cpu.openblas_threads_from_env ? " (OPENBLAS_NUM_THREADS)" : "");
+  }
   const bool bf16_cpu = cpu.avx512_bf16 || cpu.amx_bf16;
   if (bf16_cpu && device.compute_dtype == at::kFloat) {
     line += fmt::format(

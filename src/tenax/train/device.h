@@ -31,21 +31,27 @@ struct CpuFacts {
   bool avx512_bf16 = false;  // bf16 dot products (oneDNN's bf16 matmuls run at full rate)
   bool amx_bf16 = false;     // bf16 matrix tiles
   int openblas_threads = 0;  // OpenBLAS's own thread count; 0 when the BLAS is not OpenBLAS
+  bool openblas_threads_from_env = false;  // OPENBLAS_NUM_THREADS is set: the user's choice
 };
 CpuFacts ReadCpuFacts();
 
-// libtorch's intra-op (OpenMP) threads for training, and why.
+// libtorch's intra-op (OpenMP) threads for training, OpenBLAS's own, and why.
 struct ThreadChoice {
   int intra_op_threads = 1;
+  int blas_threads = 0;  // OpenBLAS's thread count to set; 0 leaves it as it is
   std::string reason;
 };
-// `requested` (training.threads) wins when > 0. On CPU the matmuls decide: fp32 ones run in
-// OpenBLAS, which has its own threads (libtorch's on top oversubscribe the cores and halve
-// throughput, docs/performance.md), so libtorch keeps one; bf16 ones run in oneDNN on libtorch's
-// threads, so those get every core this rank may use (cores / ranks on this host). On GPU the
-// CPU threads only feed the device: libtorch's default.
+// `requested` (training.threads) wins when > 0. On CPU the matmuls decide: bf16 ones run in
+// oneDNN, and so do fp32 ones (model/cpu_gemm.h), on libtorch's OpenMP threads, so those get
+// every core this rank may use (cores / ranks on this host). OpenBLAS is left with attention's
+// small batched products; its own threads would spin against libtorch's on the same cores (fp32
+// 29M shape: 995 against 1342 tokens/s, docs/performance.md), so it keeps to the calling thread,
+// unless OPENBLAS_NUM_THREADS says otherwise. On GPU the CPU threads only feed the device:
+// libtorch's default.
 ThreadChoice ChooseThreads(const DeviceInfo& device, int64_t requested, const CpuFacts& cpu,
                            int local_world);
+// Sets libtorch's intra-op threads and, where the choice has one, OpenBLAS's thread count.
+void ApplyThreads(const ThreadChoice& threads);
 // The line logged at start: device, precision, threads and the reason, BLAS threads, and on a
 // bf16-capable CPU training in fp32, the setting that would use it.
 std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& threads,

@@ -29,10 +29,16 @@ CpuFacts Facts(int cores, bool bf16, int openblas) {
   return f;
 }
 
-TEST(ChooseThreads, Fp32KeepsOneLibtorchThreadForOpenBlas) {
+TEST(ChooseThreads, Fp32TakesEveryCoreAndOpenBlasKeepsOne) {
   ThreadChoice t = ChooseThreads(Cpu(at::kFloat), 0, Facts(16, true, 16), 1);
-  EXPECT_EQ(t.intra_op_threads, 1);
-  EXPECT_NE(t.reason.find("OpenBLAS"), std::string::npos);
+  EXPECT_EQ(t.intra_op_threads, 16);
+  EXPECT_EQ(t.blas_threads, 1);
+  EXPECT_NE(t.reason.find("fp32 matmuls run in oneDNN"), std::string::npos) << t.reason;
+  // The user's OPENBLAS_NUM_THREADS is left alone; a BLAS that is not OpenBLAS too.
+  CpuFacts env = Facts(16, true, 3);
+  env.openblas_threads_from_env = true;
+  EXPECT_EQ(ChooseThreads(Cpu(at::kFloat), 0, env, 1).blas_threads, 0);
+  EXPECT_EQ(ChooseThreads(Cpu(at::kFloat), 0, Facts(16, true, 0), 1).blas_threads, 0);
 }
 
 TEST(ChooseThreads, Bf16TakesEveryCoreOfThisRank) {
@@ -49,20 +55,26 @@ TEST(ChooseThreads, TrainingThreadsWins) {
   EXPECT_EQ(t.intra_op_threads, 3);
   EXPECT_EQ(t.reason, "training.threads");
   EXPECT_EQ(ChooseThreads(Cpu(at::kFloat), 2, Facts(16, false, 16), 1).intra_op_threads, 2);
+  EXPECT_EQ(ChooseThreads(Cpu(at::kFloat), 2, Facts(16, false, 16), 1).blas_threads, 1);
 }
 
 TEST(DescribeCompute, SaysThreadsBlasAndTheBf16Hint) {
   const CpuFacts bf16_cpu = Facts(2, true, 2);
   const DeviceInfo fp32 = Cpu(at::kFloat);
   EXPECT_EQ(DescribeCompute(fp32, ChooseThreads(fp32, 0, bf16_cpu, 1), bf16_cpu),
-            "compute: cpu, fp32, 1 intra-op thread(s) (fp32 matmuls run in OpenBLAS on its own "
-            "threads; more here would oversubscribe), OpenBLAS 2 thread(s); this CPU has bf16 dot "
-            "products (AVX512-BF16) (training.mixed_precision = \"bf16\" may be faster; "
-            "measure with bench/side_by_side.py)");
+            "compute: cpu, fp32, 2 intra-op thread(s) (fp32 matmuls run in oneDNN on these "
+            "threads: every core), OpenBLAS 1 thread(s) (attention's batched products); this CPU "
+            "has bf16 dot products (AVX512-BF16) (training.mixed_precision = \"bf16\" may be "
+            "faster; measure with bench/side_by_side.py)");
   const DeviceInfo bf16 = Cpu(at::kBFloat16);
   EXPECT_EQ(DescribeCompute(bf16, ChooseThreads(bf16, 0, bf16_cpu, 1), bf16_cpu),
             "compute: cpu, bf16, 2 intra-op thread(s) (bf16 matmuls run in oneDNN on these "
-            "threads: every core), OpenBLAS 2 thread(s)");
+            "threads: every core), OpenBLAS 1 thread(s) (attention's batched products)");
+  CpuFacts env = bf16_cpu;
+  env.openblas_threads_from_env = true;
+  EXPECT_EQ(DescribeCompute(bf16, ChooseThreads(bf16, 0, env, 1), env),
+            "compute: cpu, bf16, 2 intra-op thread(s) (bf16 matmuls run in oneDNN on these "
+            "threads: every core), OpenBLAS 2 thread(s) (OPENBLAS_NUM_THREADS)");
   const CpuFacts plain = Facts(4, false, 0);
   EXPECT_EQ(DescribeCompute(fp32, ChooseThreads(fp32, 0, plain, 1), plain).find("bf16"),
             std::string::npos);

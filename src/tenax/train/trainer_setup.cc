@@ -54,7 +54,7 @@ Status Trainer::Setup() {
   {  // Threads follow the device and precision (device.h: ChooseThreads), said once at start.
     const CpuFacts cpu = ReadCpuFacts();
     const ThreadChoice threads = ChooseThreads(device_, t_.threads, cpu, env_.local_world);
-    at::set_num_threads(threads.intra_op_threads);
+    ApplyThreads(threads);
     log::Info("{}", DescribeCompute(device_, threads, cpu));
   }
   if (!device_.device.is_cuda()) log::Info("memory: {}", SetUpCpuAllocator().reason);
