@@ -109,6 +109,23 @@ TENAX_CPU_CLONES void SiluMulBackward(const uint16_t* a, const uint16_t* b, cons
   }
 }
 
+TENAX_CPU_CLONES void SiluMulForward(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i];
+    out[i] = x * Sigmoid(x) * b[i];
+  }
+}
+
+TENAX_CPU_CLONES void SiluMulBackward(const float* a, const float* b, const float* g, float* ga,
+                                      float* gb, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = a[i], y = b[i], d = g[i];
+    const float s = Sigmoid(x);
+    ga[i] = d * y * (s * (1.0f + x * (1.0f - s)));
+    gb[i] = d * (x * s);
+  }
+}
+
 TENAX_CPU_CLONES void CausalSoftmaxForward(const uint16_t* scores, uint16_t* probs,
                                            int64_t row_begin, int64_t row_end,
                                            int64_t rows_per_slab, int64_t cols, int64_t group,

@@ -24,6 +24,11 @@ bool UseCpuLoops(const at::Tensor& a, const at::Tensor& b) {
   return a.device().is_cpu() && a.scalar_type() == at::kBFloat16 &&
          b.scalar_type() == at::kBFloat16;
 }
+// fp32 on the CPU: the fp32 loops of cpu_kernels.h (SwiGLU's gate).
+bool UseCpuFp32Loops(const at::Tensor& a, const at::Tensor& b) {
+  return a.device().is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
+         a.sizes() == b.sizes();
+}
 const uint16_t* Bits(const at::Tensor& t) {
   return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
 }
@@ -173,13 +178,23 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
   }
 };
 
-// silu(a) * b. Saves a and b only (the plain composition also keeps silu(a)). bf16 on the CPU
-// runs the loops of cpu_kernels.h; elsewhere bf16 is widened to fp32 for the math (libtorch 1.13
-// runs its bf16 silu element by element on CPU, 2-3x slower than widened).
+// silu(a) * b. Saves a and b only (the plain composition also keeps silu(a)). bf16 and fp32 on
+// the CPU run the loops of cpu_kernels.h; elsewhere bf16 is widened to fp32 for the math
+// (libtorch 1.13 runs its bf16 silu element by element on CPU, 2-3x slower than widened).
 struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
     const at::ScalarType dt = a.scalar_type(), f = Widen(dt);
+    if (UseCpuFp32Loops(a, b)) {
+      const at::Tensor ac = a.contiguous(), bc = b.contiguous();
+      at::Tensor out = at::empty_like(ac, at::MemoryFormat::Contiguous);
+      const float *pa = ac.data_ptr<float>(), *pb = bc.data_ptr<float>();
+      float* po = out.data_ptr<float>();
+      ParallelFor(0, ac.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+        cpu::SiluMulForward(pa + begin, pb + begin, po + begin, end - begin);
+      });
+      return out;
+    }
     if (dt == f) return at::silu(a) * b;
     if (UseCpuLoops(a, b)) {
       const at::Tensor ac = a.contiguous(), bc = b.contiguous();
@@ -204,6 +219,19 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
       at::Tensor gb = at::empty_like(a, at::MemoryFormat::Contiguous);
       const uint16_t *pa = Bits(a), *pb = Bits(b), *pg = Bits(g);
       uint16_t *pga = MutableBits(ga), *pgb = MutableBits(gb);
+      ParallelFor(0, a.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+        cpu::SiluMulBackward(pa + begin, pb + begin, pg + begin, pga + begin, pgb + begin,
+                             end - begin);
+      });
+      return {ga, gb};
+    }
+    if (UseCpuFp32Loops(saved[0], saved[1]) && grads[0].scalar_type() == at::kFloat) {
+      const at::Tensor a = saved[0].contiguous(), b = saved[1].contiguous();
+      const at::Tensor g = grads[0].contiguous();
+      at::Tensor ga = at::empty_like(a, at::MemoryFormat::Contiguous);
+      at::Tensor gb = at::empty_like(a, at::MemoryFormat::Contiguous);
+      const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>(), *pg = g.data_ptr<float>();
+      float *pga = ga.data_ptr<float>(), *pgb = gb.data_ptr<float>();
       ParallelFor(0, a.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
         cpu::SiluMulBackward(pa + begin, pb + begin, pg + begin, pga + begin, pgb + begin,
                              end - begin);
