@@ -161,7 +161,9 @@ std::vector<KeySpec> BuildKeys() {
   add(TENAX_KEY(training.mixed_precision, "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"))
       .OneOf({"auto", "bf16", "fp32"});
   add(TENAX_KEY(training.device, "auto | cpu | cuda")).OneOf({"auto", "cpu", "cuda"});
-  add(TENAX_KEY(training.threads, "CPU intra-op threads; 0 = libtorch's default")).AtLeast(0);
+  add(TENAX_KEY(training.threads,
+                "CPU intra-op threads; 0 = chosen from the machine (logged at start)"))
+      .AtLeast(0);
   add(TENAX_KEY(training.stop_at,
                 "stop (after checkpointing) once this step is done; the schedule still spans "
                 "training.steps; 0 = off"))

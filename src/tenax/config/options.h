@@ -101,7 +101,7 @@ struct TrainingOptions {
   double max_norm = 1.0;                 // global gradient-norm clip; 0 disables
   std::string mixed_precision = "auto";  // auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
   std::string device = "auto";           // auto | cpu | cuda
-  int64_t threads = 0;                   // CPU intra-op threads; 0 = libtorch's default
+  int64_t threads = 0;                   // CPU intra-op threads; 0 = chosen from the machine
   // Stop (after checkpointing) once this step is done; the schedule still spans `steps`. For
   // time-boxed jobs: the next run with resume = "latest" continues the same trajectory. 0 = off.
   int64_t stop_at = 0;
