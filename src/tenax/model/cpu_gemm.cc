@@ -1,16 +1,23 @@
 #include "tenax/model/cpu_gemm.h"
 
 #include <ATen/ATen.h>
-#include <dnnl.h>
 #include <torch/csrc/autograd/custom_function.h>
+#if TENAX_WITH_DNNL
+#include <dnnl.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
 #include <vector>
 
+#ifndef TENAX_WITH_DNNL
+#define TENAX_WITH_DNNL 0
+#endif
+
 namespace tenax::model {
 namespace {
 
+#if TENAX_WITH_DNNL
 // One operand as dnnl_sgemm reads it (row-major): 'N' with ld = the row stride, or 'T' when the
 // tensor is the transpose of row-major storage (stride 1 between rows).
 struct Operand {
@@ -39,6 +46,7 @@ Operand Read(const at::Tensor& t) {
   o.data = o.keep.data_ptr<float>();
   return o;
 }
+#endif
 
 // Autograd for x W^T; saves x and W (no copies: the products read them in place).
 struct CpuLinearFn : public torch::autograd::Function<CpuLinearFn> {
@@ -82,14 +90,16 @@ std::atomic<bool> g_sgemm{true};
 
 void EnableCpuSgemm(bool on) { g_sgemm.store(on); }
 
+bool CpuSgemmAvailable() { return TENAX_WITH_DNNL != 0; }
+
 bool UseCpuSgemm(const at::Tensor& a, const at::Tensor& b) {
-  return g_sgemm.load(std::memory_order_relaxed) && a.device().is_cpu() && b.device().is_cpu() &&
-         a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat && a.dim() == 2 &&
-         b.dim() == 2;
+  return CpuSgemmAvailable() && g_sgemm.load(std::memory_order_relaxed) && a.device().is_cpu() &&
+         b.device().is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
+         a.dim() == 2 && b.dim() == 2;
 }
 
 bool UseCpuLinear(const at::Tensor& x, const at::Tensor& weight) {
-  return g_sgemm.load(std::memory_order_relaxed) && x.device().is_cpu() &&
+  return CpuSgemmAvailable() && g_sgemm.load(std::memory_order_relaxed) && x.device().is_cpu() &&
          weight.device().is_cpu() && x.scalar_type() == at::kFloat &&
          weight.scalar_type() == at::kFloat && x.dim() >= 1 && weight.dim() == 2;
 }
@@ -107,11 +117,19 @@ void CpuSgemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool a
     if (!accumulate) c.zero_();
     return;
   }
+#if TENAX_WITH_DNNL
   const Operand pa = Read(a), pb = Read(b);
   const dnnl_status_t st =
       dnnl_sgemm(pa.trans, pb.trans, m, n, k, 1.0f, pa.data, pa.ld, pb.data, pb.ld,
                  accumulate ? 1.0f : 0.0f, c.data_ptr<float>(), c.stride(0));
   TORCH_CHECK(st == dnnl_success, "oneDNN sgemm failed with status ", static_cast<int>(st));
+#else
+  if (accumulate) {
+    c.addmm_(a, b);
+  } else {
+    at::mm_out(c, a, b);
+  }
+#endif
 }
 
 at::Tensor Mm(const at::Tensor& a, const at::Tensor& b) {

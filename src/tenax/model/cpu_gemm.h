@@ -24,6 +24,10 @@
 
 namespace tenax::model {
 
+// Whether this build has oneDNN's sgemm (libdnnl-dev at configure time, TENAX_WITH_DNNL). Without
+// it every fp32 product stays in ATen and CpuSgemmOut computes with at::mm.
+bool CpuSgemmAvailable();
+
 // On by default. Off sends every fp32 product back to ATen (at::mm, at::matmul): for benchmarks
 // (bench/train_step.cc's `blas-matmul`) and tests that compare the two. Process-wide.
 void EnableCpuSgemm(bool on);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tenax/core/torch_compat.h"
+#include "tenax/model/cpu_gemm.h"
 
 #if defined(TENAX_WITH_CUDA)
 #include <ATen/cuda/CUDAContext.h>
@@ -100,6 +101,9 @@ ThreadChoice ChooseThreads(const DeviceInfo& device, int64_t requested, const Cp
   // OpenBLAS keeps to the calling thread (see device.h), unless the user set its threads.
   const int blas = cpu.openblas_threads > 0 && !cpu.openblas_threads_from_env ? 1 : 0;
   if (requested > 0) return {static_cast<int>(requested), blas, "training.threads"};
+  if (device.compute_dtype != at::kBFloat16 && !model::CpuSgemmAvailable()) {
+    return {1, 0, "fp32 matmuls run in OpenBLAS on its own threads (built without oneDNN)"};
+  }
   const int n = std::max(1, cpu.usable_cores / std::max(1, local_world));
   const char* what = device.compute_dtype == at::kBFloat16 ? "bf16" : "fp32";
   return {n, blas,

@@ -46,7 +46,8 @@ struct ThreadChoice {
 // every core this rank may use (cores / ranks on this host). OpenBLAS is left with attention's
 // small batched products; its own threads would spin against libtorch's on the same cores (fp32
 // 29M shape: 995 against 1342 tokens/s, docs/performance.md), so it keeps to the calling thread,
-// unless OPENBLAS_NUM_THREADS says otherwise. On GPU the CPU threads only feed the device:
+// unless OPENBLAS_NUM_THREADS says otherwise. (A build without oneDNN keeps fp32 on one libtorch
+// thread over OpenBLAS's own, as before.) On GPU the CPU threads only feed the device:
 // libtorch's default.
 ThreadChoice ChooseThreads(const DeviceInfo& device, int64_t requested, const CpuFacts& cpu,
                            int local_world);
