@@ -17,6 +17,12 @@
 namespace tenax::model {
 namespace {
 
+// A matrix dnnl_sgemm can write (or read untransposed): unit column stride, rows at least a row
+// apart.
+bool RowMajor(const at::Tensor& t) {
+  return t.stride(1) == 1 && t.stride(0) >= std::max<int64_t>(1, t.size(1));
+}
+
 #if TENAX_WITH_DNNL
 // One operand as dnnl_sgemm reads it (row-major): 'N' with ld = the row stride, or 'T' when the
 // tensor is the transpose of row-major storage (stride 1 between rows).
@@ -30,7 +36,7 @@ struct Operand {
 Operand Read(const at::Tensor& t) {
   const int64_t rows = t.size(0), cols = t.size(1);
   Operand o;
-  if (t.stride(1) == 1 && t.stride(0) >= std::max<int64_t>(1, cols)) {
+  if (RowMajor(t)) {
     o.keep = t;
     o.trans = 'N';
     o.ld = t.stride(0);
@@ -92,16 +98,20 @@ void EnableCpuSgemm(bool on) { g_sgemm.store(on); }
 
 bool CpuSgemmAvailable() { return TENAX_WITH_DNNL != 0; }
 
-bool UseCpuSgemm(const at::Tensor& a, const at::Tensor& b) {
+namespace {
+// The path is built and switched on, and both operands are fp32 on the CPU.
+bool SgemmTakes(const at::Tensor& a, const at::Tensor& b) {
   return CpuSgemmAvailable() && g_sgemm.load(std::memory_order_relaxed) && a.device().is_cpu() &&
-         b.device().is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
-         a.dim() == 2 && b.dim() == 2;
+         b.device().is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat;
+}
+}  // namespace
+
+bool UseCpuSgemm(const at::Tensor& a, const at::Tensor& b) {
+  return SgemmTakes(a, b) && a.dim() == 2 && b.dim() == 2;
 }
 
 bool UseCpuLinear(const at::Tensor& x, const at::Tensor& weight) {
-  return CpuSgemmAvailable() && g_sgemm.load(std::memory_order_relaxed) && x.device().is_cpu() &&
-         weight.device().is_cpu() && x.scalar_type() == at::kFloat &&
-         weight.scalar_type() == at::kFloat && x.dim() >= 1 && weight.dim() == 2;
+  return SgemmTakes(x, weight) && x.dim() >= 1 && weight.dim() == 2;
 }
 
 void CpuSgemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
@@ -110,8 +120,7 @@ void CpuSgemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool a
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
   TORCH_CHECK(b.size(0) == k && c.dim() == 2 && c.size(0) == m && c.size(1) == n, "CpuSgemmOut: (",
               m, " x ", k, ") times (", b.size(0), " x ", n, ") into ", c.sizes());
-  TORCH_CHECK(c.stride(1) == 1 && c.stride(0) >= std::max<int64_t>(1, n),
-              "CpuSgemmOut: the output must be row-major");
+  TORCH_CHECK(RowMajor(c), "CpuSgemmOut: the output must be row-major");
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) c.zero_();
@@ -140,8 +149,7 @@ at::Tensor Mm(const at::Tensor& a, const at::Tensor& b) {
 }
 
 void MmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
-  if (UseCpuSgemm(a, b) && c.scalar_type() == at::kFloat && c.stride(1) == 1 &&
-      c.stride(0) >= std::max<int64_t>(1, c.size(1))) {
+  if (UseCpuSgemm(a, b) && c.scalar_type() == at::kFloat && c.dim() == 2 && RowMajor(c)) {
     CpuSgemmOut(c, a, b, accumulate);
   } else if (accumulate) {
     c.addmm_(a, b);

@@ -35,6 +35,54 @@ const uint16_t* Bits(const at::Tensor& t) {
 uint16_t* MutableBits(at::Tensor& t) {
   return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>());
 }
+// The gate's loops for either element type: bf16 read as its raw bits, fp32 as floats.
+template <typename T>
+const T* Elements(const at::Tensor& t);
+template <>
+const uint16_t* Elements(const at::Tensor& t) {
+  return Bits(t);
+}
+template <>
+const float* Elements(const at::Tensor& t) {
+  return t.data_ptr<float>();
+}
+template <typename T>
+T* MutableElements(at::Tensor& t);
+template <>
+uint16_t* MutableElements(at::Tensor& t) {
+  return MutableBits(t);
+}
+template <>
+float* MutableElements(at::Tensor& t) {
+  return t.data_ptr<float>();
+}
+
+template <typename T>
+at::Tensor SiluMulLoopsForward(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  at::Tensor out = at::empty_like(ac, at::MemoryFormat::Contiguous);
+  const T *pa = Elements<T>(ac), *pb = Elements<T>(bc);
+  T* po = MutableElements<T>(out);
+  ParallelFor(0, ac.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+    cpu::SiluMulForward(pa + begin, pb + begin, po + begin, end - begin);
+  });
+  return out;
+}
+
+template <typename T>
+variable_list SiluMulLoopsBackward(const at::Tensor& a_in, const at::Tensor& b_in,
+                                   const at::Tensor& g_in) {
+  const at::Tensor a = a_in.contiguous(), b = b_in.contiguous(), g = g_in.contiguous();
+  at::Tensor ga = at::empty_like(a, at::MemoryFormat::Contiguous);
+  at::Tensor gb = at::empty_like(a, at::MemoryFormat::Contiguous);
+  const T *pa = Elements<T>(a), *pb = Elements<T>(b), *pg = Elements<T>(g);
+  T *pga = MutableElements<T>(ga), *pgb = MutableElements<T>(gb);
+  ParallelFor(0, a.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
+    cpu::SiluMulBackward(pa + begin, pb + begin, pg + begin, pga + begin, pgb + begin, end - begin);
+  });
+  return {ga, gb};
+}
+
 constexpr int64_t kRmsNormRowsPerBlock = 64;
 // RMSNorm's loops also need the fp32 master weight (the model's; a bf16 weight takes the
 // composition).
@@ -185,27 +233,9 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
     const at::ScalarType dt = a.scalar_type(), f = Widen(dt);
-    if (UseCpuFp32Loops(a, b)) {
-      const at::Tensor ac = a.contiguous(), bc = b.contiguous();
-      at::Tensor out = at::empty_like(ac, at::MemoryFormat::Contiguous);
-      const float *pa = ac.data_ptr<float>(), *pb = bc.data_ptr<float>();
-      float* po = out.data_ptr<float>();
-      ParallelFor(0, ac.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
-        cpu::SiluMulForward(pa + begin, pb + begin, po + begin, end - begin);
-      });
-      return out;
-    }
+    if (UseCpuFp32Loops(a, b)) return SiluMulLoopsForward<float>(a, b);
     if (dt == f) return at::silu(a) * b;
-    if (UseCpuLoops(a, b)) {
-      const at::Tensor ac = a.contiguous(), bc = b.contiguous();
-      at::Tensor out = at::empty_like(ac, at::MemoryFormat::Contiguous);
-      const uint16_t *pa = Bits(ac), *pb = Bits(bc);
-      uint16_t* po = MutableBits(out);
-      ParallelFor(0, ac.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
-        cpu::SiluMulForward(pa + begin, pb + begin, po + begin, end - begin);
-      });
-      return out;
-    }
+    if (UseCpuLoops(a, b)) return SiluMulLoopsForward<uint16_t>(a, b);
     return (at::silu(a.to(f)) * b.to(f)).to(dt);
   }
 
@@ -213,30 +243,10 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
     const variable_list saved = ctx->get_saved_variables();
     const at::ScalarType dt = saved[0].scalar_type(), f = Widen(dt);
     if (UseCpuLoops(saved[0], saved[1]) && grads[0].scalar_type() == at::kBFloat16) {
-      const at::Tensor a = saved[0].contiguous(), b = saved[1].contiguous();
-      const at::Tensor g = grads[0].contiguous();
-      at::Tensor ga = at::empty_like(a, at::MemoryFormat::Contiguous);
-      at::Tensor gb = at::empty_like(a, at::MemoryFormat::Contiguous);
-      const uint16_t *pa = Bits(a), *pb = Bits(b), *pg = Bits(g);
-      uint16_t *pga = MutableBits(ga), *pgb = MutableBits(gb);
-      ParallelFor(0, a.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
-        cpu::SiluMulBackward(pa + begin, pb + begin, pg + begin, pga + begin, pgb + begin,
-                             end - begin);
-      });
-      return {ga, gb};
+      return SiluMulLoopsBackward<uint16_t>(saved[0], saved[1], grads[0]);
     }
     if (UseCpuFp32Loops(saved[0], saved[1]) && grads[0].scalar_type() == at::kFloat) {
-      const at::Tensor a = saved[0].contiguous(), b = saved[1].contiguous();
-      const at::Tensor g = grads[0].contiguous();
-      at::Tensor ga = at::empty_like(a, at::MemoryFormat::Contiguous);
-      at::Tensor gb = at::empty_like(a, at::MemoryFormat::Contiguous);
-      const float *pa = a.data_ptr<float>(), *pb = b.data_ptr<float>(), *pg = g.data_ptr<float>();
-      float *pga = ga.data_ptr<float>(), *pgb = gb.data_ptr<float>();
-      ParallelFor(0, a.numel(), kLoopGrain, [&](int64_t begin, int64_t end) {
-        cpu::SiluMulBackward(pa + begin, pb + begin, pg + begin, pga + begin, pgb + begin,
-                             end - begin);
-      });
-      return {ga, gb};
+      return SiluMulLoopsBackward<float>(saved[0], saved[1], grads[0]);
     }
     const at::Tensor a = saved[0].to(f), b = saved[1].to(f), g = grads[0].to(f);
     at::Tensor ga = at::silu_backward(g * b, a);

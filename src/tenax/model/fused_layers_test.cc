@@ -143,18 +143,42 @@ TEST(FusedLayers, SiluMulMatchesThePlainComposition) {
           /*bf16_tol=*/2e-2);
 }
 
+// The gate's CPU loops in `dtype` on more elements than one task (77,100 against 32,768, so the
+// work is split) from a non-contiguous `a`: inputs, output and both gradients for g.
+struct SiluMulLoopRun {
+  at::Tensor a, b, g, out;
+  std::vector<at::Tensor> grads;
+};
+SiluMulLoopRun RunSiluMulLoops(at::ScalarType dtype) {
+  const int64_t rows = 300, cols = 257;
+  SiluMulLoopRun r;
+  r.a = Randn({cols, rows}, 7, 4.0).to(dtype).t();  // non-contiguous
+  r.b = Randn({rows, cols}, 8).to(dtype);
+  r.g = Randn({rows, cols}, 9).to(dtype);
+  const at::Tensor av = r.a.detach().requires_grad_(true), bv = r.b.detach().requires_grad_(true);
+  r.out = SiluMul(av, bv);
+  EXPECT_NE(r.out.grad_fn()->name().find("SiluMulFn"), std::string::npos);
+  r.grads = torch::autograd::grad({r.out}, {av, bv}, {r.g});
+  return r;
+}
+
+// A NaN stays a NaN; large inputs saturate as silu does (below -87, to about -1e-36 x a where the
+// widened path reaches -0: exp is clamped there to stay finite).
+void ExpectSiluMulEdgeCases(at::ScalarType dtype) {
+  const at::Tensor x = at::tensor({std::nanf(""), 200.0f, -200.0f, 0.0f}).to(dtype);
+  const at::Tensor s = SiluMul(x, at::ones({4}).to(dtype)).to(at::kFloat);
+  EXPECT_TRUE(std::isnan(s[0].item<float>()));
+  EXPECT_EQ(s[1].item<float>(), 200.0f);
+  EXPECT_NEAR(s[2].item<float>(), 0.0f, 1e-33);
+  EXPECT_EQ(s[3].item<float>(), 0.0f);
+}
+
 // fp32 on the CPU takes cpu_kernels.h's fp32 loops: against the fp64 composition, elementwise
-// within a few fp32 roundings, on more elements than one task (the work is split) and from
-// non-contiguous inputs; NaN and saturation as silu.
+// within a few fp32 roundings; NaN and saturation as silu.
 TEST(FusedLayers, Fp32SiluMulOnTheCpuMatchesFp64Elementwise) {
-  const int64_t rows = 300, cols = 257;  // 77,100 elements: more than one task of 32,768
-  const at::Tensor a = Randn({cols, rows}, 7, 4.0).to(at::kFloat).t();  // non-contiguous
-  const at::Tensor b = Randn({rows, cols}, 8).to(at::kFloat);
-  const at::Tensor g = Randn({rows, cols}, 9).to(at::kFloat);
-  const at::Tensor av = a.detach().requires_grad_(true), bv = b.detach().requires_grad_(true);
-  const at::Tensor out = SiluMul(av, bv);
-  EXPECT_NE(out.grad_fn()->name().find("SiluMulFn"), std::string::npos);
-  const auto grads = torch::autograd::grad({out}, {av, bv}, {g});
+  const SiluMulLoopRun r = RunSiluMulLoops(at::kFloat);
+  const at::Tensor &out = r.out, &a = r.a, &b = r.b, &g = r.g;
+  const std::vector<at::Tensor>& grads = r.grads;
   const at::Tensor ad = a.to(at::kDouble), bd = b.to(at::kDouble), gd = g.to(at::kDouble);
   const at::Tensor sd = at::sigmoid(ad);
   // (result, fp64 value, magnitude of its terms): a few fp32 roundings of the terms' magnitude
@@ -171,12 +195,7 @@ TEST(FusedLayers, Fp32SiluMulOnTheCpuMatchesFp64Elementwise) {
     EXPECT_TRUE((err <= scale * 1e-6 + 1e-30).all().item<bool>())
         << "output " << i << ": worst " << err.max().item<double>();
   }
-  const at::Tensor x = at::tensor({std::nanf(""), 200.0f, -200.0f, 0.0f});
-  const at::Tensor s = SiluMul(x, at::ones({4}));
-  EXPECT_TRUE(std::isnan(s[0].item<float>()));
-  EXPECT_EQ(s[1].item<float>(), 200.0f);
-  EXPECT_NEAR(s[2].item<float>(), 0.0f, 1e-33);
-  EXPECT_EQ(s[3].item<float>(), 0.0f);
+  ExpectSiluMulEdgeCases(at::kFloat);
 }
 
 // bf16 on the CPU takes cpu_kernels.h's loops: against the widened composition they replace
@@ -184,13 +203,9 @@ TEST(FusedLayers, Fp32SiluMulOnTheCpuMatchesFp64Elementwise) {
 // from non-contiguous inputs. The two differ only in exp's last bits and the order of the
 // products, so an element may round to the neighbouring bf16 value, never further.
 TEST(FusedLayers, Bf16SiluMulOnTheCpuIsTheWidenedCompositionWithinOneBf16Step) {
-  const int64_t rows = 300, cols = 257;  // 77,100 elements: more than one task of 32,768
-  const at::Tensor a = Randn({cols, rows}, 7, 4.0).to(at::kBFloat16).t();  // non-contiguous
-  const at::Tensor b = Randn({rows, cols}, 8).to(at::kBFloat16);
-  const at::Tensor g = Randn({rows, cols}, 9).to(at::kBFloat16);
-  const at::Tensor av = a.detach().requires_grad_(true), bv = b.detach().requires_grad_(true);
-  const at::Tensor out = SiluMul(av, bv);
-  const auto grads = torch::autograd::grad({out}, {av, bv}, {g});
+  const SiluMulLoopRun r = RunSiluMulLoops(at::kBFloat16);
+  const at::Tensor &out = r.out, &a = r.a, &b = r.b, &g = r.g;
+  const std::vector<at::Tensor>& grads = r.grads;
   const at::Tensor af = a.to(at::kFloat), bf = b.to(at::kFloat), gf = g.to(at::kFloat);
   const std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {
       {out, (at::silu(af) * bf).to(at::kBFloat16)},
@@ -201,15 +216,7 @@ TEST(FusedLayers, Bf16SiluMulOnTheCpuIsTheWidenedCompositionWithinOneBf16Step) {
     EXPECT_TRUE(testing::WithinOneBf16Step(pairs[i].first, pairs[i].second, 0.01))
         << "output " << i;
   }
-  // A NaN stays a NaN; large inputs saturate as silu does (below -87, to about -1e-36 x a where
-  // the widened path reaches -0: exp is clamped there to stay finite).
-  const at::Tensor x = at::tensor({std::nanf(""), 200.0f, -200.0f, 0.0f}).to(at::kBFloat16);
-  const at::Tensor y = at::ones({4}).to(at::kBFloat16);
-  const at::Tensor s = SiluMul(x, y).to(at::kFloat);
-  EXPECT_TRUE(std::isnan(s[0].item<float>()));
-  EXPECT_EQ(s[1].item<float>(), 200.0f);
-  EXPECT_NEAR(s[2].item<float>(), 0.0f, 1e-33);
-  EXPECT_EQ(s[3].item<float>(), 0.0f);
+  ExpectSiluMulEdgeCases(at::kBFloat16);
 }
 
 // bf16 RoPE on the CPU (fp32 tables) takes cpu_kernels.h's loops: the rotation and its transpose
