@@ -31,6 +31,44 @@ SHAPES = {  # name -> DIM LAYERS HEADS KV_HEADS FFN VOCAB
 KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}
 
 
+# CPU families whose matrix units decide the comparison (bf16 products against everything else):
+# (vendor, family) -> [(first model, last model, name)].
+MICROARCHITECTURES = {
+    ("AuthenticAMD", 25): [(0x00, 0x0F, "Zen 3"), (0x10, 0x1F, "Zen 4"), (0x20, 0x2F, "Zen 3"),
+                           (0x40, 0x4F, "Zen 3+"), (0x50, 0x5F, "Zen 3"), (0x60, 0xAF, "Zen 4")],
+    ("AuthenticAMD", 26): [(0x00, 0xFF, "Zen 5")],
+    ("GenuineIntel", 6): [(85, 85, "Skylake/Cascade Lake/Cooper Lake"), (106, 106, "Ice Lake"),
+                          (143, 143, "Sapphire Rapids"), (173, 173, "Granite Rapids"),
+                          (207, 207, "Emerald Rapids")],
+}
+
+
+def cpu_identity():
+    """One line naming the CPU: the ratio against eager depends on its balance of bf16 matrix
+    throughput and memory bandwidth (docs/performance.md), so every result says which it was."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                k, _, v = line.partition(":")
+                info[k.strip()] = v.strip()
+    except OSError:
+        return "cpu: unknown (no /proc/cpuinfo)"
+    vendor = info.get("vendor_id", "?")
+    family, model = int(info.get("cpu family", "-1")), int(info.get("model", "-1"))
+    arch = next((name for lo, hi, name in MICROARCHITECTURES.get((vendor, family), [])
+                 if lo <= model <= hi), "unknown microarchitecture")
+    flags = set(info.get("flags", "").split())
+    units = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    env = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")
+           if k in os.environ]
+    return (f"cpu: {info.get('model name', '?')}, {vendor} family {family} model {model} ({arch}); "
+            f"{', '.join(units) or 'no AVX-512'}" + ("" if "amx_bf16" in flags else ", no AMX")
+            + (f"; {' '.join(env)}" if env else ""))
+
+
 def run(cmd, env=None):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True,
                          env=None if env is None else {**os.environ, **env}).stdout
@@ -60,6 +98,7 @@ def main():
           f"load average {os.getloadavg()[0]:.2f} at start; seq {a.seq}, batch {a.batch}, "
           f"{a.steps} timed steps per run, {a.rounds} rounds (tenax, eager in turn)"
           + ("; eager with tenax's malloc settings" if a.eager_keeps_memory else ""))
+    print(cpu_identity())
     eager_env = KEEP_MEMORY if a.eager_keeps_memory else None
     mm = run(eager + ["matmul", str(a.threads)])
     print(f"matmul 2048^3 ({mm['threads']} threads): fp32 {mm['float32_gflops']} GFLOP/s, "
