@@ -361,12 +361,15 @@ TEST_F(MultiNode, AHungRankOnAnotherNodeIsNamed) {
 
 // A rank stuck in its teardown after it finished (the injected exit-hang) is killed by its own
 // node after --exit-timeout; the job still ends done on every node, without a restart, and node
-// 0's goodput.json names the rank and its node (from etcd's gen/0/exit/2).
+// 0's goodput.json names the rank and its node (from etcd's gen/0/exit/2). The timeout is what
+// the healthy ranks need to leave on a loaded machine, not a second: at 1 s, four copies of this
+// test at once failed two, with healthy ranks 0 and 3 killed mid-teardown.
 TEST_F(MultiNode, ARankStuckInItsTeardownOnAnotherNodeEndsTheJobDone) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
   std::vector<std::unique_ptr<Background>> agents;
-  const std::string flags = "--max-restarts 2 --exit-timeout 1 --inject exit-hang:rank=2";
+  const std::string flags = "--max-restarts 2 --exit-timeout " + std::to_string(kTeardownTimeoutS) +
+                            " --inject exit-hang:rank=2";
   agents.push_back(Agent(0, *etcd, "teardown", flags));
   agents.push_back(Agent(1, *etcd, "teardown", flags));
   for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);

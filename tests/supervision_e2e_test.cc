@@ -193,17 +193,17 @@ TEST_F(SupervisionE2E, AStoppedRankIsNamedAndKilled) {
 // like a communicator whose destruction hangs) is named and killed once --exit-timeout has passed,
 // and the run ends done: exit code 0, no restart, no failure, nothing redone, the clean weights.
 TEST_F(SupervisionE2E, ARankStuckInItsTeardownIsNamedAndTheRunEndsDone) {
-  auto r = RunTenax(
-      "launch --nproc-per-node 2 --max-restarts 2 --exit-timeout 1 --inject exit-hang:rank=1 "
-      "-- " +
-          Train(*dir_, "teardown", kShortSteps),
-      dir_->path());
+  auto r = RunTenax("launch --nproc-per-node 2 --max-restarts 2 --exit-timeout " +
+                        std::to_string(kTeardownTimeoutS) + " --inject exit-hang:rank=1 -- " +
+                        Train(*dir_, "teardown", kShortSteps),
+                    dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank 1] injected fault: hang in the teardown after step 48"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("launch: rank(s) 1 finished training (step 48, checkpoints committed) "
-                          "but did not exit within --exit-timeout 1s"),
+                          "but did not exit within --exit-timeout " +
+                          std::to_string(kTeardownTimeoutS) + "s"),
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("generation 1:"), std::string::npos) << r.output;  // no restart

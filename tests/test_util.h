@@ -19,6 +19,11 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
+// --exit-timeout for tests whose injected exit-hang must be killed while every healthy rank
+// leaves on its own: long enough for a libtorch process's teardown on a loaded 2-core machine
+// (1 s was not), short enough not to dominate the test.
+constexpr int kTeardownTimeoutS = 10;
+
 std::string SourceDir();    // $TENAX_SOURCE_DIR
 std::string TenaxBinary();  // $TENAX_BINARY
 std::string Python();       // $TENAX_PYTHON (Debian's python3 with python3-torch)
