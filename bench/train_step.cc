@@ -9,7 +9,9 @@
 // logits, then cross-entropy) for before/after comparisons; `loop-adamw` (clipping and AdamW as
 // before issue 17: one loop over the parameters, src/tenax/train/testing_loop_adamw.h);
 // `glibc-malloc` (glibc's default thresholds, as before tenax kept freed memory: device.h);
-// `blas-matmul` (fp32 products in ATen, as before they went to oneDNN's sgemm: model/cpu_gemm.h).
+// `blas-matmul` (fp32 products in ATen, as before they went to oneDNN's sgemm: model/cpu_gemm.h);
+// `aten-bf16-wgrad` (bf16 weight gradients from at::mm, rounded to bf16 and widened, as before
+// they came from oneDNN's bf16 gemm in fp32: model/cpu_gemm.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -102,6 +104,7 @@ int main(int argc, char** argv) {
   const bool loop_adamw = flags.find("loop-adamw") != std::string::npos;
   // fp32 products in ATen (OpenBLAS here) instead of oneDNN's sgemm (model/cpu_gemm.h).
   if (flags.find("blas-matmul") != std::string::npos) model::EnableCpuSgemm(false);
+  if (flags.find("aten-bf16-wgrad") != std::string::npos) model::EnableCpuBf16Gemm(false);
 
   train::DeviceInfo device;
   device.compute_dtype = precision == "bf16" ? at::kBFloat16 : at::kFloat;

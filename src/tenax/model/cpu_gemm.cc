@@ -6,6 +6,8 @@
 #include <dnnl.h>
 #endif
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <vector>
@@ -28,7 +30,7 @@ bool RowMajor(const at::Tensor& t) {
 // tensor is the transpose of row-major storage (stride 1 between rows).
 struct Operand {
   at::Tensor keep;  // owns a contiguous copy when the layout needed one
-  const float* data = nullptr;
+  const void* data = nullptr;
   char trans = 'N';
   int64_t ld = 1;
 };
@@ -49,8 +51,21 @@ Operand Read(const at::Tensor& t) {
     o.trans = 'N';
     o.ld = std::max<int64_t>(1, cols);
   }
-  o.data = o.keep.data_ptr<float>();
+  o.data = o.keep.data_ptr();
   return o;
+}
+
+// oneDNN's bf16 x bf16 -> fp32 gemm (row-major, like dnnl_sgemm). libdnnl.so.2 exports it, but
+// oneDNN 2.x's public header does not declare it (later versions do), so it is looked up by name
+// once: no declaration here can clash with a header that has one, and a library without it
+// leaves the bf16 products in ATen.
+using Bf16GemmFn = dnnl_status_t (*)(char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float,
+                                     const uint16_t*, dnnl_dim_t, const uint16_t*, dnnl_dim_t,
+                                     float, float*, dnnl_dim_t);
+Bf16GemmFn Bf16Gemm() {
+  static const Bf16GemmFn fn =
+      reinterpret_cast<Bf16GemmFn>(dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32"));
+  return fn;
 }
 #endif
 
@@ -90,19 +105,93 @@ struct CpuLinearFn : public torch::autograd::Function<CpuLinearFn> {
   }
 };
 
+// Autograd for x W^T with bf16 activations and an fp32 (master) weight: the products of
+// at::matmul(x, W.to(bf16).t()) in forward and for dx, so those are the same bits as before, but
+// the weight gradient dy^T x comes out of oneDNN's bf16 gemm in fp32 directly, where at::matmul
+// rounds it to bf16 and ToCopyBackward widens it again (two passes over it, and bf16 rounding of
+// every weight gradient). Saves x and the bf16 copy of W (as at::matmul does).
+struct CpuLinearBf16Fn : public torch::autograd::Function<CpuLinearBf16Fn> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& weight) {
+    const int64_t k = weight.size(1), n = weight.size(0);
+    TORCH_CHECK(x.size(-1) == k, "Linear: the input's last dimension ", x.size(-1),
+                " != the weight's ", k);
+    const at::Tensor wb = weight.to(at::kBFloat16);  // (N, K) compute copy
+    at::Tensor y = at::mm(x.reshape({-1, k}), wb.t());
+    ctx->save_for_backward({x, wb});
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes.back() = n;
+    return y.view(sizes);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &wb = saved[1];
+    const int64_t k = wb.size(1), n = wb.size(0);
+    const at::Tensor g = grads[0].to(at::kBFloat16).reshape({-1, n});
+    at::Tensor gx, gw;
+    if (ctx->needs_input_grad(0)) gx = at::mm(g, wb).view(x.sizes());
+    if (ctx->needs_input_grad(1)) {
+      gw = at::empty({n, k}, wb.options().dtype(at::kFloat));
+      MmOutWide(gw, g.t(), x.reshape({-1, k}), /*accumulate=*/false);
+    }
+    return {gx, gw};
+  }
+};
+
 std::atomic<bool> g_sgemm{true};
+std::atomic<bool> g_bf16_gemm{true};
 
 }  // namespace
 
 void EnableCpuSgemm(bool on) { g_sgemm.store(on); }
 
+void EnableCpuBf16Gemm(bool on) { g_bf16_gemm.store(on); }
+
 bool CpuSgemmAvailable() { return TENAX_WITH_DNNL != 0; }
+
+bool CpuBf16GemmAvailable() {
+#if TENAX_WITH_DNNL
+  return Bf16Gemm() != nullptr;
+#else
+  return false;
+#endif
+}
 
 namespace {
 // The path is built and switched on, and both operands are fp32 on the CPU.
 bool SgemmTakes(const at::Tensor& a, const at::Tensor& b) {
   return CpuSgemmAvailable() && g_sgemm.load(std::memory_order_relaxed) && a.device().is_cpu() &&
          b.device().is_cpu() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat;
+}
+
+// The bf16 gemm is there and switched on, and both operands are bf16 on the CPU.
+bool Bf16GemmTakes(const at::Tensor& a, const at::Tensor& b) {
+  return g_bf16_gemm.load(std::memory_order_relaxed) && CpuBf16GemmAvailable() &&
+         a.device().is_cpu() && b.device().is_cpu() && a.scalar_type() == at::kBFloat16 &&
+         b.scalar_type() == at::kBFloat16;
+}
+}  // namespace
+
+bool UseCpuBf16Gemm(const at::Tensor& a, const at::Tensor& b) {
+  return Bf16GemmTakes(a, b) && a.dim() == 2 && b.dim() == 2;
+}
+
+bool UseCpuLinearBf16(const at::Tensor& x, const at::Tensor& weight) {
+  return Bf16GemmTakes(x, x) && weight.device().is_cpu() && weight.scalar_type() == at::kFloat &&
+         x.dim() >= 1 && weight.dim() == 2;
+}
+
+namespace {
+// The shapes and the output of c (M x N) = a (M x K) b (K x N), for either gemm.
+void CheckGemmShapes(const char* what, const at::Tensor& c, const at::Tensor& a,
+                     const at::Tensor& b) {
+  TORCH_CHECK(
+      b.size(0) == a.size(1) && c.dim() == 2 && c.size(0) == a.size(0) && c.size(1) == b.size(1),
+      what, ": (", a.size(0), " x ", a.size(1), ") times (", b.size(0), " x ", b.size(1), ") into ",
+      c.sizes());
+  TORCH_CHECK(RowMajor(c), what, ": the output must be row-major");
 }
 }  // namespace
 
@@ -118,9 +207,7 @@ void CpuSgemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool a
   TORCH_CHECK(UseCpuSgemm(a, b) && c.device().is_cpu() && c.scalar_type() == at::kFloat,
               "CpuSgemmOut: fp32 CPU matrices only");
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  TORCH_CHECK(b.size(0) == k && c.dim() == 2 && c.size(0) == m && c.size(1) == n, "CpuSgemmOut: (",
-              m, " x ", k, ") times (", b.size(0), " x ", n, ") into ", c.sizes());
-  TORCH_CHECK(RowMajor(c), "CpuSgemmOut: the output must be row-major");
+  CheckGemmShapes("CpuSgemmOut", c, a, b);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate) c.zero_();
@@ -129,8 +216,9 @@ void CpuSgemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool a
 #if TENAX_WITH_DNNL
   const Operand pa = Read(a), pb = Read(b);
   const dnnl_status_t st =
-      dnnl_sgemm(pa.trans, pb.trans, m, n, k, 1.0f, pa.data, pa.ld, pb.data, pb.ld,
-                 accumulate ? 1.0f : 0.0f, c.data_ptr<float>(), c.stride(0));
+      dnnl_sgemm(pa.trans, pb.trans, m, n, k, 1.0f, static_cast<const float*>(pa.data), pa.ld,
+                 static_cast<const float*>(pb.data), pb.ld, accumulate ? 1.0f : 0.0f,
+                 c.data_ptr<float>(), c.stride(0));
   TORCH_CHECK(st == dnnl_success, "oneDNN sgemm failed with status ", static_cast<int>(st));
 #else
   if (accumulate) {
@@ -158,8 +246,42 @@ void MmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumul
   }
 }
 
+void CpuBf16GemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
+  TORCH_CHECK(UseCpuBf16Gemm(a, b) && c.device().is_cpu() && c.scalar_type() == at::kFloat,
+              "CpuBf16GemmOut: bf16 CPU matrices into an fp32 one only");
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  CheckGemmShapes("CpuBf16GemmOut", c, a, b);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate) c.zero_();
+    return;
+  }
+#if TENAX_WITH_DNNL
+  const Operand pa = Read(a), pb = Read(b);
+  const dnnl_status_t st =
+      Bf16Gemm()(pa.trans, pb.trans, m, n, k, 1.0f, static_cast<const uint16_t*>(pa.data), pa.ld,
+                 static_cast<const uint16_t*>(pb.data), pb.ld, accumulate ? 1.0f : 0.0f,
+                 c.data_ptr<float>(), c.stride(0));
+  TORCH_CHECK(st == dnnl_success, "oneDNN bf16 gemm failed with status ", static_cast<int>(st));
+#endif
+}
+
+void MmOutWide(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
+  if (UseCpuBf16Gemm(a, b) && c.scalar_type() == at::kFloat && c.dim() == 2 && RowMajor(c)) {
+    CpuBf16GemmOut(c, a, b, accumulate);
+  } else if (accumulate) {
+    c.add_(at::mm(a, b));
+  } else {
+    c.copy_(at::mm(a, b));
+  }
+}
+
 at::Tensor CpuLinearFp32(const at::Tensor& x, const at::Tensor& weight) {
   return CpuLinearFn::apply(x, weight);
+}
+
+at::Tensor CpuLinearBf16(const at::Tensor& x, const at::Tensor& weight) {
+  return CpuLinearBf16Fn::apply(x, weight);
 }
 
 }  // namespace tenax::model

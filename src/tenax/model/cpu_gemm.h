@@ -1,4 +1,5 @@
-// fp32 matrix products on the CPU through oneDNN's sgemm.
+// fp32 matrix products on the CPU through oneDNN's sgemm, and bf16 ones with an fp32 result
+// through its bf16 gemm.
 //
 // Why: Debian's libtorch sends fp32 at::mm to whatever libblas.so.3 is (OpenBLAS, built
 // generic), while bf16 products already run in oneDNN. On the development CPU (Zen 4, 2 threads)
@@ -13,6 +14,13 @@
 // partial products), which is what same-seed runs and bit-identical resumes need. The partition
 // can depend on the thread count, so runs at different `training.threads` may differ in the last
 // bits.
+//
+// bf16 (issue 17): Linear with bf16 activations and an fp32 weight (model::Linear under bf16
+// compute) keeps ATen's bf16 products for its output and input gradient (the same bits as
+// at::matmul) and takes its weight gradient from dnnl_gemm_bf16bf16f32 in fp32: no bf16 rounding
+// of the weight gradient and no widening pass after it, and on the 29M shape's products 10-15%
+// faster than at::mm plus the cast (bench/bf16_gemm_rates.py). The bf16 cross-entropy head
+// accumulates its weight gradient over chunks the same way.
 //
 // Threads: oneDNN runs on OpenMP, the same libgomp threads as libtorch's intra-op pool, so
 // at::get_num_threads() (training.threads, train/device.h) is what it uses.
@@ -46,6 +54,33 @@ at::Tensor Mm(const at::Tensor& a, const at::Tensor& b);
 
 // c = a b, or c += a b with accumulate: CpuSgemmOut where UseCpuSgemm(a, b), ATen otherwise.
 void MmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate);
+
+// Whether this build and its libdnnl.so.2 have the bf16 gemm (dnnl_gemm_bf16bf16f32, looked up
+// at run time: oneDNN 2.x exports it without declaring it in its header).
+bool CpuBf16GemmAvailable();
+
+// On by default. Off sends bf16 products back to ATen (at::mm, then a cast to fp32): for
+// benchmarks (bench/train_step.cc's `aten-bf16-wgrad`) and tests. Process-wide.
+void EnableCpuBf16Gemm(bool on);
+
+// Whether the bf16 gemm takes this product: both operands bf16 on the CPU, 2-D.
+bool UseCpuBf16Gemm(const at::Tensor& a, const at::Tensor& b);
+
+// c = a b or c += a b for bf16 CPU matrices a (M x K), b (K x N) into an fp32 row-major c,
+// summed in fp32 (operand layouts as CpuSgemmOut). Throws unless UseCpuBf16Gemm(a, b).
+void CpuBf16GemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate);
+
+// c = a b or c += a b into an fp32 c for bf16 a and b: CpuBf16GemmOut where it takes them,
+// otherwise at::mm (rounded to bf16) widened into c.
+void MmOutWide(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate);
+
+// Whether model::Linear takes CpuLinearBf16: x (..., K) bf16 and a 2-D fp32 weight on the CPU,
+// with the bf16 gemm available and switched on.
+bool UseCpuLinearBf16(const at::Tensor& x, const at::Tensor& weight);
+
+// x W.to(bf16)^T with its own backward: dx = dy W.to(bf16) in bf16 (at::mm), dW = dy^T x in fp32
+// (CpuBf16GemmOut). model::Linear calls it where UseCpuLinearBf16(x, weight).
+at::Tensor CpuLinearBf16(const at::Tensor& x, const at::Tensor& weight);
 
 // Whether model::Linear takes CpuLinearFp32: x (..., K) and a 2-D weight, both fp32 on the CPU.
 bool UseCpuLinear(const at::Tensor& x, const at::Tensor& weight);

@@ -1,5 +1,5 @@
-// oneDNN's sgemm path (cpu_gemm.h) against fp64 products: every operand layout the callers pass,
-// accumulation, empty shapes, the fallbacks, and Linear's forward and backward.
+// oneDNN's sgemm and bf16 gemm paths (cpu_gemm.h) against fp64 products: every operand layout
+// the callers pass, accumulation, empty shapes, the fallbacks, and Linear's forward and backward.
 #include "tenax/model/cpu_gemm.h"
 
 #include <ATen/ATen.h>
@@ -134,6 +134,105 @@ TEST(CpuLinear, SwitchedOffOrBf16IsAtenMatmul) {
   const at::Tensor xb = x.to(at::kBFloat16);
   EXPECT_FALSE(UseCpuLinear(xb, w));
   EXPECT_TRUE(at::equal(Linear(xb, w), at::matmul(xb, w.to(at::kBFloat16).t())));
+}
+
+// bf16 operands are exact in fp64, so the fp32 result of the bf16 gemm is held to the same fp32
+// summation bound as the sgemm's.
+TEST(CpuBf16Gemm, EveryOperandLayoutMatchesFp64) {
+  if (!CpuBf16GemmAvailable()) GTEST_SKIP() << "libdnnl.so.2 without dnnl_gemm_bf16bf16f32";
+  at::manual_seed(7);
+  const int64_t m = 37, k = 53, n = 29;
+  auto bf = [](const at::Tensor& t) { return t.to(at::kBFloat16); };
+  const at::Tensor a = bf(at::randn({m, k})), b = bf(at::randn({k, n}));
+  const at::Tensor at_ = bf(at::randn({k, m})).t(), bt = bf(at::randn({n, k})).t();
+  const at::Tensor wide_a = bf(at::randn({m, k + 7})).narrow(1, 3, k);
+  const at::Tensor strided_b = bf(at::randn({k, 2 * n})).slice(1, 0, 2 * n, 2);
+  for (const auto& [x, y] : {std::pair{a, b}, std::pair{at_, b}, std::pair{a, bt},
+                             std::pair{at_, bt}, std::pair{wide_a, b}, std::pair{a, strided_b}}) {
+    ASSERT_TRUE(UseCpuBf16Gemm(x, y));
+    at::Tensor c = at::empty({m, n});
+    CpuBf16GemmOut(c, x, y, /*accumulate=*/false);
+    ExpectMatches(c, x, y);
+    at::Tensor again = at::empty({m, n});
+    MmOutWide(again, x, y, /*accumulate=*/false);
+    EXPECT_TRUE(at::equal(again, c));
+  }
+  // Accumulation into rows of a larger fp32 buffer, nothing written outside them.
+  at::Tensor big = at::randn({m + 4, n});
+  at::Tensor c = big.narrow(0, 2, m);
+  const at::Tensor before = big.clone(), base = c.clone();
+  MmOutWide(c, a, b, /*accumulate=*/true);
+  ExpectMatches(c, a, b, base);
+  EXPECT_TRUE(at::equal(big.narrow(0, 0, 2), before.narrow(0, 0, 2)));
+  EXPECT_TRUE(at::equal(big.narrow(0, m + 2, 2), before.narrow(0, m + 2, 2)));
+  // The same product gives the same bits every time.
+  at::Tensor first = at::empty({m, n}), second = at::empty({m, n});
+  CpuBf16GemmOut(first, a, b, false);
+  CpuBf16GemmOut(second, a, b, false);
+  EXPECT_TRUE(at::equal(first, second));
+  // Shapes, dtypes and output layout are checked.
+  at::Tensor bad = at::empty({m, n + 1});
+  EXPECT_THROW(CpuBf16GemmOut(bad, a, b, false), c10::Error);
+  EXPECT_THROW(CpuBf16GemmOut(c, a.to(at::kFloat), b, false), c10::Error);
+  at::Tensor column_major = at::empty({n, m}).t();
+  EXPECT_THROW(CpuBf16GemmOut(column_major, a, b, false), c10::Error);
+}
+
+// Switched off (or for operands it does not take), MmOutWide is at::mm rounded to bf16, widened.
+TEST(CpuBf16Gemm, SwitchedOffIsAtenMmWidened) {
+  at::manual_seed(8);
+  const at::Tensor a = at::randn({8, 16}).to(at::kBFloat16),
+                   b = at::randn({16, 4}).to(at::kBFloat16);
+  EnableCpuBf16Gemm(false);
+  EXPECT_FALSE(UseCpuBf16Gemm(a, b));
+  at::Tensor c = at::randn({8, 4});
+  const at::Tensor base = c.clone();
+  MmOutWide(c, a, b, /*accumulate=*/true);
+  EnableCpuBf16Gemm(true);
+  EXPECT_TRUE(at::equal(c, base + at::mm(a, b).to(at::kFloat)));
+}
+
+// Linear with bf16 activations and an fp32 weight: output and input gradient are at::matmul's
+// bits (the same bf16 products); the weight gradient is fp32 and matches the fp64 product of the
+// bf16 gradient and input to fp32 accuracy, where at::matmul's is rounded to bf16.
+TEST(CpuLinearBf16, MatchesAtenMatmulAndKeepsTheWeightGradientInFp32) {
+  if (!CpuBf16GemmAvailable()) GTEST_SKIP() << "libdnnl.so.2 without dnnl_gemm_bf16bf16f32";
+  at::manual_seed(9);
+  const int64_t k = 96, n = 40;
+  const at::Tensor x0 = at::randn({3, 17, k}).to(at::kBFloat16), w0 = at::randn({n, k}),
+                   g = at::randn({3, 17, n}).to(at::kBFloat16);
+  ASSERT_TRUE(UseCpuLinearBf16(x0, w0));
+  at::Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+  at::Tensor y = Linear(x, w);
+  EXPECT_NE(y.grad_fn()->name().find("CpuLinearBf16Fn"), std::string::npos) << y.grad_fn()->name();
+  y.backward(g);
+  at::Tensor xr = x0.clone().requires_grad_(), wr = w0.clone().requires_grad_();
+  at::Tensor yr = at::matmul(xr, wr.to(at::kBFloat16).t());
+  yr.backward(g);
+  EXPECT_TRUE(at::equal(y.detach(), yr.detach()));
+  EXPECT_TRUE(at::equal(x.grad(), xr.grad()));
+  ASSERT_EQ(w.grad().scalar_type(), at::kFloat);
+  const at::Tensor exact =
+      at::mm(g.reshape({-1, n}).t().to(at::kDouble), x0.reshape({-1, k}).to(at::kDouble));
+  const double ours = (w.grad().to(at::kDouble) - exact).abs().max().item<double>();
+  const double aten = (wr.grad().to(at::kDouble) - exact).abs().max().item<double>();
+  const double rows = static_cast<double>(3 * 17);
+  EXPECT_LE(ours, 1e-5 * std::sqrt(rows) * (1.0 + std::sqrt(rows)));
+  EXPECT_LT(ours, aten);  // bf16 rounding of the old gradient is ~2^-9 relative: far above
+  // Only the inputs that need a gradient get one; a frozen weight is never widened.
+  at::Tensor frozen = x0.clone().requires_grad_();
+  Linear(frozen, w0).sum().backward();
+  ASSERT_TRUE(frozen.grad().defined());
+  at::Tensor xf = x0.clone().requires_grad_();
+  at::matmul(xf, w0.to(at::kBFloat16).t()).sum().backward();
+  EXPECT_TRUE(at::equal(frozen.grad(), xf.grad()));
+  // Switched off, Linear is at::matmul again, bit for bit, gradients included.
+  EnableCpuBf16Gemm(false);
+  at::Tensor xo = x0.clone().requires_grad_(), wo = w0.clone().requires_grad_();
+  Linear(xo, wo).backward(g);
+  EnableCpuBf16Gemm(true);
+  EXPECT_TRUE(at::equal(wo.grad(), wr.grad()));
+  EXPECT_TRUE(at::equal(xo.grad(), xr.grad()));
 }
 
 }  // namespace

@@ -85,12 +85,12 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
       }
       at::Tensor gx = grad_x.narrow(0, r0, len);
       MmOut(gx, g, w, /*accumulate=*/false);
-      if (!grad_w.defined()) {
-        grad_w = same ? Mm(g.t(), xc) : at::mm(g.t(), xc).to(stats);
-      } else if (same) {
-        MmOut(grad_w, g.t(), xc, /*accumulate=*/true);
+      const bool first = !grad_w.defined();
+      if (first) grad_w = at::empty({v, x.size(1)}, x.options().dtype(stats));
+      if (same) {
+        MmOut(grad_w, g.t(), xc, /*accumulate=*/!first);
       } else {
-        grad_w.add_(at::mm(g.t(), xc));
+        MmOutWide(grad_w, g.t(), xc, /*accumulate=*/!first);  // bf16 products summed in fp32
       }
     }
     if (need_grad) {

@@ -50,6 +50,9 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   if (UseCpuLinear(x, weight)) {
     return CpuLinearFp32(x, weight);  // fp32 on the CPU: oneDNN's sgemm (model/cpu_gemm.h)
   }
+  if (UseCpuLinearBf16(x, weight)) {
+    return CpuLinearBf16(x, weight);  // bf16 on the CPU: fp32 weight gradient from oneDNN
+  }
   return at::matmul(x, weight.to(x.scalar_type()).t());
 }
 
