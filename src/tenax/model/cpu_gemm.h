@@ -18,8 +18,8 @@
 // bf16 (issue 17): Linear with bf16 activations and an fp32 weight (model::Linear under bf16
 // compute) keeps ATen's bf16 products for its output and input gradient (the same bits as
 // at::matmul) and takes its weight gradient from dnnl_gemm_bf16bf16f32 in fp32: no bf16 rounding
-// of the weight gradient and no widening pass after it, and on the 29M shape's products 11-19%
-// faster than at::mm plus the cast (bench/bf16_gemm_rates.py). The bf16 cross-entropy head
+// of the weight gradient and no widening pass after it, and on the 29M shape's products 1.1-1.3x
+// as fast as at::mm plus the cast (bench/bf16_gemm_rates.py). The bf16 cross-entropy head
 // accumulates its weight gradient over chunks the same way.
 //
 // Threads: oneDNN runs on OpenMP, the same libgomp threads as libtorch's intra-op pool, so
