@@ -69,19 +69,25 @@ Bf16GemmFn Bf16Gemm() {
 }
 #endif
 
+// The output sizes of x W^T for x (..., K) and W (N, K): x's with the last one N. Throws when
+// the inner dimensions differ.
+std::vector<int64_t> LinearOutputSizes(const at::Tensor& x, const at::Tensor& weight) {
+  TORCH_CHECK(x.size(-1) == weight.size(1), "Linear: the input's last dimension ", x.size(-1),
+              " != the weight's ", weight.size(1));
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  return sizes;
+}
+
 // Autograd for x W^T; saves x and W (no copies: the products read them in place).
 struct CpuLinearFn : public torch::autograd::Function<CpuLinearFn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& weight) {
-    const int64_t k = weight.size(1), n = weight.size(0);
-    TORCH_CHECK(x.size(-1) == k, "Linear: the input's last dimension ", x.size(-1),
-                " != the weight's ", k);
-    const at::Tensor x2 = x.reshape({-1, k});
-    at::Tensor y = at::empty({x2.size(0), n}, x.options());
+    const std::vector<int64_t> sizes = LinearOutputSizes(x, weight);
+    const at::Tensor x2 = x.reshape({-1, weight.size(1)});
+    at::Tensor y = at::empty({x2.size(0), weight.size(0)}, x.options());
     CpuSgemmOut(y, x2, weight.t(), /*accumulate=*/false);
     ctx->save_for_backward({x, weight});
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = n;
     return y.view(sizes);
   }
 
@@ -113,14 +119,10 @@ struct CpuLinearFn : public torch::autograd::Function<CpuLinearFn> {
 struct CpuLinearBf16Fn : public torch::autograd::Function<CpuLinearBf16Fn> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& weight) {
-    const int64_t k = weight.size(1), n = weight.size(0);
-    TORCH_CHECK(x.size(-1) == k, "Linear: the input's last dimension ", x.size(-1),
-                " != the weight's ", k);
+    const std::vector<int64_t> sizes = LinearOutputSizes(x, weight);
     const at::Tensor wb = weight.to(at::kBFloat16);  // (N, K) compute copy
-    at::Tensor y = at::mm(x.reshape({-1, k}), wb.t());
+    at::Tensor y = at::mm(x.reshape({-1, weight.size(1)}), wb.t());
     ctx->save_for_backward({x, wb});
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = n;
     return y.view(sizes);
   }
 
@@ -184,15 +186,39 @@ bool UseCpuLinearBf16(const at::Tensor& x, const at::Tensor& weight) {
 }
 
 namespace {
-// The shapes and the output of c (M x N) = a (M x K) b (K x N), for either gemm.
-void CheckGemmShapes(const char* what, const at::Tensor& c, const at::Tensor& a,
-                     const at::Tensor& b) {
+// What both gemms do before their call, for c (M x N) = a (M x K) b (K x N): check the shapes
+// and that c is row-major, and settle the empty products (nothing to add, or zeros). True when
+// there is a product left to compute.
+bool GemmNeeded(const char* what, at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                bool accumulate) {
   TORCH_CHECK(
       b.size(0) == a.size(1) && c.dim() == 2 && c.size(0) == a.size(0) && c.size(1) == b.size(1),
       what, ": (", a.size(0), " x ", a.size(1), ") times (", b.size(0), " x ", b.size(1), ") into ",
       c.sizes());
   TORCH_CHECK(RowMajor(c), what, ": the output must be row-major");
+  if (c.numel() == 0) return false;
+  if (a.size(1) == 0) {
+    if (!accumulate) c.zero_();
+    return false;
+  }
+  return true;
 }
+
+#if TENAX_WITH_DNNL
+// c = a b (beta 0) or c += a b (beta 1) through a oneDNN gemm with dnnl_sgemm's row-major
+// arguments, whose operands are of element type T (float, or bf16 read as its bits) and whose
+// result is fp32.
+template <typename T, typename Gemm>
+void DnnlGemmOut(const char* what, Gemm gemm, at::Tensor& c, const at::Tensor& a,
+                 const at::Tensor& b, bool accumulate) {
+  const Operand pa = Read(a), pb = Read(b);
+  const dnnl_status_t st =
+      gemm(pa.trans, pb.trans, a.size(0), b.size(1), a.size(1), 1.0f,
+           static_cast<const T*>(pa.data), pa.ld, static_cast<const T*>(pb.data), pb.ld,
+           accumulate ? 1.0f : 0.0f, c.data_ptr<float>(), c.stride(0));
+  TORCH_CHECK(st == dnnl_success, what, ": oneDNN failed with status ", static_cast<int>(st));
+}
+#endif
 }  // namespace
 
 bool UseCpuSgemm(const at::Tensor& a, const at::Tensor& b) {
@@ -206,20 +232,9 @@ bool UseCpuLinear(const at::Tensor& x, const at::Tensor& weight) {
 void CpuSgemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
   TORCH_CHECK(UseCpuSgemm(a, b) && c.device().is_cpu() && c.scalar_type() == at::kFloat,
               "CpuSgemmOut: fp32 CPU matrices only");
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  CheckGemmShapes("CpuSgemmOut", c, a, b);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate) c.zero_();
-    return;
-  }
+  if (!GemmNeeded("CpuSgemmOut", c, a, b, accumulate)) return;
 #if TENAX_WITH_DNNL
-  const Operand pa = Read(a), pb = Read(b);
-  const dnnl_status_t st =
-      dnnl_sgemm(pa.trans, pb.trans, m, n, k, 1.0f, static_cast<const float*>(pa.data), pa.ld,
-                 static_cast<const float*>(pb.data), pb.ld, accumulate ? 1.0f : 0.0f,
-                 c.data_ptr<float>(), c.stride(0));
-  TORCH_CHECK(st == dnnl_success, "oneDNN sgemm failed with status ", static_cast<int>(st));
+  DnnlGemmOut<float>("CpuSgemmOut", dnnl_sgemm, c, a, b, accumulate);
 #else
   if (accumulate) {
     c.addmm_(a, b);
@@ -249,20 +264,9 @@ void MmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumul
 void CpuBf16GemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate) {
   TORCH_CHECK(UseCpuBf16Gemm(a, b) && c.device().is_cpu() && c.scalar_type() == at::kFloat,
               "CpuBf16GemmOut: bf16 CPU matrices into an fp32 one only");
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  CheckGemmShapes("CpuBf16GemmOut", c, a, b);
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate) c.zero_();
-    return;
-  }
+  if (!GemmNeeded("CpuBf16GemmOut", c, a, b, accumulate)) return;
 #if TENAX_WITH_DNNL
-  const Operand pa = Read(a), pb = Read(b);
-  const dnnl_status_t st =
-      Bf16Gemm()(pa.trans, pb.trans, m, n, k, 1.0f, static_cast<const uint16_t*>(pa.data), pa.ld,
-                 static_cast<const uint16_t*>(pb.data), pb.ld, accumulate ? 1.0f : 0.0f,
-                 c.data_ptr<float>(), c.stride(0));
-  TORCH_CHECK(st == dnnl_success, "oneDNN bf16 gemm failed with status ", static_cast<int>(st));
+  DnnlGemmOut<uint16_t>("CpuBf16GemmOut", Bf16Gemm(), c, a, b, accumulate);
 #endif
 }
 
