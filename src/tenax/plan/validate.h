@@ -55,7 +55,7 @@ ValidationSummary Summarize(const std::vector<ValidationRow>& rows);
 // the published runs must say so and update this figure and the docs together. Rows that no
 // layout fits leave the error, so their count is recorded too: a change cannot hide a bad row by
 // making it not fit.
-constexpr double kRecordedValidationMae = 0.111;
+constexpr double kRecordedValidationMae = 0.086;
 constexpr int kRecordedUnpredictedRows = 0;
 
 // The rows as Markdown: the calibration table, the validation table (by group), the checks, and a
