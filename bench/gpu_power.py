@@ -236,8 +236,18 @@ def analyze(paths, limit_w):
             ratio = (limit_w / cap) ** e
             if "GEMM" in name or "SDPA" in name:
                 compute.append(e)
+            check = ""
+            if len(held) >= 3:
+                # The extrapolation checked inside the data: fitted without the lowest point (the
+                # one at full duty), what does the power law say there?
+                pts = sorted(zip(busy_w, (-math.log(r["step_s"]) for r in held)))
+                lo, hi = pts[0], pts[1:]
+                e_hi = fit_slope([math.log(p) for p, _ in hi], [y for _, y in hi])
+                my = statistics.mean(y for _, y in hi) - e_hi * statistics.mean(math.log(p) for p, _ in hi)
+                check = (f"  (fitted above {hi[0][0]:.0f} W, the law is off by "
+                         f"{math.exp(my + e_hi * math.log(lo[0]) - lo[1]) - 1:+.1%} at {lo[0]:.0f} W)")
             print(f"{os.path.basename(path)[:18]:18} {name[:42]:42} {len(held):6d} "
-                  f"{min(busy_w):5.0f}-{max(busy_w):<5.0f} {e:10.3f} {ratio:8.3f}")
+                  f"{min(busy_w):5.0f}-{max(busy_w):<5.0f} {e:10.3f} {ratio:8.3f}{check}")
     if compute:
         e = statistics.mean(compute)
         print(f"compute-bound kernels (GEMMs, attention): mean elasticity {e:.3f} over {len(compute)}: "
