@@ -48,39 +48,32 @@ class Nvml:
 
     def __init__(self):
         self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-        self._ok(self.lib.nvmlInit_v2())
         self.h = ctypes.c_void_p()
-        self._ok(self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.h)))
+        if self.lib.nvmlInit_v2() != 0 or self.lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.h)) != 0:
+            raise RuntimeError("NVML could not open GPU 0")
 
-    @staticmethod
-    def _ok(rc):
+    def _read(self, fn, ctype, *args):
+        """One NVML getter: fn(device, *args, &value) into a ctype."""
+        v = ctype()
+        rc = getattr(self.lib, fn)(self.h, *args, ctypes.byref(v))
         if rc != 0:
-            raise RuntimeError(f"NVML call failed with status {rc}")
+            raise RuntimeError(f"{fn} failed with NVML status {rc}")
+        return v.value
 
-    def energy_j(self):
-        v = ctypes.c_ulonglong()
-        self._ok(self.lib.nvmlDeviceGetTotalEnergyConsumption(self.h, ctypes.byref(v)))
-        return v.value / 1000.0
+    def energy_j(self):  # NVML counts millijoules since the driver loaded
+        return self._read("nvmlDeviceGetTotalEnergyConsumption", ctypes.c_ulonglong) / 1000.0
 
     def sm_mhz(self):
-        v = ctypes.c_uint()
-        self._ok(self.lib.nvmlDeviceGetClockInfo(self.h, self.SM_CLOCK, ctypes.byref(v)))
-        return v.value
+        return self._read("nvmlDeviceGetClockInfo", ctypes.c_uint, self.SM_CLOCK)
 
     def power_w(self):
-        v = ctypes.c_uint()
-        self._ok(self.lib.nvmlDeviceGetPowerUsage(self.h, ctypes.byref(v)))
-        return v.value / 1000.0
+        return self._read("nvmlDeviceGetPowerUsage", ctypes.c_uint) / 1000.0
 
     def limit_w(self):
-        v = ctypes.c_uint()
-        self._ok(self.lib.nvmlDeviceGetEnforcedPowerLimit(self.h, ctypes.byref(v)))
-        return v.value / 1000.0
+        return self._read("nvmlDeviceGetEnforcedPowerLimit", ctypes.c_uint) / 1000.0
 
     def temp_c(self):
-        v = ctypes.c_uint()
-        self._ok(self.lib.nvmlDeviceGetTemperature(self.h, 0, ctypes.byref(v)))
-        return v.value
+        return self._read("nvmlDeviceGetTemperature", ctypes.c_uint, 0)  # 0: the GPU die
 
 
 class Sampler:
