@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""How a training layer's SM clock depends on the power it may draw, measured on one NVIDIA GPU
-without changing any of its settings (the power limit stays where it is).
+"""How a training workload's throughput depends on the power it may draw, measured on one NVIDIA
+GPU without changing any of its settings (the power limit stays where it is).
 
   gpu_power.py [--out FILE.json] [--phase-s 8] [--duties 1,0.8,0.65,0.5] [--smoke]
   gpu_power.py --analyze FILE.json [FILE.json ...] [--limit-w 500]
@@ -19,10 +19,10 @@ which is what the planner needs: over the points where the GPU was held at its l
 within 5% of it) it fits throughput = k P_busy^e by least squares in logs, and extrapolates to
 --limit-w: the ratio (limit / enforced limit)^e, for each workload and, for the sustained clock of
 compute-bound kernels, the mean elasticity of the GEMMs and attention. `tenax plan`'s
-h100-hbm2e-500w profile takes its sustained clock from it (docs/planner.md, "Calibration").
+h100-hbm2e-500w profile takes its sustained clock from it (docs/planner.md, "Power").
 
 Workloads: eager Llama 3 8B and 70B layers forward + backward (bench/gpu_components.py's stack,
-8192 tokens), an 8192^3 bf16 GEMM, and causal attention (SDPA, 16K tokens, 16 heads) forward and
+8192 tokens), 8192^3 bf16 and fp8 GEMMs, and causal attention (SDPA, 16K tokens, 16 heads) forward and
 backward. Step times are recorded with the clock, so the share of a step that scales with the
 clock can be read off as well. --smoke runs tiny shapes on the CPU to check the script.
 """
@@ -38,7 +38,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gpu_components import log, make_stack, stack_step
+from gpu_components import Timer, log, make_stack, stack_step
 
 
 class Nvml:
@@ -105,7 +105,6 @@ def measure_phase(name, step, step_s, duty, seconds, nvml, sampler, settle_s, cu
     events = []
     t_start = time.time()
     t_meas = t_start + settle_s
-    e0 = None
     measuring = False
     while True:
         now = time.time()
@@ -204,19 +203,22 @@ def workloads(dev, smoke):
     return out
 
 
-def fit_slope(xs, ys):
+def fit_line(xs, ys):
+    """Least-squares slope and intercept of ys against xs."""
     mx, my = statistics.mean(xs), statistics.mean(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
 
 
 def analyze(paths, limit_w):
     """Throughput against busy power, per workload and file; prints the extrapolation to limit_w."""
-    compute = []
+    compute, caps = [], set()
     print(f"{'file':18} {'workload':42} {'points':>6} {'busy W':>11} {'elasticity':>10} {'at ' + str(int(limit_w)) + ' W':>8}")
     for path in paths:
         with open(path) as f:
             d = json.load(f)
         cap, p_gap = d["power_limit_w"], d["gap"]["power_w"]
+        caps.add(cap)
         by = {}
         for r in d["rows"]:
             by.setdefault(r["workload"], []).append(r)
@@ -225,7 +227,9 @@ def analyze(paths, limit_w):
             if len(held) < 2:
                 continue
             busy_w = [(r["power_w"] - (1 - r["duty"]) * p_gap) / r["duty"] for r in held]
-            e = fit_slope([math.log(p) for p in busy_w], [-math.log(r["step_s"]) for r in held])
+            # log busy power against log throughput, lowest power first
+            pts = sorted((math.log(p), -math.log(r["step_s"])) for p, r in zip(busy_w, held))
+            e, _ = fit_line([x for x, _ in pts], [y for _, y in pts])
             ratio = (limit_w / cap) ** e
             if "GEMM" in name or "SDPA" in name:
                 compute.append(e)
@@ -233,15 +237,16 @@ def analyze(paths, limit_w):
             if len(held) >= 3:
                 # The extrapolation checked inside the data: fitted without the lowest point (the
                 # one at full duty), what does the power law say there?
-                pts = sorted(zip(busy_w, (-math.log(r["step_s"]) for r in held)))
                 lo, hi = pts[0], pts[1:]
-                e_hi = fit_slope([math.log(p) for p, _ in hi], [y for _, y in hi])
-                my = statistics.mean(y for _, y in hi) - e_hi * statistics.mean(math.log(p) for p, _ in hi)
-                check = (f"  (fitted above {hi[0][0]:.0f} W, the law is off by "
-                         f"{math.exp(my + e_hi * math.log(lo[0]) - lo[1]) - 1:+.1%} at {lo[0]:.0f} W)")
+                e_hi, a_hi = fit_line([x for x, _ in hi], [y for _, y in hi])
+                check = (f"  (fitted above {math.exp(hi[0][0]):.0f} W, the law is off by "
+                         f"{math.exp(a_hi + e_hi * lo[0] - lo[1]) - 1:+.1%} at {math.exp(lo[0]):.0f} W)")
             print(f"{os.path.basename(path)[:18]:18} {name[:42]:42} {len(held):6d} "
                   f"{min(busy_w):5.0f}-{max(busy_w):<5.0f} {e:10.3f} {ratio:8.3f}{check}")
     if compute:
+        if len(caps) > 1:
+            raise SystemExit(f"the files were measured at different power limits {sorted(caps)}: "
+                             "analyze one limit at a time")
         e = statistics.mean(compute)
         print(f"compute-bound kernels (GEMMs, attention): mean elasticity {e:.3f} over {len(compute)}: "
               f"throughput at {limit_w:.0f} W = {(limit_w / cap) ** e:.3f} of the enforced limit's")
@@ -294,19 +299,7 @@ def main():
         except Exception as e:  # e.g. no fp8 GEMM in this build
             log(f"{name}: skipped ({str(e).splitlines()[0][:200]})")
             continue
-        for _ in range(3):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-        # Step time at the held clock, for sizing the gaps.
-        t = time.time()
-        reps = 0
-        while time.time() - t < 2.0 or reps < 2:
-            step()
-            reps += 1
-            if cuda:
-                torch.cuda.synchronize()
-        step_s = (time.time() - t) / reps
+        step_s = Timer(dev)(step, target_s=2.0)  # at the held clock, for sizing the gaps
         for d in duties:
             result["rows"].append(measure_phase(name, step, step_s, d, phase_s, nvml, sampler,
                                                 settle_s, cuda))
