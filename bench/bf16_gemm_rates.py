@@ -5,7 +5,7 @@ dnnl_gemm_bf16bf16f32 writing fp32 directly (what model/cpu_gemm.h's CpuLinearBf
 29M shape's weight-gradient products dy^T x. Prints milliseconds per product, the ratio, and each
 result's largest difference from the fp64 product of the same bf16 operands.
 
-  /usr/bin/python3 bench/bf16_gemm_rates.py [threads=0: every core] [repeats=20]
+  .deps/venv/bin/python bench/bf16_gemm_rates.py [threads=0: every core] [repeats=20]
 
 libdnnl.so.2 exports dnnl_gemm_bf16bf16f32 without declaring it in oneDNN 2.x's header; this
 script, like tenax, looks it up by name.

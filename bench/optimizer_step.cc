@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <utility>
@@ -107,7 +108,8 @@ int main(int argc, char** argv) {
       if (r >= 0) v.ms.push_back(ms_since(t0));
     }
   }
-  // All saw the same gradients: the same weights, bit for bit.
+  // All saw the same gradients: the same weights, up to the one-pass loop's exact square root
+  // (adamw_kernel.h: ATen's vectorized sqrt is not correctly rounded), one ulp per step at most.
   double max_diff = 0;
   for (size_t i = 0; i < grads.size(); ++i) {
     const at::Tensor& w = loop_model.params()[i].tensor;
@@ -128,5 +130,6 @@ int main(int argc, char** argv) {
                *std::min_element(v.ms.begin(), v.ms.end()), Median(loop_ms) / Median(v.ms));
   }
   fmt::print("max |weight difference| from the loop: {:g}\n", max_diff);
-  return max_diff == 0 ? 0 : 1;
+  const double bound = static_cast<double>(rounds + 2) * std::ldexp(1.0, -21);  // |w| < 8
+  return max_diff <= bound ? 0 : 1;
 }

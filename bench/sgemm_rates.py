@@ -4,7 +4,7 @@ oneDNN's dnnl_sgemm (the libdnnl.so.2 libtorch links; what tenax's fp32 Linear c
 model/cpu_gemm.h), on the 29M shape's products and a 2048^3 one: forward x W^T, input gradient
 dy W, weight gradient dy^T x. Prints GFLOP/s per product and the largest difference from at::mm.
 
-  /usr/bin/python3 bench/sgemm_rates.py [threads=0: every core] [repeats=10]
+  .deps/venv/bin/python bench/sgemm_rates.py [threads=0: every core] [repeats=10]
 
 Run it as the training run would be: tenax sets OpenBLAS to one thread only for its own process,
 so at::mm here uses OpenBLAS's default (its own thread pool).

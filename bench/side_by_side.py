@@ -11,7 +11,7 @@ goals live here, never in tests.
 
   bench/side_by_side.py [--rounds 3] [--steps 4] [--shapes medium,29m] [--precisions fp32,bf16]
                         [--threads N] [--eager-keeps-memory] [--build build]
-                        [--python /usr/bin/python3]
+                        [--python .deps/venv/bin/python]
 """
 import argparse
 import os
@@ -90,7 +90,9 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--eager-keeps-memory", action="store_true")
     ap.add_argument("--build", default=os.path.join(here, "..", "build"))
-    ap.add_argument("--python", default="/usr/bin/python3")
+    # The eager baseline runs on the torch tenax is built against (scripts/setup's .deps/venv).
+    ap.add_argument("--python", default=os.path.join(os.path.dirname(here), ".deps", "venv", "bin",
+                                                     "python"))
     a = ap.parse_args()
     tenax = os.path.join(a.build, "bench", "bench_train_step")
     eager = [a.python, os.path.join(here, "llama_eager.py")]

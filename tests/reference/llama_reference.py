@@ -192,7 +192,12 @@ def check_against_transformers(hf_dir, tokens, logits, mixtral):
               file=sys.stderr)
         return
     cls = transformers.MixtralForCausalLM if mixtral else transformers.LlamaForCausalLM
-    model = cls.from_pretrained(hf_dir, torch_dtype=torch.float64)
+    # `dtype` replaced `torch_dtype` in 4.56. From 5.0 Mixtral's experts run as one grouped
+    # matmul, which has no float64 kernel: the per-expert loop ("eager") is asked for instead.
+    kwargs = {"dtype" if version >= (4, 56) else "torch_dtype": torch.float64}
+    if mixtral and version >= (5, 0):
+        kwargs["experts_implementation"] = "eager"
+    model = cls.from_pretrained(hf_dir, **kwargs)
     model.eval()
     with torch.no_grad():
         theirs = model(tokens).logits

@@ -1,20 +1,13 @@
 #include "tenax/model/cpu_gemm.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/custom_function.h>
-#if TENAX_WITH_DNNL
-#include <dnnl.h>
-#endif
-
 #include <dlfcn.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <vector>
-
-#ifndef TENAX_WITH_DNNL
-#define TENAX_WITH_DNNL 0
-#endif
 
 namespace tenax::model {
 namespace {
@@ -25,7 +18,6 @@ bool RowMajor(const at::Tensor& t) {
   return t.stride(1) == 1 && t.stride(0) >= std::max<int64_t>(1, t.size(1));
 }
 
-#if TENAX_WITH_DNNL
 // One operand as dnnl_sgemm reads it (row-major): 'N' with ld = the row stride, or 'T' when the
 // tensor is the transpose of row-major storage (stride 1 between rows).
 struct Operand {
@@ -55,19 +47,50 @@ Operand Read(const at::Tensor& t) {
   return o;
 }
 
-// oneDNN's bf16 x bf16 -> fp32 gemm (row-major, like dnnl_sgemm). libdnnl.so.2 exports it, but
-// oneDNN 2.x's public header does not declare it (later versions do), so it is looked up by name
-// once: no declaration here can clash with a header that has one, and a library without it
-// leaves the bf16 products in ATen.
-using Bf16GemmFn = dnnl_status_t (*)(char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float,
-                                     const uint16_t*, dnnl_dim_t, const uint16_t*, dnnl_dim_t,
-                                     float, float*, dnnl_dim_t);
-Bf16GemmFn Bf16Gemm() {
-  static const Bf16GemmFn fn =
-      reinterpret_cast<Bf16GemmFn>(dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32"));
-  return fn;
+// oneDNN's C gemm entry points, bound at run time from Debian's libdnnl.so.2 (oneDNN 2.6, package
+// libdnnl2). No oneDNN header is included: libtorch's wheel carries oneDNN 3.x headers (and a
+// hidden copy of oneDNN inside libtorch_cpu), whose declarations must not meet 2.6's library.
+// Both functions have had these signatures since oneDNN 1.x (dnnl_dim_t is int64_t, dnnl_status_t
+// an enum whose dnnl_success is 0). dnnl_gemm_bf16bf16f32 is exported by 2.x without being in its
+// header. A machine without the library, or whose CPU it cannot serve, keeps every product in
+// ATen.
+using DnnlStatus = int;
+constexpr DnnlStatus kDnnlSuccess = 0;
+using SgemmFn = DnnlStatus (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                               const float*, int64_t, float, float*, int64_t);
+using Bf16GemmFn = DnnlStatus (*)(char, char, int64_t, int64_t, int64_t, float, const uint16_t*,
+                                  int64_t, const uint16_t*, int64_t, float, float*, int64_t);
+struct Dnnl {
+  SgemmFn sgemm = nullptr;
+  Bf16GemmFn bf16_gemm = nullptr;
+};
+
+const Dnnl& LoadDnnl() {
+  static const Dnnl dnnl = [] {
+    Dnnl d;
+    // Never closed: the functions are used until the process ends. RTLD_DEEPBIND: oneDNN's
+    // internal symbols bind inside libdnnl.so.2, not to the same names libtorch's own oneDNN 3.x
+    // exports (mixed, every call fails with "unimplemented").
+    void* lib = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (lib == nullptr) return d;
+    d.sgemm = reinterpret_cast<SgemmFn>(dlsym(lib, "dnnl_sgemm"));
+    d.bf16_gemm = reinterpret_cast<Bf16GemmFn>(dlsym(lib, "dnnl_gemm_bf16bf16f32"));
+    // A function that is there may still not run on this CPU: oneDNN 2.6's bf16 gemm needs
+    // AVX-512 (dnnl_unimplemented on an AVX2-only core). One 1x1x1 product decides, once.
+    float c = 0;
+    const float a = 1, b = 1;
+    if (d.sgemm && d.sgemm('N', 'N', 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1) != kDnnlSuccess) {
+      d.sgemm = nullptr;
+    }
+    const uint16_t one = 0x3f80;  // bf16 1.0
+    if (d.bf16_gemm &&
+        d.bf16_gemm('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) != kDnnlSuccess) {
+      d.bf16_gemm = nullptr;
+    }
+    return d;
+  }();
+  return dnnl;
 }
-#endif
 
 // The output sizes of x W^T for x (..., K) and W (N, K): x's with the last one N. Throws when
 // the inner dimensions differ.
@@ -151,15 +174,9 @@ void EnableCpuSgemm(bool on) { g_sgemm.store(on); }
 
 void EnableCpuBf16Gemm(bool on) { g_bf16_gemm.store(on); }
 
-bool CpuSgemmAvailable() { return TENAX_WITH_DNNL != 0; }
+bool CpuSgemmAvailable() { return LoadDnnl().sgemm != nullptr; }
 
-bool CpuBf16GemmAvailable() {
-#if TENAX_WITH_DNNL
-  return Bf16Gemm() != nullptr;
-#else
-  return false;
-#endif
-}
+bool CpuBf16GemmAvailable() { return LoadDnnl().bf16_gemm != nullptr; }
 
 namespace {
 // The path is built and switched on, and both operands are fp32 on the CPU.
@@ -204,7 +221,6 @@ bool GemmNeeded(const char* what, at::Tensor& c, const at::Tensor& a, const at::
   return true;
 }
 
-#if TENAX_WITH_DNNL
 // c = a b (beta 0) or c += a b (beta 1) through a oneDNN gemm with dnnl_sgemm's row-major
 // arguments, whose operands are of element type T (float, or bf16 read as its bits) and whose
 // result is fp32.
@@ -212,13 +228,11 @@ template <typename T, typename Gemm>
 void DnnlGemmOut(const char* what, Gemm gemm, at::Tensor& c, const at::Tensor& a,
                  const at::Tensor& b, bool accumulate) {
   const Operand pa = Read(a), pb = Read(b);
-  const dnnl_status_t st =
-      gemm(pa.trans, pb.trans, a.size(0), b.size(1), a.size(1), 1.0f,
-           static_cast<const T*>(pa.data), pa.ld, static_cast<const T*>(pb.data), pb.ld,
-           accumulate ? 1.0f : 0.0f, c.data_ptr<float>(), c.stride(0));
-  TORCH_CHECK(st == dnnl_success, what, ": oneDNN failed with status ", static_cast<int>(st));
+  const DnnlStatus st = gemm(pa.trans, pb.trans, a.size(0), b.size(1), a.size(1), 1.0f,
+                             static_cast<const T*>(pa.data), pa.ld, static_cast<const T*>(pb.data),
+                             pb.ld, accumulate ? 1.0f : 0.0f, c.data_ptr<float>(), c.stride(0));
+  TORCH_CHECK(st == kDnnlSuccess, what, ": oneDNN failed with status ", st);
 }
-#endif
 }  // namespace
 
 bool UseCpuSgemm(const at::Tensor& a, const at::Tensor& b) {
@@ -233,15 +247,7 @@ void CpuSgemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool a
   TORCH_CHECK(UseCpuSgemm(a, b) && c.device().is_cpu() && c.scalar_type() == at::kFloat,
               "CpuSgemmOut: fp32 CPU matrices only");
   if (!GemmNeeded("CpuSgemmOut", c, a, b, accumulate)) return;
-#if TENAX_WITH_DNNL
-  DnnlGemmOut<float>("CpuSgemmOut", dnnl_sgemm, c, a, b, accumulate);
-#else
-  if (accumulate) {
-    c.addmm_(a, b);
-  } else {
-    at::mm_out(c, a, b);
-  }
-#endif
+  DnnlGemmOut<float>("CpuSgemmOut", LoadDnnl().sgemm, c, a, b, accumulate);
 }
 
 at::Tensor Mm(const at::Tensor& a, const at::Tensor& b) {
@@ -265,9 +271,7 @@ void CpuBf16GemmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, boo
   TORCH_CHECK(UseCpuBf16Gemm(a, b) && c.device().is_cpu() && c.scalar_type() == at::kFloat,
               "CpuBf16GemmOut: bf16 CPU matrices into an fp32 one only");
   if (!GemmNeeded("CpuBf16GemmOut", c, a, b, accumulate)) return;
-#if TENAX_WITH_DNNL
-  DnnlGemmOut<uint16_t>("CpuBf16GemmOut", Bf16Gemm(), c, a, b, accumulate);
-#endif
+  DnnlGemmOut<uint16_t>("CpuBf16GemmOut", LoadDnnl().bf16_gemm, c, a, b, accumulate);
 }
 
 void MmOutWide(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate) {

@@ -32,8 +32,8 @@
 
 namespace tenax::model {
 
-// Whether this build has oneDNN's sgemm (libdnnl-dev at configure time, TENAX_WITH_DNNL). Without
-// it every fp32 product stays in ATen and CpuSgemmOut computes with at::mm.
+// Whether oneDNN's sgemm is here and runs on this CPU (Debian's libdnnl.so.2, bound at run time
+// and tried once). Without it every fp32 product stays in ATen.
 bool CpuSgemmAvailable();
 
 // On by default. Off sends every fp32 product back to ATen (at::mm, at::matmul): for benchmarks
@@ -55,8 +55,9 @@ at::Tensor Mm(const at::Tensor& a, const at::Tensor& b);
 // c = a b, or c += a b with accumulate: CpuSgemmOut where UseCpuSgemm(a, b), ATen otherwise.
 void MmOut(at::Tensor& c, const at::Tensor& a, const at::Tensor& b, bool accumulate);
 
-// Whether this build and its libdnnl.so.2 have the bf16 gemm (dnnl_gemm_bf16bf16f32, looked up
-// at run time: oneDNN 2.x exports it without declaring it in its header).
+// Whether libdnnl.so.2 has the bf16 gemm (dnnl_gemm_bf16bf16f32, looked up at run time: oneDNN
+// 2.x exports it without declaring it in its header) and it runs on this CPU (it needs AVX-512;
+// an AVX2-only core answers "unimplemented" and the bf16 products stay in ATen).
 bool CpuBf16GemmAvailable();
 
 // On by default. Off sends bf16 products back to ATen (at::mm, then a cast to fp32): for

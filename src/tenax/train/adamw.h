@@ -22,8 +22,11 @@
 //    slower than the old loop; per parameter (at most a few MB) the operations after the first
 //    hit the cache, and what the old loop lost was allocating two fresh tensors (page faults) per
 //    parameter per step.
-// All give the per-parameter loop's result bit for bit on CPU (optim_test.cc keeps that loop as
-// its reference): every element sees the same IEEE operations in the same order. A group with a
+// The flat and per-tensor paths give the per-parameter loop's result bit for bit on CPU
+// (optim_test.cc keeps that loop as its reference): every element sees the same IEEE operations
+// in the same order. The one-pass loop gives its moments bit for bit and its parameters within
+// an ulp per step (its square root is correctly rounded, ATen 2.11's vectorized one is not:
+// adamw_kernel.h). A group with a
 // missing gradient (a parameter autograd did not reach) takes the per-tensor path, which skips
 // that parameter as before. Nothing here reads a value back to the host.
 //

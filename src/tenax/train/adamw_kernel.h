@@ -2,13 +2,15 @@
 // default): parameter, gradient and both moments are read once and written once, where the ATen
 // sequence of adamw.cc makes seven passes per parameter.
 //
-// Bit-identical to that sequence as the libtorch we build against computes it (optim_test.cc
-// compares both with the per-parameter reference loop, tolerance 0): every element sees the same
-// IEEE operations in the same order, the scalars rounded to fp32 as ATen rounds a Scalar for an
-// fp32 tensor, and a fused multiply-add exactly where Debian's libtorch 1.13 has one (its
-// add(alpha), and its addcmul, which GCC contracted when building it). The file is compiled with
-// -ffp-contract=off (CMakeLists.txt) so that the compiler fuses nothing else. A libtorch built
-// otherwise would fail that test, not train differently from run to run.
+// What it computes, against the ATen sequence of the libtorch we build against (PyTorch 2.11's
+// wheel; optim_test.cc compares both with the per-parameter reference loop): the moments m and v
+// bit for bit (the same IEEE operations in the same order, the scalars rounded to fp32 as ATen
+// rounds a Scalar for an fp32 tensor, a fused multiply-add exactly where ATen has one: add(alpha)
+// and addcmul, both vec::fmadd). The parameter may differ in its last bit per step: ATen's
+// vectorized square root (AVX2) is not correctly rounded, this one's is (16% of elements differ
+// by one ulp in sqrt(v)), so the update can round the other way. The file is compiled with
+// -ffp-contract=off (CMakeLists.txt) so that the compiler fuses nothing else. Runs are still
+// bit-identical to each other: the same kernel every time, at any thread count.
 // Thread safety: the caller splits the range (model::ParallelFor); elements are independent.
 #pragma once
 

@@ -98,10 +98,14 @@ double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {
 // one large enough that ATen splits it across threads at other boundaries than in a flat buffer),
 // random gradients of a few magnitudes and a varying learning rate: the flat optimizer gives the
 // reference's parameters and moments bit for bit on CPU (every element sees the same IEEE
-// operations in the same order), whether the update runs as one loop per tensor (CPU's fp32
-// default), as ATen operations per tensor or over the flat buffers (the accelerators' default).
-// Tolerance 0, stated: any difference fails.
+// operations in the same order) as ATen operations per tensor or over the flat buffers (the
+// accelerators' default). The one-pass loop (CPU's fp32 default) gives the moments bit for bit
+// and the parameters within one ulp per step (its square root is exact, ATen's is not).
+// Tolerance 0 everywhere else, stated: any difference fails.
 void ExpectFlatMatchesReference(const FlatCase& c) {
+  SCOPED_TRACE(c.mode == AdamW::UpdateMode::kFlat        ? "flat"
+               : c.mode == AdamW::UpdateMode::kPerTensor ? "per tensor"
+                                                         : "loop");
   at::manual_seed(17);
   const std::vector<std::vector<int64_t>> shapes{{37, 13},   {64}, {5, 3, 7}, {1},
                                                  {301, 257}, {13}, {8, 8}};
@@ -141,7 +145,15 @@ void ExpectFlatMatchesReference(const FlatCase& c) {
     EXPECT_EQ(state[2 * i].name, "exp_avg.p" + std::to_string(i));
     EXPECT_EQ(state[2 * i + 1].name, "exp_avg_sq.p" + std::to_string(i));
     EXPECT_EQ(state[2 * i].tensor.sizes(), ref_params[i].tensor.sizes());
-    EXPECT_EQ(MaxAbsDiff(named[i].tensor, ref_params[i].tensor), 0.0) << "parameter " << i;
+    if (c.mode == AdamW::UpdateMode::kLoop) {
+      // The one-pass kernel's square root is correctly rounded, ATen's vectorized one is not
+      // (adamw_kernel.h): an update may round the other way, by one ulp of the parameter per step
+      // at most (|p| < 8 here, ulp 2^-21), which compounds at most linearly over the 20 steps.
+      EXPECT_LE(MaxAbsDiff(named[i].tensor, ref_params[i].tensor), 20 * std::ldexp(1.0, -21))
+          << "parameter " << i;
+    } else {
+      EXPECT_EQ(MaxAbsDiff(named[i].tensor, ref_params[i].tensor), 0.0) << "parameter " << i;
+    }
     EXPECT_EQ(MaxAbsDiff(state[2 * i].tensor, ref.m()[i]), 0.0) << "exp_avg " << i;
     EXPECT_EQ(MaxAbsDiff(state[2 * i + 1].tensor, ref.v()[i]), 0.0) << "exp_avg_sq " << i;
     // The update moved every parameter (the test would pass vacuously otherwise).
