@@ -208,6 +208,13 @@ std::vector<KeySpec> BuildKeys() {
                 "recompute activations in backward: none | selective (every second block) | "
                 "full"))
       .OneOf({"none", "selective", "full"});
+  add(TENAX_KEY(parallelism.backend,
+                "collectives: auto (NCCL on GPU ranks, Gloo on CPU ranks) | nccl | gloo"))
+      .OneOf({"auto", "nccl", "gloo"});
+  add(TENAX_KEY(parallelism.fsdp_param_dtype,
+                "FSDP gathers parameters in: auto (bf16 when training in bf16 on GPUs, else "
+                "fp32) | fp32 | bf16; gradients are reduced in fp32 either way"))
+      .OneOf({"auto", "fp32", "bf16"});
   add(TENAX_KEY(parallelism.collective_timeout_s,
                 "a collective pending this long dumps the flight record and ends the rank (exit "
                 "code 9); 0 = never"))

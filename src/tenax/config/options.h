@@ -139,6 +139,11 @@ struct ParallelismOptions {
   int64_t virtual_stages = 1;
   int64_t microbatches = 1;
   std::string activation_checkpoint = "none";  // none | selective | full
+  // c10d's backend: auto (NCCL on GPU ranks, Gloo on CPU ranks) | nccl | gloo.
+  std::string backend = "auto";
+  // The dtype FSDP gathers parameters in: auto (bf16 when training in bf16 on GPUs) | fp32 | bf16.
+  // Gradients are reduced in fp32 either way.
+  std::string fsdp_param_dtype = "auto";
   // A collective still pending after this many seconds dumps the flight record and ends the
   // rank with exit code 9 (restartable; docs/flight_recorder.md). 0: never.
   double collective_timeout_s = 600;

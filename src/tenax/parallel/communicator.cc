@@ -1,27 +1,45 @@
-#define TENAX_COMPAT_C10D
 #include "tenax/parallel/communicator.h"
 
 #include <fmt/format.h>
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+// PyTorch's wheels carry Gloo inside libtorch but ship none of its headers; scripts/setup
+// installs Debian's libgloo-dev for the ones c10d's header includes (tests/README: the suite is
+// what shows that c10d's Gloo header and the wheel's Gloo agree).
+#if __has_include(<gloo/algorithm.h>)
+#define TENAX_HAVE_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if defined(TENAX_WITH_NCCL)
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
+#include <utility>
 
 #include "tenax/core/check.h"
 #include "tenax/core/net.h"
-#include "tenax/core/torch_compat.h"
 #include "tenax/protocol/flight_recorder.h"
 
 namespace tenax::parallel {
 namespace {
 
-using protocol::CollectiveScope;
+using Work = c10::intrusive_ptr<c10d::Work>;
 
 class LocalCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void AllReduceSum(at::Tensor&) override {}
-  at::Tensor AllGather(const at::Tensor& shard) override { return shard.clone(); }
+  at::Tensor AllGather(const at::Tensor& shard) override { return shard.reshape({-1}).clone(); }
   at::Tensor ReduceScatterSum(const at::Tensor& full) override { return full.clone(); }
   void Broadcast(at::Tensor&, int) override {}
   void Barrier() override {}
@@ -35,77 +53,69 @@ class LocalCommunicator final : public Communicator {
   }
 };
 
+// One c10d backend (Gloo or NCCL) behind the Communicator interface. Every collective goes
+// through Blocking() or Issue(), which record it in the flight recorder and learn its completion
+// from the work itself (NCCL: Work::isCompleted, its end event fired on the GPU; Gloo: its future,
+// completed by Gloo's worker, or returning from a wait), never from a future callback on NCCL,
+// whose future completes when the collective is enqueued, not when the GPU has run it.
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<compat::C10dGroup> group, int rank, int size)
-      : group_(std::move(group)), rank_(rank), size_(size) {}
+  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int size, at::Device device)
+      : group_(std::move(group)), rank_(rank), size_(size), device_(device) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  at::Device device() const override { return device_; }
 
   void AllReduceSum(at::Tensor& t) override {
-    CollectiveScope rec(recorder_, "all_reduce", name_, static_cast<int64_t>(t.nbytes()));
-    std::vector<at::Tensor> v{t};
-    Wait(group_->allreduce(v));
+    at::Tensor x = OnDevice(t);
+    std::vector<at::Tensor> v{x};
+    Blocking("all_reduce", x.nbytes(), [&] { return group_->allreduce(v); });
+    Restore(t, x);
     stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
 
   at::Tensor AllGather(const at::Tensor& shard) override {
-    CollectiveScope rec(recorder_, "all_gather", name_, static_cast<int64_t>(shard.nbytes()));
-    std::vector<at::Tensor> in{shard.contiguous()};
-    std::vector<std::vector<at::Tensor>> out(1);
-    for (int i = 0; i < size_; ++i) out[0].push_back(at::empty_like(in[0]));
-    Wait(group_->allgather(out, in));
-    stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
+    at::Tensor in = OnDevice(shard).reshape({-1});
+    at::Tensor out = at::empty({size_ * in.numel()}, in.options());
+    Blocking("all_gather", in.nbytes(), [&] { return group_->_allgather_base(out, in); });
+    stats_.all_gather_bytes += static_cast<int64_t>(in.nbytes()) * (size_ - 1);
     ++stats_.calls;
-    return at::cat(out[0]);
+    return out.to(shard.device());
   }
 
   at::Tensor ReduceScatterSum(const at::Tensor& full) override {
-    CollectiveScope rec(recorder_, "reduce_scatter", name_, static_cast<int64_t>(full.nbytes()));
-    const int64_t chunk = full.numel() / size_;
-    at::Tensor in = full.contiguous();
-    stats_.reduce_scatter_bytes += static_cast<int64_t>(in.nbytes()) / size_ * (size_ - 1);
-    ++stats_.calls;
-    if (compat::HasNativeReduceScatter(*group_)) {
-      at::Tensor out = at::empty({chunk}, in.options());
-      Wait(group_->_reduce_scatter_base(out, in));
-      return out;
-    }
-    // alltoall: rank r receives every rank's r-th chunk, then sums them locally.
-    at::Tensor out = at::empty_like(in);
-    std::vector<int64_t> splits;
-    Wait(group_->alltoall_base(out, in, splits, splits));
-    return out.view({size_, chunk}).sum(0);
+    return ReduceScatterSumAsync(full).Wait();
   }
 
   void Broadcast(at::Tensor& t, int root) override {
-    CollectiveScope rec(recorder_, "broadcast", name_, static_cast<int64_t>(t.nbytes()));
-    std::vector<at::Tensor> v{t};
+    at::Tensor x = OnDevice(t);
+    std::vector<at::Tensor> v{x};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
-    Wait(group_->broadcast(v, opts));
+    Blocking("broadcast", x.nbytes(), [&] { return group_->broadcast(v, opts); });
+    Restore(t, x);
     stats_.broadcast_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
 
+  // NCCL's barrier is an all-reduce on the bound device whose Wait blocks the host as well.
   void Barrier() override {
-    CollectiveScope rec(recorder_, "barrier", name_, 0);
-    Wait(group_->barrier());
+    Blocking("barrier", 0, [&] { return group_->barrier(); });
   }
 
   void Send(const at::Tensor& t, int peer, int tag) override {
-    CollectiveScope rec(recorder_, "send", name_, static_cast<int64_t>(t.nbytes()));
-    std::vector<at::Tensor> v{t.contiguous()};
-    Wait(group_->send(v, peer, tag));
+    std::vector<at::Tensor> v{OnDevice(t)};
+    Blocking("send", t.nbytes(), [&] { return group_->send(v, peer, tag); });
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
   void Recv(at::Tensor& t, int peer, int tag) override {
-    CollectiveScope rec(recorder_, "recv", name_, static_cast<int64_t>(t.nbytes()));
     TENAX_CHECK(t.is_contiguous());
-    std::vector<at::Tensor> v{t};
-    Wait(group_->recv(v, peer, tag));
+    at::Tensor x = OnDevice(t);
+    std::vector<at::Tensor> v{x};
+    Blocking("recv", t.nbytes(), [&] { return group_->recv(v, peer, tag); });
+    Restore(t, x);
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
@@ -129,91 +139,160 @@ class C10dCommunicator final : public Communicator {
     TENAX_CHECK(in_rows == input.size(0));
     std::vector<int64_t> out_shape = input.sizes().vec();
     out_shape[0] = out_rows;
-    at::Tensor in = input.contiguous().view({-1});
+    at::Tensor in = OnDevice(input).contiguous().view({-1});
     at::Tensor out = at::empty({out_rows * row}, in.options());
     const int64_t bytes = sent * row * static_cast<int64_t>(input.element_size());
-    CollectiveScope rec(recorder_, "all_to_all", name_, bytes);
-    Wait(group_->alltoall_base(out, in, out_elems, in_elems));
+    Blocking("all_to_all", bytes,
+             [&] { return group_->alltoall_base(out, in, out_elems, in_elems); });
     stats_.all_to_all_bytes += bytes;
     ++stats_.calls;
-    return out.view(out_shape);
+    return out.view(out_shape).to(input.device());
   }
 
-  PendingCollective AllGatherAsync(const at::Tensor& shard) override {
-    std::vector<at::Tensor> in{shard.contiguous()};
-    auto out = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
-    for (int i = 0; i < size_; ++i) (*out)[0].push_back(at::empty_like(in[0]));
-    auto work = group_->allgather(*out, in);
-    stats_.all_gather_bytes += static_cast<int64_t>(shard.nbytes()) * (size_ - 1);
+  PendingCollective AllGatherAsync(const at::Tensor& shard, at::Tensor out) override {
+    at::Tensor in = OnDevice(shard).reshape({-1});
+    const at::Device back = out.defined() ? out.device() : shard.device();
+    // Straight into the caller's buffer when it can take the collective's output as it is.
+    const bool direct = out.defined() && out.device() == device_ && out.is_contiguous() &&
+                        out.scalar_type() == in.scalar_type();
+    at::Tensor dst = direct ? out.view({-1}) : at::empty({size_ * in.numel()}, in.options());
+    TENAX_CHECK_MSG(dst.numel() == size_ * in.numel(), "AllGatherAsync: wrong output size");
+    auto [work, id] =
+        Issue("all_gather", in.nbytes(), [&] { return group_->_allgather_base(dst, in); });
+    stats_.all_gather_bytes += static_cast<int64_t>(in.nbytes()) * (size_ - 1);
     ++stats_.calls;
-    Track("all_gather", static_cast<int64_t>(shard.nbytes()), work);
-    return PendingCollective([this, work, out, in] {
+    return PendingCollective([this, work = work, id = id, dst, in, out, back, direct] {
       Wait(work);
-      return at::cat((*out)[0]);
+      Waited(id);
+      if (!out.defined()) return dst.to(back);
+      if (!direct) out.view({-1}).copy_(dst);
+      return out;
     });
   }
 
+  // NCCL: one flat reduce_scatter_tensor. Gloo: an alltoall and a local sum (the same bytes per
+  // rank as a ring reduce-scatter, (N-1)/N of the buffer): Gloo's own flat reduce-scatter
+  // completes neither its future nor isCompleted, so neither the flight record nor a hang
+  // analysis could tell when it finished (measured with PyTorch 2.11; every other Gloo
+  // collective tenax uses reports both).
   PendingCollective ReduceScatterSumAsync(const at::Tensor& full) override {
-    const int64_t chunk = full.numel() / size_;
-    at::Tensor in = full.contiguous();
+    at::Tensor in = OnDevice(full).reshape({-1});
+    TENAX_CHECK_MSG(in.numel() % size_ == 0, "ReduceScatterSum: length not divisible by size");
+    const int64_t chunk = in.numel() / size_;
+    const bool flat = device_.is_cuda();
+    at::Tensor out = flat ? at::empty({chunk}, in.options()) : at::empty_like(in);
+    auto [work, id] = Issue("reduce_scatter", in.nbytes(), [&] {
+      if (flat) return group_->_reduce_scatter_base(out, in);
+      std::vector<int64_t> equal_splits;
+      return group_->alltoall_base(out, in, equal_splits, equal_splits);
+    });
     stats_.reduce_scatter_bytes += static_cast<int64_t>(in.nbytes()) / size_ * (size_ - 1);
     ++stats_.calls;
-    if (compat::HasNativeReduceScatter(*group_)) {
-      at::Tensor out = at::empty({chunk}, in.options());
-      auto work = group_->_reduce_scatter_base(out, in);
-      Track("reduce_scatter", static_cast<int64_t>(in.nbytes()), work);
-      return PendingCollective([this, work, out, in] {
-        Wait(work);
-        return out;
-      });
-    }
-    at::Tensor out = at::empty_like(in);
-    std::vector<int64_t> splits;
-    auto work = group_->alltoall_base(out, in, splits, splits);
+    const at::Device back = full.device();
     const int n = size_;
-    Track("reduce_scatter", static_cast<int64_t>(in.nbytes()), work);
-    return PendingCollective([this, work, out, in, n, chunk] {
+    return PendingCollective([this, work = work, id = id, out, in, back, flat, n, chunk] {
       Wait(work);
-      return out.view({n, chunk}).sum(0);
+      Waited(id);
+      // alltoall: rank r holds every rank's r-th chunk; their sum is its slice.
+      return (flat ? out : out.view({n, chunk}).sum(0)).to(back);
     });
   }
 
   PendingCollective AllReduceSumAsync(at::Tensor t) override {
-    std::vector<at::Tensor> v{t};
-    auto work = group_->allreduce(v);
+    at::Tensor x = OnDevice(t);
+    std::vector<at::Tensor> v{x};
+    auto [work, id] = Issue("all_reduce", x.nbytes(), [&] { return group_->allreduce(v); });
     stats_.all_reduce_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
-    Track("all_reduce", static_cast<int64_t>(t.nbytes()), work);
-    return PendingCollective([this, work, t] {
+    return PendingCollective([this, work = work, id = id, t, x]() mutable {
       Wait(work);
+      Waited(id);
+      Restore(t, x);
       return t;
     });
   }
 
+  void Abort() override { group_->abort(); }
+
  private:
-  // Records a non-blocking collective as issued now and completed when the backend finishes it
-  // (the work's future callback, on the backend's thread), not when the caller waits: a rank
-  // that issued it and then got stuck elsewhere must not look like it waits inside it.
-  template <class W>
-  void Track(const char* op, int64_t bytes, const W& work) {
-    if (recorder_ == nullptr) return;
-    FlightRecorder* rec = recorder_;
-    const uint64_t id = rec->Enqueue(op, name_, bytes);
-    rec->Start(id);  // Gloo starts it on its own thread right away
-    work->getFuture()->addCallback([rec, id](c10::ivalue::Future&) { rec->End(id); });
+  // The tensor the collective runs on: `t` itself when it is already on the group's device and
+  // dense, otherwise a copy there (control-plane values handed to an NCCL group from the CPU).
+  at::Tensor OnDevice(const at::Tensor& t) const {
+    if (t.device() == device_ && t.is_contiguous()) return t;
+    return t.to(device_).contiguous();
+  }
+  // After an in-place collective on OnDevice(t): the result back in `t` if it ran on a copy.
+  static void Restore(at::Tensor& t, const at::Tensor& x) {
+    if (!x.is_same(t)) t.copy_(x);
   }
 
-  // Blocks on `work`, counting the time in stats_.wait_s (the trainer subtracts it from a step's
-  // time to get its compute time, which finds stragglers).
-  template <class W>
-  void Wait(const W& work) {
+  // A collective the caller waits for now. Recorded from before it is issued (Gloo runs it on
+  // its own thread at once) until it completes; a collective that throws stays pending in the
+  // record, as it did not complete.
+  template <class F>
+  void Blocking(const char* op, size_t bytes, F&& issue) {
+    const uint64_t id = recorder_ ? recorder_->Begin(op, name_, static_cast<int64_t>(bytes)) : 0;
+    Work work = issue();
+    Wait(work);
+    Record(id, work, /*waited=*/true);
+  }
+  // A collective waited for later (PendingCollective::Wait, which calls Waited).
+  template <class F>
+  std::pair<Work, uint64_t> Issue(const char* op, size_t bytes, F&& issue) {
+    const uint64_t id = recorder_ ? recorder_->Enqueue(op, name_, static_cast<int64_t>(bytes)) : 0;
+    if (recorder_) recorder_->Start(id);  // the backend starts it as it can, without a signal
+    Work work = issue();
+    Record(id, work, /*waited=*/false);
+    return {work, id};
+  }
+  // After PendingCollective::Wait: on Gloo the collective is done now.
+  void Waited(uint64_t id) {
+    if (recorder_ != nullptr && !device_.is_cuda()) recorder_->End(id);
+  }
+  // How the host learns that a collective has finished where it runs, without waiting for it.
+  // NCCL: its end event has fired on the GPU (isCompleted). Gloo: its future, which Gloo's worker
+  // completes when done, or isCompleted for the works that have no future (Gloo's flat
+  // collectives); the ones that update neither end when they are waited for.
+  static std::function<bool()> Probe(const Work& work, bool cuda) {
+    if (!cuda) {
+      try {
+        auto future = work->getFuture();
+        return [future] { return future->completed(); };
+      } catch (const c10::Error&) {
+      }
+    }
+    return [work] { return work->isCompleted(); };
+  }
+  // Ends the record now if the work is done (Gloo after a wait: Gloo's wait returns when it is),
+  // or when the recorder's watchdog finds it done (NCCL's wait does not block the host; an async
+  // Gloo collective finishes on Gloo's thread).
+  void Record(uint64_t id, const Work& work, bool waited) {
+    if (recorder_ == nullptr) return;
+    const bool cuda = device_.is_cuda();
+    if (waited && !cuda) {
+      recorder_->End(id);
+      return;
+    }
+    std::function<bool()> done = Probe(work, cuda);
+    if (done()) {
+      recorder_->End(id);
+    } else {
+      recorder_->EndWhen(id, std::move(done));
+    }
+  }
+
+  // Blocks on `work` (Gloo: until it is done; NCCL: only until the current stream is ordered
+  // after it), counting the time in stats_.wait_s (the trainer subtracts it from a step's time
+  // to get its compute time, which finds stragglers).
+  void Wait(const Work& work) {
     const auto t0 = std::chrono::steady_clock::now();
     work->wait();
     stats_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  c10::intrusive_ptr<compat::C10dGroup> group_;
-  int rank_, size_;
+  const c10::intrusive_ptr<c10d::Backend> group_;
+  const int rank_, size_;
+  const at::Device device_;
 };
 
 }  // namespace
@@ -222,33 +301,129 @@ std::unique_ptr<Communicator> MakeLocalCommunicator() {
   return std::make_unique<LocalCommunicator>();
 }
 
+const char* BackendName(Backend b) { return b == Backend::kNccl ? "nccl" : "gloo"; }
+
+bool NcclBuilt() {
+#if defined(TENAX_WITH_NCCL)
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<Backend> ResolveBackend(const std::string& setting, const at::Device& device) {
+  if (setting == "gloo") return Backend::kGloo;
+  if (setting == "auto") return device.is_cuda() && NcclBuilt() ? Backend::kNccl : Backend::kGloo;
+  if (setting != "nccl") {
+    return InvalidArgument(fmt::format(
+        "parallelism.backend = \"{}\": expected \"auto\", \"nccl\" or \"gloo\"", setting));
+  }
+  if (!NcclBuilt()) {
+    return InvalidArgument(
+        "parallelism.backend = \"nccl\", but this tenax was built without NCCL (no CUDA libtorch "
+        "or no nccl.h at configure time): set it to \"auto\" or \"gloo\", or rebuild with "
+        "scripts/setup's libtorch (PyTorch's wheel brings NCCL)");
+  }
+  if (!device.is_cuda()) {
+    return InvalidArgument(
+        "parallelism.backend = \"nccl\" needs GPU ranks, but training.device resolved to the "
+        "CPU: set parallelism.backend = \"gloo\" (or \"auto\"), or training.device = \"cuda\" on "
+        "a machine with GPUs");
+  }
+  return Backend::kNccl;
+}
+
+namespace {
+
+// c10d's group for `size` ranks over `store`, as `options` asks. Throws (c10::Error) when it
+// cannot be made; the callers turn that into a Status.
+c10::intrusive_ptr<c10d::Backend> MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                            int size, const GroupOptions& options) {
+  if (options.backend == Backend::kNccl) {
+#if defined(TENAX_WITH_NCCL)
+    // c10d's NCCL watchdog, on an NCCL error, aborts the communicators and leaves the process
+    // up (2 = CleanUpOnly), so the error reaches the rank's own handling (exit report naming the
+    // collective, the exit code the launcher reads) instead of a SIGABRT. Set once, before the
+    // first group reads it; a user's own setting wins.
+    static std::once_flag once;
+    std::call_once(once, [] { ::setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2", /*overwrite=*/0); });
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = options.nccl_timeout.count() > 0 ? options.nccl_timeout : options.timeout;
+    auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, opts);
+    // Bound: barriers run on this device (not a guess), and the communicator is made now, so a
+    // rank that cannot join says so here rather than in its first collective.
+    group->setBoundDeviceId(options.device);
+    group->eagerConnectSingleDevice(options.device);
+    return group;
+#else
+    TENAX_CHECK_MSG(false, "NCCL group requested in a build without NCCL (ResolveBackend)");
+#endif
+  }
+#if defined(TENAX_HAVE_GLOO)
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->timeout = options.timeout;
+  // GLOO_SOCKET_IFNAME picks the network interface, as in PyTorch (whose Python layer, not the
+  // C++ default device, reads it); without it Gloo uses the address the hostname resolves to.
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  opts->devices.push_back(ifname != nullptr && *ifname != '\0'
+                              ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                              : c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, opts);
+#else
+  throw std::runtime_error(
+      "this tenax was built without Gloo's headers (Debian's libgloo-dev; scripts/setup "
+      "installs it), so CPU ranks have no process groups: run one process, use NCCL on GPUs, or "
+      "rebuild after scripts/setup");
+#endif
+}
+
+}  // namespace
+
 struct ProcessGroups::Impl {
   DistEnv env;
-  std::chrono::milliseconds timeout{};
+  GroupOptions options;
   c10::intrusive_ptr<c10d::Store> store;
+  std::mutex mu;
+  // Every c10d group made here, world included, for AbortAll (shared with its communicator, so
+  // one its owner has destroyed is still safe to abort). Guarded by mu.
+  std::vector<c10::intrusive_ptr<c10d::Backend>> made;
 };
 
 ProcessGroups::~ProcessGroups() = default;
 
+Backend ProcessGroups::backend() const { return impl_->options.backend; }
+
 Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env,
                                                               std::chrono::milliseconds timeout) {
+  GroupOptions options;
+  options.timeout = timeout;
+  return Connect(env, options);
+}
+
+Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env,
+                                                              const GroupOptions& options) {
   std::unique_ptr<ProcessGroups> pg(new ProcessGroups());
   pg->impl_ = std::make_unique<Impl>();
   pg->impl_->env = env;
-  pg->impl_->timeout = timeout;
-  if (!env.distributed()) {
+  pg->impl_->options = options;
+  if (!env.distributed() && !options.c10d_for_one_rank) {
     pg->world_ = MakeLocalCommunicator();
     return pg;
   }
+  if (options.backend == Backend::kNccl && !NcclBuilt()) {
+    return InvalidArgument("NCCL groups need a build with NCCL (parallel/communicator.h)");
+  }
 #if !defined(TENAX_HAVE_GLOO)
-  // Said before any rank waits for the others: no retry can help (torch_compat.h).
-  return InvalidArgument(fmt::format(
-      "rank {} of {}: this tenax was built against a libtorch without Gloo's headers (PyTorch's "
-      "pip wheels ship none), so it has no process groups: run one process (no tenax launch "
-      "--nproc-per-node > 1), or build against a libtorch that has them (Debian's "
-      "libtorch-dev, or PyTorch built from source)",
-      env.rank, env.world));
+  if (options.backend == Backend::kGloo) {
+    // Said before any rank waits for the others: no retry can help.
+    return InvalidArgument(fmt::format(
+        "rank {} of {}: this tenax was built without Gloo's headers (Debian's libgloo-dev), so "
+        "CPU ranks have no process groups: run ./scripts/setup and rebuild, or train on GPUs "
+        "(parallelism.backend = \"nccl\")",
+        env.rank, env.world));
+  }
 #endif
+  const std::chrono::milliseconds timeout = options.timeout;
   if (env.rank != 0) {
     // c10d's client sleeps a whole second between attempts while the server is not up yet
     // (rank 0 is still starting): wait for the listener with short retries instead.
@@ -270,13 +445,15 @@ Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env
     opts.timeout = timeout;
     pg->impl_->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     auto world_store = c10::make_intrusive<c10d::PrefixStore>("world", pg->impl_->store);
-    pg->world_ = std::make_unique<C10dCommunicator>(
-        compat::MakeGlooGroup(world_store, env.rank, env.world, timeout), env.rank, env.world);
+    auto group = MakeGroup(world_store, env.rank, env.world, options);
+    pg->impl_->made.push_back(group);
+    pg->world_ = std::make_unique<C10dCommunicator>(group, env.rank, env.world, options.device);
   } catch (const std::exception& e) {
     return Unavailable(fmt::format(
-        "rank {}: cannot join the process group at {}:{} within {}s: {} (is rank 0 / the "
+        "rank {}: cannot join the {} process group at {}:{} within {}s: {} (is rank 0 / the "
         "launcher running, and MASTER_ADDR/MASTER_PORT right?)",
-        env.rank, env.master_addr, env.master_port, timeout.count() / 1000, e.what()));
+        env.rank, BackendName(options.backend), env.master_addr, env.master_port,
+        timeout.count() / 1000, e.what()));
   }
   return pg;
 }
@@ -286,19 +463,28 @@ Result<std::unique_ptr<Communicator>> ProcessGroups::NewGroup(const std::string&
   const int me = impl_->env.rank;
   auto it = std::find(ranks.begin(), ranks.end(), me);
   if (it == ranks.end()) return Internal("rank " + std::to_string(me) + " is not in group " + name);
-  if (ranks.size() == 1) return MakeLocalCommunicator();
+  if (ranks.size() == 1 && !impl_->options.c10d_for_one_rank) return MakeLocalCommunicator();
   const int local = static_cast<int>(it - ranks.begin());
   std::string key = name;
   for (int r : ranks) key += "_" + std::to_string(r);
   try {
     auto store = c10::make_intrusive<c10d::PrefixStore>(key, impl_->store);
+    auto group = MakeGroup(store, local, static_cast<int>(ranks.size()), impl_->options);
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->made.push_back(group);
+    }
     return std::unique_ptr<Communicator>(std::make_unique<C10dCommunicator>(
-        compat::MakeGlooGroup(store, local, static_cast<int>(ranks.size()), impl_->timeout), local,
-        static_cast<int>(ranks.size())));
+        group, local, static_cast<int>(ranks.size()), impl_->options.device));
   } catch (const std::exception& e) {
     return Unavailable(
         fmt::format("rank {}: cannot create process group {}: {}", me, key, e.what()));
   }
+}
+
+void ProcessGroups::AbortAll() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (auto& group : impl_->made) group->abort();
 }
 
 }  // namespace tenax::parallel

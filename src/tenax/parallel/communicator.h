@@ -1,8 +1,17 @@
 // tenax's collective-communication interface. Every collective must be called in the same order
-// by every rank of the group (c10d's contract); all methods block until the local result is
-// ready. Gloo (CPU) and NCCL (GPU) groups sit behind it; operations a backend lacks are built here
-// from ones it has (1.13 Gloo: reduce-scatter = alltoall + local sum, which moves the same bytes
-// as a ring reduce-scatter). Byte counters feed the communication benchmark.
+// by every rank of the group (c10d's contract). Two c10d backends sit behind it, sharing every
+// line of the multi-rank logic:
+//   Gloo  (CPU ranks): collectives on CPU tensors; Wait() returns once the result is there.
+//   NCCL  (GPU ranks): collectives on this rank's GPU, on NCCL's own CUDA stream (one per group,
+//         c10d's); Wait() makes the caller's current stream wait for it and returns at once:
+//         the host learns of completion later, from CUDA events (FlightRecorder::EndWhen).
+// Tensors given on another device than the group's (a CPU loss or flag handed to an NCCL group,
+// the control plane) are staged onto the group's device and the result copied back, so callers
+// need not know the backend; data-plane callers (gradients, parameters, activations) pass device
+// tensors and nothing is copied.
+// "Blocks until ready" below means: the result may be read on the caller's current stream (and
+// on the host, for CPU tensors) once the call returns.
+// Byte counters feed the communication benchmark.
 // Thread safety: one thread per communicator.
 #pragma once
 
@@ -11,13 +20,13 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tenax/core/status.h"
 #include "tenax/parallel/dist_env.h"
 
-namespace tenax::parallel {}  // namespace tenax::parallel
 namespace tenax::protocol {
 class FlightRecorder;  // protocol/flight_recorder.h
 }  // namespace tenax::protocol
@@ -32,7 +41,7 @@ struct CommStats {
   int64_t p2p_bytes = 0;
   int64_t all_to_all_bytes = 0;  // bytes sent to other ranks (the own chunk stays local)
   int64_t calls = 0;
-  double wait_s = 0;  // seconds blocked waiting for collectives to complete
+  double wait_s = 0;  // seconds the host blocked waiting for collectives (Gloo; ~0 on NCCL)
 
   CommStats& operator+=(const CommStats& o) {
     all_reduce_bytes += o.all_reduce_bytes;
@@ -60,7 +69,8 @@ struct CommStats {
 };
 
 // A collective in flight (non-blocking variants below). Wait() blocks until the local result is
-// ready and returns it; call it exactly once, from the thread that issued the collective.
+// ready (in the sense above) and returns it; call it exactly once, from the thread that issued
+// the collective.
 class PendingCollective {
  public:
   PendingCollective() = default;
@@ -81,29 +91,39 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Where this group's collectives run: the CPU (Gloo, one rank) or this rank's GPU (NCCL).
+  virtual at::Device device() const { return at::kCPU; }
   virtual void AllReduceSum(at::Tensor& t) = 0;  // in place
-  // Concatenates equal-sized 1-D shards of every rank, in rank order.
+  // Concatenates equal-sized shards of every rank, flattened, in rank order (one flat
+  // all-gather: all_gather_into_tensor).
   virtual at::Tensor AllGather(const at::Tensor& shard) = 0;
-  // Sums `full` (1-D, length divisible by size()) over ranks and returns this rank's slice.
+  // Sums `full` (1-D, length divisible by size()) over ranks and returns this rank's slice (NCCL:
+  // one flat reduce_scatter_tensor; Gloo: an alltoall and a local sum, communicator.cc says why).
   virtual at::Tensor ReduceScatterSum(const at::Tensor& full) = 0;
   virtual void Broadcast(at::Tensor& t, int root) = 0;
   virtual void Barrier() = 0;
-  // Point-to-point (group-local ranks). Blocking; a Send must meet a Recv of the same shape and
-  // dtype on `peer` with the same tag.
+  // Point-to-point (group-local ranks). A Send must meet a Recv of the same shape and dtype on
+  // `peer`; messages between two ranks are matched in the order they are issued (NCCL has no
+  // tags: `tag` only labels the message for Gloo and the flight record).
   virtual void Send(const at::Tensor& t, int peer, int tag = 0) = 0;
   virtual void Recv(at::Tensor& t, int peer, int tag = 0) = 0;
   // All-to-all with variable sizes along dim 0 (expert parallelism's token exchange): this rank
   // sends rows [sum(input_splits[0..d)), + input_splits[d]) of `input` to rank d and receives
   // output_splits[s] rows from each rank s, concatenated in rank order into the result
   // (sum(output_splits), input's other dims). Every rank's input_splits[d] must equal rank d's
-  // output_splits[this rank] (the callers exchange counts first). Blocking.
+  // output_splits[this rank] (the callers exchange counts first).
   virtual at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& input_splits,
                               const std::vector<int64_t>& output_splits) = 0;
-  // Non-blocking variants (the backend runs them on its own threads; results as above). The
-  // defaults run the blocking version; c10d groups override them. Same-order contract: issue order
-  // counts, not wait order.
-  virtual PendingCollective AllGatherAsync(const at::Tensor& shard) {
+  // Non-blocking variants (results as above). The defaults run the blocking version; c10d groups
+  // override them. Same-order contract: issue order counts, not wait order. `out` (AllGather):
+  // a buffer of size() * shard.numel() elements to gather into, so the caller owns the result's
+  // storage (FSDP's flat parameters); undefined: one is allocated.
+  virtual PendingCollective AllGatherAsync(const at::Tensor& shard, at::Tensor out = {}) {
     at::Tensor r = AllGather(shard);
+    if (out.defined()) {
+      out.view({-1}).copy_(r);
+      r = out;
+    }
     return PendingCollective([r] { return r; });
   }
   virtual PendingCollective ReduceScatterSumAsync(const at::Tensor& full) {
@@ -114,6 +134,10 @@ class Communicator {
     AllReduceSum(t);
     return PendingCollective([t] { return t; });
   }
+  // Ends this group's collectives in flight and any later ones with an error (NCCL: aborts its
+  // communicators, so a rank stuck in one can exit). For a rank that is going down after a
+  // timeout or a peer's failure. May be called from another thread than the one using it.
+  virtual void Abort() {}
   const CommStats& stats() const { return stats_; }
   // Records every collective of this group under `name` (protocol/flight_recorder.h); null: off.
   void SetFlightRecorder(FlightRecorder* recorder, std::string name) {
@@ -130,18 +154,51 @@ class Communicator {
 // A group of one: every collective is the identity (single-process training).
 std::unique_ptr<Communicator> MakeLocalCommunicator();
 
+// parallelism.backend: c10d's backend under the communicators.
+enum class Backend { kGloo, kNccl };
+const char* BackendName(Backend b);
+// Whether this tenax was built with NCCL (a CUDA libtorch and nccl.h at configure time).
+bool NcclBuilt();
+// parallelism.backend ("auto" | "nccl" | "gloo") for a rank computing on `device`: auto is NCCL
+// on a GPU, Gloo on the CPU. An error names what to change: NCCL for a CPU rank, or NCCL in a
+// build without it.
+Result<Backend> ResolveBackend(const std::string& setting, const at::Device& device);
+
+struct GroupOptions {
+  Backend backend = Backend::kGloo;
+  // NCCL: this rank's GPU (cuda:LOCAL_RANK), bound to every group (barriers use it) and the
+  // device control-plane tensors are staged onto. Gloo: the CPU.
+  at::Device device = at::kCPU;
+  // Joining the store and the groups; Gloo also takes it as its per-collective timeout.
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  // NCCL: c10d's own per-collective timeout (its watchdog aborts the communicators after it);
+  // zero: `timeout`. tenax's flight-recorder watchdog (parallelism.collective_timeout_s) should
+  // fire first, as it is the one that names the stuck collective and the rank waited for.
+  std::chrono::milliseconds nccl_timeout{0};
+  // Tests: a real c10d group even when the world is one rank (a one-rank NCCL group exercises
+  // the same streams, events and staging as many ranks do).
+  bool c10d_for_one_rank = false;
+};
+
 // The world and its sub-groups, connected through one c10d store (TCPStore at
 // MASTER_ADDR:MASTER_PORT; rank 0 hosts it).
 class ProcessGroups {
  public:
   static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,
+                                                        const GroupOptions& options);
+  // Gloo on the CPU.
+  static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,
                                                         std::chrono::milliseconds timeout);
   ~ProcessGroups();
   Communicator& world() { return *world_; }
+  Backend backend() const;
   // A communicator over `ranks` (global ranks, sorted; this rank must be among them). Every rank
   // in `ranks` must call it with the same list; `name` distinguishes groups in the store.
   Result<std::unique_ptr<Communicator>> NewGroup(const std::string& name,
                                                  const std::vector<int>& ranks);
+  // Aborts every group made here (Communicator::Abort), world included; safe from any thread,
+  // e.g. the flight-recorder watchdog's when a collective timed out.
+  void AbortAll();
 
  private:
   ProcessGroups() = default;

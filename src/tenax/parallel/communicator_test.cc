@@ -4,7 +4,9 @@
 
 #include <map>
 
+#include "tenax/core/net.h"
 #include "tenax/parallel/testing.h"
+#include "tenax/protocol/flight_recorder.h"
 
 namespace tenax::parallel {
 namespace {
@@ -63,6 +65,66 @@ TEST(CommunicatorWorker, DISABLED_Collectives) {
 TEST(Communicator, FourRanks) {
   auto codes = testing::RunRanks(4, "CommunicatorWorker.DISABLED_Collectives");
   for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+
+// parallelism.backend: auto follows the device; a setting that cannot work says what to change.
+TEST(ResolveBackend, AutoFollowsTheDeviceAndImpossibleSettingsNameTheFix) {
+  const at::Device cpu(at::kCPU), gpu(at::kCUDA, 0);
+  EXPECT_EQ(*ResolveBackend("auto", cpu), Backend::kGloo);
+  EXPECT_EQ(*ResolveBackend("gloo", cpu), Backend::kGloo);
+  EXPECT_EQ(*ResolveBackend("gloo", gpu), Backend::kGloo);
+  EXPECT_EQ(*ResolveBackend("auto", gpu), NcclBuilt() ? Backend::kNccl : Backend::kGloo);
+  auto nccl_on_cpu = ResolveBackend("nccl", cpu);
+  ASSERT_FALSE(nccl_on_cpu.ok());
+  EXPECT_NE(nccl_on_cpu.status().message().find("parallelism.backend = \"gloo\""),
+            std::string::npos)
+      << nccl_on_cpu.status().message();
+  if (NcclBuilt()) EXPECT_EQ(*ResolveBackend("nccl", gpu), Backend::kNccl);
+  EXPECT_FALSE(ResolveBackend("mpi", cpu).ok());
+  EXPECT_STREQ(BackendName(Backend::kNccl), "nccl");
+  EXPECT_STREQ(BackendName(Backend::kGloo), "gloo");
+}
+
+// The code the NCCL path shares with Gloo, on a one-rank Gloo group (the GPU tests run the same
+// on one NCCL rank): flat all-gather and reduce-scatter, gathering into a caller's buffer, and
+// flight records that end when the work is done.
+TEST(Communicator, OneRankC10dGroupRunsEveryCollectiveAndRecordsCompletion) {
+  DistEnv env;
+  env.master_port = FreeTcpPort();
+  GroupOptions go;
+  go.timeout = std::chrono::seconds(30);
+  go.c10d_for_one_rank = true;
+  auto groups = ProcessGroups::Connect(env, go);
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  Communicator& world = (*groups)->world();
+  protocol::FlightRecorder rec(0);
+  world.SetFlightRecorder(&rec, "world");
+  EXPECT_EQ(world.device(), at::Device(at::kCPU));
+  at::Tensor t = at::arange(6, at::kFloat);
+  world.AllReduceSum(t);
+  EXPECT_TRUE(at::equal(t, at::arange(6, at::kFloat)));
+  EXPECT_TRUE(at::equal(world.AllGather(at::arange(4, at::kFloat).view({2, 2})),
+                        at::arange(4, at::kFloat)));
+  EXPECT_TRUE(
+      at::equal(world.ReduceScatterSum(at::arange(8, at::kDouble)), at::arange(8, at::kDouble)));
+  at::Tensor out = at::zeros({4}, at::kBFloat16);
+  at::Tensor got = world.AllGatherAsync(at::arange(4, at::kFloat).to(at::kBFloat16), out).Wait();
+  EXPECT_TRUE(got.is_same(out)) << "gathered into the caller's buffer";
+  EXPECT_TRUE(at::equal(out.to(at::kFloat), at::arange(4, at::kFloat)));
+  at::Tensor a = at::full({2}, 3.0, at::kFloat);
+  EXPECT_TRUE(at::equal(world.AllReduceSumAsync(a).Wait(), at::full({2}, 3.0, at::kFloat)));
+  EXPECT_TRUE(at::equal(world.ReduceScatterSumAsync(at::ones({4}, at::kFloat)).Wait(),
+                        at::ones({4}, at::kFloat)));
+  world.Barrier();
+  rec.Poll();
+  EXPECT_FALSE(rec.OldestPending().has_value()) << rec.OldestPending()->op << " still pending";
+  EXPECT_EQ(rec.Records().size(), 7u);
+  auto sub = (*groups)->NewGroup("tp", {0});
+  ASSERT_TRUE(sub.ok());
+  at::Tensor s = at::ones({3}, at::kFloat);
+  (*sub)->AllReduceSum(s);
+  EXPECT_TRUE(at::equal(s, at::ones({3}, at::kFloat)));
+  (*groups)->AbortAll();  // Gloo: nothing to abort, and nothing breaks
 }
 
 TEST(Communicator, LocalIsIdentity) {

@@ -50,12 +50,12 @@ struct Fsdp::Unit {
   std::vector<std::pair<int64_t, int64_t>> tp_replicated;  // shard-local ranges summed over TP
   bool hooked = false;  // per-parameter gradient hooks collect a bucket
   // Sharded mode only:
-  at::Tensor shard;                // (shard_size) fp32 master copy, an autograd leaf
-  at::Tensor full;                 // (padded) gathered buffer; storage freed while resharded
+  at::Tensor shard;  // (shard_size) fp32 master copy, an autograd leaf
+  at::Tensor full;   // (padded) gathered buffer in param_dtype; storage freed while resharded
   std::vector<at::Tensor> leaves;  // views of full, the model's parameters
   bool gathered = false;
   PendingCollective gather;  // prefetch in flight
-  at::Tensor bucket;         // (padded) gradients collected by hooks in this backward
+  at::Tensor bucket;         // (padded) fp32 gradients collected by hooks in this backward
   int grads_seen = 0;
   std::vector<PendingCollective> reductions;  // reduce-scatters in flight
 };
@@ -128,7 +128,8 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, Fs
     all = at::constant_pad_nd(all, {0, u.layout.padded - u.layout.total});
     u.shard = all.narrow(0, u.comm->rank() * u.layout.shard_size, u.layout.shard_size).clone();
     u.shard.set_requires_grad(true);
-    u.full = at::empty({u.layout.padded}, u.shard.options().requires_grad(false));
+    u.full = at::empty({u.layout.padded},
+                       u.shard.options().dtype(options_.param_dtype).requires_grad(false));
     for (size_t e = 0; e < u.params.size(); ++e) {
       const auto& en = u.layout.entries[e];
       // Views of one buffer; each is its own autograd leaf so it collects its own gradient.
@@ -203,17 +204,19 @@ const std::vector<int>& Fsdp::UnitsOfLayer(int64_t layer) const {
 
 void Fsdp::StartGather(Unit& u) {
   if (u.gathered || u.gather.pending() || u.layout.padded == 0) return;
-  u.gather = u.comm->AllGatherAsync(u.shard.detach());
+  // The buffer's storage comes back now and the gather writes into it; it is only read after
+  // EnsureGathered's wait. The alias keeps the parameters' version counter untouched.
+  AllocateStorage(u.full, static_cast<size_t>(u.layout.padded) * u.full.element_size());
+  at::Tensor shard = u.shard.detach();
+  if (shard.scalar_type() != options_.param_dtype) shard = shard.to(options_.param_dtype);
+  u.gather = u.comm->AllGatherAsync(shard, Alias(u.full));
 }
 
 void Fsdp::EnsureGathered(Unit& u) {
   if (!sharded() || u.gathered) return;
   if (u.layout.padded > 0) {
     StartGather(u);
-    at::Tensor g = u.gather.Wait();  // (padded)
-    at::NoGradGuard no_grad;
-    AllocateStorage(u.full, static_cast<size_t>(u.layout.padded) * u.full.element_size());
-    Alias(u.full).copy_(g);
+    u.gather.Wait();  // u.full holds the gathered parameters
   }
   u.gathered = true;
 }
@@ -261,7 +264,9 @@ void Fsdp::AfterBlock(int64_t layer, const at::Tensor& output) {
 
 void Fsdp::OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad) {
   at::NoGradGuard no_grad;
-  if (!u.bucket.defined()) u.bucket = at::zeros({u.layout.padded}, grad.options());
+  // fp32 whatever the parameters' dtype: gradients are summed and reduced in fp32.
+  if (!u.bucket.defined())
+    u.bucket = at::zeros({u.layout.padded}, grad.options().dtype(at::kFloat));
   const auto& e = u.layout.entries[entry];
   u.bucket.narrow(0, e.offset, e.numel).add_(grad.reshape({-1}));
   if (++u.grads_seen < static_cast<int>(u.params.size())) return;
@@ -283,7 +288,8 @@ at::Tensor Fsdp::FlatGrads(const Unit& u) const {
   for (int i : u.params) {
     const at::Tensor& p = model_.params()[static_cast<size_t>(i)].tensor;
     at::Tensor g = p.grad();
-    grads.push_back(g.defined() ? g.reshape({-1}) : at::zeros({p.numel()}, p.options()));
+    grads.push_back(g.defined() ? g.reshape({-1}).to(at::kFloat)
+                                : at::zeros({p.numel()}, p.options().dtype(at::kFloat)));
   }
   return at::constant_pad_nd(at::cat(grads), {0, u.layout.padded - u.layout.total});
 }

@@ -19,6 +19,9 @@
 //                         issued (non-blocking) and the unit is freed, so the reduction overlaps
 //                         the backward of the blocks below. FinishStep waits for them all.
 //                         The root unit stays gathered through the step (it is used at both ends).
+//                         Gathers go straight into the unit's flat buffer (one flat
+//                         all_gather_into_tensor), in options.param_dtype; gradients are summed
+//                         into an fp32 bucket and reduce-scattered in fp32.
 //                         Without reshard_after_forward (pipeline parallelism: each micro-batch
 //                         would re-gather) every unit is gathered once per step and reduced at
 //                         the end.
@@ -35,6 +38,12 @@
 //
 // Memory: gathered buffers are released by freeing their storage while autograd still refers to
 // the parameter views, and re-filled in place for backward (the same trick as PyTorch FSDP).
+// Streams (NCCL): collectives run on c10d's NCCL stream; waiting for one orders the compute
+// stream after it (no host block). A buffer's storage is allocated on the compute stream before
+// its gather is issued and freed there after the block that used it, i.e. after the compute
+// stream has waited for the gather, so the caching allocator cannot hand it out while NCCL still
+// writes it; inputs of collectives in flight are kept alive by the PendingCollective (and by
+// c10d) until they are waited for.
 // Contract: every rank of the shard/replicate groups calls the methods in the same order and runs
 // the same forward/backward sequence (hooks issue collectives).
 // Thread safety: one training thread.
@@ -69,6 +78,13 @@ FlatLayout MakeFlatLayout(const std::vector<model::NamedTensor>& params, int sha
 struct FsdpOptions {
   bool reshard_after_forward = true;  // per-block gather/free; false for pipeline stages
   bool prefetch = true;               // issue the next unit's all-gather one block early
+  // The dtype parameters are gathered in and the model computes with (sharded mode): fp32, or
+  // bf16 (half the all-gather bytes and the gathered memory; torchtitan's param_dtype). Master
+  // shards, gradient buckets, reduce-scatters and optimizer state stay fp32 either way.
+  at::ScalarType param_dtype = at::kFloat;
+  // Tests: flat units, gathers and reduce-scatters even over a shard group of one rank (the GPU
+  // tests run FSDP's device code on one rank of NCCL).
+  bool shard_single_rank = false;
 };
 
 class Fsdp final : public BlockHooks {
@@ -83,7 +99,7 @@ class Fsdp final : public BlockHooks {
   Fsdp(const Fsdp&) = delete;
   Fsdp& operator=(const Fsdp&) = delete;
 
-  bool sharded() const { return shard_.size() > 1; }
+  bool sharded() const { return shard_.size() > 1 || options_.shard_single_rank; }
   int replica_index() const { return replicate_.rank(); }
   int dp_degree() const { return shard_.size() * replicate_.size(); }
 

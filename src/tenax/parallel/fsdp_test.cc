@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "tenax/core/net.h"
 #include "tenax/parallel/testing.h"
 
 namespace tenax::parallel {
@@ -133,6 +134,66 @@ TEST(FsdpWorker, DISABLED_MatchesGlobalBatch) {
     total += fsdp.layout(u).total;
   }
   EXPECT_EQ(fsdp.ResidentStateBytes(), 16 * (fsdp.sharded() ? padded / shard : total));
+}
+
+// FSDP's flat path on one rank (FsdpOptions::shard_single_rank, as the GPU tests run it on one
+// NCCL rank) against the model without FSDP: the same operations on the same values, bitwise in
+// fp32; with bf16 parameters the gradients stay fp32 and within bf16's rounding of the weights.
+TEST(Fsdp, OneRankShardedEqualsNoFsdp) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(dtype == at::kFloat ? "fp32 parameters" : "bf16 parameters");
+    DistEnv env;
+    env.master_port = FreeTcpPort();
+    GroupOptions go;
+    go.c10d_for_one_rank = true;
+    auto groups = ProcessGroups::Connect(env, go);
+    ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+    auto rep = (*groups)->NewGroup("rep", {0});
+    ASSERT_TRUE(rep.ok());
+    const ModelSpec spec = testing::SmallLlamaSpec(3, /*tied=*/false);
+    auto [x, y] = Batch(4, 8, spec.vocab_size, 11);
+    model::Llama ref(spec, 7, at::Device(at::kCPU));
+    for (int micro = 0; micro < 2; ++micro) {
+      (ref.Loss(x.narrow(0, 2 * micro, 2), y.narrow(0, 2 * micro, 2)) / 2.0).backward();
+    }
+    auto local = MakeLocalCommunicator();
+    ShardedLlama model(spec, ref.params(), *local, Ownership::All(spec), at::Device(at::kCPU));
+    FsdpOptions fo;
+    fo.param_dtype = dtype;
+    fo.shard_single_rank = true;
+    Fsdp fsdp(model, (*groups)->world(), **rep, fo);
+    model.SetHooks(&fsdp);
+    ASSERT_TRUE(fsdp.sharded());
+    for (int step = 0; step < 2; ++step) {
+      for (auto& o : fsdp.optimizer_params()) o.tensor.mutable_grad() = at::Tensor();
+      fsdp.BeginStep();
+      for (int micro = 0; micro < 2; ++micro) {
+        at::Tensor loss =
+            model.Loss(x.narrow(0, 2 * micro, 2), y.narrow(0, 2 * micro, 2), at::kFloat);
+        if (step == 0 && micro == 0) {
+          EXPECT_EQ(model.params()[0].tensor.scalar_type(), dtype) << "gathered in param_dtype";
+        }
+        (loss / 2.0).backward();
+      }
+      fsdp.FinishStep();
+    }
+    std::vector<model::NamedTensor> ref_grads;
+    for (const auto& pt : ref.params()) ref_grads.push_back({pt.name, pt.tensor.grad()});
+    int k = 0;
+    for (int u = 0; u < fsdp.num_units(); ++u) {
+      if (fsdp.layout(u).total == 0) continue;
+      const at::Tensor want = fsdp.ShardOf(u, ref_grads);
+      const at::Tensor got = fsdp.optimizer_params()[static_cast<size_t>(k++)].tensor.grad();
+      ASSERT_TRUE(got.defined());
+      EXPECT_EQ(got.scalar_type(), at::kFloat);
+      if (dtype == at::kFloat) {
+        EXPECT_TRUE(at::equal(got, want)) << fsdp.unit_name(u);
+      } else {
+        EXPECT_LT((got - want).norm().item<double>() / want.norm().item<double>(), 3e-2)
+            << fsdp.unit_name(u);
+      }
+    }
+  }
 }
 
 TEST(Fsdp, MatchesGlobalBatch) {

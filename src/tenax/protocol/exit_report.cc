@@ -83,9 +83,13 @@ std::optional<ExitReport> ReadExitReport(const std::string& dir, int rank) {
 
 bool IsPeerLostError(std::string_view m) {
   for (const char* pattern :
-       {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
+       {// Gloo and the c10d store
+        "Connection closed by peer", "Connection reset by peer", "Broken pipe",
         "caused pair closure", "Timed out waiting", "failed to recv, got 0 bytes",
-        "Connection refused", "Socket Timeout"}) {
+        "Connection refused", "Socket Timeout",
+        // NCCL (ncclRemoteError, its socket transport) and c10d's NCCL group after an abort
+        "remote process exited or there was a network error", "ncclRemoteError",
+        "Connection closed by remote peer", "NCCL communicator was aborted"}) {
     if (m.find(pattern) != std::string_view::npos) return true;
   }
   return false;

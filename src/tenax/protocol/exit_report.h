@@ -40,7 +40,9 @@ std::optional<ExitReport> ReadExitReport(const std::string& dir, int rank);
 
 // Whether an error message from a collective or the rendezvous store means the other side went
 // away (Gloo: "Connection closed by peer", "Connection reset by peer", a broken pipe, a timed-out
-// pair; the c10d store: a failed recv). Such a failure is secondary.
+// pair; the c10d store: a failed recv; NCCL: ncclRemoteError, "remote process exited or there was
+// a network error", a socket closed by the remote peer, a communicator aborted after a peer's
+// failure). Such a failure is secondary.
 bool IsPeerLostError(std::string_view message);
 
 // The rank side: writes this process's report. Disabled (no-op) without a heartbeat folder.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 
 #include "tenax/core/check.h"
@@ -141,6 +142,39 @@ void FlightRecorder::End(uint64_t id) {
   g.last_completed_seq = std::max(g.last_completed_seq, r->seq);
 }
 
+void FlightRecorder::EndWhen(uint64_t id, std::function<bool()> done) {
+  std::lock_guard<std::mutex> lock(probes_mu_);
+  probes_.emplace_back(id, std::move(done));
+}
+
+size_t FlightRecorder::Poll() {
+  std::vector<std::pair<uint64_t, std::function<bool()>>> probes;
+  {
+    std::lock_guard<std::mutex> lock(probes_mu_);
+    probes.swap(probes_);
+  }
+  std::vector<std::pair<uint64_t, std::function<bool()>>> waiting;
+  for (auto& p : probes) {
+    bool ended = false;  // by End meanwhile (the caller waited for it), or evicted from the ring
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const CollectiveRecord* r = Find(p.first);
+      ended = r == nullptr || r->state == CollectiveState::kCompleted;
+    }
+    if (ended || p.second()) {
+      End(p.first);
+    } else {
+      waiting.push_back(std::move(p));
+    }
+  }
+  std::lock_guard<std::mutex> lock(probes_mu_);
+  // Probes added while these were asked come after them: the list stays in issue order.
+  waiting.insert(waiting.end(), std::make_move_iterator(probes_.begin()),
+                 std::make_move_iterator(probes_.end()));
+  probes_.swap(waiting);
+  return probes_.size();
+}
+
 void FlightRecorder::SetPhase(int64_t step, std::string_view phase) {
   std::lock_guard<std::mutex> lock(mu_);
   step_ = step;
@@ -225,6 +259,7 @@ FlightRecorderWatchdog::~FlightRecorderWatchdog() {
 }
 
 void FlightRecorderWatchdog::DumpNow(std::string_view reason) {
+  recorder_.Poll();  // what has finished by now is recorded as finished
   Status st = recorder_.Dump(fs_, options_.dump_path, reason);
   if (!st.ok()) {
     log::Error("flight recorder: could not write {}: {}", options_.dump_path, st.message());
@@ -236,9 +271,14 @@ void FlightRecorderWatchdog::DumpNow(std::string_view reason) {
 
 void FlightRecorderWatchdog::Loop() {
   const int timeout_ms = static_cast<int>(std::max<int64_t>(options_.poll_interval.count(), 1));
+  // While EndWhen probes wait, they are asked every few milliseconds: each holds its collective's
+  // work, and with it the tensors c10d keeps until the collective is done.
+  constexpr int kProbeMs = 5;
+  int wait_ms = timeout_ms;
   while (true) {
     pollfd p{pipe_[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, timeout_ms);
+    const int ready = ::poll(&p, 1, wait_ms);
+    wait_ms = recorder_.Poll() > 0 ? std::min(kProbeMs, timeout_ms) : timeout_ms;
     if (ready > 0) {
       char buf[64];
       const ssize_t n = ::read(pipe_[0], buf, sizeof(buf));

@@ -68,7 +68,16 @@ class FlightRecorder {
   uint64_t Enqueue(std::string_view op, std::string_view group, int64_t bytes,
                    std::string shape = {});
   void Start(uint64_t id);
-  void End(uint64_t id);  // unknown ids (evicted from the ring) are ignored
+  void End(uint64_t id);  // unknown ids (evicted from the ring) and ended ones are ignored
+  // A collective whose completion the host learns by asking: `done` is called by Poll() until it
+  // returns true, which ends the record. For backends where waiting does not mean finished
+  // (NCCL: a wait orders the CUDA streams and returns; the GPU runs the collective later).
+  // `done` must be cheap, thread-safe and must not call back into this recorder.
+  void EndWhen(uint64_t id, std::function<bool()> done);
+  // Asks every EndWhen probe and ends the records of those done (a probe whose record was ended
+  // by End meanwhile, or evicted, is dropped unasked); returns how many are still waiting. Called
+  // by the watchdog's thread, often while probes wait, and before each dump.
+  size_t Poll();
   // Where the trainer is: "forward", "backward", "optimizer", "checkpoint", "eval", ...
   void SetPhase(int64_t step, std::string_view phase);
 
@@ -95,6 +104,10 @@ class FlightRecorder {
   // Constant after construction.
   const int rank_;
   const size_t capacity_;
+
+  // The probes of EndWhen, guarded by their own mutex: Poll calls them without holding mu_.
+  std::mutex probes_mu_;
+  std::vector<std::pair<uint64_t, std::function<bool()>>> probes_;
 
   mutable std::mutex mu_;
   // Guarded by mu_.

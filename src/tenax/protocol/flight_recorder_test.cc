@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -175,6 +176,62 @@ TEST(FlightRecorderTest, TimeoutDumpsAndReportsTheStuckCollectiveOnce) {
   Result<std::string> text = LocalFs().ReadFile(tmp / "rank2.json");
   ASSERT_TRUE(text.ok());
   EXPECT_EQ(nlohmann::json::parse(*text)["reason"], "collective timeout");
+}
+
+// NCCL's waits return before the GPU has run the collective: such records end when their probe
+// says done (EndWhen), asked by Poll in issue order, and a probe that is not done keeps its
+// record pending, which is what the timeout check and the dumps see.
+TEST(FlightRecorderTest, EndWhenEndsARecordOnlyOnceItsProbeSaysDone) {
+  FlightRecorder rec(0);
+  std::atomic<bool> first_done{false}, second_done{false};
+  const uint64_t a = rec.Enqueue("all_gather", "dp_shard", 64);
+  rec.Start(a);
+  rec.EndWhen(a, [&] { return first_done.load(); });
+  const uint64_t b = rec.Enqueue("reduce_scatter", "dp_shard", 64);
+  rec.Start(b);
+  rec.EndWhen(b, [&] { return second_done.load(); });
+  EXPECT_EQ(rec.Poll(), 2u);
+  ASSERT_TRUE(rec.OldestPending().has_value());
+  EXPECT_EQ(rec.OldestPending()->id, a);
+  second_done = true;  // the later one may finish first (another stream)
+  EXPECT_EQ(rec.Poll(), 1u);
+  EXPECT_EQ(rec.OldestPending()->id, a);
+  EXPECT_EQ(rec.Records()[1].state, CollectiveState::kCompleted);
+  first_done = true;
+  EXPECT_EQ(rec.Poll(), 0u);
+  EXPECT_FALSE(rec.OldestPending().has_value());
+  rec.End(a);  // ending twice changes nothing
+  EXPECT_EQ(rec.Records()[0].state, CollectiveState::kCompleted);
+}
+
+// The watchdog asks the probes by itself: a record whose collective finishes later is completed
+// without anyone calling Poll, and one whose probe never says done times out.
+TEST(FlightRecorderTest, WatchdogPollsProbesAndTimesOutAStuckOne) {
+  testing::TempDir tmp;
+  FlightRecorder rec(1);
+  std::atomic<bool> done{false};
+  const uint64_t a = rec.Enqueue("all_reduce", "world", 8);
+  rec.Start(a);
+  rec.EndWhen(a, [&] { return done.load(); });
+  const uint64_t b = rec.Enqueue("all_gather", "world", 8);
+  rec.Start(b);
+  rec.EndWhen(b, [] { return false; });  // never finishes on the GPU
+  std::promise<CollectiveRecord> fired;
+  WatchdogOptions o;
+  o.dump_path = tmp / "rank1.json";
+  o.collective_timeout = std::chrono::seconds(1);
+  o.poll_interval = milliseconds(2);
+  o.handle_sigusr1 = false;
+  int calls = 0;
+  o.on_timeout = [&](const CollectiveRecord& r) {
+    if (calls++ == 0) fired.set_value(r);
+  };
+  FlightRecorderWatchdog dog(rec, LocalFs(), o);
+  done = true;
+  std::future<CollectiveRecord> f = fired.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(f.get().op, "all_gather");  // the finished all_reduce was ended by the watchdog
+  EXPECT_EQ(rec.Records()[0].state, CollectiveState::kCompleted);
 }
 
 TEST(FlightRecorderDeathTest, DefaultTimeoutActionExitsWithTheDocumentedCode) {

@@ -209,6 +209,17 @@ TEST(ExitReportTest, RecognisesALostPeer) {
       "[./gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:42886"));
   EXPECT_TRUE(IsPeerLostError("Connection reset by peer"));
   EXPECT_TRUE(IsPeerLostError("[../gloo/transport/tcp/pair.cc:575] Write error: Broken pipe"));
+  // NCCL through c10d (messages as PyTorch 2.x with NCCL 2.2x prints them).
+  EXPECT_TRUE(IsPeerLostError(
+      "NCCL error in: torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3763, remote process "
+      "exited or there was a network error, NCCL version 2.28.9\nncclRemoteError: A call failed "
+      "possibly due to a network error or a remote process exiting prematurely."));
+  EXPECT_TRUE(
+      IsPeerLostError("misc/socket.cc:538 NCCL WARN Net : Connection closed by remote "
+                      "peer node-7<47861>"));
+  EXPECT_TRUE(IsPeerLostError("NCCL communicator was aborted on rank 3."));
+  EXPECT_FALSE(IsPeerLostError("NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"));
+  EXPECT_FALSE(IsPeerLostError("CUDA out of memory. Tried to allocate 2.00 GiB"));
   EXPECT_FALSE(IsPeerLostError("Expected all tensors to be on the same device"));
   EXPECT_FALSE(IsPeerLostError("shape mismatch"));
 }

@@ -11,6 +11,17 @@
 
 namespace tenax::train {
 
+Result<at::ScalarType> FsdpParamDtype(const std::string& setting, const at::Device& device,
+                                      at::ScalarType compute_dtype) {
+  if (setting == "fp32") return at::kFloat;
+  if (setting == "bf16") return at::kBFloat16;
+  if (setting == "auto") {
+    return device.is_cuda() && compute_dtype == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
+  }
+  return InvalidArgument(fmt::format(
+      "parallelism.fsdp_param_dtype = \"{}\": expected \"auto\", \"fp32\" or \"bf16\"", setting));
+}
+
 Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups g,
     const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype) {
@@ -19,6 +30,7 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   m->spec_ = spec;
   m->groups_ = g;
   m->compute_dtype_ = compute_dtype;
+  m->device_ = device;
   // 1-2. TP shards of this pipeline rank's layers.
   parallel::Ownership own = parallel::Ownership::All(spec);
   const int p = g.pp->size(), r = g.pp->rank();
@@ -66,13 +78,16 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   // the whole step (each micro-batch would otherwise gather them again).
   parallel::FsdpOptions fo;
   fo.reshard_after_forward = p == 1;
+  TENAX_ASSIGN_OR_RETURN(fo.param_dtype,
+                         FsdpParamDtype(options.fsdp_param_dtype, device, compute_dtype));
   m->fsdp_ =
       std::make_unique<parallel::Fsdp>(*m->model_, *g.shard, *g.replicate, fo, g.expert_shard);
   m->model_->SetHooks(m->fsdp_.get());
   // Per-element weights of each flat shard for the gradient norm: 1 / copies of the values.
   for (int u = 0; u < m->fsdp_->num_units() && m->fsdp_->sharded(); ++u) {
     if (m->fsdp_->layout(u).total == 0) continue;  // not an optimizer parameter
-    at::Tensor w = at::zeros({m->fsdp_->layout(u).shard_size}, at::kDouble);
+    at::Tensor w =
+        at::zeros({m->fsdp_->layout(u).shard_size}, at::TensorOptions(at::kDouble).device(device));
     for (auto& sl : m->fsdp_->Slices(u, w)) sl.values.fill_(m->CopiesWeight(sl.param));
     m->norm_weights_.push_back(w);
   }
@@ -130,29 +145,30 @@ bool ParallelModel::Writes(int i) const {
 
 double ParallelModel::ClipGradNorm(double max_norm) {
   at::NoGradGuard no_grad;
-  at::Tensor sumsq = at::zeros({1}, at::kDouble);
+  // On the gradients' device throughout (NCCL sums it there): the host reads the norm once, to
+  // report it, and clipping needs no read-back.
+  at::Tensor sumsq = at::zeros({1}, at::TensorOptions(at::kDouble).device(device_));
   std::vector<at::Tensor> grads;
   if (fsdp_->sharded()) {
     for (size_t k = 0; k < optimizer_params().size(); ++k) {
       at::Tensor g = optimizer_params()[k].tensor.grad();
       if (!g.defined()) continue;
       grads.push_back(g);
-      sumsq += (g.to(at::kDouble).cpu().pow(2) * norm_weights_[k]).sum();
+      sumsq += (g.to(at::kDouble).pow(2) * norm_weights_[k]).sum();
     }
   } else {
     for (size_t i = 0; i < model_->params().size(); ++i) {
       at::Tensor g = model_->params()[i].tensor.grad();
       if (!g.defined()) continue;
       grads.push_back(g);
-      sumsq += g.to(at::kDouble).pow(2).sum().cpu() * CopiesWeight(static_cast<int>(i));
+      sumsq += g.to(at::kDouble).pow(2).sum() * CopiesWeight(static_cast<int>(i));
     }
   }
   groups_.world->AllReduceSum(sumsq);
   // Data-parallel replicas hold identical gradients (shards): count one replica.
-  const double total = std::sqrt(sumsq.item<double>() / groups_.replicate->size());
-  // The norm already went through the host (Gloo sums it on CPU), so it is passed as a CPU tensor.
-  parallel::ClipToMaxNorm(grads, at::scalar_tensor(total, at::kDouble), max_norm);
-  return total;
+  const at::Tensor total = (sumsq / static_cast<double>(groups_.replicate->size())).sqrt();
+  parallel::ClipToMaxNorm(grads, total, max_norm);
+  return total.item<double>();
 }
 
 void ParallelModel::ZeroGrad() {
@@ -174,7 +190,8 @@ namespace {
 model::TensorSlice Piece(const std::string& name, const std::vector<int64_t>& full_shape,
                          const parallel::ShardSpec& sp, int64_t begin, int64_t end,
                          const at::Tensor& values) {
-  model::TensorSlice t{name, full_shape, begin, end, values.detach().reshape({-1}).cpu()};
+  // On the state's device: a GPU checkpoint copies it to the host in the background.
+  model::TensorSlice t{name, full_shape, begin, end, values.detach().reshape({-1})};
   if (sp.dim >= 0) {
     t.block_dim = sp.dim;
     t.block_begin = sp.begin;

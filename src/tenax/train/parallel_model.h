@@ -56,6 +56,12 @@ struct ParallelGroups {  // this rank's group along each mesh axis (size 1 when 
   parallel::Communicator* expert_shard = nullptr;
 };
 
+// parallelism.fsdp_param_dtype: "fp32", "bf16", or "auto" (bf16 when the model computes in
+// bf16 on a GPU, as torchtitan's mixed precision does; fp32 otherwise, which keeps CPU runs
+// bit-identical to a single process).
+Result<at::ScalarType> FsdpParamDtype(const std::string& setting, const at::Device& device,
+                                      at::ScalarType compute_dtype);
+
 class ParallelModel final : public StepModel {
  public:
   // `full`: the initial parameters of the whole model (same on every rank; only the parts this
@@ -113,6 +119,7 @@ class ParallelModel final : public StepModel {
   ModelSpec spec_;
   ParallelGroups groups_;
   at::ScalarType compute_dtype_ = at::kFloat;
+  at::Device device_ = at::kCPU;
   std::vector<std::vector<int64_t>> full_shapes_;  // [model_->params() index] global shape
   std::unique_ptr<parallel::ShardedLlama> model_;
   std::unique_ptr<parallel::PipelineExecutor> pipeline_;
@@ -120,7 +127,8 @@ class ParallelModel final : public StepModel {
   std::unique_ptr<parallel::Communicator> local_;   // the expert group when expert_parallel = 1
   std::unique_ptr<model::MoeRuntime> moe_runtime_;  // MoE models only
   int pipeline_microbatches_ = 1;
-  std::vector<at::Tensor> norm_weights_;  // sharded: [optimizer param] (shard_size) fp64
+  std::vector<at::Tensor>
+      norm_weights_;  // sharded: [optimizer param] (shard_size) fp64, on device_
   int micro_batches_ = 1;
 };
 

@@ -49,8 +49,10 @@ Result<TrainProgress> Resume(const CheckpointOptions& c, ckpt::CheckpointStore& 
 }  // namespace
 
 Status Trainer::Setup() {
+  // The device first: on GPUs it becomes the current one (cuda:LOCAL_RANK) before anything,
+  // seeding included, touches CUDA.
+  TENAX_ASSIGN_OR_RETURN(device_, ResolveDevice(t_, env_.local_rank));
   at::manual_seed(config_.job.seed);
-  TENAX_ASSIGN_OR_RETURN(device_, ResolveDevice(t_));
   {  // Threads follow the device and precision (device.h: ChooseThreads), said once at start.
     const CpuFacts cpu = ReadCpuFacts();
     const ThreadChoice threads = ChooseThreads(device_, t_.threads, cpu, env_.local_world);
@@ -116,8 +118,18 @@ Status Trainer::SetupRunFolder() {
 Status Trainer::SetupGroups() {
   const parallel::Mesh& mesh = *mesh_;
   // The world, then this rank's group along each axis (size-1 groups are local no-ops).
-  TENAX_ASSIGN_OR_RETURN(groups_,
-                         parallel::ProcessGroups::Connect(env_, std::chrono::seconds(120)));
+  parallel::GroupOptions go;
+  TENAX_ASSIGN_OR_RETURN(go.backend,
+                         parallel::ResolveBackend(config_.parallelism.backend, device_.device));
+  go.device = go.backend == parallel::Backend::kNccl ? device_.device : at::Device(at::kCPU);
+  go.timeout = std::chrono::seconds(120);
+  // c10d's NCCL watchdog after tenax's own (parallelism.collective_timeout_s), which names the
+  // collective and the rank waited for; with tenax's off, c10d's default half hour.
+  go.nccl_timeout = std::chrono::milliseconds(
+      config_.parallelism.collective_timeout_s > 0
+          ? static_cast<int64_t>((config_.parallelism.collective_timeout_s + 60) * 1000)
+          : int64_t{30} * 60 * 1000);
+  TENAX_ASSIGN_OR_RETURN(groups_, parallel::ProcessGroups::Connect(env_, go));
   auto group = [&](const char* name, parallel::Axis axis,
                    std::unique_ptr<parallel::Communicator>* out) -> Status {
     TENAX_ASSIGN_OR_RETURN(*out, groups_->NewGroup(name, mesh.GroupOf(env_.rank, axis)));
@@ -136,8 +148,9 @@ Status Trainer::SetupGroups() {
                  pp_group_.get(),   ep_group_.get(),    ep_shard_group_.get()};
   if (!env_.distributed()) return Status::Ok();
   // Named after what started it: the environment variables alone look like torchrun's.
-  log::Info("rank {} of {} (started by {}), layout {}", env_.rank, env_.world,
-            ctx_.supervised ? "tenax launch" : env_.source, mesh.Describe());
+  log::Info("rank {} of {} (started by {}), layout {}, {} on {}", env_.rank, env_.world,
+            ctx_.supervised ? "tenax launch" : env_.source, mesh.Describe(),
+            parallel::BackendName(go.backend), go.device.str());
   // Flight recorder: this rank's last collectives in every group, dumped when the launcher
   // signals a hang (SIGUSR1) or when one runs past parallelism.collective_timeout_s
   // (docs/flight_recorder.md), into the launcher's heartbeat folder if there is one.
@@ -160,6 +173,9 @@ Status Trainer::SetupGroups() {
     log::Error("{}", what);
     reporter_.Report(protocol::ToInt(protocol::ExitCode::kCollectiveTimeout), FailureKind::kHang,
                      what, /*secondary=*/true);
+    // NCCL: the stuck kernels end and the peers' collectives fail at once instead of at their
+    // own timeouts (Gloo: nothing to abort).
+    groups_->AbortAll();
     std::_Exit(protocol::ToInt(protocol::ExitCode::kCollectiveTimeout));
   };
   watchdog_ = std::make_unique<protocol::FlightRecorderWatchdog>(*flight_, LocalFs(), wo);
