@@ -150,7 +150,16 @@ void AsyncCheckpointWriter::Loop() {
   }
 }
 
-Status AsyncCheckpointWriter::Write(const CheckpointSnapshot& s) {
+Status Materialize(CheckpointSnapshot& snap) {
+  if (!snap.materialize) return Status::Ok();
+  auto fill = std::move(snap.materialize);
+  snap.materialize = nullptr;
+  return fill(snap);
+}
+
+Status AsyncCheckpointWriter::Write(CheckpointSnapshot& s) {
+  // Device-to-host copies finish here, on this thread, while training goes on.
+  TENAX_RETURN_IF_ERROR(Materialize(s));
   // The writer thread's own store: CheckpointStore is not thread-safe.
   CheckpointStore store(fs_, folder_);
   if (options_.before_write) TENAX_RETURN_IF_ERROR(options_.before_write(s));

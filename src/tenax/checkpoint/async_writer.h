@@ -49,7 +49,17 @@ struct CheckpointSnapshot {
   // Identifies the run attempt (e.g. the launcher's TENAX_RESTART_COUNT); rank 0 accepts only
   // markers with its own attempt.
   std::string attempt;
+  // GPU snapshots: `files` are filled later, from state whose device-to-host copies are still in
+  // flight. `materialize` waits for them and serializes into `files`; whoever writes the snapshot
+  // calls it first, once (the async writer on its thread, so training goes on meanwhile).
+  // `before_update` makes the device's compute stream wait for the copies; the trainer calls it
+  // before the optimizer overwrites the state they read. Both null: `files` is complete.
+  std::function<Status(CheckpointSnapshot&)> materialize;
+  std::function<void()> before_update;
 };
+
+// Runs and clears `snap.materialize` if it is set; a no-op otherwise.
+Status Materialize(CheckpointSnapshot& snap);
 
 struct AsyncWriterOptions {
   int64_t keep_latest = 0;  // rank 0 prunes to this after each verified commit; 0 keeps all
@@ -102,7 +112,7 @@ class AsyncCheckpointWriter {
 
  private:
   void Loop();
-  Status Write(const CheckpointSnapshot& s);
+  Status Write(CheckpointSnapshot& s);  // materializes `s` first
   // Rank 0: waits until every rank's marker for `s` exists and covers the expected files.
   Status AwaitMarkers(const CheckpointSnapshot& s);
 

@@ -293,9 +293,14 @@ std::string ReportHtml(const RunData& d, std::vector<ChartFile>* charts) {
     } else {
       html += Card("model FLOP/s", FormatCount(last.flops_per_s));
     }
-    int64_t mem = 0;
-    for (const StepPoint& p : d.steps) mem = std::max(mem, p.mem_peak_bytes);
+    int64_t mem = 0, reserved = 0;
+    for (const StepPoint& p : d.steps) {
+      mem = std::max(mem, p.mem_peak_bytes);
+      reserved = std::max(reserved, p.mem_peak_reserved_bytes);
+    }
     html += Card("peak memory", FormatGiB(static_cast<double>(mem)));
+    // GPU runs: what the caching allocator held at most, the figure that meets the capacity.
+    if (reserved > 0) html += Card("peak reserved (GPU)", FormatGiB(static_cast<double>(reserved)));
   }
   if (!d.evals.empty()) html += Card("validation loss", FormatNumber(d.evals.back().val_loss));
   const bool goodput = d.goodput.is_object();

@@ -45,6 +45,7 @@ void ParseMetrics(const std::string& text, std::vector<StepPoint>* steps,
       p.flops_per_s = Number(j, "flops_per_s");
       if (j.contains("mfu") && j["mfu"].is_number()) p.mfu = j["mfu"].get<double>();
       p.mem_peak_bytes = Integer(j, "mem_peak_bytes");
+      p.mem_peak_reserved_bytes = Integer(j, "mem_peak_reserved_bytes");
       p.step_time_s = Number(j, "step_time_s");
       p.tokens = Integer(j, "tokens");
       p.time = Number(j, "time");

@@ -26,6 +26,7 @@ struct StepPoint {
   double flops_per_s = 0;
   std::optional<double> mfu;  // fraction of the device's peak; none on CPU
   int64_t mem_peak_bytes = 0;
+  int64_t mem_peak_reserved_bytes = 0;  // GPU runs: the caching allocator's peak; 0 otherwise
   double step_time_s = 0;
   int64_t tokens = 0;  // tokens trained so far in the run's trajectory
   double time = 0;     // unix seconds

@@ -20,26 +20,47 @@
 #if defined(TENAX_WITH_CUDA)
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace tenax::train {
 
-std::optional<double> PeakBf16Flops(const std::string& name) {
-  // Dense (no sparsity) bf16 tensor-core peaks from the vendors' data sheets. Order matters:
-  // more specific names first ("H100 PCIe" before "H100").
-  static const std::vector<std::pair<const char*, double>> table = {
-      {"GH200", 989.4e12}, {"H200", 989.4e12},     {"H100 PCIe", 756.0e12}, {"H100 NVL", 835.0e12},
-      {"H100", 989.4e12},  {"H800", 989.4e12},     {"B200", 2250e12},       {"A100", 312e12},
-      {"A800", 312e12},    {"L40S", 362.05e12},    {"L4", 121e12},          {"A10G", 70e12},
-      {"A10", 125e12},     {"RTX 4090", 165.2e12}, {"V100", 125e12},
+std::optional<double> PeakFlops(const std::string& name, PeakPrecision precision) {
+  struct Peak {
+    const char* key;
+    double bf16;
+    double fp8;  // 0: no fp8 tensor cores
   };
-  for (const auto& [key, flops] : table) {
-    if (name.find(key) != std::string::npos) return flops;
+  // Order matters: more specific names first ("H100 PCIe" before "H100", "GH200" before
+  // "H200"). H100 SXM and H200 share the GH100 die and clock: the same peaks; B200 as its HGX
+  // data sheet gives it (1000 W).
+  static const std::vector<Peak> table = {
+      {"GH200", 989.4e12, 1978.9e12},
+      {"H200", 989.4e12, 1978.9e12},
+      {"H100 PCIe", 756.0e12, 1513.0e12},
+      {"H100 NVL", 835.0e12, 1670.5e12},
+      {"H100", 989.4e12, 1978.9e12},
+      {"H800", 989.4e12, 1978.9e12},
+      {"B200", 2250e12, 4500e12},
+      {"A100", 312e12, 0},
+      {"A800", 312e12, 0},
+      {"L40S", 362.05e12, 733e12},
+      {"L4", 121e12, 242.5e12},
+      {"A10G", 70e12, 0},
+      {"A10", 125e12, 0},
+      {"RTX 4090", 165.2e12, 330.3e12},
+      {"V100", 125e12, 0},
+  };
+  for (const Peak& p : table) {
+    if (name.find(p.key) == std::string::npos) continue;
+    const double v = precision == PeakPrecision::kFp8 ? p.fp8 : p.bf16;
+    if (v <= 0) return std::nullopt;
+    return v;
   }
   return std::nullopt;
 }
 
-Result<DeviceInfo> ResolveDevice(const TrainingOptions& o) {
+Result<DeviceInfo> ResolveDevice(const TrainingOptions& o, int local_rank) {
   DeviceInfo info;
   const bool cuda = compat::CudaAvailable();
   if (o.device == "cuda" && !cuda) {
@@ -48,10 +69,24 @@ Result<DeviceInfo> ResolveDevice(const TrainingOptions& o) {
         "\"cpu\", or build against a CUDA libtorch (see README: GPU build)");
   }
   if (o.device == "cuda" || (o.device == "auto" && cuda)) {
-    info.device = at::Device(at::kCUDA, 0);
 #if defined(TENAX_WITH_CUDA)
-    info.name = at::cuda::getCurrentDeviceProperties()->name;
+    const int count = static_cast<int>(c10::cuda::device_count());
+    if (local_rank >= count) {
+      return InvalidArgument(fmt::format(
+          "LOCAL_RANK {} needs GPU {}, but this node shows {} GPU(s){}: start at most {} rank(s) "
+          "per node (tenax launch --nproc-per-node, torchrun --nproc-per-node, srun "
+          "--ntasks-per-node), or make the GPUs visible",
+          local_rank, local_rank, count,
+          std::getenv("CUDA_VISIBLE_DEVICES") != nullptr
+              ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", std::getenv("CUDA_VISIBLE_DEVICES"))
+              : "",
+          count));
+    }
+    info.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(local_rank));
+    info.name = at::cuda::getDeviceProperties(local_rank)->name;
 #else
+    info.device = at::Device(at::kCUDA, 0);
     info.name = "cuda";
 #endif
     info.peak_flops = PeakBf16Flops(info.name);
@@ -185,9 +220,20 @@ AllocatorChoice SetUpCpuAllocator() {
   return choice;
 }
 
+std::optional<GpuMemory> ReadGpuMemory(const DeviceInfo& device) {
+#if defined(TENAX_WITH_CUDA)
+  if (device.device.is_cuda()) {
+    const compat::CudaMemoryStats s = compat::CudaMemory(device.device.index());
+    return GpuMemory{s.allocated, s.reserved, s.peak_allocated, s.peak_reserved};
+  }
+#endif
+  (void)device;
+  return std::nullopt;
+}
+
 int64_t PeakMemoryBytes(const DeviceInfo& device) {
 #if defined(TENAX_WITH_CUDA)
-  if (device.device.is_cuda()) return compat::CudaPeakAllocatedBytes(device.device.index());
+  if (device.device.is_cuda()) return compat::CudaMemory(device.device.index()).peak_allocated;
 #endif
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -22,7 +22,10 @@ struct DeviceInfo {
   std::optional<double> peak_flops;  // bf16 dense FLOP/s, when the GPU is known
 };
 
-Result<DeviceInfo> ResolveDevice(const TrainingOptions& options);
+// training.device for the rank with this LOCAL_RANK: on GPUs, cuda:<local_rank>, made the
+// current device before anything else touches CUDA (one GPU per rank, as torchrun and
+// `tenax launch --nproc-per-node` assume). An error when the node has fewer GPUs than ranks.
+Result<DeviceInfo> ResolveDevice(const TrainingOptions& options, int local_rank = 0);
 
 // What the CPU offers for training, read once from the machine (the usable cores of this
 // process's affinity mask, bf16 instructions, the BLAS behind libblas.so.3).
@@ -76,9 +79,26 @@ bool KeepFreedCpuMemory();
 AllocatorChoice SetUpCpuAllocator();
 inline constexpr size_t kMallocKeepBelowBytes = size_t{32} << 20;
 
-// Dense bf16 peak FLOP/s by GPU name ("NVIDIA H100 80GB HBM3" -> 989e12); nullopt if unknown.
-std::optional<double> PeakBf16Flops(const std::string& gpu_name);
+// Dense (no 2:4 sparsity) tensor-core peak FLOP/s by GPU name, from the vendors' data sheets,
+// for MFU: bf16, or fp8 (E4M3/E5M2 inputs) on GPUs that have it ("NVIDIA H100 80GB HBM3" ->
+// 989.4e12 bf16, 1978.9e12 fp8). nullopt when the GPU is unknown or lacks the precision (A100:
+// no fp8).
+enum class PeakPrecision { kBf16, kFp8 };
+std::optional<double> PeakFlops(const std::string& gpu_name, PeakPrecision precision);
+inline std::optional<double> PeakBf16Flops(const std::string& gpu_name) {
+  return PeakFlops(gpu_name, PeakPrecision::kBf16);
+}
 // Peak bytes in use: the CUDA caching allocator's peak on GPU, the process's max RSS on CPU.
 int64_t PeakMemoryBytes(const DeviceInfo& device);
+// The CUDA caching allocator's counters on a GPU (metrics.jsonl's mem_allocated_bytes,
+// mem_reserved_bytes, mem_peak_reserved_bytes); nullopt on CPU. Reserved is what the allocator
+// holds from the driver (allocated plus its cache), the figure that meets the GPU's capacity.
+struct GpuMemory {
+  int64_t allocated = 0;       // bytes in live tensors now
+  int64_t reserved = 0;        // bytes held by the allocator now
+  int64_t peak_allocated = 0;  // since the start (mem_peak_bytes)
+  int64_t peak_reserved = 0;
+};
+std::optional<GpuMemory> ReadGpuMemory(const DeviceInfo& device);
 
 }  // namespace tenax::train

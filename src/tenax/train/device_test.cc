@@ -133,3 +133,48 @@ TEST(KeepFreedCpuMemory, ABlockBelowTheThresholdIsServedAndKeptByTheHeap) {
 
 }  // namespace
 }  // namespace tenax::train
+
+namespace tenax::train {
+namespace {
+
+// MFU's denominators: dense tensor-core peaks by the names CUDA reports, bf16 and fp8.
+TEST(PeakFlops, KnowsTheGpusTenaxTrainsOn) {
+  const auto bf16 = [](const char* n) { return PeakFlops(n, PeakPrecision::kBf16); };
+  const auto fp8 = [](const char* n) { return PeakFlops(n, PeakPrecision::kFp8); };
+  EXPECT_EQ(bf16("NVIDIA H100 80GB HBM3"), 989.4e12);  // SXM5
+  EXPECT_EQ(fp8("NVIDIA H100 80GB HBM3"), 1978.9e12);
+  EXPECT_EQ(bf16("NVIDIA H100 PCIe"), 756.0e12);
+  EXPECT_EQ(fp8("NVIDIA H100 PCIe"), 1513.0e12);
+  EXPECT_EQ(bf16("NVIDIA H100 NVL"), 835.0e12);
+  EXPECT_EQ(bf16("NVIDIA H200"), 989.4e12);
+  EXPECT_EQ(fp8("NVIDIA H200"), 1978.9e12);
+  EXPECT_EQ(bf16("NVIDIA GH200 480GB"), 989.4e12);
+  EXPECT_EQ(bf16("NVIDIA B200"), 2250e12);
+  EXPECT_EQ(fp8("NVIDIA B200"), 4500e12);
+  EXPECT_EQ(bf16("NVIDIA A100-SXM4-80GB"), 312e12);
+  EXPECT_FALSE(fp8("NVIDIA A100-SXM4-80GB").has_value());  // Ampere has no fp8 tensor cores
+  EXPECT_FALSE(bf16("cpu").has_value());
+  EXPECT_FALSE(bf16("Some Future GPU").has_value());
+  EXPECT_EQ(PeakBf16Flops("NVIDIA H100 80GB HBM3"), bf16("NVIDIA H100 80GB HBM3"));
+}
+
+TEST(ReadGpuMemory, NoneOnTheCpu) { EXPECT_FALSE(ReadGpuMemory(Cpu(at::kFloat)).has_value()); }
+
+// One GPU per rank: cuda:LOCAL_RANK, and a clear error when the node has fewer GPUs than ranks
+// (here: none).
+TEST(ResolveDevice, CpuRanksAndTheGpuErrorNameTheFix) {
+  TrainingOptions o;
+  o.device = "cpu";
+  auto cpu = ResolveDevice(o, 3);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_TRUE(cpu->device.is_cpu());
+  if (!at::hasCUDA()) {
+    o.device = "cuda";
+    auto gpu = ResolveDevice(o, 0);
+    ASSERT_FALSE(gpu.ok());
+    EXPECT_NE(gpu.status().message().find("training.device = \"cuda\""), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tenax::train

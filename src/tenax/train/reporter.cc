@@ -76,6 +76,11 @@ Status Reporter::LogStep(const StepMetrics& m) {
                       {"step_time_s", m.step_time_s},
                       {"tokens", m.tokens_seen},
                       {"time", now}};
+  if (m.gpu_memory) {
+    j["mem_allocated_bytes"] = m.gpu_memory->allocated;
+    j["mem_reserved_bytes"] = m.gpu_memory->reserved;
+    j["mem_peak_reserved_bytes"] = m.gpu_memory->peak_reserved;
+  }
   if (m.moe) {
     // Per MoE layer (keyed by layer index): tokens per expert, max / mean imbalance, aux loss.
     nlohmann::json load = nlohmann::json::object(), imbalance = nlohmann::json::object(),
@@ -104,6 +109,15 @@ Status Reporter::LogStep(const StepMetrics& m) {
     if (m.mfu) TENAX_RETURN_IF_ERROR(tb_->AddScalar("perf/mfu", m.step, float(*m.mfu), now));
     TENAX_RETURN_IF_ERROR(
         tb_->AddScalar("memory/peak_gib", m.step, float(m.mem_peak_bytes / 1073741824.0), now));
+    if (m.gpu_memory) {
+      const double gib = 1073741824.0;
+      TENAX_RETURN_IF_ERROR(tb_->AddScalar("memory/allocated_gib", m.step,
+                                           float(m.gpu_memory->allocated / gib), now));
+      TENAX_RETURN_IF_ERROR(
+          tb_->AddScalar("memory/reserved_gib", m.step, float(m.gpu_memory->reserved / gib), now));
+      TENAX_RETURN_IF_ERROR(tb_->AddScalar("memory/peak_reserved_gib", m.step,
+                                           float(m.gpu_memory->peak_reserved / gib), now));
+    }
     if (m.moe) {
       TENAX_RETURN_IF_ERROR(tb_->AddScalar("moe/aux_loss", m.step, float(m.moe->aux_loss), now));
       TENAX_RETURN_IF_ERROR(

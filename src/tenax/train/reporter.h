@@ -13,6 +13,7 @@
 #include "tenax/core/metrics_writer.h"
 #include "tenax/core/status.h"
 #include "tenax/core/tensorboard.h"
+#include "tenax/train/device.h"
 #include "tenax/train/moe_metrics.h"
 
 namespace tenax::train {
@@ -27,6 +28,7 @@ struct StepMetrics {
   double flops_per_s = 0;     // achieved training FLOP/s (model FLOPs, not hardware)
   std::optional<double> mfu;  // fraction of the device's bf16 peak; none on CPU
   int64_t mem_peak_bytes = 0;
+  std::optional<GpuMemory> gpu_memory;  // GPU: the caching allocator's counters (device.h)
   double step_time_s = 0;
   int64_t tokens_seen = 0;
   double eta_s = 0;

@@ -6,12 +6,15 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <map>
+#include <memory>
 
 #include "tenax/config/config.h"
 #include "tenax/config/model_spec_json.h"
 #include "tenax/core/check.h"
 #include "tenax/core/log.h"
+#include "tenax/model/host_copies.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/model/tensor_io.h"
 #include "tenax/train/moe_metrics.h"
@@ -75,6 +78,55 @@ BatchShape SavedBatch(const nlohmann::json& state) {
 
 }  // namespace
 
+namespace {
+
+// One data file of a snapshot before serialization: slices (several ranks) or whole tensors.
+struct TensorFile {
+  std::string name;
+  bool sliced = false;
+  std::vector<model::TensorSlice> slices;
+  std::vector<model::NamedTensor> whole;
+};
+
+std::string SerializeFile(const TensorFile& f) {
+  return f.sliced ? model::SerializeSlices(f.slices)
+                  : model::SerializeTensors(f.whole, {{"format", "tenax"}});
+}
+
+// Puts `data` into `snap`: serialized at once when every tensor is on the CPU (as before GPUs
+// came in: same bytes, same time). GPU state is copied to pinned host memory on a side stream
+// instead (model/host_copies.h), and the snapshot serializes it when written (materialize),
+// so an asynchronous save blocks training only for the time to queue the copies.
+void StageDataFiles(std::vector<TensorFile> data, ckpt::CheckpointSnapshot& snap) {
+  std::vector<at::Tensor*> slots;
+  bool device = false;
+  for (TensorFile& f : data) {
+    for (auto& s : f.slices) slots.push_back(&s.values);
+    for (auto& t : f.whole) slots.push_back(&t.tensor);
+  }
+  for (at::Tensor* t : slots) device = device || (t->defined() && !t->is_cpu());
+  if (!device) {
+    for (const TensorFile& f : data) snap.files.push_back({f.name, SerializeFile(f)});
+    return;
+  }
+  std::vector<at::Tensor> sources;
+  for (at::Tensor* t : slots) sources.push_back(*t);
+  auto copies = std::make_shared<model::HostCopies>(sources);
+  for (size_t i = 0; i < slots.size(); ++i) *slots[i] = copies->host()[i];
+  snap.before_update = [copies] { copies->OrderBeforeCurrentStream(); };
+  snap.materialize = [copies, data = std::move(data)](ckpt::CheckpointSnapshot& s) {
+    copies->Wait();
+    std::vector<std::pair<std::string, std::string>> files;
+    for (const TensorFile& f : data) files.push_back({f.name, SerializeFile(f)});
+    // Data files first, as a CPU snapshot has them.
+    s.files.insert(s.files.begin(), std::make_move_iterator(files.begin()),
+                   std::make_move_iterator(files.end()));
+    return Status::Ok();
+  };
+}
+
+}  // namespace
+
 Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& progress,
                                                          TrainTarget& target,
                                                          const std::string& config_toml,
@@ -89,6 +141,9 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
   const int rank = snap.rank;
   auto& files = snap.files;
   auto& expected = snap.expected_files;
+  // This rank's data files, as tensors until serialized: now for CPU state, or once their
+  // device-to-host copies have landed for GPU state (StageDataFiles).
+  std::vector<TensorFile> data;
   if (target.parallel != nullptr) {
     // Ranks of the first replica each write their pieces (replicate is the outermost mesh axis,
     // so they are ranks 0 .. writers - 1).
@@ -98,19 +153,21 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
       expected.push_back(model::RankFileName("optimizer", r, snap.world_size));
     }
     if (rank < writers) {
-      files.push_back({model::RankFileName("model", rank, snap.world_size),
-                       model::SerializeSlices(target.parallel->ParamPieces())});
-      files.push_back(
-          {model::RankFileName("optimizer", rank, snap.world_size),
-           model::SerializeSlices(target.parallel->StatePieces(target.optimizer.StateTensors()))});
+      data.push_back({model::RankFileName("model", rank, snap.world_size),
+                      true,
+                      target.parallel->ParamPieces(),
+                      {}});
+      data.push_back({model::RankFileName("optimizer", rank, snap.world_size),
+                      true,
+                      target.parallel->StatePieces(target.optimizer.StateTensors()),
+                      {}});
     }
   } else {
     expected = {model::kModelFile, model::kOptimizerFile};
-    files.push_back(
-        {model::kModelFile, model::SerializeTensors(target.model.params(), {{"format", "tenax"}})});
-    files.push_back({model::kOptimizerFile, model::SerializeTensors(target.optimizer.StateTensors(),
-                                                                    {{"format", "tenax"}})});
+    data.push_back({model::kModelFile, false, {}, target.model.params()});
+    data.push_back({model::kOptimizerFile, false, {}, target.optimizer.StateTensors()});
   }
+  StageDataFiles(std::move(data), snap);
   expected.push_back(model::kTrainStateFile);
   at::Tensor expert_bias;  // collective when distributed: every rank takes part
   if (target.moe != nullptr && target.moe->has_bias()) {
@@ -259,6 +316,7 @@ Status SaveTrainCheckpoint(ckpt::CheckpointStore& store, const TrainProgress& pr
                            TrainTarget& target, const std::string& config_toml) {
   TENAX_ASSIGN_OR_RETURN(ckpt::CheckpointSnapshot snap,
                          SnapshotTrainCheckpoint(progress, target, config_toml));
+  TENAX_RETURN_IF_ERROR(ckpt::Materialize(snap));
   return WriteTrainCheckpoint(store, snap, target.world);
 }
 
@@ -496,11 +554,15 @@ Result<std::vector<std::string>> TrainCheckpointer::Save(const TrainProgress& pr
   std::vector<std::string> lines;
   TENAX_ASSIGN_OR_RETURN(ckpt::CheckpointSnapshot snap,
                          SnapshotTrainCheckpoint(progress, target, config_toml, setup_.attempt));
+  // GPU state: the next optimizer update waits (on the device) for this snapshot's copies.
+  before_update_ = std::move(snap.before_update);
+  snap.before_update = nullptr;
   if (writer_) {
     // Blocks only while a previous save is still being written (one in flight).
     TENAX_RETURN_IF_ERROR(writer_->Submit(std::move(snap)));
     submitted_ = progress.step;
   } else {
+    TENAX_RETURN_IF_ERROR(ckpt::Materialize(snap));
     TENAX_RETURN_IF_ERROR(WriteTrainCheckpoint(store_, snap, world_, setup_.faults, setup_.fence));
     if (replica_) TENAX_RETURN_IF_ERROR(replica_->Put(snap.step, snap.files));
     last_committed_ = progress.step;
@@ -523,6 +585,12 @@ Result<std::vector<std::string>> TrainCheckpointer::Save(const TrainProgress& pr
   }
   for (auto& l : Drain()) lines.push_back(std::move(l));
   return lines;
+}
+
+void TrainCheckpointer::BeforeUpdate() {
+  if (!before_update_) return;
+  before_update_();
+  before_update_ = nullptr;
 }
 
 Result<std::vector<std::string>> TrainCheckpointer::Finish() {

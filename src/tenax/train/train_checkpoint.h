@@ -155,6 +155,10 @@ class TrainCheckpointer {
   // reporter (saves completed, interval changes).
   Result<std::vector<std::string>> Save(const TrainProgress& progress, TrainTarget& target,
                                         const std::string& config_toml, double process_elapsed_s);
+  // Before the optimizer updates the state (every step): when the last save copied GPU state to
+  // the host in the background, the device's compute stream waits for those copies here, so
+  // they overlap the forward and backward in between. A no-op otherwise.
+  void BeforeUpdate();
   // Waits for an async save in flight; its error, if any. Returns log lines like Save.
   Result<std::vector<std::string>> Finish();
   // At the end of a successful run (collective): frees the RAM the memory replicas hold.
@@ -176,7 +180,8 @@ class TrainCheckpointer {
   std::unique_ptr<ckpt::MemoryReplica> replica_;
   std::unique_ptr<ckpt::AsyncCheckpointWriter> writer_;  // null: synchronous saves
   std::optional<int64_t> last_committed_;
-  int64_t submitted_ = -1;  // the newest step handed to the async writer
+  int64_t submitted_ = -1;               // the newest step handed to the async writer
+  std::function<void()> before_update_;  // the last snapshot's (ckpt::CheckpointSnapshot)
 };
 
 }  // namespace tenax::train

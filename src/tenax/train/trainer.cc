@@ -160,6 +160,7 @@ Status Trainer::Step(int64_t step) {
                                     step_model_->moe_layer_copies());
   }
   TENAX_ASSIGN_OR_RETURN(const SpikeAction spike, CheckSpike(step, loss));
+  checkpointer_->BeforeUpdate();  // a GPU snapshot's copies read the state first
   if (spike != SpikeAction::kSkip) optimizer_->Step(lr);
   // The sigmoid router's biases move with the step's loads (not when its update was skipped).
   if (model::MoeState* moe = step_model_->moe_state()) moe->EndStep(spike != SpikeAction::kSkip);
@@ -190,6 +191,7 @@ Status Trainer::Step(int64_t step) {
   m.flops_per_s = m.tokens_per_s * flops_.total();
   if (device_.peak_flops) m.mfu = m.flops_per_s / *device_.peak_flops;
   m.mem_peak_bytes = PeakMemoryBytes(device_);
+  m.gpu_memory = ReadGpuMemory(device_);
   m.tokens_seen = progress_.tokens_seen;
   m.eta_s =
       train_seconds_ / static_cast<double>(steps_timed_) * static_cast<double>(last_step_ - step);
