@@ -6,9 +6,14 @@ key=value pairs in bench_train_step's format. Written for this benchmark, not a 
 correctness reference is tests/reference/llama_reference.py.
 
   llama_eager.py DIM LAYERS HEADS KV_HEADS FFN VOCAB fp32|bf16 [seq] [batch] [steps] [threads]
+                 [cpu|cuda]
   llama_eager.py matmul [threads]     # 2048^3 matmul rates, fp32 and bf16
 threads 0 (default): every core for bf16 (as the issue's baseline: autocast, all cores), torch's
-default for fp32.
+default for fp32. On cuda (scripts/gpu-check's baseline) attention is
+F.scaled_dot_product_attention(is_causal=True), as a user writes it on a GPU (the explicit
+(T, T) scores of the CPU path would not fit at 8K tokens), autocast runs on "cuda", steps are
+timed between synchronizations, and peak memory is torch.cuda.max_memory_allocated (printed as
+peak_mem_mib; with tokens/s and the achieved model TFLOP/s, 6N + 12 L T d per token).
 """
 import math
 import os
@@ -63,6 +68,9 @@ class Attention(nn.Module):
         rep = self.h // self.k
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
+        if q.is_cuda:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(y.transpose(1, 2).reshape(b, t, -1))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d)
         scores = scores.masked_fill(mask[:t, :t], float("-inf"))
         y = F.softmax(scores.float(), dim=-1).type_as(q) @ v
@@ -148,23 +156,24 @@ def main(argv):
     batch = int(argv[8]) if len(argv) > 8 else 8
     steps = int(argv[9]) if len(argv) > 9 else 4
     threads = int(argv[10]) if len(argv) > 10 else 0
+    device = argv[11] if len(argv) > 11 else "cpu"
     if threads > 0:
         torch.set_num_threads(threads)
     elif precision == "bf16":
         torch.set_num_threads(os.cpu_count())
     torch.manual_seed(0)
-    model = Llama(dim, layers, heads, kv_heads, hidden, vocab, seq)
+    model = Llama(dim, layers, heads, kv_heads, hidden, vocab, seq).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-4)
-    tokens = torch.randint(0, vocab, (batch, seq + 1))
+    tokens = torch.randint(0, vocab, (batch, seq + 1)).to(device)
     x, y = tokens[:, :-1], tokens[:, 1:]
     loss = None
 
     def step():
         nonlocal loss
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16"):
             l = model(x, y)
         l.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -172,16 +181,25 @@ def main(argv):
         opt.zero_grad(set_to_none=True)
         loss = l.item()
 
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     step()
     step()
+    sync()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     dt = (time.perf_counter() - t0) / steps
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"impl=eager precision={precision} threads={torch.get_num_threads()} "
-          f"params={n_params / 1e6:.2f}M tokens_per_s={batch * seq / dt:.0f} "
-          f"peak_rss_mib={peak_rss_mib():.0f} loss={loss:.4f}")
+    tokens_per_s = batch * seq / dt
+    # Model FLOPs per token: 6 per non-embedding-lookup parameter, plus causal attention's
+    # 12 * layers * seq * dim / 2 * 2 (forward and backward of QK^T and PV, half masked).
+    flops = 6 * (n_params - vocab * dim) + 6 * layers * seq * dim
+    mem = (f"peak_mem_mib={torch.cuda.max_memory_allocated() / 2**20:.0f}" if device == "cuda"
+           else f"peak_rss_mib={peak_rss_mib():.0f}")
+    print(f"impl=eager device={device} precision={precision} threads={torch.get_num_threads()} "
+          f"params={n_params / 1e6:.2f}M tokens_per_s={tokens_per_s:.0f} "
+          f"tflops={tokens_per_s * flops / 1e12:.1f} {mem} loss={loss:.4f}")
     return 0
 
 

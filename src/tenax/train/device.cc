@@ -176,6 +176,13 @@ std::string DescribeCompute(const DeviceInfo& device, const ThreadChoice& thread
                         cpu.openblas_threads_from_env ? " (OPENBLAS_NUM_THREADS)" : "");
   }
   const bool bf16_cpu = cpu.avx512_bf16 || cpu.amx_bf16;
+  if (!bf16_cpu && device.compute_dtype == at::kBFloat16) {
+    // PyTorch 2.11's bf16 matmul on an AVX2 core: 4 GFLOP/s against fp32's 130 (2 threads,
+    // docs/performance.md), so a bf16 run is some 30x slower than an fp32 one.
+    line +=
+        "; this CPU has no bf16 units (no AVX512-BF16 or AMX): bf16 products are emulated and "
+        "far slower than fp32 (set training.mixed_precision = \"fp32\")";
+  }
   if (bf16_cpu && device.compute_dtype == at::kFloat) {
     line += fmt::format(
         "; this CPU has bf16 {} (training.mixed_precision = \"bf16\" may be faster; "

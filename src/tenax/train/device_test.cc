@@ -78,10 +78,15 @@ TEST(DescribeCompute, SaysThreadsBlasAndTheBf16Hint) {
   const CpuFacts plain = Facts(4, false, 0);
   EXPECT_EQ(DescribeCompute(fp32, ChooseThreads(fp32, 0, plain, 1), plain).find("bf16"),
             std::string::npos);
+  // bf16 on a CPU without bf16 units: said at start, with the setting to change.
+  EXPECT_NE(DescribeCompute(bf16, ChooseThreads(bf16, 0, plain, 1), plain)
+                .find("no bf16 units (no AVX512-BF16 or AMX): bf16 products are emulated and far "
+                      "slower than fp32 (set training.mixed_precision = \"fp32\")"),
+            std::string::npos);
 }
 
-// The facts come from this machine: at least one core, and (the project installs OpenBLAS as
-// libblas.so.3, scripts/setup) OpenBLAS answering with its thread count.
+// The facts come from this machine: at least one core, and OpenBLAS's thread count when a
+// libtorch built on it is loaded (PyTorch's wheel computes with MKL inside: 0 there).
 TEST(ReadCpuFacts, ReadsThisMachine) {
   const CpuFacts f = ReadCpuFacts();
   EXPECT_GE(f.usable_cores, 1);
