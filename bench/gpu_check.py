@@ -300,6 +300,15 @@ def main():
         report["commit"] = None
     only = set(filter(None, args.only.split(",")))
     t_all = time.time()
+    path = os.path.join(args.out, "gpu-check.json")
+
+    def save():  # after every step: a run cut short by the lease still leaves what it measured
+        report["seconds"] = round(time.time() - t_all, 1)
+        report["ok"] = all(r.get("ok") for r in report["steps"].values())
+        with open(path + ".tmp", "w") as f:
+            json.dump(report, f, indent=2)
+        os.replace(path + ".tmp", path)
+
     for name, fn in STEPS:
         if only and name not in only and name != "machine":
             continue
@@ -313,14 +322,9 @@ def main():
         report["steps"][name] = result
         log(f"{name}: {'ok' if result.get('ok') else 'FAILED'} in {result['seconds']} s"
             + (f" ({result.get('error')})" if result.get("error") else ""))
+        save()
         if name == "build" and not result.get("ok"):
             break  # nothing else can run without binaries
-    report["seconds"] = round(time.time() - t_all, 1)
-    report["ok"] = all(r.get("ok") for r in report["steps"].values())
-    path = os.path.join(args.out, "gpu-check.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(path + ".tmp", path)
     tp = report["steps"].get("throughput", {})
     if tp.get("tenax"):
         log(f"throughput: tenax {tp['tenax'].get('tokens_per_s')} tokens/s "

@@ -28,7 +28,11 @@ def main(argv):
     torch.backends.cudnn.allow_tf32 = False
     rows = [[int(t) for t in line.split()] for line in open(tokens_path) if line.strip()]
     tokens = torch.tensor(rows, dtype=torch.long, device=device)
-    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).to(device).eval()
+    import transformers
+    version = tuple(int(x) for x in transformers.__version__.split(".")[:2] if x.isdigit())
+    # `dtype` replaced `torch_dtype` in 4.56; the GPU machines may have an older release.
+    kwargs = {"dtype" if version >= (4, 56) else "torch_dtype": torch.float32}
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, **kwargs).to(device).eval()
     with torch.no_grad():
         got = model(tokens).logits.float().cpu()
     want = load_file(tenax_path)["logits"].float()

@@ -8,8 +8,8 @@
 //    logic is shared with Gloo and tested on CPU ranks: one GPU cannot hold two NCCL ranks), with
 //    CPU tensors staged through the device, and completion learned from the work, not at enqueue;
 //  - FSDP over a one-rank NCCL group (flat units, gathers into the unit buffer, fp32
-//    reduce-scatter) against the same model without FSDP: equal in fp32 parameters, within
-//    bf16's rounding with bf16 parameters;
+//    reduce-scatter) against the same model without FSDP: within a few ulps in fp32 parameters
+//    (atomics in CUDA's backward), within bf16's rounding with bf16 parameters;
 //  - a checkpoint written on the GPU by `tenax train` resumes on the GPU with the state it saved
 //    bit for bit, and loads on the CPU and back unchanged.
 #include <ATen/ATen.h>
@@ -291,18 +291,17 @@ void ExpectFsdpMatches(at::ScalarType param_dtype, double tolerance) {
     ASSERT_TRUE(grad.defined());
     EXPECT_EQ(grad.scalar_type(), at::kFloat) << "gradients are reduced in fp32";
     EXPECT_TRUE(grad.is_cuda());
-    if (tolerance == 0) {
-      EXPECT_TRUE(at::equal(grad.cpu(), want)) << "unit " << fsdp.unit_name(u);
-    } else {
-      EXPECT_LT(RelativeError(grad.cpu().to(at::kDouble), want.to(at::kDouble)), tolerance)
-          << "unit " << fsdp.unit_name(u);
-    }
+    EXPECT_LT(RelativeError(grad.cpu().to(at::kDouble), want.to(at::kDouble)), tolerance)
+        << "unit " << fsdp.unit_name(u);
   }
 }
 
+// fp32: the same operations on the same values. Not bitwise on a GPU: the attention backward
+// and the embedding gradient add with atomics in an order that varies between runs; 1e-5
+// relative is a few ulps of the largest partial sums.
 TEST(Gpu, FsdpOnOneNcclRankEqualsNoFsdpInFp32) {
   TENAX_REQUIRE_GPU();
-  ExpectFsdpMatches(at::kFloat, 0.0);
+  ExpectFsdpMatches(at::kFloat, 1e-5);
 }
 
 // bf16 parameters round every weight once (8 bits): the gradients move by bf16's rounding.
