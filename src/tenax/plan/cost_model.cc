@@ -150,6 +150,345 @@ RingAttentionCost RingAttention(const HardwareProfile& hw, int64_t tp, int64_t c
   return r;
 }
 
+// One micro-batch as one GPU sees it: its tokens and the layer's widths after tensor parallelism,
+// which every term of the layer's time is computed from. Constant after construction.
+struct GpuMicroBatch {
+  GpuMicroBatch(const Workload& workload, const HardwareProfile& profile, const MicroBatchShape& s)
+      : w(workload),
+        hw(profile),
+        shape(s),
+        lw(WidthsFor(workload.model, s.tp, workload.arch)),
+        n(static_cast<double>(s.micro_batch * workload.seq_len / s.cp)),
+        h(static_cast<double>(lw.h)),
+        q(static_cast<double>(lw.q)),
+        kv(static_cast<double>(lw.kv)),
+        f(static_cast<double>(lw.f)),
+        t(static_cast<double>(s.tp)),
+        seq(static_cast<double>(workload.seq_len)),
+        sp(workload.sw.sequence_parallel && s.tp > 1),
+        he(sp ? h / t : h),
+        prec(s.fp8 && profile.peak_fp8 > 0 ? Precision::kFp8 : Precision::kBf16) {}
+
+  const Workload& w;
+  const HardwareProfile& hw;
+  const MicroBatchShape& shape;
+  const LayerWidths lw;
+  const double n;            // tokens on this GPU
+  const double h, q, kv, f;  // lw's widths
+  const double t, seq;       // tp and the sequence length
+  const bool sp;             // sequence parallelism (tp > 1 only)
+  const double he;           // norm / residual / dropout width per token on this GPU
+  const Precision prec;      // of the projections' GEMMs
+};
+
+// The forward parts of a layer's time: what full recomputation redoes, and what gradient
+// reduction cannot hide behind.
+struct LayerForward {
+  double gemm = 0;         // the projections' forward GEMMs
+  double attention = 0;    // the attention core (with ring attention's forward merges)
+  double elementwise = 0;  // the elementwise kernels
+  double tp_exposed = 0;   // tensor-parallel traffic, exposed
+  double tp_hidden = 0;    // ... and overlapped with GEMMs
+  double cp = 0;           // context-parallel traffic, exposed
+};
+
+// The layer's projections on this GPU with their GEMM times, and their sums per block, which
+// the tensor-parallel collectives overlap with.
+struct Projections {
+  std::vector<Proj> proj;  // in execution order
+  // Indices of the projections that start and end the attention and MLP blocks.
+  size_t o_idx = 0, fc1 = 0, fc2 = 0;
+  double cast_bytes = 0;                             // fp8: the dynamic-scaling casts
+  double qkv_fwd = 0, qkv_dgrad = 0, qkv_wgrad = 0;  // the projections before the attention
+  double fc1_fwd = 0, fc1_dgrad = 0, fc1_wgrad = 0;  // the MLP's input projections
+};
+
+// The projections: forward, input-gradient and weight-gradient GEMMs.
+Projections ProjectionGemms(const GpuMicroBatch& g, LayerTime* lt, LayerForward* fwd,
+                            MlpShare* mlp) {
+  const HardwareProfile& hw = g.hw;
+  const double n = g.n, h = g.h, q = g.q, kv = g.kv, f = g.f;
+  const Precision prec = g.prec;
+  Projections ps;
+  // Projections in execution order. GPT-style models (Megatron) fuse Q, K and V into one GEMM.
+  ps.proj = g.w.arch.gated_mlp
+                ? std::vector<Proj>{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
+                : std::vector<Proj>{{q + 2.0 * kv, h}, {h, q}, {f, h}, {h, f}};
+  std::vector<Proj>& proj = ps.proj;
+  for (Proj& p : proj) {
+    p.fwd = GemmTime(hw, n, p.out, p.in, prec);
+    p.dgrad = GemmTime(hw, n, p.in, p.out, prec);
+    p.wgrad = GemmTime(hw, p.in, p.out, n, prec);
+    fwd->gemm += p.fwd;
+    if (prec == Precision::kFp8) {
+      ps.cast_bytes += kFp8CastBytesPerElement * (2.0 * n * p.in + 2.0 * p.in * p.out + n * p.out);
+    }
+  }
+  const size_t qkv0 = 0;
+  ps.o_idx = g.w.arch.gated_mlp ? 3 : 1;
+  ps.fc1 = g.w.arch.gated_mlp ? 4 : 2;
+  ps.fc2 = proj.size() - 1;
+  for (size_t i = qkv0; i < ps.o_idx; ++i) {
+    ps.qkv_fwd += proj[i].fwd;
+    ps.qkv_dgrad += proj[i].dgrad;
+    ps.qkv_wgrad += proj[i].wgrad;
+  }
+  for (size_t i = ps.fc1; i < ps.fc2; ++i) {
+    ps.fc1_fwd += proj[i].fwd;
+    ps.fc1_dgrad += proj[i].dgrad;
+    ps.fc1_wgrad += proj[i].wgrad;
+  }
+
+  for (const Proj& p : proj) lt->matmul += p.fwd + p.dgrad + p.wgrad;
+  for (size_t i = ps.fc1; i <= ps.fc2; ++i) {
+    mlp->matmul += proj[i].fwd + proj[i].dgrad + proj[i].wgrad;
+    mlp->fwd_gemm += proj[i].fwd;
+    if (prec == Precision::kFp8) {
+      mlp->elementwise += StreamTime(
+          hw, kFp8CastBytesPerElement *
+                  (2.0 * n * proj[i].in + 2.0 * proj[i].in * proj[i].out + n * proj[i].out));
+    }
+  }
+  return ps;
+}
+
+// Attention core.
+void AttentionCore(const GpuMicroBatch& g, LayerTime* lt, LayerForward* fwd) {
+  const HardwareProfile& hw = g.hw;
+  const Software& sw = g.w.sw;
+  const double seq = g.seq;
+  if (sw.attention == AttentionKind::kMaterialized) {
+    // Scores materialized for every (query, key) pair, the causal mask applied afterwards.
+    const double batch = static_cast<double>(g.shape.micro_batch) * static_cast<double>(g.lw.heads);
+    const double d = static_cast<double>(g.lw.head_dim);
+    const double scores = batch * seq * seq;
+    const double drop = sw.dropout > 0 ? kDropoutBytes : 0.0;
+    const double unfused = sw.kernels == Kernels::kEager ? kEagerScaleMaskBytes : 0.0;
+    fwd->attention = GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
+                     GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
+                     StreamTime(hw, scores * (kSoftmaxFwdBytes + drop + unfused));
+    const double bwd = 3.0 * GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
+                       GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
+                       StreamTime(hw, scores * (kSoftmaxBwdBytes + drop + unfused));
+    lt->attention = fwd->attention + bwd;
+  } else {
+    // Causal: each local query sees seq / 2 keys on average (context parallelism balances the
+    // causal triangle across ranks); QK^T and PV are 2 FLOPs per multiply-add each.
+    const double fa_fwd = 2.0 * 2.0 * g.n * (seq / 2.0) * g.q;
+    lt->attention = FlashAttentionTime(hw, sw.attention, seq / static_cast<double>(g.shape.cp),
+                                       kFlashFwdBwdFactor * fa_fwd);
+    fwd->attention = lt->attention / kFlashFwdBwdFactor;
+  }
+}
+
+// Norms, rotary, activation, residuals, dropout: memory-bound kernels at HBM speed, plus the fp8
+// casts of the projections.
+void Elementwise(const GpuMicroBatch& g, const Projections& ps, LayerTime* lt, LayerForward* fwd,
+                 MlpShare* mlp) {
+  const HardwareProfile& hw = g.hw;
+  const Architecture& a = g.w.arch;
+  const Software& sw = g.w.sw;
+  const double n = g.n, he = g.he, q = g.q, kv = g.kv, f = g.f;
+  const ElementwiseBytes eb = sw.kernels == Kernels::kEager ? EagerBytes(a) : FusedBytes(a, sw);
+  fwd->elementwise = StreamTime(hw, n * (eb.norms * he + eb.q * q + eb.kv * kv + eb.f * f +
+                                         (sw.dropout > 0 ? 2.0 * eb.dropout * he : 0.0)));
+  lt->elementwise =
+      fwd->elementwise * (1.0 + kBackwardElementwiseFactor) + StreamTime(hw, ps.cast_bytes);
+  mlp->ew_fwd = StreamTime(hw, n * eb.f * f);
+  mlp->elementwise += mlp->ew_fwd * (1.0 + kBackwardElementwiseFactor);
+}
+
+// Tensor parallelism. With sequence parallelism: all-gather before attention and MLP,
+// reduce-scatter after, mirrored in backward; without: an all-reduce after each block forward
+// and after each column-parallel input gradient backward. Each moves the n x h bf16 activation.
+// What the run's overlap option hides behind the neighbouring GEMM goes to tp_hidden.
+void TensorParallelComm(const GpuMicroBatch& g, const Projections& ps, LayerTime* lt,
+                        LayerForward* fwd, MlpShare* mlp) {
+  const HardwareProfile& hw = g.hw;
+  const int64_t tp = g.shape.tp;
+  const std::vector<Proj>& proj = ps.proj;
+  std::vector<TpCollective> tpc;
+  if (tp > 1) {
+    const double bytes = g.n * g.h * 2.0;
+    const double ag = CollectiveTime(hw, Collective::kAllGather, 1, tp, bytes);
+    const double rs = CollectiveTime(hw, Collective::kReduceScatter, 1, tp, bytes);
+    const double ar = CollectiveTime(hw, Collective::kAllReduce, 1, tp, bytes);
+    const double o_fwd = proj[ps.o_idx].fwd, fc2_fwd = proj[ps.fc2].fwd;
+    // Built whole and moved in (copy-assigning a list trips GCC 12's -Wnonnull).
+    tpc = g.sp ? std::vector<TpCollective>{{ag, ps.qkv_fwd, 0, true, false},
+                                           {rs, o_fwd, 0, true, false},
+                                           {ag, ps.fc1_fwd, 0, true, true},
+                                           {rs, fc2_fwd, 0, true, true},
+                                           {ag, proj[ps.fc2].dgrad, 0, false, true},
+                                           {rs, ps.fc1_dgrad, ps.fc1_wgrad, false, true},
+                                           {ag, proj[ps.o_idx].dgrad, 0, false, false},
+                                           {rs, ps.qkv_dgrad, ps.qkv_wgrad, false, false}}
+               : std::vector<TpCollective>{{ar, o_fwd, 0, true, false},
+                                           {ar, fc2_fwd, 0, true, true},
+                                           {ar, ps.fc1_dgrad, ps.fc1_wgrad, false, true},
+                                           {ar, ps.qkv_dgrad, ps.qkv_wgrad, false, false}};
+  }
+  const TpOverlap overlap = g.w.sw.tp_overlap;
+  for (const TpCollective& x : tpc) {
+    double exposed = x.time;
+    if (overlap == TpOverlap::kFull || (overlap == TpOverlap::kAsyncTp && x.wgrad_pair == 0)) {
+      exposed = std::max(0.0, x.time - x.pair);
+    } else if (overlap == TpOverlap::kBackward && x.wgrad_pair > 0) {
+      exposed = std::max(0.0, x.time - x.wgrad_pair);
+    }
+    lt->tp_comm += exposed;
+    lt->tp_hidden += x.time - exposed;
+    if (x.forward) {
+      fwd->tp_exposed += exposed;
+      fwd->tp_hidden += x.time - exposed;
+    }
+    if (x.mlp) {
+      mlp->tp_exposed += exposed;
+      mlp->tp_hidden += x.time - exposed;
+      if (x.forward) {
+        mlp->tp_fwd_exposed += exposed;
+        mlp->tp_fwd_hidden += x.time - exposed;
+      }
+    }
+  }
+}
+
+// Context parallelism: exposed communication forward (`fwd->cp`, redone by full recompute) and
+// backward. Ring attention also adds its merges to the attention core, so this follows it.
+void ContextParallelComm(const GpuMicroBatch& g, LayerTime* lt, LayerForward* fwd) {
+  const HardwareProfile& hw = g.hw;
+  const int64_t tp = g.shape.tp, cp = g.shape.cp;
+  double cp_bwd = 0;
+  if (cp > 1 && g.w.sw.cp_attention == CpAttention::kAllGather) {
+    // Llama 3's: gather K and V forward, reduce-scatter their gradients backward.
+    fwd->cp = CollectiveTime(hw, Collective::kAllGather, tp, cp,
+                             static_cast<double>(cp) * g.n * 2.0 * g.kv * 2.0);
+    cp_bwd = fwd->cp;
+  } else if (cp > 1) {  // ring (flash attention: LayoutProblem refuses CP with materialized scores)
+    const RingAttentionCost ring =
+        RingAttention(hw, tp, cp, g.n, g.q, fwd->attention, lt->attention - fwd->attention);
+    lt->attention += ring.fwd_elementwise + ring.bwd_elementwise;
+    fwd->attention += ring.fwd_elementwise;
+    fwd->cp = ring.fwd_exposed;
+    cp_bwd = ring.bwd_exposed;
+  }
+  lt->cp_comm = fwd->cp + cp_bwd;
+}
+
+// The forward work the recompute policy repeats in backward (docs/planner.md): needs every
+// forward part, so it follows them.
+void RecomputeCost(const GpuMicroBatch& g, const Projections& ps, const LayerForward& fwd,
+                   LayerTime* lt, MlpShare* mlp) {
+  const Recompute r = g.shape.recompute;
+  // the forward recomputed by full recompute
+  const double full = fwd.gemm + fwd.attention + fwd.elementwise;
+  switch (r) {
+    case Recompute::kNone:
+      break;
+    case Recompute::kSelective:
+      lt->recompute = fwd.attention;
+      break;
+    case Recompute::kOp: {
+      for (size_t i = 1; i < ps.proj.size(); i += 2) {
+        lt->recompute += ps.proj[i].fwd;
+        if (i >= ps.fc1) mlp->op_recompute += ps.proj[i].fwd;
+      }
+      lt->recompute += fwd.elementwise;
+      mlp->op_recompute += mlp->ew_fwd;
+      break;
+    }
+    case Recompute::kAlternate:
+    case Recompute::kFull: {
+      const double share = r == Recompute::kFull ? 1.0 : 0.5;
+      lt->recompute = share * full;
+      lt->tp_comm += share * fwd.tp_exposed;
+      lt->tp_hidden += share * fwd.tp_hidden;
+      lt->cp_comm += share * fwd.cp;
+      break;
+    }
+  }
+}
+
+// An MoE layer: the dense layer with its MLP (GEMMs, activation, the tensor-parallel
+// collectives around it) replaced by the MoE half; the model's layer is the mean of both.
+// Takes the finished dense layer, so it comes last of the layer's terms.
+void MixInMoeLayers(const GpuMicroBatch& g, const MlpShare& mlp, MicroBatchCost* c) {
+  const Workload& w = g.w;
+  const MicroBatchShape& s = g.shape;
+  const Recompute r = s.recompute;
+  LayerTime& lt = c->layer;
+  const MoeFeedForwardTime moe =
+      EstimateMoeFeedForward(w, g.hw, s.tp, s.cp, s.micro_batch, s.ep, s.fp8);
+  LayerTime m = lt;
+  m.matmul += moe.matmul - mlp.matmul;
+  m.elementwise += moe.elementwise - mlp.elementwise;
+  m.tp_comm -= mlp.tp_exposed;
+  m.tp_hidden -= mlp.tp_hidden;
+  m.ep_comm = moe.all_to_all;
+  const double mlp_fwd = mlp.fwd_gemm + mlp.ew_fwd + mlp.tp_fwd_exposed;
+  switch (r) {
+    case Recompute::kNone:
+    case Recompute::kSelective:
+      break;
+    case Recompute::kOp:  // about half of the MoE half's forward (every second GEMM)
+      m.recompute += 0.5 * moe.forward - mlp.op_recompute;
+      break;
+    case Recompute::kAlternate:
+    case Recompute::kFull: {
+      const double share = r == Recompute::kFull ? 1.0 : 0.5;
+      m.recompute += share * (moe.forward - mlp.fwd_gemm - mlp.ew_fwd);
+      m.tp_comm -= share * mlp.tp_fwd_exposed;
+      m.tp_hidden -= share * mlp.tp_fwd_hidden;
+      break;
+    }
+  }
+  m.forward += moe.forward - mlp_fwd;
+  const double f_moe = MoeFraction(w), f_dense = 1.0 - f_moe;
+  auto mix = [&](double LayerTime::*field) { lt.*field = f_dense * lt.*field + f_moe * m.*field; };
+  for (double LayerTime::*field :
+       {&LayerTime::matmul, &LayerTime::attention, &LayerTime::elementwise, &LayerTime::recompute,
+        &LayerTime::tp_comm, &LayerTime::cp_comm, &LayerTime::ep_comm, &LayerTime::tp_hidden,
+        &LayerTime::forward}) {
+    mix(field);
+  }
+  c->layer_params = LayerParamsOnGpu(w, s.tp, s.ep, &c->expert_params);
+  c->a2a_bytes_sent = f_moe * moe.bytes_sent;
+}
+
+// Output projection (bf16; torchtitan keeps it out of fp8) and a vocabulary-parallel loss.
+double OutputAndLoss(const GpuMicroBatch& g) {
+  const HardwareProfile& hw = g.hw;
+  const int64_t tp = g.shape.tp;
+  const double n = g.n, h = g.h;
+  const double v = static_cast<double>(g.w.model.vocab_size) / g.t;
+  double output =
+      GemmTime(hw, n, v, h, Precision::kBf16) + GemmTime(hw, n, h, v, Precision::kBf16) +
+      GemmTime(hw, h, v, n, Precision::kBf16) + StreamTime(hw, n * v * kLossBytesPerLogit);
+  if (tp > 1) {
+    const double gathered = n * h * 2.0;  // the final norm's output, gathered (sequence parallel)
+    output += g.sp ? CollectiveTime(hw, Collective::kAllGather, 1, tp, gathered) +
+                         CollectiveTime(hw, Collective::kReduceScatter, 1, tp, gathered)
+                   : 0.0;
+    // Vocabulary-parallel cross-entropy: max, sum of exponentials, target logit (fp32 per token).
+    output += 3.0 * CollectiveTime(hw, Collective::kAllReduce, 1, tp, n * 4.0);
+  }
+  return output;
+}
+
+// The embedding lookup and its backward scatter (and a learned position table's).
+double Embedding(const GpuMicroBatch& g) {
+  const HardwareProfile& hw = g.hw;
+  const int64_t tp = g.shape.tp;
+  const double n = g.n, h = g.h;
+  const double tables = g.w.arch.learned_positions ? 2.0 : 1.0;
+  double embedding = StreamTime(hw, tables * n * h * kEmbeddingBytesPerElement);
+  if (tp > 1) {  // vocabulary-parallel embedding: sum the partial lookups
+    embedding += g.sp ? CollectiveTime(hw, Collective::kReduceScatter, 1, tp, n * h * 2.0)
+                      : CollectiveTime(hw, Collective::kAllReduce, 1, tp, n * h * 2.0);
+  }
+  return embedding;
+}
+
 }  // namespace
 
 int64_t StageSplit::max_layers() const { return std::max({first, middle, last}); }
@@ -216,252 +555,39 @@ double RecomputeFlopsPerToken(const Workload& w, Recompute r) {
   return 0;
 }
 
-MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, int64_t tp,
-                                  int64_t cp, int64_t micro_batch, Recompute r, bool fp8,
-                                  int64_t ep) {
-  const ModelSpec& model = w.model;
-  const Architecture& a = w.arch;
-  const Software& sw = w.sw;
-  const LayerWidths lw = WidthsFor(model, tp, a);
-  const double n = static_cast<double>(micro_batch * w.seq_len / cp);  // tokens on this GPU
-  const double h = static_cast<double>(lw.h), q = static_cast<double>(lw.q);
-  const double kv = static_cast<double>(lw.kv), f = static_cast<double>(lw.f);
-  const double t = static_cast<double>(tp), seq = static_cast<double>(w.seq_len);
-  const bool sp = sw.sequence_parallel && tp > 1;
-  const double he = sp ? h / t : h;  // norm / residual / dropout width per token on this GPU
-  const Precision prec = fp8 && hw.peak_fp8 > 0 ? Precision::kFp8 : Precision::kBf16;
+MicroBatchShape MicroBatchShapeOf(const Layout& l) {
+  MicroBatchShape s;
+  s.tp = l.tp;
+  s.cp = l.cp;
+  s.micro_batch = l.micro_batch;
+  s.recompute = l.recompute;
+  s.fp8 = l.fp8;
+  s.ep = l.ep;
+  return s;
+}
 
-  // Projections in execution order. GPT-style models (Megatron) fuse Q, K and V into one GEMM.
-  std::vector<Proj> proj =
-      a.gated_mlp ? std::vector<Proj>{{q, h}, {kv, h}, {kv, h}, {h, q}, {f, h}, {f, h}, {h, f}}
-                  : std::vector<Proj>{{q + 2.0 * kv, h}, {h, q}, {f, h}, {h, f}};
-  double fwd_gemm = 0, cast_bytes = 0;
-  for (Proj& p : proj) {
-    p.fwd = GemmTime(hw, n, p.out, p.in, prec);
-    p.dgrad = GemmTime(hw, n, p.in, p.out, prec);
-    p.wgrad = GemmTime(hw, p.in, p.out, n, prec);
-    fwd_gemm += p.fwd;
-    if (prec == Precision::kFp8) {
-      cast_bytes += kFp8CastBytesPerElement * (2.0 * n * p.in + 2.0 * p.in * p.out + n * p.out);
-    }
-  }
-  // Indices of the projections that start and end the attention and MLP blocks.
-  const size_t qkv0 = 0, o_idx = a.gated_mlp ? 3 : 1, fc1 = a.gated_mlp ? 4 : 2;
-  const size_t fc2 = proj.size() - 1;
-  double qkv_fwd = 0, qkv_dgrad = 0, qkv_wgrad = 0;
-  for (size_t i = qkv0; i < o_idx; ++i) {
-    qkv_fwd += proj[i].fwd;
-    qkv_dgrad += proj[i].dgrad;
-    qkv_wgrad += proj[i].wgrad;
-  }
-  double fc1_fwd = 0, fc1_dgrad = 0, fc1_wgrad = 0;
-  for (size_t i = fc1; i < fc2; ++i) {
-    fc1_fwd += proj[i].fwd;
-    fc1_dgrad += proj[i].dgrad;
-    fc1_wgrad += proj[i].wgrad;
-  }
-
+MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw,
+                                  const MicroBatchShape& shape) {
+  const GpuMicroBatch g(w, hw, shape);
   MicroBatchCost c;
   LayerTime& lt = c.layer;
-  for (const Proj& p : proj) lt.matmul += p.fwd + p.dgrad + p.wgrad;
-  MlpShare mlp;
-  for (size_t i = fc1; i <= fc2; ++i) {
-    mlp.matmul += proj[i].fwd + proj[i].dgrad + proj[i].wgrad;
-    mlp.fwd_gemm += proj[i].fwd;
-    if (prec == Precision::kFp8) {
-      mlp.elementwise += StreamTime(
-          hw, kFp8CastBytesPerElement *
-                  (2.0 * n * proj[i].in + 2.0 * proj[i].in * proj[i].out + n * proj[i].out));
-    }
-  }
-
-  // Attention core.
-  double attn_fwd = 0;
-  if (sw.attention == AttentionKind::kMaterialized) {
-    // Scores materialized for every (query, key) pair, the causal mask applied afterwards.
-    const double batch = static_cast<double>(micro_batch) * static_cast<double>(lw.heads);
-    const double d = static_cast<double>(lw.head_dim);
-    const double scores = batch * seq * seq;
-    const double drop = sw.dropout > 0 ? kDropoutBytes : 0.0;
-    const double unfused = sw.kernels == Kernels::kEager ? kEagerScaleMaskBytes : 0.0;
-    attn_fwd = GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
-               GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
-               StreamTime(hw, scores * (kSoftmaxFwdBytes + drop + unfused));
-    const double bwd = 3.0 * GemmTime(hw, seq, d, seq, Precision::kBf16, batch) +
-                       GemmTime(hw, seq, seq, d, Precision::kBf16, batch) +
-                       StreamTime(hw, scores * (kSoftmaxBwdBytes + drop + unfused));
-    lt.attention = attn_fwd + bwd;
-  } else {
-    // Causal: each local query sees seq / 2 keys on average (context parallelism balances the
-    // causal triangle across ranks); QK^T and PV are 2 FLOPs per multiply-add each.
-    const double fa_fwd = 2.0 * 2.0 * n * (seq / 2.0) * q;
-    lt.attention = FlashAttentionTime(hw, sw.attention, seq / static_cast<double>(cp),
-                                      kFlashFwdBwdFactor * fa_fwd);
-    attn_fwd = lt.attention / kFlashFwdBwdFactor;
-  }
-
-  const ElementwiseBytes eb = sw.kernels == Kernels::kEager ? EagerBytes(a) : FusedBytes(a, sw);
-  const double ew_fwd = StreamTime(hw, n * (eb.norms * he + eb.q * q + eb.kv * kv + eb.f * f +
-                                            (sw.dropout > 0 ? 2.0 * eb.dropout * he : 0.0)));
-  lt.elementwise = ew_fwd * (1.0 + kBackwardElementwiseFactor) + StreamTime(hw, cast_bytes);
-  mlp.ew_fwd = StreamTime(hw, n * eb.f * f);
-  mlp.elementwise += mlp.ew_fwd * (1.0 + kBackwardElementwiseFactor);
-
-  // Tensor parallelism. With sequence parallelism: all-gather before attention and MLP,
-  // reduce-scatter after, mirrored in backward; without: an all-reduce after each block forward
-  // and after each column-parallel input gradient backward. Each moves the n x h bf16 activation.
-  std::vector<TpCollective> tpc;
-  if (tp > 1) {
-    const double bytes = n * h * 2.0;
-    const double ag = CollectiveTime(hw, Collective::kAllGather, 1, tp, bytes);
-    const double rs = CollectiveTime(hw, Collective::kReduceScatter, 1, tp, bytes);
-    const double ar = CollectiveTime(hw, Collective::kAllReduce, 1, tp, bytes);
-    const double o_fwd = proj[o_idx].fwd, fc2_fwd = proj[fc2].fwd;
-    // Built whole and moved in (copy-assigning a list trips GCC 12's -Wnonnull).
-    tpc = sp ? std::vector<TpCollective>{{ag, qkv_fwd, 0, true, false},
-                                         {rs, o_fwd, 0, true, false},
-                                         {ag, fc1_fwd, 0, true, true},
-                                         {rs, fc2_fwd, 0, true, true},
-                                         {ag, proj[fc2].dgrad, 0, false, true},
-                                         {rs, fc1_dgrad, fc1_wgrad, false, true},
-                                         {ag, proj[o_idx].dgrad, 0, false, false},
-                                         {rs, qkv_dgrad, qkv_wgrad, false, false}}
-             : std::vector<TpCollective>{{ar, o_fwd, 0, true, false},
-                                         {ar, fc2_fwd, 0, true, true},
-                                         {ar, fc1_dgrad, fc1_wgrad, false, true},
-                                         {ar, qkv_dgrad, qkv_wgrad, false, false}};
-  }
-  double tp_fwd_exposed = 0, tp_fwd_hidden = 0;
-  for (const TpCollective& x : tpc) {
-    double exposed = x.time;
-    if (sw.tp_overlap == TpOverlap::kFull ||
-        (sw.tp_overlap == TpOverlap::kAsyncTp && x.wgrad_pair == 0)) {
-      exposed = std::max(0.0, x.time - x.pair);
-    } else if (sw.tp_overlap == TpOverlap::kBackward && x.wgrad_pair > 0) {
-      exposed = std::max(0.0, x.time - x.wgrad_pair);
-    }
-    lt.tp_comm += exposed;
-    lt.tp_hidden += x.time - exposed;
-    if (x.forward) {
-      tp_fwd_exposed += exposed;
-      tp_fwd_hidden += x.time - exposed;
-    }
-    if (x.mlp) {
-      mlp.tp_exposed += exposed;
-      mlp.tp_hidden += x.time - exposed;
-      if (x.forward) {
-        mlp.tp_fwd_exposed += exposed;
-        mlp.tp_fwd_hidden += x.time - exposed;
-      }
-    }
-  }
-  // Context parallelism: exposed communication forward (`cp_fwd`, redone by full recompute) and
-  // backward.
-  double cp_fwd = 0, cp_bwd = 0;
-  if (cp > 1 && sw.cp_attention == CpAttention::kAllGather) {
-    // Llama 3's: gather K and V forward, reduce-scatter their gradients backward.
-    cp_fwd = CollectiveTime(hw, Collective::kAllGather, tp, cp,
-                            static_cast<double>(cp) * n * 2.0 * kv * 2.0);
-    cp_bwd = cp_fwd;
-  } else if (cp > 1) {  // ring (flash attention: LayoutProblem refuses CP with materialized scores)
-    const RingAttentionCost ring =
-        RingAttention(hw, tp, cp, n, q, attn_fwd, lt.attention - attn_fwd);
-    lt.attention += ring.fwd_elementwise + ring.bwd_elementwise;
-    attn_fwd += ring.fwd_elementwise;
-    cp_fwd = ring.fwd_exposed;
-    cp_bwd = ring.bwd_exposed;
-  }
-  lt.cp_comm = cp_fwd + cp_bwd;
-
-  double full = fwd_gemm + attn_fwd + ew_fwd;  // the forward recomputed by full recompute
-  switch (r) {
-    case Recompute::kNone:
-      break;
-    case Recompute::kSelective:
-      lt.recompute = attn_fwd;
-      break;
-    case Recompute::kOp: {
-      for (size_t i = 1; i < proj.size(); i += 2) {
-        lt.recompute += proj[i].fwd;
-        if (i >= fc1) mlp.op_recompute += proj[i].fwd;
-      }
-      lt.recompute += ew_fwd;
-      mlp.op_recompute += mlp.ew_fwd;
-      break;
-    }
-    case Recompute::kAlternate:
-    case Recompute::kFull: {
-      const double share = r == Recompute::kFull ? 1.0 : 0.5;
-      lt.recompute = share * full;
-      lt.tp_comm += share * tp_fwd_exposed;
-      lt.tp_hidden += share * tp_fwd_hidden;
-      lt.cp_comm += share * cp_fwd;
-      break;
-    }
-  }
-  lt.forward = fwd_gemm + attn_fwd + ew_fwd + tp_fwd_exposed + cp_fwd;
-  c.layer_params = lw.params;
-  if (IsMoe(w)) {
-    // An MoE layer: the dense layer with its MLP (GEMMs, activation, the tensor-parallel
-    // collectives around it) replaced by the MoE half; the model's layer is the mean of both.
-    const MoeFeedForwardTime moe = EstimateMoeFeedForward(w, hw, tp, cp, micro_batch, ep, fp8);
-    LayerTime m = lt;
-    m.matmul += moe.matmul - mlp.matmul;
-    m.elementwise += moe.elementwise - mlp.elementwise;
-    m.tp_comm -= mlp.tp_exposed;
-    m.tp_hidden -= mlp.tp_hidden;
-    m.ep_comm = moe.all_to_all;
-    const double mlp_fwd = mlp.fwd_gemm + mlp.ew_fwd + mlp.tp_fwd_exposed;
-    switch (r) {
-      case Recompute::kNone:
-      case Recompute::kSelective:
-        break;
-      case Recompute::kOp:  // about half of the MoE half's forward (every second GEMM)
-        m.recompute += 0.5 * moe.forward - mlp.op_recompute;
-        break;
-      case Recompute::kAlternate:
-      case Recompute::kFull: {
-        const double share = r == Recompute::kFull ? 1.0 : 0.5;
-        m.recompute += share * (moe.forward - mlp.fwd_gemm - mlp.ew_fwd);
-        m.tp_comm -= share * mlp.tp_fwd_exposed;
-        m.tp_hidden -= share * mlp.tp_fwd_hidden;
-        break;
-      }
-    }
-    m.forward += moe.forward - mlp_fwd;
-    const double f_moe = MoeFraction(w), f_dense = 1.0 - f_moe;
-    auto mix = [&](double LayerTime::*field) {
-      lt.*field = f_dense * lt.*field + f_moe * m.*field;
-    };
-    for (double LayerTime::*field :
-         {&LayerTime::matmul, &LayerTime::attention, &LayerTime::elementwise, &LayerTime::recompute,
-          &LayerTime::tp_comm, &LayerTime::cp_comm, &LayerTime::ep_comm, &LayerTime::tp_hidden,
-          &LayerTime::forward}) {
-      mix(field);
-    }
-    c.layer_params = LayerParamsOnGpu(w, tp, ep, &c.expert_params);
-    c.a2a_bytes_sent = f_moe * moe.bytes_sent;
-  }
-
-  // Output projection (bf16; torchtitan keeps it out of fp8) and a vocabulary-parallel loss.
-  const double v = static_cast<double>(model.vocab_size) / t;
-  c.output = GemmTime(hw, n, v, h, Precision::kBf16) + GemmTime(hw, n, h, v, Precision::kBf16) +
-             GemmTime(hw, h, v, n, Precision::kBf16) + StreamTime(hw, n * v * kLossBytesPerLogit);
-  if (tp > 1) {
-    const double gathered = n * h * 2.0;  // the final norm's output, gathered (sequence parallel)
-    c.output += sp ? CollectiveTime(hw, Collective::kAllGather, 1, tp, gathered) +
-                         CollectiveTime(hw, Collective::kReduceScatter, 1, tp, gathered)
-                   : 0.0;
-    // Vocabulary-parallel cross-entropy: max, sum of exponentials, target logit (fp32 per token).
-    c.output += 3.0 * CollectiveTime(hw, Collective::kAllReduce, 1, tp, n * 4.0);
-  }
-  c.recompute_flops_per_token = RecomputeFlopsPerToken(w, r);
-  const double tables = a.learned_positions ? 2.0 : 1.0;
-  c.embedding = StreamTime(hw, tables * n * h * kEmbeddingBytesPerElement);
-  if (tp > 1) {  // vocabulary-parallel embedding: sum the partial lookups
-    c.embedding += sp ? CollectiveTime(hw, Collective::kReduceScatter, 1, tp, n * h * 2.0)
-                      : CollectiveTime(hw, Collective::kAllReduce, 1, tp, n * h * 2.0);
-  }
+  LayerForward fwd;  // the forward parts, for recomputation and LayerTime::forward
+  MlpShare mlp;      // the MLP's part, which an MoE layer replaces
+  // One dense layer: compute, then the communication around it (ring attention adds to the
+  // attention core), then what recomputation repeats of all that forward.
+  const Projections ps = ProjectionGemms(g, &lt, &fwd, &mlp);
+  AttentionCore(g, &lt, &fwd);
+  Elementwise(g, ps, &lt, &fwd, &mlp);
+  TensorParallelComm(g, ps, &lt, &fwd, &mlp);
+  ContextParallelComm(g, &lt, &fwd);
+  RecomputeCost(g, ps, fwd, &lt, &mlp);
+  lt.forward = fwd.gemm + fwd.attention + fwd.elementwise + fwd.tp_exposed + fwd.cp;
+  c.layer_params = g.lw.params;
+  if (IsMoe(w)) MixInMoeLayers(g, mlp, &c);
+  // Once per micro-batch on the last and the first pipeline rank.
+  c.output = OutputAndLoss(g);
+  c.recompute_flops_per_token = RecomputeFlopsPerToken(w, shape.recompute);
+  c.embedding = Embedding(g);
   return c;
 }
 
@@ -614,8 +740,7 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
 }
 
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l) {
-  return EstimateStepTime(
-      w, hw, l, EstimateMicroBatch(w, hw, l.tp, l.cp, l.micro_batch, l.recompute, l.fp8, l.ep));
+  return EstimateStepTime(w, hw, l, EstimateMicroBatch(w, hw, MicroBatchShapeOf(l)));
 }
 
 }  // namespace tenax::plan

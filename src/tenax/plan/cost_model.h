@@ -34,9 +34,21 @@ struct LayerTime {
   }
 };
 
-// Per-micro-batch costs that depend only on (tp, cp, micro_batch, recompute, fp8, and for MoE
-// models ep): the search computes them once and reuses them across pipeline and data-parallel
-// choices. A model with MoE layers gets the mean layer (plan/moe_model.h).
+// What of a layout the per-micro-batch costs depend on (with the workload and the hardware): the
+// search computes them once per shape and reuses them across pipeline and data-parallel choices.
+struct MicroBatchShape {
+  int64_t tp = 1;                          // tensor-parallel degree
+  int64_t cp = 1;                          // context-parallel degree: seq_len / cp tokens per GPU
+  int64_t micro_batch = 1;                 // sequences per micro-batch
+  Recompute recompute = Recompute::kNone;  // what backward recomputes
+  bool fp8 = false;                        // block matmuls in fp8 (where the hardware has it)
+  int64_t ep = 1;                          // expert-parallel degree (MoE models; else 1)
+};
+// The shape of `l`'s micro-batches.
+MicroBatchShape MicroBatchShapeOf(const Layout& l);
+
+// Per-micro-batch costs of one MicroBatchShape. A model with MoE layers gets the mean layer
+// (plan/moe_model.h).
 struct MicroBatchCost {
   LayerTime layer;
   double output = 0;          // output projection + loss (+ its tensor-parallel traffic)
@@ -46,9 +58,8 @@ struct MicroBatchCost {
   double a2a_bytes_sent = 0;  // MoE: bytes one all-to-all sends off this GPU, per layer (mean)
   double recompute_flops_per_token = 0;  // RecomputeFlopsPerToken for this policy
 };
-MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw, int64_t tp,
-                                  int64_t cp, int64_t micro_batch, Recompute r, bool fp8,
-                                  int64_t ep = 1);
+MicroBatchCost EstimateMicroBatch(const Workload& w, const HardwareProfile& hw,
+                                  const MicroBatchShape& shape);
 
 // Layers on each kind of pipeline rank after resolving Layout::first_layers / last_layers.
 struct StageSplit {

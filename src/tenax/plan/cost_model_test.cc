@@ -13,6 +13,31 @@ namespace {
 HardwareProfile H100() { return *LoadHardwareProfile("h100-sxm", testing::HardwareDirs()); }
 HardwareProfile A100() { return *LoadHardwareProfile("a100-80g", testing::HardwareDirs()); }
 
+// A MicroBatchShape with the fields a test sets named at the call (C++17 has no designated
+// initializers): Shape().WithTp(8).WithRecompute(Recompute::kFull).
+struct Shape : MicroBatchShape {
+  Shape& WithTp(int64_t v) {
+    tp = v;
+    return *this;
+  }
+  Shape& WithCp(int64_t v) {
+    cp = v;
+    return *this;
+  }
+  Shape& WithMicroBatch(int64_t v) {
+    micro_batch = v;
+    return *this;
+  }
+  Shape& WithRecompute(Recompute v) {
+    recompute = v;
+    return *this;
+  }
+  Shape& WithFp8(bool v) {
+    fp8 = v;
+    return *this;
+  }
+};
+
 Workload Load(const std::string& preset, int64_t seq, int64_t seqs, Kernels k = Kernels::kEager) {
   int64_t ignored = 0;
   return *MakeWorkload(*LoadPlanModel(preset, &ignored), seq, seqs * seq, k);
@@ -40,7 +65,7 @@ Workload Gpt3(int64_t seqs) {
 TEST(CostModel, FlashAttentionByHand) {
   const HardwareProfile hw = H100();
   const Workload w = Load("llama3-8b", 8192, 8);
-  const MicroBatchCost c = EstimateMicroBatch(w, hw, 1, 1, 1, Recompute::kNone, false);
+  const MicroBatchCost c = EstimateMicroBatch(w, hw, Shape());
   // FlashAttention's convention: causal forward 4 s^2 d H / 2, backward 2.5 x that, at the
   // measured FlashAttention-2 throughput for 8K sequences (274.9 TFLOP/s) at the sustained clock.
   const double flops = 3.5 * 2.0 * 8192.0 * 8192 * 128 * 32;
@@ -63,8 +88,8 @@ TEST(CostModel, RingAttentionByHand) {
   ring.cp_attention = CpAttention::kRing;
   const Workload wr = *MakeWorkload(m, Architecture{}, ring, 65536, 65536);
   const Workload wa = *MakeWorkload(m, Architecture{}, Software{}, 65536, 65536);
-  const MicroBatchCost r = EstimateMicroBatch(wr, hw, 1, 2, 1, Recompute::kNone, false);
-  const MicroBatchCost a = EstimateMicroBatch(wa, hw, 1, 2, 1, Recompute::kNone, false);
+  const MicroBatchCost r = EstimateMicroBatch(wr, hw, Shape().WithCp(2));
+  const MicroBatchCost a = EstimateMicroBatch(wa, hw, Shape().WithCp(2));
   const double e = 32768.0 * 4096.0;
   const double bandwidth = hw.hbm_bandwidth * hw.eff.memory_bound;
   EXPECT_NEAR(r.layer.attention - a.layer.attention,
@@ -89,7 +114,7 @@ TEST(CostModel, ComplexRotaryStaysUnfusedUnderCompile) {
     sw.kernels = k;
     sw.complex_rotary = complex_rotary;
     const Workload w = *MakeWorkload(m, Architecture{}, sw, 8192, 8 * 8192);
-    return EstimateMicroBatch(w, hw, 1, 1, 2, Recompute::kNone, false).layer;
+    return EstimateMicroBatch(w, hw, Shape().WithMicroBatch(2)).layer;
   };
   const double n = 16384, bandwidth = hw.hbm_bandwidth * hw.eff.memory_bound;
   EXPECT_NEAR(layer(Kernels::kFused, true).elementwise - layer(Kernels::kFused, false).elementwise,
@@ -101,7 +126,7 @@ TEST(CostModel, ComplexRotaryStaysUnfusedUnderCompile) {
 TEST(CostModel, ProjectionsAreThreeGemmsEach) {
   const HardwareProfile hw = H100();
   const Workload w = Load("llama3-8b", 8192, 8);
-  const MicroBatchCost c = EstimateMicroBatch(w, hw, 1, 1, 2, Recompute::kNone, false);
+  const MicroBatchCost c = EstimateMicroBatch(w, hw, Shape().WithMicroBatch(2));
   const double n = 16384;
   double expected = 0;
   // wq, wk, wv, wo, w1, w3, w2: forward (n x in x out), input gradient, weight gradient.
@@ -119,7 +144,7 @@ TEST(CostModel, ProjectionsAreThreeGemmsEach) {
   EXPECT_NEAR(c.layer.matmul, expected, 1e-12);
   // GPT layers: a fused QKV projection and a two-matrix GELU MLP.
   const Workload g = Gpt3(16);
-  const LayerTime gl = EstimateMicroBatch(g, A100(), 8, 1, 1, Recompute::kNone, false).layer;
+  const LayerTime gl = EstimateMicroBatch(g, A100(), Shape().WithTp(8)).layer;
   double gpt = 0;
   for (auto [out, in] :
        {std::pair{3.0 * 1536, 12288.0}, {12288.0, 1536.0}, {6144.0, 12288.0}, {12288.0, 6144.0}}) {
@@ -133,7 +158,7 @@ TEST(CostModel, ProjectionsAreThreeGemmsEach) {
 TEST(CostModel, MaterializedAttentionByHand) {
   const HardwareProfile hw = A100();
   const Workload w = Gpt3(16);
-  const LayerTime t = EstimateMicroBatch(w, hw, 8, 1, 1, Recompute::kNone, false).layer;
+  const LayerTime t = EstimateMicroBatch(w, hw, Shape().WithTp(8)).layer;
   // 12 heads per rank, s = 2048, d = 128: QK^T and PV forward, four GEMMs backward, and the
   // softmax (4 B forward, 6 B backward) and dropout (5 B each way) passes over the scores.
   const double b = 12, s = 2048, d = 128;
@@ -143,14 +168,17 @@ TEST(CostModel, MaterializedAttentionByHand) {
                      GemmTime(hw, s, s, d, Precision::kBf16, b) + StreamTime(hw, b * s * s * 11);
   EXPECT_NEAR(t.attention, fwd + bwd, 1e-12);
   // Selective recomputation (Megatron) redoes exactly the attention core's forward.
-  const LayerTime sel = EstimateMicroBatch(w, hw, 8, 1, 1, Recompute::kSelective, false).layer;
+  const LayerTime sel =
+      EstimateMicroBatch(w, hw, Shape().WithTp(8).WithRecompute(Recompute::kSelective)).layer;
   EXPECT_NEAR(sel.recompute, fwd, 1e-12);
 }
 
 TEST(CostModel, RecomputeCostsTimeInOrder) {
   const HardwareProfile hw = H100();
   const Workload w = Load("llama3-8b", 8192, 8);
-  auto layer = [&](Recompute r) { return EstimateMicroBatch(w, hw, 1, 1, 1, r, false).layer; };
+  auto layer = [&](Recompute r) {
+    return EstimateMicroBatch(w, hw, Shape().WithRecompute(r)).layer;
+  };
   const double none = layer(Recompute::kNone).total();
   EXPECT_LT(none, layer(Recompute::kSelective).total());
   EXPECT_LT(layer(Recompute::kOp).total(), layer(Recompute::kAlternate).total());
@@ -165,11 +193,11 @@ TEST(CostModel, FusedKernelsAndFp8AreFaster) {
   const HardwareProfile hw = H100();
   const Workload eager = Load("llama3-8b", 8192, 8, Kernels::kEager);
   const Workload fused = Load("llama3-8b", 8192, 8, Kernels::kFused);
-  const LayerTime e = EstimateMicroBatch(eager, hw, 1, 1, 2, Recompute::kNone, false).layer;
-  const LayerTime f = EstimateMicroBatch(fused, hw, 1, 1, 2, Recompute::kNone, false).layer;
+  const LayerTime e = EstimateMicroBatch(eager, hw, Shape().WithMicroBatch(2)).layer;
+  const LayerTime f = EstimateMicroBatch(fused, hw, Shape().WithMicroBatch(2)).layer;
   EXPECT_LT(f.elementwise, e.elementwise / 3);
   EXPECT_EQ(f.matmul, e.matmul);
-  const LayerTime f8 = EstimateMicroBatch(eager, hw, 1, 1, 2, Recompute::kNone, true).layer;
+  const LayerTime f8 = EstimateMicroBatch(eager, hw, Shape().WithMicroBatch(2).WithFp8(true)).layer;
   EXPECT_LT(f8.matmul, e.matmul);
   EXPECT_GT(f8.elementwise, e.elementwise);  // the casts
 }
@@ -179,7 +207,7 @@ TEST(CostModel, TensorParallelOverlapIsASoftwareOption) {
   Workload w = Load("llama3-405b", 8192, 64);
   auto tp = [&](TpOverlap o) {
     w.sw.tp_overlap = o;
-    return EstimateMicroBatch(w, hw, 8, 1, 1, Recompute::kNone, false).layer;
+    return EstimateMicroBatch(w, hw, Shape().WithTp(8)).layer;
   };
   const LayerTime none = tp(TpOverlap::kNone), bwd = tp(TpOverlap::kBackward),
                   full = tp(TpOverlap::kFull), async = tp(TpOverlap::kAsyncTp);
@@ -202,7 +230,7 @@ TEST(CostModel, TensorParallelOverlapIsASoftwareOption) {
   // tp = 16 spans two nodes: the network's latency and 8 NICs per node (340 GB/s) instead of
   // NVLink's 360 GB/s.
   w.sw.tp_overlap = TpOverlap::kNone;
-  const LayerTime t16 = EstimateMicroBatch(w, hw, 16, 1, 1, Recompute::kNone, false).layer;
+  const LayerTime t16 = EstimateMicroBatch(w, hw, Shape().WithTp(16)).layer;
   const double one16 = CollectiveTime(hw, Collective::kAllGather, 1, 16, 8192.0 * 16384 * 2);
   EXPECT_NEAR(one16, 15 * 10e-6 + 15.0 / 16 * 8192.0 * 16384 * 2 / (8 * 50e9 * 0.85), 1e-12);
   EXPECT_NEAR(t16.tp_comm, 8 * one16, 1e-12);

@@ -84,8 +84,10 @@ TEST(MoePlan, AllToAllTimeFollowsItsFormula) {
 TEST(MoePlan, MicroBatchAllToAll) {
   const Workload w = Load("mixtral-8x7b", 4096, 64);
   const HardwareProfile hw = H100();
-  const MicroBatchCost c1 = EstimateMicroBatch(w, hw, 1, 1, 1, Recompute::kNone, false, 1);
-  const MicroBatchCost c8 = EstimateMicroBatch(w, hw, 1, 1, 1, Recompute::kNone, false, 8);
+  MicroBatchShape ep8;
+  ep8.ep = 8;
+  const MicroBatchCost c1 = EstimateMicroBatch(w, hw, MicroBatchShape{});
+  const MicroBatchCost c8 = EstimateMicroBatch(w, hw, ep8);
   EXPECT_EQ(c1.layer.ep_comm, 0.0);
   const double rows = 4096.0 * 2;  // tokens x top_k
   EXPECT_DOUBLE_EQ(c8.a2a_bytes_sent, rows * 4096 * 2 * 7.0 / 8.0);
@@ -94,7 +96,9 @@ TEST(MoePlan, MicroBatchAllToAll) {
   EXPECT_GT(c8.layer.matmul, 0.5 * c1.layer.matmul);
   EXPECT_LT(c8.layer.matmul, 1.5 * c1.layer.matmul);
   // Full recomputation repeats the forward, its two all-to-alls included.
-  const MicroBatchCost r8 = EstimateMicroBatch(w, hw, 1, 1, 1, Recompute::kFull, false, 8);
+  MicroBatchShape ep8_full = ep8;
+  ep8_full.recompute = Recompute::kFull;
+  const MicroBatchCost r8 = EstimateMicroBatch(w, hw, ep8_full);
   EXPECT_EQ(c8.layer.recompute, 0.0);
   EXPECT_GT(r8.layer.recompute, 2.0 * AllToAllTime(hw, 1, 8, rows * 4096 * 2));
 }

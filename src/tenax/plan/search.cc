@@ -15,6 +15,12 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A MicroBatchShape as a map key: EstimateMicroBatch's result depends on nothing else.
+using MicroBatchKey = std::tuple<int64_t, int64_t, int64_t, Recompute, bool, int64_t>;
+MicroBatchKey CacheKey(const MicroBatchShape& s) {
+  return {s.tp, s.cp, s.micro_batch, s.recompute, s.fp8, s.ep};
+}
+
 std::vector<int64_t> Divisors(int64_t n) {
   std::vector<int64_t> lo, hi;
   for (int64_t d = 1; d * d <= n; ++d) {
@@ -169,7 +175,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
   TopK best(k);
   auto pinned = [](const auto& pin, int64_t v) { return !pin || *pin == v; };
 
-  std::map<std::tuple<int64_t, int64_t, int64_t, int, bool, int64_t>, MicroBatchCost> cache;
+  std::map<MicroBatchKey, MicroBatchCost> cache;
   std::map<std::pair<int64_t, int>, LayerFootprint> footprints;
   const bool materialized = w.sw.attention == AttentionKind::kMaterialized;
   DivisorCache divisors;
@@ -220,11 +226,17 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
               if (fp8 && hw.peak_fp8 <= 0) continue;
               // The micro-batch cost per expert-parallel degree (MoE; 1 otherwise).
               auto cost = [&](int64_t ep) -> const MicroBatchCost& {
-                auto key = std::make_tuple(tp, cp, mbs, static_cast<int>(rc), fp8, ep);
+                MicroBatchShape shape;
+                shape.tp = tp;
+                shape.cp = cp;
+                shape.micro_batch = mbs;
+                shape.recompute = rc;
+                shape.fp8 = fp8;
+                shape.ep = ep;
+                const auto key = CacheKey(shape);
                 auto it = cache.find(key);
                 if (it == cache.end()) {
-                  it =
-                      cache.emplace(key, EstimateMicroBatch(w, hw, tp, cp, mbs, rc, fp8, ep)).first;
+                  it = cache.emplace(key, EstimateMicroBatch(w, hw, shape)).first;
                 }
                 return it->second;
               };

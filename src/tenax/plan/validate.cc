@@ -96,8 +96,10 @@ ValidationRow LayerRow(const HardwareProfile& hw, const LayerMeasurement& l) {
   auto ms = [](double v) { return fmt::format("{:.2f} ms", v * 1e3); };
   auto w = MakeWorkload(m, arch, sw, l.seq_len, l.seq_len * l.batch);
   TENAX_CHECK_MSG(w.ok(), "layer rows are checked when the profile is read");
-  const Recompute r = l.full_recompute ? Recompute::kFull : Recompute::kNone;
-  const double t = EstimateMicroBatch(*w, hw, 1, 1, l.batch, r, false).layer.total();
+  MicroBatchShape shape;  // one GPU, bf16
+  shape.micro_batch = l.batch;
+  shape.recompute = l.full_recompute ? Recompute::kFull : Recompute::kNone;
+  const double t = EstimateMicroBatch(*w, hw, shape).layer.total();
   return Numeric(RowKind::kCalibration, hw.name, claim, "", 1.0 / l.seconds, ms(l.seconds), 1.0 / t,
                  ms(t));
 }
