@@ -70,13 +70,14 @@ int Table() {
 int main(int argc, char** argv) {
   if (argc < 2) return tenax::plan::Table();
   CLI::App app("torch-free tenax plan driver");
-  auto run = tenax::plan::AddCommands(app);
+  app.require_subcommand(1);
+  tenax::cli::Commands commands;
+  tenax::plan::AddCommands(app, commands);
   CLI11_PARSE(app, argc, argv);
-  bool ran = false;
-  const tenax::Status st = run(&ran);
-  if (!st.ok()) {
-    std::fprintf(stderr, "tenax: %s\n", st.message().c_str());
-    return static_cast<int>(st.code());
+  const tenax::Result<int> rc = (*commands.Parsed())();
+  if (!rc.ok()) {
+    std::fprintf(stderr, "tenax: %s\n", rc.status().message().c_str());
+    return static_cast<int>(rc.status().code());
   }
-  return 0;
+  return *rc;
 }

@@ -16,9 +16,9 @@
 
 #include "netns_util.h"
 #include "tenax/core/owned_folder.h"
-#include "tenax/launch/etcd_client.h"
+#include "tenax/etcd/client.h"
+#include "tenax/etcd/testing_etcd.h"
 #include "tenax/launch/rendezvous.h"
-#include "tenax/launch/testing_etcd.h"
 #include "test_util.h"
 
 namespace tenax::testing {
@@ -63,7 +63,7 @@ void SweepOwnerlessRamFolders(const std::string& job) {
 class MultiNode : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!launch::EtcdClientAvailable()) {
+    if (!etcd::EtcdClientAvailable()) {
       skip_ = "built without cpp-httplib (no etcd client)";
       return;
     }
@@ -93,19 +93,19 @@ class MultiNode : public ::testing::Test {
   }
 
   // An etcd on the bridge, reachable from every host.
-  static std::unique_ptr<launch::testing::TestingEtcd> Etcd(int members = 1, bool tls = false) {
-    launch::testing::TestingEtcdOptions o;
+  static std::unique_ptr<etcd::testing::TestingEtcd> Etcd(int members = 1, bool tls = false) {
+    etcd::testing::TestingEtcdOptions o;
     o.members = members;
     o.tls = tls;
     o.host = net_->bridge_address();
-    auto etcd = launch::testing::TestingEtcd::Start(o);
+    auto etcd = etcd::testing::TestingEtcd::Start(o);
     EXPECT_TRUE(etcd.ok()) << etcd.status().message();
     return etcd.ok() ? std::move(*etcd) : nullptr;
   }
 
   // The node agent of `host` for job `job`, in the background.
   // `dump`: the host's job.dump_folder (default: the folder every host shares).
-  static std::unique_ptr<Background> Agent(int host, const launch::testing::TestingEtcd& etcd,
+  static std::unique_ptr<Background> Agent(int host, const etcd::testing::TestingEtcd& etcd,
                                            const std::string& job, const std::string& flags,
                                            int lease_s = 3, std::string dump = "") {
     if (dump.empty()) dump = dir_->path();
@@ -138,9 +138,9 @@ class MultiNode : public ::testing::Test {
   }
 
   // The plan of generation `g` of `job` once it exists.
-  static launch::rdzv::Plan WaitPlan(const launch::testing::TestingEtcd& etcd,
-                                     const std::string& job, int64_t g) {
-    auto client = launch::EtcdClient::Create(etcd.client_options());
+  static launch::rdzv::Plan WaitPlan(const etcd::testing::TestingEtcd& etcd, const std::string& job,
+                                     int64_t g) {
+    auto client = etcd::EtcdClient::Create(etcd.client_options());
     launch::rdzv::Plan plan;
     launch::rdzv::Keys keys(job);
     EXPECT_TRUE(WaitFor(
@@ -167,7 +167,7 @@ class MultiNode : public ::testing::Test {
 
   // Starts two active agents and a spare for `job`; returns them (index = host) and the plan.
   // `private_folders`: each host's job.dump_folder is its own HostFolder (no shared storage).
-  static std::vector<std::unique_ptr<Background>> StartJob(const launch::testing::TestingEtcd& etcd,
+  static std::vector<std::unique_ptr<Background>> StartJob(const etcd::testing::TestingEtcd& etcd,
                                                            const std::string& job,
                                                            const std::string& flags,
                                                            launch::rdzv::Plan* plan,

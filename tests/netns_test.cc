@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "netns_util.h"
-#include "tenax/launch/etcd_client.h"
-#include "tenax/launch/testing_etcd.h"
+#include "tenax/etcd/client.h"
+#include "tenax/etcd/testing_etcd.h"
 
 namespace tenax::testing {
 namespace {
@@ -74,7 +74,7 @@ bool Eventually(F condition) {
 }
 
 TEST(Netns, HostsReachEachOtherAndEtcdUntilTheirCableIsPulled) {
-  if (!launch::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
+  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
   auto made = NetnsHosts::Create(2);
   if (!made.ok()) GTEST_SKIP() << made.status().message();
   NetnsHosts& net = **made;
@@ -88,11 +88,11 @@ TEST(Netns, HostsReachEachOtherAndEtcdUntilTheirCableIsPulled) {
     EXPECT_NE(r.output.find(net.interface(h)), std::string::npos) << r.output;
   }
 
-  launch::testing::TestingEtcdOptions options;
+  etcd::testing::TestingEtcdOptions options;
   options.host = net.bridge_address();
-  auto etcd = launch::testing::TestingEtcd::Start(options);
+  auto etcd = etcd::testing::TestingEtcd::Start(options);
   ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
-  launch::EtcdOptions client_options = (*etcd)->client_options();
+  etcd::EtcdOptions client_options = (*etcd)->client_options();
   client_options.attempt_timeout = milliseconds(1000);
 
   int port = 0;
@@ -104,7 +104,7 @@ TEST(Netns, HostsReachEachOtherAndEtcdUntilTheirCableIsPulled) {
   auto reaches = [&](int h, bool* peer, bool* etcd_ok) {
     Status st = net.RunIn(h, [&] {
       *peer = CanConnect(net.address(0), port, milliseconds(1000));
-      auto client = launch::EtcdClient::Create(client_options);
+      auto client = etcd::EtcdClient::Create(client_options);
       const std::string key = "/netns/host" + std::to_string(h);
       *etcd_ok = client.ok() && (*client)->Put(key, "here").ok() && (*client)->Get(key).ok();
     });
@@ -138,31 +138,31 @@ TEST(Netns, HostsReachEachOtherAndEtcdUntilTheirCableIsPulled) {
 // An etcd with TLS and client-certificate auth on the bridge: its certificate names the bridge's
 // address, so a host with the client certificate gets in, and one without it does not.
 TEST(Netns, HostsReachATlsEtcdOnTheBridgeOnlyWithTheCertificate) {
-  if (!launch::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
+  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
   auto made = NetnsHosts::Create(1);
   if (!made.ok()) GTEST_SKIP() << made.status().message();
   NetnsHosts& net = **made;
-  launch::testing::TestingEtcdOptions options;
+  etcd::testing::TestingEtcdOptions options;
   options.host = net.bridge_address();
   options.tls = true;
-  auto etcd = launch::testing::TestingEtcd::Start(options);
+  auto etcd = etcd::testing::TestingEtcd::Start(options);
   ASSERT_TRUE(etcd.ok()) << etcd.status().ToString();
-  launch::EtcdOptions with_cert = (*etcd)->client_options();
-  launch::EtcdOptions without_cert = with_cert;
+  etcd::EtcdOptions with_cert = (*etcd)->client_options();
+  etcd::EtcdOptions without_cert = with_cert;
   without_cert.cert_file.clear();
   without_cert.key_file.clear();
   Status put_with, put_without;
   ASSERT_TRUE(
       net.RunIn(0,
                 [&] {
-                  put_with = (*launch::EtcdClient::Create(with_cert))->Put("/tls", "in").status();
+                  put_with = (*etcd::EtcdClient::Create(with_cert))->Put("/tls", "in").status();
                   put_without =
-                      (*launch::EtcdClient::Create(without_cert))->Put("/tls2", "in").status();
+                      (*etcd::EtcdClient::Create(without_cert))->Put("/tls2", "in").status();
                 })
           .ok());
   EXPECT_TRUE(put_with.ok()) << put_with.ToString();
   EXPECT_FALSE(put_without.ok());
-  auto check = launch::EtcdClient::Create(with_cert);
+  auto check = etcd::EtcdClient::Create(with_cert);
   ASSERT_TRUE(check.ok());
   EXPECT_TRUE((*check)->Get("/tls")->has_value());
   EXPECT_FALSE((*check)->Get("/tls2")->has_value());

@@ -3,7 +3,7 @@
 // (the host's interface, with the host's address) is in the namespace and whose other end is a
 // port of the bridge. Hosts reach each other through the bridge, and the bridge's own address is
 // reachable from every host: a service the test runs in its own namespace (etcd, see
-// src/tenax/launch/testing_etcd.h) listens there. Cut(host) sets the host's bridge port down, as if
+// src/tenax/etcd/testing_etcd.h) listens there. Cut(host) sets the host's bridge port down, as if
 // its cable were pulled: its processes keep running, and whatever they send is lost (no error
 // comes back quickly: connects and reads time out, as on a real partition). Restore(host) plugs
 // it back.

@@ -78,7 +78,7 @@ Status RunTrain(const TrainCommand& command) {
                     protocol::FailureKind::kSetup, config.status().message());
     return config.status();
   }
-  const std::string run_dir = JoinPath(config->job.dump_folder, config->job.name);
+  const std::string run_dir = RunPathsOf(*config).root();
   // --metrics-port: the live page and /metrics of this run, from its files (rank 0 writes
   // them); stopped when training ends.
   std::unique_ptr<report::HttpServer> live;

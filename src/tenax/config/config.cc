@@ -399,4 +399,8 @@ std::string ConfigKeysMarkdown() {
   return out;
 }
 
+RunPaths RunPathsOf(const Config& config) {
+  return RunPaths::Of(config.job.dump_folder, config.job.name, config.checkpoint.folder);
+}
+
 }  // namespace tenax

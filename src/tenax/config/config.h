@@ -3,7 +3,7 @@
 // and bad values are errors that name the key, the value, what is allowed (and the closest key
 // or value, for a typo) and where the value came from (the file and line, or the --set): a typo
 // must never be silently ignored.
-// Non-goal: knowing what a model preset contains (model/presets.h resolves those).
+// Non-goal: knowing what a model preset contains (config/model_spec.h resolves those).
 #pragma once
 
 #include <string>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tenax/config/options.h"
+#include "tenax/core/run_paths.h"
 #include "tenax/core/status.h"
 
 namespace tenax {
@@ -28,5 +29,8 @@ std::string ConfigToToml(const Config& config);
 std::string ConfigShowToml(const Config& config, const std::string& title);
 // The key list of docs/config.md: one Markdown table per section.
 std::string ConfigKeysMarkdown();
+
+// The run folder a config trains in (job.dump_folder/job.name, checkpoint.folder inside it).
+RunPaths RunPathsOf(const Config& config);
 
 }  // namespace tenax

@@ -4,7 +4,7 @@
 // range checks. Defaults are not repeated here: they are the field initializers in options.h,
 // read through the entry's accessor from a default-constructed Config.
 // Adding a key: a field in options.h and one TENAX_KEY line in keys.cc.
-// Non-goals: knowing what a model preset contains (model/presets.h), checks that need more than
+// Non-goals: knowing what a model preset contains (config/model_spec.h), checks that need more than
 // the config (the world size, the data).
 #pragma once
 

@@ -227,6 +227,20 @@ FlopsPerToken TrainingFlopsPerToken(const ModelSpec& s, int64_t seq_len) {
   return f;
 }
 
+Status CheckHeadShape(const ModelSpec& s, const ShapeFieldNames& names) {
+  if (s.dim % s.n_heads != 0) {
+    return InvalidArgument(fmt::format("{} ({}) is not divisible by {} ({})", names.dim, s.dim,
+                                       names.n_heads, s.n_heads));
+  }
+  if (s.n_heads % s.n_kv_heads != 0) {
+    return InvalidArgument(fmt::format(
+        "{} ({}) is not divisible by {} ({}): grouped-query attention shares each kv head among "
+        "{} / {} query heads",
+        names.n_heads, s.n_heads, names.n_kv_heads, s.n_kv_heads, names.n_heads, names.n_kv_heads));
+  }
+  return Status::Ok();
+}
+
 Result<ModelSpec> ResolveModelSpec(const ModelOptions& o, int64_t data_vocab_size) {
   auto it = Presets().find(o.preset);
   if (it == Presets().end()) {
@@ -264,16 +278,7 @@ Result<ModelSpec> ResolveModelSpec(const ModelOptions& o, int64_t data_vocab_siz
         "or use a tokenizer that matches the model",
         s.vocab_size, data_vocab_size));
   }
-  if (s.dim % s.n_heads != 0) {
-    return InvalidArgument(
-        fmt::format("model.dim ({}) is not divisible by model.n_heads ({})", s.dim, s.n_heads));
-  }
-  if (s.n_heads % s.n_kv_heads != 0) {
-    return InvalidArgument(fmt::format(
-        "model.n_heads ({}) is not divisible by model.n_kv_heads ({}): grouped-query attention "
-        "shares each kv head among n_heads / n_kv_heads query heads",
-        s.n_heads, s.n_kv_heads));
-  }
+  TENAX_RETURN_IF_ERROR(CheckHeadShape(s, kShapeConfigKeys));
   if (s.head_dim() % 2 != 0) {
     return InvalidArgument(fmt::format(
         "head dim = model.dim / model.n_heads = {} / {} = {} must be even for rotary embeddings",

@@ -88,6 +88,18 @@ struct FlopsPerToken {
 FlopsPerToken TrainingFlopsPerToken(const ModelSpec& spec, int64_t seq_len);
 
 std::vector<std::string> PresetNames();
+// How a shape check names the fields it complains about: config keys for `tenax train`, flags for
+// `tenax plan`.
+struct ShapeFieldNames {
+  const char* dim;
+  const char* n_heads;
+  const char* n_kv_heads;
+};
+inline constexpr ShapeFieldNames kShapeConfigKeys{"model.dim", "model.n_heads", "model.n_kv_heads"};
+// The attention heads divide the model dimension, and the key/value heads the heads (grouped-query
+// attention); the error names the fields as `names` spells them.
+Status CheckHeadShape(const ModelSpec& spec, const ShapeFieldNames& names);
+
 // Resolves `options.preset` plus its overrides. `data_vocab_size` (> 0) fills vocab_size when the
 // preset leaves it to the data (debug presets); a model vocabulary smaller than the data's is an
 // error. Every shape constraint is checked here, with a message naming the factors.

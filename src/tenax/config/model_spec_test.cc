@@ -52,6 +52,25 @@ TEST(ModelSpec, OverridesAndDataVocab) {
   EXPECT_FALSE(ResolveModelSpec(d, 0).ok());
 }
 
+// One check serves `tenax train` (config keys) and `tenax plan` (flags): each names its own.
+TEST(ModelSpec, HeadShapeCheckNamesTheFieldsAsTheCallerSpellsThem) {
+  ModelSpec s;
+  s.dim = 96;
+  s.n_heads = 5;
+  s.n_kv_heads = 5;
+  Status st = CheckHeadShape(s, kShapeConfigKeys);
+  EXPECT_EQ(st.message(), "model.dim (96) is not divisible by model.n_heads (5)");
+  st = CheckHeadShape(s, {"--hidden", "--heads", "--kv-heads"});
+  EXPECT_EQ(st.message(), "--hidden (96) is not divisible by --heads (5)");
+  s.n_heads = 8;
+  s.n_kv_heads = 3;
+  st = CheckHeadShape(s, {"--hidden", "--heads", "--kv-heads"});
+  EXPECT_NE(st.message().find("--heads (8) is not divisible by --kv-heads (3)"), std::string::npos)
+      << st.message();
+  s.n_kv_heads = 2;
+  EXPECT_TRUE(CheckHeadShape(s, kShapeConfigKeys).ok());
+}
+
 TEST(ModelSpec, InvalidShapesNameTheFactors) {
   ModelOptions o;
   o.preset = "debug-small";

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "tenax/core/run_paths.h"
+
 namespace tenax {
 
 struct JobOptions {
@@ -151,8 +153,9 @@ struct ParallelismOptions {
 
 struct CheckpointOptions {
   bool enable = true;
-  std::string folder = "checkpoints";  // relative to the run folder unless absolute
-  int64_t interval = 100;              // steps; the final step is always saved
+  std::string folder =
+      RunPaths::kDefaultCheckpointFolder;  // relative to the run folder unless absolute
+  int64_t interval = 100;                  // steps; the final step is always saved
   // interval = "auto": Young/Daly optimum from the measured checkpoint cost and the failure rate
   // (train/checkpoint_interval.h); `interval` is then only the interval until the first save
   // has been measured.

@@ -1,7 +1,11 @@
 #include "tenax/core/net.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -34,6 +38,19 @@ int TryConnect(const std::string& host, int port) {
 }
 
 }  // namespace
+
+int FreeTcpPort(const std::string& address) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = INADDR_ANY;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
 
 Status WaitForTcpListener(const std::string& host, int port, double timeout_s) {
   using Clock = std::chrono::steady_clock;

@@ -15,11 +15,12 @@
 #include <thread>
 
 #include "tenax/core/fs.h"
+#include "tenax/core/run_paths.h"
 
 namespace tenax {
 namespace {
 
-std::string OwnerPath(const std::string& run_dir) { return JoinPath(run_dir, ".tenax.owner"); }
+std::string OwnerPath(const std::string& run_dir) { return RunPaths(run_dir).owner(); }
 
 std::string HostName() {
   char host[256] = {};
@@ -42,9 +43,7 @@ std::string DescribeOwner(const std::string& run_dir, bool* owner_alive) {
 
 }  // namespace
 
-std::string RunLock::LockPath(const std::string& run_dir) {
-  return JoinPath(run_dir, ".tenax.lock");
-}
+std::string RunLock::LockPath(const std::string& run_dir) { return RunPaths(run_dir).lock(); }
 
 Result<RunLock> RunLock::Acquire(const std::string& run_dir, const std::string& command,
                                  double dying_owner_wait_s) {

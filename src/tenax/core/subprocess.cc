@@ -1,4 +1,4 @@
-#include "tenax/data/subprocess.h"
+#include "tenax/core/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tenax/core/sigpipe.h"
+
 extern char** environ;
 
-namespace tenax::data {
+namespace tenax {
 namespace {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
@@ -32,32 +34,6 @@ struct Pipes {
     if (f >= 0) ::close(f);
     f = -1;
   }
-};
-
-// Blocks SIGPIPE in this thread for its lifetime and swallows any SIGPIPE raised meanwhile, so
-// writing to a child that already exited returns EPIPE instead of killing tenax.
-class ScopedBlockSigpipe {
- public:
-  ScopedBlockSigpipe() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~ScopedBlockSigpipe() {
-    if (!was_pending_) {
-      const struct timespec zero = {0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) > 0) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
 };
 
 }  // namespace
@@ -148,4 +124,4 @@ Result<ProcessResult> RunProcess(const std::vector<std::string>& argv, std::stri
   return result;
 }
 
-}  // namespace tenax::data
+}  // namespace tenax

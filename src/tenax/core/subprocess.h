@@ -10,7 +10,7 @@
 
 #include "tenax/core/status.h"
 
-namespace tenax::data {
+namespace tenax {
 
 struct ProcessResult {
   int exit_code = 0;  // the program's exit status; 128 + N when signal N killed it
@@ -26,4 +26,4 @@ struct ProcessResult {
 // Thread safety: safe to call from several threads (posix_spawn, per-call pipes).
 Result<ProcessResult> RunProcess(const std::vector<std::string>& argv, std::string_view input);
 
-}  // namespace tenax::data
+}  // namespace tenax

@@ -13,8 +13,8 @@
 
 #include "tenax/core/crc32.h"
 #include "tenax/core/fs.h"
+#include "tenax/core/subprocess.h"
 #include "tenax/data/bpe_tokenizer.h"  // SlugStem
-#include "tenax/data/subprocess.h"
 #include "tenax/data/tokenizer.h"
 
 namespace tenax::data {

@@ -3,7 +3,7 @@
 // learned the chain perfectly reaches mean cross-entropy == EntropyRateNats()).
 //
 // The model: for each of the V^k contexts (the last k tokens) the next-token distribution is a
-// Dirichlet(concentration, ..., concentration) draw, made with tenax's own PRNG (data/random.h)
+// Dirichlet(concentration, ..., concentration) draw, made with tenax's own PRNG (core/random.h)
 // from `seed`, so the chain is the same on every machine. Low concentration puts each context's
 // mass on a few tokens (low entropy); high concentration approaches uniform (entropy -> log V).
 // Streams: the model, the train tokens and the val tokens use independent streams of `seed`;

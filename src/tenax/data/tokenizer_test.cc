@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tenax/core/subprocess.h"
 #include "tenax/core/temp_dir.h"
-#include "tenax/data/subprocess.h"
 
 namespace tenax::data {
 namespace {

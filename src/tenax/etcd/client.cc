@@ -1,18 +1,18 @@
-// The etcd client's key-value, transaction and lease calls (see etcd_client.h).
-#include "tenax/launch/etcd_client.h"
+// The etcd client's key-value, transaction and lease calls (see client.h).
+#include "tenax/etcd/client.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <utility>
 
-#include "tenax/launch/etcd_internal.h"
+#include "tenax/etcd/internal.h"
 
-namespace tenax::launch {
+namespace tenax::etcd {
 
 using json = nlohmann::json;
 using std::chrono::milliseconds;
-using namespace etcd_internal;  // NOLINT: this file implements on top of the internals
+using namespace internal;  // NOLINT: this file implements on top of the internals
 
 namespace {
 
@@ -321,4 +321,4 @@ Status EtcdClient::Compact(int64_t revision) {
   return reply.status();
 }
 
-}  // namespace tenax::launch
+}  // namespace tenax::etcd

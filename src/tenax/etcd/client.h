@@ -47,7 +47,7 @@
 
 #include "tenax/core/status.h"
 
-namespace tenax::launch {
+namespace tenax::etcd {
 
 // True when this build has the client (Debian's libcpp-httplib-dev was found by CMake). Without
 // it every call returns an error saying how to enable it.
@@ -336,4 +336,4 @@ class EtcdLeaseKeeper {
   std::thread thread_;  // last: starts after every member above is initialised
 };
 
-}  // namespace tenax::launch
+}  // namespace tenax::etcd

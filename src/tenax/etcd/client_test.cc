@@ -4,7 +4,7 @@
 // with client certificates refusing clients without the trusted certificate. Plus the gateway's
 // encoding against RFC 4648's vectors. Waits are for events (condition variables, or polling a
 // condition with a deadline), never for a fixed time.
-#include "tenax/launch/etcd_client.h"
+#include "tenax/etcd/client.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "tenax/core/net.h"
-#include "tenax/launch/etcd_internal.h"
-#include "tenax/launch/testing_etcd.h"
+#include "tenax/etcd/internal.h"
+#include "tenax/etcd/testing_etcd.h"
 
-namespace tenax::launch {
+namespace tenax::etcd {
 namespace {
 
 using std::chrono::milliseconds;
@@ -88,8 +88,8 @@ bool Eventually(F condition) {
 // --- encoding, no etcd needed ----------------------------------------------------------------
 
 TEST(EtcdCodec, Base64MatchesRfc4648AndRoundTripsEveryByte) {
-  using etcd_internal::Base64Decode;
-  using etcd_internal::Base64Encode;
+  using internal::Base64Decode;
+  using internal::Base64Encode;
   const std::pair<const char*, const char*> vectors[] = {{"", ""},
                                                          {"f", "Zg=="},
                                                          {"fo", "Zm8="},
@@ -112,7 +112,7 @@ TEST(EtcdCodec, Base64MatchesRfc4648AndRoundTripsEveryByte) {
 }
 
 TEST(EtcdCodec, PrefixEndIsTheFirstKeyAfterThePrefix) {
-  using etcd_internal::PrefixEnd;
+  using internal::PrefixEnd;
   EXPECT_EQ(PrefixEnd("a"), "b");
   EXPECT_EQ(PrefixEnd("job/x/"), "job/x0");
   EXPECT_EQ(PrefixEnd(std::string("a\xff", 2)), "b");
@@ -123,16 +123,16 @@ TEST(EtcdCodec, PrefixEndIsTheFirstKeyAfterThePrefix) {
 TEST(EtcdCodec, Int64FieldsComeAsStringsOrNumbersAndAbsentIsZero) {
   int64_t v = -1;
   const auto j = nlohmann::json::parse(R"({"a":"42","b":7,"c":"-3","d":"x","e":true})");
-  EXPECT_TRUE(etcd_internal::Int64Field(j, "a", &v));
+  EXPECT_TRUE(internal::Int64Field(j, "a", &v));
   EXPECT_EQ(v, 42);
-  EXPECT_TRUE(etcd_internal::Int64Field(j, "b", &v));
+  EXPECT_TRUE(internal::Int64Field(j, "b", &v));
   EXPECT_EQ(v, 7);
-  EXPECT_TRUE(etcd_internal::Int64Field(j, "c", &v));
+  EXPECT_TRUE(internal::Int64Field(j, "c", &v));
   EXPECT_EQ(v, -3);
-  EXPECT_TRUE(etcd_internal::Int64Field(j, "missing", &v));
+  EXPECT_TRUE(internal::Int64Field(j, "missing", &v));
   EXPECT_EQ(v, 0);
-  EXPECT_FALSE(etcd_internal::Int64Field(j, "d", &v));
-  EXPECT_FALSE(etcd_internal::Int64Field(j, "e", &v));
+  EXPECT_FALSE(internal::Int64Field(j, "d", &v));
+  EXPECT_FALSE(internal::Int64Field(j, "e", &v));
 }
 
 TEST(EtcdUrl, ParsesEndpointsAndRejectsBadOnesNamingTheFlag) {
@@ -748,4 +748,4 @@ TEST(EtcdTls, OnlyAClientWithTheTrustedCertificateGetsIn) {
 }
 
 }  // namespace
-}  // namespace tenax::launch
+}  // namespace tenax::etcd

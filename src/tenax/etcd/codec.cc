@@ -1,9 +1,9 @@
-// The etcd gateway's encoding and the parsing of its answers (see etcd_internal.h).
+// The etcd gateway's encoding and the parsing of its answers (see internal.h).
 #include <fmt/format.h>
 
-#include "tenax/launch/etcd_internal.h"
+#include "tenax/etcd/internal.h"
 
-namespace tenax::launch::etcd_internal {
+namespace tenax::etcd::internal {
 
 using json = nlohmann::json;
 
@@ -177,4 +177,4 @@ bool SplitEndpoint(const std::string& endpoint, std::string* host, int* port) {
   return *port >= 1 && *port <= 65535;
 }
 
-}  // namespace tenax::launch::etcd_internal
+}  // namespace tenax::etcd::internal

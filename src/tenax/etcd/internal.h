@@ -1,4 +1,4 @@
-// Internals of the etcd client (etcd_client.h), shared by its .cc files and its tests; not an API
+// Internals of the etcd client (client.h), shared by its .cc files and its tests; not an API
 // for other code. The gateway's encoding (base64 bytes, int64 as strings, zero fields omitted),
 // the parsing of its answers, and the HTTP transport with its failover rule.
 #pragma once
@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "tenax/core/sigpipe.h"
 #include "tenax/core/status.h"
-#include "tenax/launch/etcd_client.h"
+#include "tenax/etcd/client.h"
 
 #ifdef TENAX_WITH_HTTPLIB
 #include <httplib.h>
@@ -20,9 +21,9 @@
 #include <time.h>
 #endif
 
-namespace tenax::launch::etcd_internal {
+namespace tenax::etcd::internal {
 
-// --- encoding (etcd_codec.cc) ----------------------------------------------------------------
+// --- encoding (codec.cc) ----------------------------------------------------------------
 
 // The gateway carries keys and values (protobuf `bytes`) as standard base64.
 std::string Base64Encode(const std::string& in);
@@ -48,7 +49,7 @@ Result<RangeResponse> ParseRange(const nlohmann::json& j);
 // port outside 1..65535.
 bool SplitEndpoint(const std::string& endpoint, std::string* host, int* port);
 
-// --- transport (etcd_transport.cc) -----------------------------------------------------------
+// --- transport (transport.cc) -----------------------------------------------------------
 
 extern const char kNoHttplib[];
 
@@ -58,43 +59,13 @@ enum class CallKind {
 };
 
 // Sends `body` to `path` at one endpoint after another, starting with `preferred` (updated to
-// the one that answers), until one answers; see etcd_client.h for which failures move on.
+// the one that answers), until one answers; see client.h for which failures move on.
 Result<nlohmann::json> Call(const EtcdOptions& o, std::atomic<size_t>& preferred,
                             const std::string& path, const nlohmann::json& body, CallKind kind);
 
 Status NoEndpointAnswered(const std::vector<std::string>& errors);
 
 #ifdef TENAX_WITH_HTTPLIB
-
-// Blocks SIGPIPE in this thread for its lifetime and swallows any SIGPIPE raised meanwhile:
-// Debian's cpp-httplib writes without MSG_NOSIGNAL (and OpenSSL writes with write()), so a member
-// that dies mid-request would otherwise kill the agent. (data/subprocess.cc does the same for
-// pipes.)
-class ScopedBlockSigpipe {
- public:
-  ScopedBlockSigpipe() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~ScopedBlockSigpipe() {
-    if (!was_pending_) {
-      const struct timespec zero = {0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) > 0) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  ScopedBlockSigpipe(const ScopedBlockSigpipe&) = delete;
-  ScopedBlockSigpipe& operator=(const ScopedBlockSigpipe&) = delete;
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
-};
 
 // A fresh HTTP(S) client for one endpoint, no keep-alive; connects and writes bounded by the
 // options' attempt_timeout, each read by `io_timeout` (a watch passes its idle time). Fails only
@@ -107,4 +78,4 @@ std::string TransportError(const EtcdOptions& o, const std::string& endpoint, ht
 
 #endif  // TENAX_WITH_HTTPLIB
 
-}  // namespace tenax::launch::etcd_internal
+}  // namespace tenax::etcd::internal

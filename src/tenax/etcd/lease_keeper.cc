@@ -1,12 +1,12 @@
 // EtcdLeaseKeeper: keeps a lease alive and knows, conservatively, when it is lost (see
-// etcd_client.h).
+// client.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "tenax/launch/etcd_client.h"
+#include "tenax/etcd/client.h"
 
-namespace tenax::launch {
+namespace tenax::etcd {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
@@ -104,4 +104,4 @@ void EtcdLeaseKeeper::Run() {
   if (on_lost_) on_lost_(status());
 }
 
-}  // namespace tenax::launch
+}  // namespace tenax::etcd

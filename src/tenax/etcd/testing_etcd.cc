@@ -1,4 +1,4 @@
-#include "tenax/launch/testing_etcd.h"
+#include "tenax/etcd/testing_etcd.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,10 +17,10 @@
 
 #include "tenax/core/fs.h"
 #include "tenax/core/net.h"
-#include "tenax/data/subprocess.h"
-#include "tenax/launch/etcd_internal.h"
+#include "tenax/core/subprocess.h"
+#include "tenax/etcd/internal.h"
 
-namespace tenax::launch::testing {
+namespace tenax::etcd::testing {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
@@ -28,7 +28,7 @@ using std::chrono::milliseconds;
 namespace {
 
 Status RunTool(const std::vector<std::string>& argv) {
-  auto r = data::RunProcess(argv, "");
+  auto r = RunProcess(argv, "");
   if (!r.ok()) {
     return r.status().WithContext("running " + argv[0] + " (scripts/setup installs it)");
   }
@@ -63,7 +63,7 @@ Status MakeCert(const std::string& dir, const std::string& name, const std::stri
 }  // namespace
 
 Result<std::unique_ptr<TestingEtcd>> TestingEtcd::Start(TestingEtcdOptions options) {
-  if (!EtcdClientAvailable()) return InvalidArgument(etcd_internal::kNoHttplib);
+  if (!EtcdClientAvailable()) return InvalidArgument(internal::kNoHttplib);
   if (options.members < 1) return InvalidArgument("TestingEtcd: members must be >= 1");
   std::unique_ptr<TestingEtcd> etcd(new TestingEtcd(std::move(options)));
   char tmpl[] = "/tmp/tenax-etcd-XXXXXX";
@@ -297,8 +297,8 @@ Result<int> TestingEtcd::Leader() const {
     o.endpoints = {ClientEndpoint(members_[i])};
     o.attempt_timeout = milliseconds(1000);
     std::atomic<size_t> preferred{0};
-    auto r = etcd_internal::Call(o, preferred, "/v3/maintenance/status", nlohmann::json::object(),
-                                 etcd_internal::CallKind::kRead);
+    auto r = internal::Call(o, preferred, "/v3/maintenance/status", nlohmann::json::object(),
+                            internal::CallKind::kRead);
     if (!r.ok()) {
       errors.push_back(r.status().message());
       continue;
@@ -323,4 +323,4 @@ std::string TestingEtcd::LogTail(int i, size_t bytes) const {
   return text.size() > bytes ? text.substr(text.size() - bytes) : text;
 }
 
-}  // namespace tenax::launch::testing
+}  // namespace tenax::etcd::testing

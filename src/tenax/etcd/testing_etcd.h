@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "tenax/core/status.h"
-#include "tenax/launch/etcd_client.h"
+#include "tenax/etcd/client.h"
 
-namespace tenax::launch::testing {
+namespace tenax::etcd::testing {
 
 struct TestingEtcdOptions {
   int members = 1;
@@ -101,4 +101,4 @@ class TestingEtcd {
   std::string untrusted_cert_, untrusted_key_;
 };
 
-}  // namespace tenax::launch::testing
+}  // namespace tenax::etcd::testing

@@ -1,10 +1,10 @@
 // The etcd client's HTTP transport: one fresh connection per attempt, failover across
-// endpoints, and etcd's error answers mapped onto Status (see etcd_client.h, "Failover").
+// endpoints, and etcd's error answers mapped onto Status (see client.h, "Failover").
 #include <fmt/format.h>
 
-#include "tenax/launch/etcd_internal.h"
+#include "tenax/etcd/internal.h"
 
-namespace tenax::launch::etcd_internal {
+namespace tenax::etcd::internal {
 
 using json = nlohmann::json;
 using std::chrono::milliseconds;
@@ -216,4 +216,4 @@ Result<json> Call(const EtcdOptions& o, std::atomic<size_t>& preferred, const st
 #endif
 }
 
-}  // namespace tenax::launch::etcd_internal
+}  // namespace tenax::etcd::internal

@@ -1,14 +1,14 @@
-// EtcdWatcher: a watch stream over the gateway, resumed losslessly (see etcd_client.h).
+// EtcdWatcher: a watch stream over the gateway, resumed losslessly (see client.h).
 #include <fmt/format.h>
 
-#include "tenax/launch/etcd_client.h"
-#include "tenax/launch/etcd_internal.h"
+#include "tenax/etcd/client.h"
+#include "tenax/etcd/internal.h"
 
-namespace tenax::launch {
+namespace tenax::etcd {
 
 using json = nlohmann::json;
 using std::chrono::milliseconds;
-using namespace etcd_internal;  // NOLINT: this file implements on top of the internals
+using namespace internal;  // NOLINT: this file implements on top of the internals
 
 EtcdWatcher::EtcdWatcher(EtcdOptions options, std::string prefix, int64_t start_revision,
                          EventsFn on_events, ErrorFn on_error, WatchOptions watch)
@@ -234,4 +234,4 @@ Status EtcdWatcher::WatchOnce(const std::string& endpoint, bool* compacted) {
   return Status::Ok();
 #endif
 }
-}  // namespace tenax::launch
+}  // namespace tenax::etcd

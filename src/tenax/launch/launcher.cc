@@ -16,8 +16,8 @@
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/core/run_lock.h"
+#include "tenax/etcd/client.h"
 #include "tenax/launch/child_watch.h"
-#include "tenax/launch/etcd_client.h"
 #include "tenax/launch/node_agent.h"
 #include "tenax/launch/supervisor.h"
 #include "tenax/protocol/fault_injection.h"
@@ -71,11 +71,9 @@ Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& arg
   TENAX_ASSIGN_OR_RETURN(TrainCommand cmd, ParseTrainCommand({args.begin() + 1, args.end()}));
   TENAX_ASSIGN_OR_RETURN(Config config, LoadTrainConfig(cmd));
   TrainJob job;
-  job.run_dir = JoinPath(config.job.dump_folder, config.job.name);
-  if (config.checkpoint.enable) {
-    const std::string& f = config.checkpoint.folder;  // as the trainer resolves it
-    job.checkpoint_dir = (!f.empty() && f[0] == '/') ? f : JoinPath(job.run_dir, f);
-  }
+  const RunPaths paths = RunPathsOf(config);
+  job.run_dir = paths.root();
+  if (config.checkpoint.enable) job.checkpoint_dir = paths.checkpoints();
   job.total_steps = config.training.steps;
   job.async_checkpoints = config.checkpoint.enable && config.checkpoint.async;
   job.memory_replicas = config.checkpoint.enable && config.checkpoint.memory_replicas;
@@ -163,7 +161,7 @@ Result<int> Launch(const LaunchOptions& o) {
   const bool etcd = o.rdzv.rfind("etcd://", 0) == 0;
   AgentOptions agent;
   if (etcd) {
-    TENAX_ASSIGN_OR_RETURN(agent.etcd.endpoints, ParseEtcdUrl(o.rdzv));
+    TENAX_ASSIGN_OR_RETURN(agent.etcd.endpoints, etcd::ParseEtcdUrl(o.rdzv));
     agent.etcd.ca_file = o.rdzv_ca;
     agent.etcd.cert_file = o.rdzv_cert;
     agent.etcd.key_file = o.rdzv_key;
@@ -210,7 +208,7 @@ Result<int> Launch(const LaunchOptions& o) {
   job.goodput_path = o.goodput_file;
   // On several nodes with etcd, whichever agent holds node rank 0 writes it.
   if (job.goodput_path.empty() && !job.run_dir.empty() && (o.node_rank == 0 || etcd)) {
-    job.goodput_path = JoinPath(job.run_dir, "goodput.json");
+    job.goodput_path = RunPaths(job.run_dir).goodput();
   }
   TENAX_RETURN_IF_ERROR(CheckWritable("--goodput-file", o.goodput_file));
   TENAX_RETURN_IF_ERROR(CheckWritable("--status-file", o.status_file));

@@ -14,6 +14,7 @@
 
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
+#include "tenax/core/net.h"
 #include "tenax/launch/node_agent_internal.h"
 
 namespace tenax::launch::agent_internal {
@@ -52,20 +53,6 @@ std::string DefaultAddress(const std::string& host) {
   return found.empty() ? host : found;
 }
 
-// A TCP port free on `address` a moment ago (rank 0's store binds it next).
-int FreePortOn(const std::string& address) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  if (::inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = INADDR_ANY;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
-
 }  // namespace
 
 NodeAgent::~NodeAgent() {
@@ -85,9 +72,10 @@ NodeAgent::~NodeAgent() {
 }
 
 Status NodeAgent::Register() {
-  TENAX_ASSIGN_OR_RETURN(EtcdLease lease, etcd_->GrantLease(std::chrono::seconds(a_.lease_ttl_s)));
+  TENAX_ASSIGN_OR_RETURN(etcd::EtcdLease lease,
+                         etcd_->GrantLease(std::chrono::seconds(a_.lease_ttl_s)));
   TENAX_ASSIGN_OR_RETURN(
-      keeper_, EtcdLeaseKeeper::Start(a_.etcd, lease, [this](const Status& why) {
+      keeper_, etcd::EtcdLeaseKeeper::Start(a_.etcd, lease, [this](const Status& why) {
         log::Error("launch: lost the etcd lease ({}); stopping this node's ranks (fencing)",
                    why.message());
         {
@@ -110,22 +98,22 @@ Status NodeAgent::Register() {
   return Status::Ok();
 }
 
-void NodeAgent::OnEvents(const std::vector<WatchEvent>& events) {
+void NodeAgent::OnEvents(const std::vector<etcd::WatchEvent>& events) {
   std::vector<std::string> commits;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++changes_;
-    for (const WatchEvent& e : events) {
+    for (const etcd::WatchEvent& e : events) {
       const std::string& key = e.kv.key;
-      if (key == keys_.generation() && e.type == WatchEvent::Type::kPut && running_ >= 0 &&
+      if (key == keys_.generation() && e.type == etcd::WatchEvent::Type::kPut && running_ >= 0 &&
           ParseInt(e.kv.value, -1) != running_) {
         moved_ = true;
       } else if (key == keys_.stop()) {
         stopped_ = true;
-      } else if (e.type == WatchEvent::Type::kPut &&
+      } else if (e.type == etcd::WatchEvent::Type::kPut &&
                  key.compare(0, keys_.commits().size(), keys_.commits()) == 0) {
         commits.push_back(e.kv.value);
-      } else if (e.type == WatchEvent::Type::kDelete &&
+      } else if (e.type == etcd::WatchEvent::Type::kDelete &&
                  key.compare(0, keys_.agents().size(), keys_.agents()) == 0) {
         const std::string id = key.substr(keys_.agents().size());
         if (active_.count(id) > 0) lost_.insert(id);
@@ -155,7 +143,7 @@ bool NodeAgent::WaitUntil(const std::function<bool()>& done, double timeout_s) {
 }
 
 Result<std::optional<int>> NodeAgent::Start() {
-  TENAX_ASSIGN_OR_RETURN(etcd_, EtcdClient::Create(a_.etcd));
+  TENAX_ASSIGN_OR_RETURN(etcd_, etcd::EtcdClient::Create(a_.etcd));
   info_.id = fmt::format("{}-{}-{}", host_, ::getpid(), RandomHex(3));
   info_.host = host_;
   info_.address = a_.address.empty() ? DefaultAddress(host_) : a_.address;
@@ -166,14 +154,14 @@ Result<std::optional<int>> NodeAgent::Start() {
   TENAX_RETURN_IF_ERROR(etcd_->PutIfAbsent(keys_.nnodes(), std::to_string(o_.nnodes)).status());
   TENAX_RETURN_IF_ERROR(
       etcd_->PutIfAbsent(keys_.start(), fmt::format("{:.3f}", WallNow())).status());
-  TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> nnodes, etcd_->Get(keys_.nnodes()));
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> nnodes, etcd_->Get(keys_.nnodes()));
   if (nnodes && ParseInt(nnodes->value, -1) != o_.nnodes) {
     return InvalidArgument(fmt::format(
         "--nnodes {} disagrees with the job {} in etcd, which has {} nodes; use the same "
         "--nnodes on every node (or another --job-id)",
         o_.nnodes, a_.job_id, nnodes->value));
   }
-  TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> start, etcd_->Get(keys_.start()));
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> start, etcd_->Get(keys_.start()));
   job_start_unix_ = start ? std::strtod(start->value.c_str(), nullptr) : WallNow();
   TENAX_ASSIGN_OR_RETURN(std::optional<rdzv::StopRecord> stopped, ReadStop());
   if (stopped && stopped->code == 0) {
@@ -186,7 +174,7 @@ Result<std::optional<int>> NodeAgent::Start() {
         "--job-id",
         a_.job_id, stopped->code, stopped->reason));
   }
-  TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> secret, etcd_->Get(keys_.secret()));
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> secret, etcd_->Get(keys_.secret()));
   if (!secret) return Internal("the job's secret vanished from etcd");
   secret_ = secret->value;
   if (!job_.checkpoint_dir.empty()) {
@@ -203,17 +191,18 @@ Result<std::optional<int>> NodeAgent::Start() {
     }
     replica_folder_ = std::make_unique<OwnedFolder>(std::move(folder));
     replica_root_ = replica_folder_->path();
-    FileServerOptions fo;
+    transfer::FileServerOptions fo;
     fo.address = info_.address;
     fo.checkpoint_folder = job_.checkpoint_dir;
     fo.replica_root = replica_root_;
     fo.secret = secret_;
-    TENAX_ASSIGN_OR_RETURN(files_, CheckpointFileServer::Start(fo));
+    TENAX_ASSIGN_OR_RETURN(files_, transfer::CheckpointFileServer::Start(fo));
     info_.file_port = files_->port();
-    PushOptions po;
+    transfer::PushOptions po;
     po.transfer.io_timeout = kPeerIoTimeout;
-    pusher_ = std::make_unique<ReplicaPusher>(
-        LocalFs(), job_.checkpoint_dir, secret_, po, [](int64_t step, const Result<PushReport>& r) {
+    pusher_ = std::make_unique<transfer::ReplicaPusher>(
+        LocalFs(), job_.checkpoint_dir, secret_, po,
+        [](int64_t step, const Result<transfer::PushReport>& r) {
           if (!r.ok()) {
             log::Warn("launch: memory replica of step {}: {}", step, r.status().message());
           } else if (r->skipped_damaged.empty()) {
@@ -234,11 +223,11 @@ Result<std::optional<int>> NodeAgent::Start() {
   supervisor_->SetRemoteHangHook(
       [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
   TENAX_RETURN_IF_ERROR(Register());
-  TENAX_ASSIGN_OR_RETURN(RangeResponse now, etcd_->GetPrefix(keys_.root()));
+  TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse now, etcd_->GetPrefix(keys_.root()));
   TENAX_ASSIGN_OR_RETURN(
-      watcher_, EtcdWatcher::Start(
+      watcher_, etcd::EtcdWatcher::Start(
                     a_.etcd, keys_.root(), now.revision + 1,
-                    [this](const std::vector<WatchEvent>& e) { OnEvents(e); },
+                    [this](const std::vector<etcd::WatchEvent>& e) { OnEvents(e); },
                     [](const Status& st) { log::Warn("launch: etcd watch: {}", st.message()); }));
   TENAX_RETURN_IF_ERROR(supervisor_->Start());
   TENAX_ASSIGN_OR_RETURN(channel_,
@@ -274,9 +263,9 @@ Result<int> NodeAgent::Run() {
     if (stop) {
       // The report is node 0's of the newest plan (a former node 0 must not overwrite it).
       Result<int64_t> newest = CurrentGeneration();
-      Result<std::optional<KeyValue>> plan = newest.ok()
-                                                 ? etcd_->Get(keys_.plan(*newest))
-                                                 : Result<std::optional<KeyValue>>(newest.status());
+      Result<std::optional<etcd::KeyValue>> plan =
+          newest.ok() ? etcd_->Get(keys_.plan(*newest))
+                      : Result<std::optional<etcd::KeyValue>>(newest.status());
       if (plan.ok() && *plan) {
         Result<rdzv::Plan> p = rdzv::Plan::FromJson((**plan).value);
         if (p.ok() && p->NodeRankOf(info_.id) == 0) WriteGoodput(true, stop->code);
@@ -365,7 +354,7 @@ Result<std::optional<int>> NodeAgent::WaitAsSpare(int64_t g, const rdzv::Plan& p
   bool finished = false;
   WaitUntil(
       [&] {
-        Result<RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
+        Result<etcd::RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
         finished = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
         return finished || !StillCurrent();
       },
@@ -388,13 +377,13 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   // Rank 0's store lives on node 0: its agent publishes a free port there.
   std::string master;
   if (node_rank == 0) {
-    master = fmt::format("{}:{}", info_.address, FreePortOn(info_.address));
+    master = fmt::format("{}:{}", info_.address, FreeTcpPort(info_.address));
     TENAX_RETURN_IF_ERROR(
         Retry([&] { return etcd_->PutIfAbsent(keys_.master(g), master); }).status());
   }
   WaitUntil(
       [&] {
-        Result<std::optional<KeyValue>> m = etcd_->Get(keys_.master(g));
+        Result<std::optional<etcd::KeyValue>> m = etcd_->Get(keys_.master(g));
         if (m.ok() && *m) master = (**m).value;
         return (m.ok() && *m) || !StillCurrent();
       },
@@ -480,7 +469,7 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   bool all_done = false;
   WaitUntil(
       [&] {
-        Result<RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
+        Result<etcd::RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
         all_done = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
         Result<int64_t> now = CurrentGeneration();
         std::lock_guard<std::mutex> lock(mu_);
@@ -503,7 +492,7 @@ namespace tenax::launch {
 
 Result<int> RunNodeAgent(const LaunchOptions& options, JobInfo job, AgentOptions agent,
                          std::string host, std::string exe) {
-  if (!EtcdClientAvailable()) {
+  if (!etcd::EtcdClientAvailable()) {
     return InvalidArgument(
         "--rdzv etcd://... needs the etcd client, which this build lacks "
         "(install libcpp-httplib-dev and rebuild)");

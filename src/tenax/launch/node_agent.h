@@ -38,7 +38,7 @@
 #include <string>
 
 #include "tenax/core/status.h"
-#include "tenax/launch/etcd_client.h"
+#include "tenax/etcd/client.h"
 #include "tenax/launch/launcher.h"
 #include "tenax/launch/supervisor.h"
 
@@ -46,7 +46,7 @@ namespace tenax::launch {
 
 struct AgentOptions {
   std::string job_id;
-  EtcdOptions etcd;              // the --rdzv endpoints and TLS files
+  etcd::EtcdOptions etcd;        // the --rdzv endpoints and TLS files
   int lease_ttl_s = 5;           // --rdzv-lease: a lost node is noticed within about this long
   std::string address;           // this node's address for other nodes (--rdzv-address)
   double nodes_timeout_s = 600;  // --rdzv-timeout: waiting for enough nodes

@@ -1,6 +1,6 @@
-// The node agent's checkpoint files between nodes (launch/checkpoint_sync.h): before ranks resume,
-// this node's folder holds exactly the job's commits with the newest complete; after each commit,
-// this node's files go to the next node's RAM (replicas).
+// The node agent's checkpoint files between nodes (transfer/checkpoint_sync.h): before ranks
+// resume, this node's folder holds exactly the job's commits with the newest complete; after each
+// commit, this node's files go to the next node's RAM (replicas).
 #include <fmt/format.h>
 
 #include "tenax/checkpoint/manifest.h"
@@ -11,8 +11,8 @@
 
 namespace tenax::launch::agent_internal {
 
-std::vector<FilePeer> NodeAgent::Peers() {
-  std::vector<FilePeer> peers;
+std::vector<transfer::FilePeer> NodeAgent::Peers() {
+  std::vector<transfer::FilePeer> peers;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, a] : agents_) {
     if (id == info_.id || a.file_port <= 0) continue;
@@ -24,11 +24,11 @@ std::vector<FilePeer> NodeAgent::Peers() {
 
 Status NodeAgent::PrepareCheckpoints(int64_t g) {
   if (job_.checkpoint_dir.empty()) return Status::Ok();
-  TENAX_ASSIGN_OR_RETURN(RangeResponse commits,
+  TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse commits,
                          Retry([&] { return etcd_->GetPrefix(keys_.commits()); }));
   std::map<int64_t, uint32_t> accepted;
   std::optional<ckpt::Manifest> newest;
-  for (const KeyValue& kv : commits.kvs) {
+  for (const etcd::KeyValue& kv : commits.kvs) {
     const auto j = nlohmann::json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("manifest")) continue;
     Result<ckpt::Manifest> m = ckpt::Manifest::Parse(j["manifest"].dump(), kv.key);
@@ -38,24 +38,25 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
   }
   // Commits the job dropped (lost with a node) may still be whole in this folder: never resumed
   // from, even when the job has no other commit and starts over.
-  TENAX_ASSIGN_OR_RETURN(RangeResponse drops,
+  TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse drops,
                          Retry([&] { return etcd_->GetPrefix(keys_.drops()); }));
   std::map<int64_t, uint32_t> dropped;
-  for (const KeyValue& kv : drops.kvs) {
+  for (const etcd::KeyValue& kv : drops.kvs) {
     const auto j = nlohmann::json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("step") && j.contains("manifest_crc")) {
       dropped[j["step"].get<int64_t>()] = j["manifest_crc"].get<uint32_t>();
     }
   }
   if (!dropped.empty()) {
-    TENAX_ASSIGN_OR_RETURN(std::vector<std::string> moved,
-                           SetAsideDroppedCommits(LocalFs(), job_.checkpoint_dir, dropped));
+    TENAX_ASSIGN_OR_RETURN(
+        std::vector<std::string> moved,
+        transfer::SetAsideDroppedCommits(LocalFs(), job_.checkpoint_dir, dropped));
     for (const auto& m : moved) log::Warn("launch: {} was dropped by the job: moved aside", m);
   }
   if (!newest) return Status::Ok();  // nothing committed (or all dropped): a fresh start
   // The sources of files are the agents alive now (a lost one would make a file nobody has look
   // merely unreachable, below).
-  TENAX_ASSIGN_OR_RETURN(RangeResponse agents,
+  TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse agents,
                          Retry([&] { return etcd_->GetPrefix(keys_.agents()); }));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -66,7 +67,7 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
   const int64_t oldest = accepted.begin()->first;
   for (int attempt = 0;; ++attempt) {  // two agents may move the same folder on shared storage
     Result<std::vector<std::string>> moved =
-        SetAsideUnacceptedCommits(LocalFs(), job_.checkpoint_dir, accepted, oldest);
+        transfer::SetAsideUnacceptedCommits(LocalFs(), job_.checkpoint_dir, accepted, oldest);
     if (moved.ok()) {
       for (const auto& m : *moved)
         log::Warn("launch: {} is not a commit of the job: moved aside", m);
@@ -74,26 +75,27 @@ Status NodeAgent::PrepareCheckpoints(int64_t g) {
     }
     if (attempt > 0) return moved.status();
   }
-  ReconcileOptions ro;
+  transfer::ReconcileOptions ro;
   ro.local_replica_root = replica_root_;
   ro.transfer.io_timeout = kPeerIoTimeout;
-  Result<ReconcileReport> r =
-      Reconcile(LocalFs(), job_.checkpoint_dir, *newest, Peers(), secret_, ro);
+  Result<transfer::ReconcileReport> r =
+      transfer::Reconcile(LocalFs(), job_.checkpoint_dir, *newest, Peers(), secret_, ro);
   if (!r.ok()) {
-    r = Reconcile(LocalFs(), job_.checkpoint_dir, *newest, Peers(), secret_,
-                  ro);  // shared folder race
+    r = transfer::Reconcile(LocalFs(), job_.checkpoint_dir, *newest, Peers(), secret_,
+                            ro);  // shared folder race
   }
   if (!r.ok() && r.status().code() == StatusCode::kNotFound) {
     // Every live node answered and none has some file of it: the step is lost (its node died
     // before its replicas reached a peer). Drop its record while g is current, so that every
     // node resumes from the commit before it in the next generation.
-    Txn txn;
-    txn.compare.push_back(Compare::Value(keys_.generation(), CompareOp::kEqual, std::to_string(g)));
-    txn.success.push_back(TxnOp::Delete(keys_.commit(newest->step)));
+    etcd::Txn txn;
+    txn.compare.push_back(
+        etcd::Compare::Value(keys_.generation(), etcd::CompareOp::kEqual, std::to_string(g)));
+    txn.success.push_back(etcd::TxnOp::Delete(keys_.commit(newest->step)));
     const nlohmann::json record = {
         {"step", newest->step}, {"manifest_crc", ckpt::ManifestCrc(*newest)}, {"generation", g}};
-    txn.success.push_back(TxnOp::Put(keys_.dropped(newest->step), record.dump()));
-    Result<TxnResponse> dropped = Retry([&] { return etcd_->Commit(txn); });
+    txn.success.push_back(etcd::TxnOp::Put(keys_.dropped(newest->step), record.dump()));
+    Result<etcd::TxnResponse> dropped = Retry([&] { return etcd_->Commit(txn); });
     if (dropped.ok() && dropped->succeeded) {
       log::Error(
           "launch: checkpoint step {} is lost: no live node holds every file of it; the job "

@@ -28,8 +28,7 @@
 
 #include "tenax/core/owned_folder.h"
 #include "tenax/core/status.h"
-#include "tenax/launch/checkpoint_sync.h"
-#include "tenax/launch/etcd_client.h"
+#include "tenax/etcd/client.h"
 #include "tenax/launch/launcher.h"
 #include "tenax/launch/node_agent.h"
 #include "tenax/launch/rendezvous.h"
@@ -37,6 +36,7 @@
 #include "tenax/launch/supervisor.h"
 #include "tenax/protocol/agent_channel.h"
 #include "tenax/protocol/protocol.h"
+#include "tenax/transfer/checkpoint_sync.h"
 
 namespace tenax::launch::agent_internal {
 
@@ -79,16 +79,16 @@ inline int64_t ParseInt(const std::string& s, int64_t fallback) {
 }
 
 // The last path component of every key in `r` (keys under `prefix`: agents/<id>, slow/<id>).
-inline std::set<std::string> IdsUnder(const RangeResponse& r, const std::string& prefix) {
+inline std::set<std::string> IdsUnder(const etcd::RangeResponse& r, const std::string& prefix) {
   std::set<std::string> ids;
-  for (const KeyValue& kv : r.kvs) ids.insert(kv.key.substr(prefix.size()));
+  for (const etcd::KeyValue& kv : r.kvs) ids.insert(kv.key.substr(prefix.size()));
   return ids;
 }
 
 // The readable agents/<id> records of `r`, by agent id.
-inline std::map<std::string, rdzv::AgentInfo> AgentRecords(const RangeResponse& r) {
+inline std::map<std::string, rdzv::AgentInfo> AgentRecords(const etcd::RangeResponse& r) {
   std::map<std::string, rdzv::AgentInfo> agents;
-  for (const KeyValue& kv : r.kvs) {
+  for (const etcd::KeyValue& kv : r.kvs) {
     if (auto info = rdzv::AgentInfo::FromJson(kv.value); info.ok()) agents[info->id] = *info;
   }
   return agents;
@@ -133,7 +133,7 @@ class NodeAgent {
   bool StillCurrent();
 
   Status Register();
-  void OnEvents(const std::vector<WatchEvent>& events);
+  void OnEvents(const std::vector<etcd::WatchEvent>& events);
   Result<int64_t> CurrentGeneration();
   // Waits until `done()` is true, re-checking whenever etcd changed (and at least every
   // kPollS); false after `timeout_s`.
@@ -156,7 +156,7 @@ class NodeAgent {
   Status PrepareCheckpoints(int64_t g);
   // A new commit: this node's files of it go to the next node's RAM (replicas), in the background.
   void PushReplicas(const std::string& commit_json);
-  std::vector<FilePeer> Peers();
+  std::vector<transfer::FilePeer> Peers();
   void PublishReport(int64_t g, int node_rank, const Supervisor::Outcome& out);
   // This node's account of a failure its ranks saw (failures/<G>/<id>).
   rdzv::FailureReport ReportOf(const Verdict& v, int node_rank) const;
@@ -197,14 +197,15 @@ class NodeAgent {
 
   // Set up by Run before the watcher, the lease keeper's callback or the progress thread can
   // use them, then only read; keeper_ is replaced by Run's thread alone (Register after fencing).
-  std::unique_ptr<EtcdClient> etcd_;
-  std::unique_ptr<EtcdLeaseKeeper> keeper_;
-  std::unique_ptr<EtcdWatcher> watcher_;
+  std::unique_ptr<etcd::EtcdClient> etcd_;
+  std::unique_ptr<etcd::EtcdLeaseKeeper> keeper_;
+  std::unique_ptr<etcd::EtcdWatcher> watcher_;
   std::unique_ptr<Supervisor> supervisor_;
   std::unique_ptr<protocol::AgentChannelServer> channel_;
   std::unique_ptr<OwnedFolder> replica_folder_;  // the RAM folder files_ keeps replicas in
-  std::unique_ptr<CheckpointFileServer> files_;  // this node's checkpoint files, for peers
-  std::unique_ptr<ReplicaPusher> pusher_;        // this node's files of each commit, to a peer
+  std::unique_ptr<transfer::CheckpointFileServer>
+      files_;                                        // this node's checkpoint files, for peers
+  std::unique_ptr<transfer::ReplicaPusher> pusher_;  // this node's files of each commit, to a peer
   std::string secret_;
   std::string replica_root_;
   rdzv::AgentInfo info_;

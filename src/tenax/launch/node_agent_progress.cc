@@ -49,9 +49,9 @@ void NodeAgent::AwaitRemoteHang(const Verdict& v, double budget_s) {
           std::lock_guard<std::mutex> lock(mu_);
           if (moved_ || stopped_ || lease_lost_ || !lost_.empty()) return true;
         }
-        Result<RangeResponse> fs = etcd_->GetPrefix(keys_.failures(g));
+        Result<etcd::RangeResponse> fs = etcd_->GetPrefix(keys_.failures(g));
         if (!fs.ok()) return false;
-        return std::any_of(fs->kvs.begin(), fs->kvs.end(), [](const KeyValue& kv) {
+        return std::any_of(fs->kvs.begin(), fs->kvs.end(), [](const etcd::KeyValue& kv) {
           Result<rdzv::FailureReport> f = rdzv::FailureReport::FromJson(kv.value);
           return f.ok() && !f->secondary;
         });
@@ -112,11 +112,11 @@ void NodeAgent::ProgressLoop() {
 
 std::optional<std::string> NodeAgent::JudgeStragglers(int64_t g, const rdzv::Plan& plan,
                                                       Judge* judge) {
-  Result<RangeResponse> all = etcd_->GetPrefix(keys_.progresses(g));
+  Result<etcd::RangeResponse> all = etcd_->GetPrefix(keys_.progresses(g));
   if (!all.ok()) return std::nullopt;  // etcd busy (a leader change): next time
   const int world = o_.nnodes * o_.nproc_per_node;
   std::map<int, std::string> host_of;  // node rank -> host
-  for (const KeyValue& kv : all->kvs) {
+  for (const etcd::KeyValue& kv : all->kvs) {
     Result<rdzv::NodeProgress> p = rdzv::NodeProgress::FromJson(kv.value);
     if (!p.ok()) continue;
     host_of[p->node_rank] = p->host;
@@ -155,8 +155,8 @@ std::optional<std::string> NodeAgent::JudgeStragglers(int64_t g, const rdzv::Pla
   if (judge->pending.empty()) return std::nullopt;
   // A spare node that is alive and not itself a replaced straggler takes the slow node's place;
   // until one is there, the slow node trains on.
-  Result<RangeResponse> alive = etcd_->GetPrefix(keys_.agents());
-  Result<RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
+  Result<etcd::RangeResponse> alive = etcd_->GetPrefix(keys_.agents());
+  Result<etcd::RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
   if (!alive.ok() || !slow.ok()) return std::nullopt;
   std::set<std::string> ready = IdsUnder(*alive, keys_.agents());
   for (const std::string& a : IdsUnder(*slow, keys_.slow_agents())) ready.erase(a);

@@ -17,14 +17,14 @@ Result<int64_t> NodeAgent::CurrentGeneration() {
   TENAX_ASSIGN_OR_RETURN(bool created,
                          Retry([&] { return etcd_->PutIfAbsent(keys_.generation(), "0"); }));
   (void)created;
-  TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> g,
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> g,
                          Retry([&] { return etcd_->Get(keys_.generation()); }));
   if (!g) return Internal("the job's generation key vanished");
   return ParseInt(g->value, 0);
 }
 
 Result<std::optional<rdzv::StopRecord>> NodeAgent::ReadStop() {
-  TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> kv,
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv,
                          Retry([&] { return etcd_->Get(keys_.stop()); }));
   if (!kv) return std::optional<rdzv::StopRecord>();
   TENAX_ASSIGN_OR_RETURN(rdzv::StopRecord s, rdzv::StopRecord::FromJson(kv->value));
@@ -84,16 +84,16 @@ Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json&
     std::lock_guard<std::mutex> lock(mu_);
     if (lease_lost_) return Unavailable("this node lost its etcd lease (fenced)");
   }
-  Txn txn;
-  txn.compare.push_back(
-      Compare::Value(keys_.generation(), CompareOp::kEqual, std::to_string(generation)));
+  etcd::Txn txn;
+  txn.compare.push_back(etcd::Compare::Value(keys_.generation(), etcd::CompareOp::kEqual,
+                                             std::to_string(generation)));
   txn.success.push_back(
-      TxnOp::Put(keys_.commit(step),
-                 nlohmann::json{{"generation", generation}, {"manifest", manifest}}.dump()));
-  txn.failure.push_back(TxnOp::Get(keys_.generation()));
+      etcd::TxnOp::Put(keys_.commit(step),
+                       nlohmann::json{{"generation", generation}, {"manifest", manifest}}.dump()));
+  txn.failure.push_back(etcd::TxnOp::Get(keys_.generation()));
   // A repeat after an unknown outcome (a leader lost mid-request) is harmless: the comparison
   // still holds and the same record is written again.
-  TENAX_ASSIGN_OR_RETURN(TxnResponse r, Retry([&] { return etcd_->Commit(txn); }, 40));
+  TENAX_ASSIGN_OR_RETURN(etcd::TxnResponse r, Retry([&] { return etcd_->Commit(txn); }, 40));
   if (!r.succeeded) {
     std::string now = "?";
     if (!r.gets.empty() && !r.gets[0].kvs.empty()) now = r.gets[0].kvs[0].value;
@@ -109,7 +109,7 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
   rdzv::Plan previous;
   bool have_previous = false;
   if (g > 0) {
-    TENAX_ASSIGN_OR_RETURN(std::optional<KeyValue> p,
+    TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> p,
                            Retry([&] { return etcd_->Get(keys_.plan(g - 1)); }));
     if (p) {
       TENAX_ASSIGN_OR_RETURN(previous, rdzv::Plan::FromJson(p->value));
@@ -139,7 +139,7 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
             log::Warn("launch: {}", st.message());
           }
         }
-        Result<std::optional<KeyValue>> p = etcd_->Get(keys_.plan(g));
+        Result<std::optional<etcd::KeyValue>> p = etcd_->Get(keys_.plan(g));
         if (!p.ok()) return false;  // etcd unreachable for now: keep trying
         if (*p) {
           Result<rdzv::Plan> parsed = rdzv::Plan::FromJson((**p).value);
@@ -153,8 +153,8 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         Result<int64_t> now = CurrentGeneration();
         Result<std::optional<rdzv::StopRecord>> stop = ReadStop();
         if ((now.ok() && *now != g) || (stop.ok() && *stop)) return gone = true;
-        Result<RangeResponse> joins = etcd_->GetPrefix(keys_.joins(g));
-        Result<RangeResponse> agents = etcd_->GetPrefix(keys_.agents());
+        Result<etcd::RangeResponse> joins = etcd_->GetPrefix(keys_.joins(g));
+        Result<etcd::RangeResponse> agents = etcd_->GetPrefix(keys_.agents());
         if (!joins.ok() || !agents.ok()) return false;
         const std::set<std::string> alive = IdsUnder(*agents, keys_.agents());
         std::map<std::string, rdzv::AgentInfo> live = AgentRecords(*agents);
@@ -163,12 +163,12 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
           std::lock_guard<std::mutex> lock(mu_);
           agents_ = std::move(live);
         }
-        std::vector<KeyValue> order = joins->kvs;
-        std::sort(order.begin(), order.end(), [](const KeyValue& a, const KeyValue& b) {
+        std::vector<etcd::KeyValue> order = joins->kvs;
+        std::sort(order.begin(), order.end(), [](const etcd::KeyValue& a, const etcd::KeyValue& b) {
           return a.create_revision < b.create_revision;
         });
         std::vector<std::string> joined;
-        for (const KeyValue& kv : order) {
+        for (const etcd::KeyValue& kv : order) {
           const std::string id = kv.key.substr(keys_.joins(g).size());
           if (alive.count(id) > 0) joined.push_back(id);
         }
@@ -192,7 +192,7 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         }
         // The earliest-joined live agent plans, once every live agent has joined.
         if (joined.empty() || joined.front() != info_.id || !all_joined) return false;
-        Result<RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
+        Result<etcd::RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
         if (!slow.ok()) return false;
         std::optional<rdzv::Plan> made =
             rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr,

@@ -24,6 +24,7 @@ extern char** environ;
 #include "tenax/protocol/heartbeat.h"
 #include "tenax/protocol/rank_context.h"
 #include "tenax/report/html_report.h"
+#include "tenax/report/run_data.h"
 
 namespace tenax::launch {
 namespace {
@@ -150,7 +151,7 @@ void Supervisor::Publish(int gen, bool force) {
       const SlotProcess& p = slots_->process(slot);
       const bool up = p.pid > 0 && p.local == local;
       alive += up;
-      const protocol::Beat& b = beats_[local];
+      const protocol::Beat& b = g_.beats[local];
       ranks.push_back({{"rank", Rank(local)},
                        {"slot", slot},
                        {"pid", up ? p.pid : -1},
@@ -245,7 +246,7 @@ RankEnd Supervisor::Evidence(int gen, int local, pid_t pid, const ChildEnd& end)
 
 std::optional<protocol::Beat> Supervisor::CurrentBeat(int gen, int local) const {
   auto beat = protocol::ReadHeartbeat(hb_dir_, Rank(local));
-  if (!beat || beat->generation != gen || beat->pid != rank_pids_[local]) return std::nullopt;
+  if (!beat || beat->generation != gen || beat->pid != g_.pids[local]) return std::nullopt;
   return beat;
 }
 
@@ -254,28 +255,28 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   for (int i = 0; i < n; ++i) {
     auto beat = CurrentBeat(gen, i);
     if (!beat) continue;
-    beats_[i] = *beat;
+    g_.beats[i] = *beat;
     if (beat->phase == protocol::Phase::kFinish) {
       MarkDone(i);
-      finished_[i] = true;
+      g_.finished[i] = true;
     }
     if (local_stragglers_) stragglers_.Add(i, beat->recent);
     if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
-    if (beat->step == last_step_[i]) {
-      if (beat->work != last_work_[i]) {  // evaluating: progress, but not a step's interval
-        last_work_[i] = beat->work;
-        last_progress_ = Elapsed();
+    if (beat->step == g_.last_step[i]) {
+      if (beat->work != g_.last_work[i]) {  // evaluating: progress, but not a step's interval
+        g_.last_work[i] = beat->work;
+        g_.last_progress = Elapsed();
       }
       continue;
     }
-    last_work_[i] = beat->work;
-    if (i == 0 && last_step_[0] >= 0) intervals_.push_back(Elapsed() - last_progress_);
+    g_.last_work[i] = beat->work;
+    if (i == 0 && g_.last_step[0] >= 0) g_.intervals.push_back(Elapsed() - g_.last_progress);
     // A step finished in this process: seen as a change of step, or as a step beyond the one it
     // resumed from (a fast run may finish its first steps between two polls).
-    any_step_done_ = any_step_done_ || last_step_[i] >= 0 ||
-                     (beat->phase != protocol::Phase::kReady && beat->step > beat->resume_step);
-    last_step_[i] = beat->step;
-    last_progress_ = Elapsed();
+    g_.any_step_done = g_.any_step_done || g_.last_step[i] >= 0 ||
+                       (beat->phase != protocol::Phase::kReady && beat->step > beat->resume_step);
+    g_.last_step[i] = beat->step;
+    g_.last_progress = Elapsed();
   }
   for (const Straggler& s : stragglers_.Evaluate()) {
     ++straggler_count_;
@@ -283,13 +284,13 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     log::Warn(
         "launch: straggler: rank {} on {} (slot {}) computed {:.3f}s per step against a "
         "median of {:.3f}s for {} steps in a row (step {})",
-        Rank(s.local), beats_[s.local].host, slot, s.compute_s, s.median_s, o_.straggler_steps,
+        Rank(s.local), g_.beats[s.local].host, slot, s.compute_s, s.median_s, o_.straggler_steps,
         s.step);
     goodput_.AddStraggler({{"time_s", Elapsed()},
                            {"generation", gen},
                            {"rank", Rank(s.local)},
                            {"slot", slot},
-                           {"host", beats_[s.local].host},
+                           {"host", g_.beats[s.local].host},
                            {"step", s.step},
                            {"compute_s", s.compute_s},
                            {"median_s", s.median_s}});
@@ -300,7 +301,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
       v.kind = FailureKind::kStraggler;
       v.cause = fmt::format("rank {} straggles ({:.3f}s vs median {:.3f}s)", Rank(s.local),
                             s.compute_s, s.median_s);
-      v.host = beats_[s.local].host;
+      v.host = g_.beats[s.local].host;
       v.mono_s = protocol::MonotonicNow();
       out->verdict = v;
       out->exit_code = v.code;
@@ -312,18 +313,18 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   // Every rank's work is done: what is left is their teardown, judged by ExitOverdue, not here.
   if (AllFinished()) return false;
   double timeout = o_.startup_timeout_s;
-  if (any_step_done_ && intervals_.empty()) {
+  if (g_.any_step_done && g_.intervals.empty()) {
     timeout = o_.hang_timeout_s;  // training, though no step interval was seen yet
-  } else if (any_step_done_) {
-    std::vector<double> sorted = intervals_;
+  } else if (g_.any_step_done) {
+    std::vector<double> sorted = g_.intervals;
     std::sort(sorted.begin(), sorted.end());
     timeout = std::max(o_.hang_timeout_s, o_.hang_factor * sorted[sorted.size() / 2]);
   }
-  const double quiet = Elapsed() - last_progress_;
+  const double quiet = Elapsed() - g_.last_progress;
   if (quiet <= timeout) return false;
   std::string steps;
   for (int i = 0; i < n; ++i) {
-    steps += fmt::format("{}rank {} at step {}", i ? ", " : "", Rank(i), last_step_[i]);
+    steps += fmt::format("{}rank {} at step {}", i ? ", " : "", Rank(i), g_.last_step[i]);
   }
   log::Error("launch: hang: no rank finished a step for {:.1f}s (timeout {:.1f}s); {}", quiet,
              timeout, steps);
@@ -334,7 +335,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   // The only rank at the lowest step, or the only one not finished (attribution.h).
   std::vector<bool> done(n);
   for (int i = 0; i < n; ++i) done[i] = Done(i);
-  int culprit = HangSuspect(last_step_, done);
+  int culprit = HangSuspect(g_.last_step, done);
   // Flight records say more: every rank dumps its last collectives, and the analysis names the
   // rank(s) the others wait for (docs/flight_recorder.md).
   if (const int waited = AnalyzeHang(); waited >= 0) {
@@ -343,9 +344,9 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   }
   if (culprit >= 0) {
     v.rank = Rank(culprit);
-    v.host = beats_[culprit].host;
+    v.host = g_.beats[culprit].host;
   }
-  v.mono_s = t0_mono_ + last_progress_;  // the evidence: progress stopped then
+  v.mono_s = t0_mono_ + g_.last_progress;  // the evidence: progress stopped then
   if (culprit < 0 && nnodes_ > 1 && remote_hang_) {
     // The rank this node's ranks wait for is elsewhere: its node names it once its own check
     // fires (about when ours did: progress stopped everywhere at once) and its ranks dumped.
@@ -359,7 +360,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
 }
 
 void Supervisor::MarkDone(int local) {
-  if (!Done(local)) done_at_[local] = Elapsed();
+  if (!Done(local)) g_.done_at[local] = Elapsed();
 }
 
 bool Supervisor::AllFinished() const {
@@ -370,12 +371,12 @@ bool Supervisor::AllFinished() const {
 }
 
 bool Supervisor::Finished(int gen, int local) {
-  if (finished_[local]) return true;
+  if (g_.finished[local]) return true;
   auto beat = CurrentBeat(gen, local);
   if (!beat || beat->phase != protocol::Phase::kFinish) return false;
-  beats_[local] = *beat;
+  g_.beats[local] = *beat;
   MarkDone(local);
-  finished_[local] = true;
+  g_.finished[local] = true;
   return true;
 }
 
@@ -387,23 +388,23 @@ void Supervisor::AddExitFault(int gen, int local, const std::string& kind,
                       {"generation", gen},
                       {"rank", Rank(local)},
                       {"slot", slot},
-                      {"host", beats_[local].host.empty() ? host_ : beats_[local].host},
-                      {"step", beats_[local].step},
+                      {"host", g_.beats[local].host.empty() ? host_ : g_.beats[local].host},
+                      {"step", g_.beats[local].step},
                       {"kind", kind},
                       {"detail", detail}};
   goodput_.AddExitFault(f);
   f["time_unix"] = t0_wall_ + now;
-  exit_faults_.push_back(std::move(f));
+  g_.exit_faults.push_back(std::move(f));
 }
 
 bool Supervisor::ExitOverdue(int gen) {
   if (!AllFinished()) return false;
   // The deadline runs from the moment the last rank finished (or exited).
-  const double waited = Elapsed() - *std::max_element(done_at_.begin(), done_at_.end());
+  const double waited = Elapsed() - *std::max_element(g_.done_at.begin(), g_.done_at.end());
   if (waited <= o_.exit_timeout_s) return false;
   std::vector<int> stuck;
   for (int local = 0; local < o_.nproc_per_node; ++local) {
-    if (exited_[local]) continue;
+    if (g_.exited[local]) continue;
     stuck.push_back(Rank(local));
     AddExitFault(gen, local, "hang",
                  fmt::format("did not exit {:.1f}s after finishing (--exit-timeout {:g}); killed",
@@ -413,8 +414,19 @@ bool Supervisor::ExitOverdue(int gen) {
       "launch: rank(s) {} finished training (step {}, checkpoints committed) but did not exit "
       "within --exit-timeout {:g}s: stuck in their teardown; killing them. The run is complete; "
       "recorded in goodput.json exit_faults",
-      fmt::join(stuck, ", "), beats_.front().step, o_.exit_timeout_s);
+      fmt::join(stuck, ", "), g_.beats.front().step, o_.exit_timeout_s);
   return true;
+}
+
+Supervisor::Generation::Generation(int ranks)
+    : beats(ranks),
+      pids(ranks, -1),
+      last_step(ranks, -1),
+      last_work(ranks, 0),
+      finished(ranks, false),
+      exited(ranks, false),
+      done_at(ranks, 0.0) {
+  for (protocol::Beat& b : beats) b.phase = protocol::Phase::kSetup;  // no beat yet
 }
 
 Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const StopFn& stop) {
@@ -423,37 +435,97 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   node_rank_ = plan.node_rank;
   nnodes_ = plan.nnodes;
   const int n = o_.nproc_per_node;
-  const int world = n * plan.nnodes;
-  // A fresh store port each generation: the old one may linger in TIME_WAIT.
-  const int port = plan.master_port > 0 ? plan.master_port : FreeTcpPort();
-  const std::string master = plan.master_addr.empty() ? host_ : plan.master_addr;
   goodput_.GenerationStarted(gen, Elapsed());
   stragglers_.Reset();
-  protocol::Beat none;  // no beat yet this generation
-  none.phase = protocol::Phase::kSetup;
-  beats_.assign(n, none);
-  rank_pids_.assign(n, -1);
-  last_step_.assign(n, -1);
-  last_work_.assign(n, 0);
-  finished_.assign(n, false);
-  exited_.assign(n, false);
-  done_at_.assign(n, 0.0);
-  exit_faults_.clear();
-  intervals_.clear();
-  any_step_done_ = false;
+  g_ = Generation(n);
   for (int local = 0; local < n; ++local) {
     std::error_code ec;
     std::filesystem::remove(protocol::HeartbeatPath(hb_dir_, Rank(local)), ec);
     std::filesystem::remove(protocol::ExitReportPath(hb_dir_, Rank(local)), ec);
   }
-  bool stopping = false;
-  double kill_at = 1e300;
-  auto begin_stop = [&](int sig, double grace_s) {
-    stopping = true;
-    slots_->SignalRanks(sig);
-    slots_->SignalRanks(SIGCONT);  // a stopped rank must see the signal (SIGKILL needs none)
-    kill_at = sig == SIGKILL ? 1e300 : Elapsed() + grace_s;
-  };
+  StartRanks(plan, &out);
+  // Refill the spare pool after the ranks got their processes: they must not wait for it.
+  if (Status st = slots_->FillStandbys(); !st.ok()) {
+    log::Warn("launch: could not start a standby process: {}", st.message());
+  }
+
+  std::vector<RankEnd> failed;  // evidence: ranks that failed while the generation ran
+  g_.last_progress = g_.last_check = Elapsed();
+  while (slots_->RanksAlive() > 0) {
+    double timeout = g_.stopping ? g_.kill_at - Elapsed() : g_.last_check + kBeatCheckS - Elapsed();
+    if (!failed.empty() && !out.verdict) timeout = std::min(timeout, 0.01);
+    const std::vector<ChildEnd> ends = watcher_->Wait(std::clamp(timeout, 0.0, 1.0));
+    if (const int sig = watcher_->signal(); sig != 0 && !out.interrupted) {
+      log::Info("launch: received signal {}, stopping all ranks", sig);
+      out.exit_code = 128 + sig;
+      out.interrupted = true;
+      BeginStop(sig, o_.kill_grace_s);
+    }
+    if (!out.superseded && stop) {
+      if (std::optional<std::string> why = stop()) {
+        // Another node decided, or this node lost its lease: the ranks must stop now (a fenced
+        // node's ranks must not go on after its lease time), so no grace period.
+        log::Info("launch: stopping generation {} on this node: {}", gen, *why);
+        out.superseded = why;
+        BeginStop(SIGKILL, 0);
+      }
+    }
+    Reap(gen, ends, &failed);
+    if (!failed.empty() && !out.verdict) {
+      // Decide once the window after the first failure has passed, or nobody is left to fail.
+      bool any_primary = false;
+      for (const RankEnd& e : failed) any_primary = any_primary || !IsSecondary(e);
+      const double first = failed.front().mono_s - t0_mono_;
+      const double window = any_primary ? kWindowS : kSecondaryWindowS;
+      if (Elapsed() >= first + window || slots_->RanksAlive() == 0) {
+        Decide(failed, &out);
+        log::Error("launch: {} ({}; {}); stopping the other {} rank(s) on this node",
+                   out.verdict->cause, protocol::FailureKindName(out.verdict->kind),
+                   out.verdict->reasoning, slots_->RanksAlive());
+        BeginStop(SIGTERM, o_.kill_grace_s);
+      }
+    }
+    if (!g_.stopping && failed.empty() && Elapsed() - g_.last_check >= kBeatCheckS) {
+      g_.last_check = Elapsed();
+      if (CheckBeats(gen, &out)) {
+        // A hang: the ranks are stuck, SIGTERM would wait for nothing. A straggler: stop it.
+        if (out.verdict->kind == FailureKind::kHang) {
+          log::Error("launch: killing every rank of generation {}", gen);
+          BeginStop(SIGKILL, 0);
+        } else {
+          BeginStop(SIGTERM, o_.kill_grace_s);
+        }
+      }
+      if (!g_.stopping && ExitOverdue(gen)) BeginStop(SIGKILL, 0);
+      Publish(gen, false);
+    }
+    if (g_.stopping && Elapsed() >= g_.kill_at) {
+      slots_->SignalRanks(SIGKILL);
+      g_.kill_at = 1e300;
+    }
+  }
+  if (!failed.empty() && !out.verdict) {  // every rank failed within the window
+    Decide(failed, &out);
+    log::Error("launch: {} ({}; {})", out.verdict->cause,
+               protocol::FailureKindName(out.verdict->kind), out.verdict->reasoning);
+  }
+  // The last beats (the final step, a checkpoint) may have come after the last check.
+  for (int i = 0; i < n; ++i) {
+    auto beat = CurrentBeat(gen, i);
+    if (!beat) continue;
+    g_.beats[i] = *beat;
+    if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
+  }
+  goodput_.GenerationEnded(Elapsed(), out.exit_code);
+  return out;
+}
+
+void Supervisor::StartRanks(const GenerationPlan& plan, Outcome* out) {
+  const int n = o_.nproc_per_node;
+  const int world = n * plan.nnodes;
+  // A fresh store port each generation: the old one may linger in TIME_WAIT.
+  const int port = plan.master_port > 0 ? plan.master_port : FreeTcpPort();
+  const std::string master = plan.master_addr.empty() ? host_ : plan.master_addr;
   for (int local = 0; local < n; ++local) {
     protocol::Assignment a;
     a.rank = Rank(local);
@@ -462,7 +534,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
     a.local_world = n;
     a.master_addr = master;
     a.master_port = port;
-    a.generation = gen;
+    a.generation = plan.generation;
     a.run_elapsed_s = Elapsed();
     Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
     if (!pid.ok()) {
@@ -472,123 +544,60 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
       v.code = ToInt(ExitCode::kFailure);
       v.kind = FailureKind::kSetup;
       v.cause = pid.status().message();
-      out.verdict = v;
-      out.exit_code = v.code;
-      out.detected_s = Elapsed();
-      begin_stop(SIGKILL, 0);
+      out->verdict = v;
+      out->exit_code = v.code;
+      out->detected_s = Elapsed();
+      BeginStop(SIGKILL, 0);
       break;
     }
-    rank_pids_[local] = *pid;
+    g_.pids[local] = *pid;
   }
   std::string where;
   for (int local = 0; local < n; ++local) {
     where += fmt::format("{}{}@slot{}", local ? " " : "", Rank(local), slots_->SlotOf(local));
   }
-  log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{}; rank@slot: {})", gen,
-            Rank(0), Rank(n - 1), world, master, port, where);
-  // Refill the spare pool after the ranks got their processes: they must not wait for it.
-  if (Status st = slots_->FillStandbys(); !st.ok()) {
-    log::Warn("launch: could not start a standby process: {}", st.message());
-  }
+  log::Info("launch: generation {}: started ranks {}..{} of {} (store {}:{}; rank@slot: {})",
+            plan.generation, Rank(0), Rank(n - 1), world, master, port, where);
+}
 
-  std::vector<RankEnd> failed;  // evidence: ranks that failed while the generation ran
-  last_progress_ = last_check_ = Elapsed();
-  while (slots_->RanksAlive() > 0) {
-    double timeout = stopping ? kill_at - Elapsed() : last_check_ + kBeatCheckS - Elapsed();
-    if (!failed.empty() && !out.verdict) timeout = std::min(timeout, 0.01);
-    const std::vector<ChildEnd> ends = watcher_->Wait(std::clamp(timeout, 0.0, 1.0));
-    if (const int sig = watcher_->signal(); sig != 0 && !out.interrupted) {
-      log::Info("launch: received signal {}, stopping all ranks", sig);
-      out.exit_code = 128 + sig;
-      out.interrupted = true;
-      begin_stop(sig, o_.kill_grace_s);
+void Supervisor::Reap(int gen, const std::vector<ChildEnd>& ends, std::vector<RankEnd>* failed) {
+  for (const ChildEnd& e : ends) {
+    const SlotTable::ReapedProcess r = slots_->Reaped(e.pid);
+    if (r.slot < 0) continue;
+    if (r.local < 0) {
+      log::Warn("launch: the standby process {} in slot {} {} before it was needed", e.pid, r.slot,
+                protocol::DescribeExitCode(e.code));
+      continue;
     }
-    if (!out.superseded && stop) {
-      if (std::optional<std::string> why = stop()) {
-        // Another node decided, or this node lost its lease: the ranks must stop now (a fenced
-        // node's ranks must not go on after its lease time), so no grace period.
-        log::Info("launch: stopping generation {} on this node: {}", gen, *why);
-        out.superseded = why;
-        begin_stop(SIGKILL, 0);
-      }
+    if (g_.stopping) continue;  // stopped by us: not evidence
+    if (e.code != 0 && Finished(gen, r.local)) {
+      // Its work was done and durable: a crash in the teardown costs nothing to redo.
+      log::Warn(
+          "launch: rank {} {} after it finished training (step {}); the run is not affected "
+          "(recorded in goodput.json exit_faults)",
+          Rank(r.local), protocol::DescribeExitCode(e.code), g_.beats[r.local].step);
+      AddExitFault(gen, r.local, "crash", protocol::DescribeExitCode(e.code) + " after finishing");
+    } else if (e.code != 0) {
+      failed->push_back(Evidence(gen, r.local, e.pid, e));
+      continue;
     }
-    for (const ChildEnd& e : ends) {
-      const SlotTable::ReapedProcess r = slots_->Reaped(e.pid);
-      if (r.slot < 0) continue;
-      if (r.local < 0) {
-        log::Warn("launch: the standby process {} in slot {} {} before it was needed", e.pid,
-                  r.slot, protocol::DescribeExitCode(e.code));
-        continue;
-      }
-      if (stopping) continue;  // stopped by us: not evidence
-      if (e.code != 0 && Finished(gen, r.local)) {
-        // Its work was done and durable: a crash in the teardown costs nothing to redo.
-        log::Warn(
-            "launch: rank {} {} after it finished training (step {}); the run is not affected "
-            "(recorded in goodput.json exit_faults)",
-            Rank(r.local), protocol::DescribeExitCode(e.code), beats_[r.local].step);
-        AddExitFault(gen, r.local, "crash",
-                     protocol::DescribeExitCode(e.code) + " after finishing");
-      } else if (e.code != 0) {
-        failed.push_back(Evidence(gen, r.local, e.pid, e));
-        continue;
-      }
-      MarkDone(r.local);
-      exited_[r.local] = true;
-    }
-    if (!failed.empty() && !out.verdict) {
-      // Decide once the window after the first failure has passed, or nobody is left to fail.
-      bool any_primary = false;
-      for (const RankEnd& e : failed) any_primary = any_primary || !IsSecondary(e);
-      const double first = failed.front().mono_s - t0_mono_;
-      const double window = any_primary ? kWindowS : kSecondaryWindowS;
-      if (Elapsed() >= first + window || slots_->RanksAlive() == 0) {
-        out.verdict = AttributeFailure(failed);
-        out.exit_code = out.verdict->code;
-        out.detected_s = Elapsed();
-        out.detection_s = out.detected_s - (out.verdict->mono_s - t0_mono_);
-        log::Error("launch: {} ({}; {}); stopping the other {} rank(s) on this node",
-                   out.verdict->cause, protocol::FailureKindName(out.verdict->kind),
-                   out.verdict->reasoning, slots_->RanksAlive());
-        begin_stop(SIGTERM, o_.kill_grace_s);
-      }
-    }
-    if (!stopping && failed.empty() && Elapsed() - last_check_ >= kBeatCheckS) {
-      last_check_ = Elapsed();
-      if (CheckBeats(gen, &out)) {
-        // A hang: the ranks are stuck, SIGTERM would wait for nothing. A straggler: stop it.
-        if (out.verdict->kind == FailureKind::kHang) {
-          log::Error("launch: killing every rank of generation {}", gen);
-          begin_stop(SIGKILL, 0);
-        } else {
-          begin_stop(SIGTERM, o_.kill_grace_s);
-        }
-      }
-      if (!stopping && ExitOverdue(gen)) begin_stop(SIGKILL, 0);
-      Publish(gen, false);
-    }
-    if (stopping && Elapsed() >= kill_at) {
-      slots_->SignalRanks(SIGKILL);
-      kill_at = 1e300;
-    }
+    MarkDone(r.local);
+    g_.exited[r.local] = true;
   }
-  if (!failed.empty() && !out.verdict) {  // every rank failed within the window
-    out.verdict = AttributeFailure(failed);
-    out.exit_code = out.verdict->code;
-    out.detected_s = Elapsed();
-    out.detection_s = out.detected_s - (out.verdict->mono_s - t0_mono_);
-    log::Error("launch: {} ({}; {})", out.verdict->cause,
-               protocol::FailureKindName(out.verdict->kind), out.verdict->reasoning);
-  }
-  // The last beats (the final step, a checkpoint) may have come after the last check.
-  for (int i = 0; i < n; ++i) {
-    auto beat = CurrentBeat(gen, i);
-    if (!beat) continue;
-    beats_[i] = *beat;
-    if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
-  }
-  goodput_.GenerationEnded(Elapsed(), out.exit_code);
-  return out;
+}
+
+void Supervisor::Decide(const std::vector<RankEnd>& failed, Outcome* out) {
+  out->verdict = AttributeFailure(failed);
+  out->exit_code = out->verdict->code;
+  out->detected_s = Elapsed();
+  out->detection_s = out->detected_s - (out->verdict->mono_s - t0_mono_);
+}
+
+void Supervisor::BeginStop(int sig, double grace_s) {
+  g_.stopping = true;
+  slots_->SignalRanks(sig);
+  slots_->SignalRanks(SIGCONT);  // a stopped rank must see the signal (SIGKILL needs none)
+  g_.kill_at = sig == SIGKILL ? 1e300 : Elapsed() + grace_s;
 }
 
 Status Supervisor::Start() {
@@ -697,15 +706,8 @@ Result<int> Supervisor::Run() {
     log::Info("launch: restart {} of {}: all ranks start again from the newest good checkpoint",
               gen + 1, o_.max_restarts);
   }
-  if (!goodput_.run_dir().empty()) {  // the trainer's loss-spike record (train/loss_spike.h)
-    auto text = LocalFs().ReadFile(JoinPath(goodput_.run_dir(), "loss_spikes.json"));
-    if (text.ok()) {
-      const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("spikes") && j["spikes"].is_array()) {
-        goodput_.SetLossSpikes(j["spikes"]);
-      }
-    }
-  }
+  if (!goodput_.run_dir().empty())
+    goodput_.SetLossSpikes(report::ReadLossSpikes(goodput_.run_dir()));
   // A fault that never fired is an error: the test that asked for it tested nothing.
   const std::vector<protocol::Fault> unfired =
       protocol::UnfiredFaults(job_.faults, protocol::ReadFiredFaults(hb_dir_));

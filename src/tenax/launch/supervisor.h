@@ -99,10 +99,10 @@ class Supervisor {
   // done their start-up (process, libraries, config) by the time it is planned.
   void Prewarm();
   // This node's lead (local rank 0) beat of the running or last generation.
-  const protocol::Beat& lead_beat() const { return beats_.front(); }
+  const protocol::Beat& lead_beat() const { return g_.beats.front(); }
   // Every local rank's newest beat (index: local rank); a beat of an older generation until the
   // rank's first beat in this one. Read from the StopFn (the loop's thread).
-  const std::vector<protocol::Beat>& beats() const { return beats_; }
+  const std::vector<protocol::Beat>& beats() const { return g_.beats; }
   // Several nodes: stragglers are found among every rank of the job by the node agent
   // (node_agent.cc), not among this node's ranks alone.
   void LeaveStragglersToAgent() { local_stragglers_ = false; }
@@ -116,11 +116,19 @@ class Supervisor {
   void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
   // The running or last generation's ranks that hung or crashed after they finished (their work
   // done: no restart), as goodput.json `exit_faults` entries plus `time_unix`.
-  const std::vector<nlohmann::json>& exit_faults() const { return exit_faults_; }
+  const std::vector<nlohmann::json>& exit_faults() const { return g_.exit_faults; }
 
  private:
   int Rank(int local) const { return node_rank_ * o_.nproc_per_node + local; }
   Result<pid_t> Spawn(int slot, int read_fd);
+  // RunGeneration's parts: give every local rank its assignment (a failure to is the
+  // generation's verdict); take the processes that ended as evidence or as done; decide on the
+  // evidence once its window has passed; and begin stopping the ranks (signal `sig`, SIGKILL after
+  // `grace_s`).
+  void StartRanks(const GenerationPlan& plan, Outcome* out);
+  void Reap(int gen, const std::vector<ChildEnd>& ends, std::vector<RankEnd>* failed);
+  void Decide(const std::vector<RankEnd>& failed, Outcome* out);
+  void BeginStop(int sig, double grace_s);
   // Heartbeats: progress, stragglers, hang. Returns true when the generation must stop.
   bool CheckBeats(int gen, Outcome* out);
   // On a hang: every rank dumps its flight record (SIGUSR1, up to --flight-dump seconds);
@@ -132,7 +140,7 @@ class Supervisor {
   // Teardown. A rank is done when it finished (its `finish` beat: work done and durable) or exited
   // 0 (or crashed after finishing); MarkDone, called before either is set, records when it first
   // became done.
-  bool Done(int local) const { return finished_[local] || exited_[local]; }
+  bool Done(int local) const { return g_.finished[local] || g_.exited[local]; }
   void MarkDone(int local);
   bool AllFinished() const;  // every rank is done
   // Whether local rank `local` finished in generation `gen`: seen before, or its newest beat is
@@ -165,23 +173,32 @@ class Supervisor {
   int node_rank_ = 0;         // this generation's
   int nnodes_ = 1;            // this generation's
   std::string agent_socket_;  // several nodes: protocol/agent_channel.h
-  std::vector<protocol::Beat> beats_ = std::vector<protocol::Beat>(1);  // per local rank
-  std::vector<pid_t> rank_pids_;  // pid per local rank, this generation
   int straggler_count_ = 0;
   bool local_stragglers_ = true;  // false: the node agent finds them
   RemoteHangFn remote_hang_;
   double last_goodput_write_ = -1;
-  // Progress of the running generation (CheckBeats).
-  std::vector<int64_t> last_step_;
-  std::vector<int64_t> last_work_;  // beats' evaluation progress (Beat::work)
-  std::vector<double> intervals_;   // seconds between step completions (local rank 0)
-  double last_progress_ = 0, last_check_ = 0;
-  bool any_step_done_ = false;
-  // Teardown of the running generation (per local rank): the `finish` beat was seen, the process
-  // exited 0 (or crashed after finishing), and when either happened first.
-  std::vector<bool> finished_, exited_;
-  std::vector<double> done_at_;
-  std::vector<nlohmann::json> exit_faults_;  // this generation's, with time_unix (several nodes)
+  // What the running (or last) generation tracks: made anew when a generation starts, so nothing
+  // of one generation leaks into the next. Vectors are per local rank.
+  struct Generation {
+    explicit Generation(int ranks);
+    std::vector<protocol::Beat> beats;  // newest beat (kSetup until the rank's first)
+    std::vector<pid_t> pids;
+    // Progress (CheckBeats).
+    std::vector<int64_t> last_step;
+    std::vector<int64_t> last_work;  // beats' evaluation progress (Beat::work)
+    std::vector<double> intervals;   // seconds between step completions (local rank 0)
+    double last_progress = 0, last_check = 0;
+    bool any_step_done = false;
+    // Teardown: the `finish` beat was seen, the process exited 0 (or crashed after finishing),
+    // and when either happened first.
+    std::vector<bool> finished, exited;
+    std::vector<double> done_at;
+    std::vector<nlohmann::json> exit_faults;  // with time_unix (several nodes)
+    // Stopping the ranks: begun (no more evidence), and when SIGKILL follows (launch clock).
+    bool stopping = false;
+    double kill_at = 1e300;
+  };
+  Generation g_ = Generation(1);
 };
 
 }  // namespace tenax::launch

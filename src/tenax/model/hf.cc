@@ -482,18 +482,19 @@ Result<HfModel> ReadHf(const std::string& hf_dir) {
 Status ImportHf(const std::string& hf_dir, const std::string& out) {
   TENAX_ASSIGN_OR_RETURN(HfModel m, ReadHf(hf_dir));
   const ModelSpec& s = m.spec;
-  json extra = {{"imported_from", hf_dir}};
+  TrainState extra;
+  extra.imported_from = hf_dir;
   // The folder's tokenizer, where generate and export-hf look for a checkpoint's tokenizer
   // (train/train_checkpoint.h), by absolute path so it is found from any directory.
   if (LocalFs().Exists(JoinPath(hf_dir, "tokenizer.json"))) {
     char* abs = ::realpath(hf_dir.c_str(), nullptr);
     const std::string dir = abs != nullptr ? std::string(abs) : hf_dir;
     std::free(abs);
-    extra["tokenizer"] = {{"spec", "hf:" + dir},
-                          {"bos_id", m.bos_id ? json(*m.bos_id) : json()},
-                          {"eos_id", m.eos_ids.empty() ? json() : json(m.eos_ids[0])}};
+    extra.tokenizer = TokenizerRecord{"hf:" + dir, std::nullopt, std::nullopt};
+    if (m.bos_id) extra.tokenizer->bos_id = *m.bos_id;
+    if (!m.eos_ids.empty()) extra.tokenizer->eos_id = m.eos_ids[0];
   }
-  TENAX_RETURN_IF_ERROR(WriteModelCheckpoint(out, 0, s, m.params, extra));
+  TENAX_RETURN_IF_ERROR(WriteModelCheckpoint(out, 0, s, m.params, std::move(extra)));
   log::Info("imported {} into {} ({}: dim {}, {} layers, vocab {})", hf_dir, out, s.name, s.dim,
             s.n_layers, s.vocab_size);
   return Status::Ok();

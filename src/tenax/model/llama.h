@@ -1,7 +1,8 @@
 // A Llama 3 decoder (token embedding; N x [RMSNorm, GQA attention with RoPE, residual, RMSNorm,
 // SwiGLU, residual]; final RMSNorm; output projection, tied or untied) whose parameters live in a
 // flat, ordered list of named fp32 tensors. The flat list is the unit every later layer works on:
-// the optimizer, checkpoints, HF interop and (later) FSDP sharding all iterate it by name.
+// the optimizer, checkpoints, HF interop and FSDP sharding (parallel/fsdp.h) all iterate it by
+// name.
 // Non-goals: parallelism (parallel/ wraps these functions), fused GPU kernels.
 //
 // Parameter names (tenax's canonical names, same as torchtitan's):

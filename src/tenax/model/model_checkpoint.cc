@@ -48,15 +48,8 @@ Result<ModelCheckpoint> ModelCheckpointFromFiles(ckpt::LoadedCheckpoint loaded) 
     return DataError(loaded.dir + " lacks " + kTrainStateFile + " or " + kModelFile +
                      "; it is not a tenax model checkpoint");
   }
-  try {
-    out.train_state = nlohmann::json::parse(state_it->second);
-  } catch (const nlohmann::json::exception& e) {
-    return DataError(JoinPath(loaded.dir, kTrainStateFile) + " is not valid JSON: " + e.what());
-  }
-  if (!out.train_state.contains("model")) {
-    return DataError(JoinPath(loaded.dir, kTrainStateFile) + " has no \"model\" description");
-  }
-  TENAX_ASSIGN_OR_RETURN(out.spec, ModelSpecFromJson(out.train_state["model"]));
+  TENAX_ASSIGN_OR_RETURN(out.train_state, TrainState::Parse(state_it->second, loaded.dir));
+  out.spec = out.train_state.model;
   TENAX_ASSIGN_OR_RETURN(out.params, AssembleFromFiles(loaded.files, "model", loaded.dir));
   if (out.params.empty()) {
     return DataError(loaded.dir +
@@ -68,16 +61,14 @@ Result<ModelCheckpoint> ModelCheckpointFromFiles(ckpt::LoadedCheckpoint loaded) 
 }
 
 Status WriteModelCheckpoint(const std::string& folder, int64_t step, const ModelSpec& spec,
-                            const std::vector<NamedTensor>& params,
-                            const nlohmann::json& extra_state) {
+                            const std::vector<NamedTensor>& params, TrainState state) {
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(folder));
-  nlohmann::json state = extra_state;
-  state["step"] = step;
-  state["model"] = ModelSpecToJson(spec);
+  state.step = step;
+  state.model = spec;
   ckpt::CheckpointStore store(LocalFs(), folder);
   return store.Save(step,
                     {{kModelFile, SerializeTensors(params, {{"format", "tenax"}})},
-                     {kTrainStateFile, state.dump(2)}},
+                     {kTrainStateFile, state.ToJson()}},
                     {{"world_size", 1}, {"sharding", "none"}}, {{"kind", "weights"}});
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tenax/checkpoint/store.h"
+#include "tenax/checkpoint/train_state.h"
 #include "tenax/config/model_spec.h"
 #include "tenax/core/status.h"
 #include "tenax/model/llama.h"
@@ -16,14 +17,13 @@ namespace tenax::model {
 
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
-inline constexpr const char* kTrainStateFile = "train_state.json";
 
 struct ModelCheckpoint {
   std::string dir;  // the step folder it came from
   int64_t step = 0;
   ModelSpec spec;
-  std::vector<NamedTensor> params;  // CPU tensors, canonical names
-  nlohmann::json train_state;
+  std::vector<NamedTensor> params;           // CPU tensors, canonical names
+  TrainState train_state;                    // its train_state.json
   std::map<std::string, std::string> files;  // every verified file, by name
 };
 
@@ -41,9 +41,9 @@ Result<ModelCheckpoint> LoadModelCheckpoint(const std::string& path);
 // needs step, dir (for messages) and files.
 Result<ModelCheckpoint> ModelCheckpointFromFiles(ckpt::LoadedCheckpoint loaded);
 
-// Writes a weights-only checkpoint (step folder committed with a marker) into `folder`.
+// Writes a weights-only checkpoint (step folder committed with a marker) into `folder`, with
+// `state` (its step and model shape are set from `step` and `spec`).
 Status WriteModelCheckpoint(const std::string& folder, int64_t step, const ModelSpec& spec,
-                            const std::vector<NamedTensor>& params,
-                            const nlohmann::json& extra_state);
+                            const std::vector<NamedTensor>& params, TrainState state);
 
 }  // namespace tenax::model

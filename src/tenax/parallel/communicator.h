@@ -9,8 +9,9 @@
 // the control plane) are staged onto the group's device and the result copied back, so callers
 // need not know the backend; data-plane callers (gradients, parameters, activations) pass device
 // tensors and nothing is copied.
-// "Blocks until ready" below means: the result may be read on the caller's current stream (and
-// on the host, for CPU tensors) once the call returns.
+// Blocking: every method without "Async" in its name blocks until ready, which means the result
+// may be read on the caller's current stream (and on the host, for CPU tensors) once the call
+// returns. The *Async methods return at once with a PendingCollective whose Wait() blocks so.
 // Byte counters feed the communication benchmark.
 // Thread safety: one thread per communicator.
 #pragma once

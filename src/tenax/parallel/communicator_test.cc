@@ -79,7 +79,9 @@ TEST(ResolveBackend, AutoFollowsTheDeviceAndImpossibleSettingsNameTheFix) {
   EXPECT_NE(nccl_on_cpu.status().message().find("parallelism.backend = \"gloo\""),
             std::string::npos)
       << nccl_on_cpu.status().message();
-  if (NcclBuilt()) EXPECT_EQ(*ResolveBackend("nccl", gpu), Backend::kNccl);
+  if (NcclBuilt()) {
+    EXPECT_EQ(*ResolveBackend("nccl", gpu), Backend::kNccl);
+  }
   EXPECT_FALSE(ResolveBackend("mpi", cpu).ok());
   EXPECT_STREQ(BackendName(Backend::kNccl), "nccl");
   EXPECT_STREQ(BackendName(Backend::kGloo), "gloo");

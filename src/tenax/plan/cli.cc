@@ -6,7 +6,7 @@
 
 namespace tenax::plan {
 
-std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
+void AddCommands(CLI::App& app, cli::Commands& commands) {
   auto p = std::make_shared<PlanFlags>();
   auto s = std::make_shared<SimulateFlags>();
 
@@ -124,12 +124,8 @@ std::function<Status(bool* ran)> AddCommands(CLI::App& app) {
   sim->add_option("--price-per-gpu-hour", s->price_per_gpu_hour, "dollars per GPU-hour");
   sim->add_flag("--json", s->json, "print JSON");
 
-  return [plan, sim, p, s](bool* ran) -> Status {
-    *ran = plan->parsed() || sim->parsed();
-    if (plan->parsed()) return RunPlan(*p);
-    if (sim->parsed()) return RunSimulate(*s);
-    return Status::Ok();
-  };
+  commands.Add(plan, cli::FromStatus([p] { return RunPlan(*p); }));
+  commands.Add(sim, cli::FromStatus([s] { return RunSimulate(*s); }));
 }
 
 }  // namespace tenax::plan

@@ -1,16 +1,14 @@
-// `tenax plan` and `tenax simulate`: registered on the CLI by apps/tenax.cc, implemented in
-// src/tenax/plan/. Torch-free.
+// `tenax plan` and `tenax simulate`: their flags, registered on the CLI (core/cli.h),
+// implemented in src/tenax/plan/. Torch-free.
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <functional>
 
-#include "tenax/core/status.h"
+#include "tenax/core/cli.h"
 
 namespace tenax::plan {
 
-// Adds the `plan` and `simulate` subcommands to `app`. The returned function runs whichever of
-// them was parsed (returns std::nullopt-like Ok and sets *ran = false when neither was).
-std::function<Status(bool* ran)> AddCommands(CLI::App& app);
+// Adds the `plan` and `simulate` subcommands to `app` and their runners to `commands`.
+void AddCommands(CLI::App& app, cli::Commands& commands);
 
 }  // namespace tenax::plan

@@ -25,9 +25,7 @@ int64_t RunWorldSize(const std::string& dir, const Config& c) {
   const ParallelismOptions& p = c.parallelism;
   const int64_t fixed = p.data_parallel_replicate * p.tensor_parallel * p.pipeline_parallel;
   if (p.data_parallel_shard > 0) return fixed * p.data_parallel_shard;
-  const std::string folder = !c.checkpoint.folder.empty() && c.checkpoint.folder[0] == '/'
-                                 ? c.checkpoint.folder
-                                 : JoinPath(dir, c.checkpoint.folder);
+  const std::string folder = RunPaths(dir, c.checkpoint.folder).checkpoints();
   auto names = LocalFs().ListDir(folder);
   if (names.ok()) {
     for (auto it = names->rbegin(); it != names->rend(); ++it) {
@@ -48,7 +46,7 @@ int64_t RunWorldSize(const std::string& dir, const Config& c) {
 }
 
 Result<std::vector<Measurement>> LoadRunFolder(const std::string& dir) {
-  auto config = LoadConfig(JoinPath(dir, "config.toml"), {});
+  auto config = LoadConfig(RunPaths(dir).config(), {});
   if (!config.ok()) return config.status().WithContext("calibrating from run folder " + dir);
   const TrainingOptions& t = config->training;
   const ParallelismOptions& par = config->parallelism;
@@ -71,7 +69,7 @@ Result<std::vector<Measurement>> LoadRunFolder(const std::string& dir) {
         "selective, full)",
         dir, par.activation_checkpoint));
   }
-  TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(JoinPath(dir, "metrics.jsonl")));
+  TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(RunPaths(dir).metrics()));
   std::vector<double> speeds;
   bool any_mfu = false;
   std::istringstream lines(text);
@@ -187,7 +185,7 @@ Result<Measurement> ParseMeasurement(const nlohmann::json& j, const std::string&
 }  // namespace
 
 Result<std::vector<Measurement>> LoadMeasurements(const std::string& path) {
-  if (LocalFs().Exists(JoinPath(path, "metrics.jsonl"))) return LoadRunFolder(path);
+  if (LocalFs().Exists(RunPaths(path).metrics())) return LoadRunFolder(path);
   TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(path));
   std::vector<Measurement> out;
   std::istringstream lines(text);

@@ -202,16 +202,7 @@ Result<ModelSpec> ApplyShape(const ModelSpec* base, const ShapeOverrides& o) {
   TENAX_RETURN_IF_ERROR(positive("--kv-heads", m.n_kv_heads));
   TENAX_RETURN_IF_ERROR(positive("--ffn", m.ffn_hidden_dim));
   TENAX_RETURN_IF_ERROR(positive("--vocab", m.vocab_size));
-  if (m.dim % m.n_heads != 0) {
-    return InvalidArgument(
-        fmt::format("--hidden ({}) is not divisible by --heads ({})", m.dim, m.n_heads));
-  }
-  if (m.n_heads % m.n_kv_heads != 0) {
-    return InvalidArgument(fmt::format(
-        "--heads ({}) is not divisible by --kv-heads ({}): grouped-query attention shares each kv "
-        "head among heads / kv-heads query heads",
-        m.n_heads, m.n_kv_heads));
-  }
+  TENAX_RETURN_IF_ERROR(CheckHeadShape(m, {"--hidden", "--heads", "--kv-heads"}));
   if (o.any() && base) m.name = "custom";
   return m;
 }

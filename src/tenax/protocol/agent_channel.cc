@@ -113,24 +113,17 @@ Result<std::unique_ptr<AgentChannelServer>> AgentChannelServer::Start(
 
 AgentChannelServer::AgentChannelServer(int listen_fd, std::string path, CommitFn on_commit)
     : listen_fd_(listen_fd), path_(std::move(path)), on_commit_(std::move(on_commit)) {
-  if (::pipe2(stop_pipe_, O_CLOEXEC) == 0) thread_ = std::thread([this] { Loop(); });
+  if (stop_.ok()) thread_ = std::thread([this] { Loop(); });
 }
 
 AgentChannelServer::~AgentChannelServer() {
-  if (thread_.joinable()) {
-    const char c = 's';
-    (void)!::write(stop_pipe_[1], &c, 1);
-    thread_.join();
-  }
-  for (int fd : stop_pipe_) {
-    if (fd >= 0) ::close(fd);
-  }
+  StopAndJoin(stop_, thread_);
   ::close(listen_fd_);
   ::unlink(path_.c_str());
 }
 
 void AgentChannelServer::Loop() {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_.read_fd(), POLLIN, 0}};
   for (;;) {
     const int n = ::poll(fds, 2, -1);
     if (n < 0 && errno == EINTR) continue;

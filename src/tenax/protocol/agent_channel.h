@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tenax/core/status.h"
+#include "tenax/core/wake_pipe.h"
 
 namespace tenax::protocol {
 
@@ -50,7 +51,7 @@ class AgentChannelServer {
   const int listen_fd_;
   const std::string path_;
   const CommitFn on_commit_;
-  int stop_pipe_[2] = {-1, -1};
+  WakePipe stop_;       // wakes the thread to end it
   std::thread thread_;  // last
 };
 

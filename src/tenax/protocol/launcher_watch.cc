@@ -14,23 +14,14 @@ namespace tenax::protocol {
 
 LauncherWatch::LauncherWatch(const RankContext& ctx) {
   if (ctx.launcher_fd < 0) return;
-  if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) return;  // no watch; PR_SET_PDEATHSIG still applies
+  if (!stop_.ok()) return;  // no watch; PR_SET_PDEATHSIG still applies
   thread_ = std::thread([this, fd = ctx.launcher_fd, pid = ctx.launcher_pid] { Loop(fd, pid); });
 }
 
-LauncherWatch::~LauncherWatch() {
-  if (thread_.joinable()) {
-    const char c = 's';
-    (void)!::write(stop_pipe_[1], &c, 1);
-    thread_.join();
-  }
-  for (int fd : stop_pipe_) {
-    if (fd >= 0) ::close(fd);
-  }
-}
+LauncherWatch::~LauncherWatch() { StopAndJoin(stop_, thread_); }
 
 void LauncherWatch::Loop(int launcher_fd, int launcher_pid) {
-  pollfd fds[2] = {{launcher_fd, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+  pollfd fds[2] = {{launcher_fd, POLLIN, 0}, {stop_.read_fd(), POLLIN, 0}};
   for (;;) {
     const int n = ::poll(fds, 2, -1);
     if (n < 0 && errno == EINTR) continue;

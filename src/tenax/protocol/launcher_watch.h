@@ -11,6 +11,7 @@
 
 #include <thread>
 
+#include "tenax/core/wake_pipe.h"
 #include "tenax/protocol/rank_context.h"
 
 namespace tenax::protocol {
@@ -26,7 +27,7 @@ class LauncherWatch {
  private:
   void Loop(int launcher_fd, int launcher_pid);
 
-  int stop_pipe_[2] = {-1, -1};  // written by the destructor to wake the thread
+  WakePipe stop_;  // signalled by the destructor to end the thread
   std::thread thread_;
 };
 

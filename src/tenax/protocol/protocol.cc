@@ -45,7 +45,31 @@ double ClockSeconds(clockid_t id) {
 
 }  // namespace
 
-ExitCode FromStatus(const Status& st) { return static_cast<ExitCode>(static_cast<int>(st.code())); }
+ExitCode FromStatus(const Status& st) {
+  switch (st.code()) {  // no default: a new StatusCode must be given its exit code here
+    case StatusCode::kOk:
+      return ExitCode::kOk;
+    case StatusCode::kInvalidArgument:
+      return ExitCode::kInvalidArgument;
+    case StatusCode::kNotFound:
+      return ExitCode::kNotFound;
+    case StatusCode::kDataError:
+      return ExitCode::kDataError;
+    case StatusCode::kIoError:
+      return ExitCode::kIoError;
+    case StatusCode::kInternal:
+      return ExitCode::kInternal;
+    case StatusCode::kNumerical:
+      return ExitCode::kNumerical;
+    case StatusCode::kUnavailable:
+      return ExitCode::kUnavailable;
+    case StatusCode::kPeerLost:
+      return ExitCode::kPeerLost;
+    case StatusCode::kBusy:
+      return ExitCode::kBusy;
+  }
+  return ExitCode::kFailure;
+}
 
 int FromWaitStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);

@@ -9,8 +9,9 @@
 //   heartbeats (progress, phase, timings)                       heartbeat.h
 //   exit reports (a rank says why it exits, before it exits)    exit_report.h
 //   the fault-injection spec and the faults that fired          fault_injection.h
-//   flight records (the last collectives, dumped on a hang)     flight_recorder.h /
-//   flight_analysis.h exit codes, phases, failure kinds, file names               this file
+//   flight records (the last collectives, dumped on a hang)     flight_recorder.h,
+//                                                               flight_analysis.h
+//   exit codes, phases, failure kinds, file names               this file
 // Non-goals: transport between nodes (each node's launcher reads its own ranks' files).
 #pragma once
 
@@ -22,8 +23,9 @@
 
 namespace tenax::protocol {
 
-// How a tenax process ends (docs/exit_codes.md). Codes 2-8 are StatusCode values: `main` maps a
-// Status to its code. A process killed by signal N reports 128 + N (shells and the launcher).
+// How a tenax process ends (docs/exit_codes.md). Every StatusCode has the exit code of the same
+// name and value (2-8, 10, 12; FromStatus maps them one by one): `main` exits with its Status's
+// code. A process killed by signal N reports 128 + N (shells and the launcher).
 enum class ExitCode : int {
   kOk = 0,
   kFailure = 1,            // unspecified failure (an injected crash with how=exit, by default)

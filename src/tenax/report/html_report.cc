@@ -10,6 +10,7 @@
 #include "tenax/core/format.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
+#include "tenax/core/run_paths.h"
 #include "tenax/report/svg.h"
 
 namespace tenax::report {
@@ -383,9 +384,8 @@ Result<WrittenReport> WriteReport(const std::string& run_dir, const std::string&
   std::vector<ChartFile> charts;
   const std::string html = ReportHtml(data, &charts);
   WrittenReport out;
-  out.html_path = html_path.empty() ? JoinPath(run_dir, "report.html") : html_path;
-  std::string dir = ParentDir(out.html_path);
-  const std::string svg_dir = JoinPath(dir.empty() ? "." : dir, "report");
+  out.html_path = html_path.empty() ? RunPaths(run_dir).report_html() : html_path;
+  const std::string svg_dir = RunPaths::ReportChartsBeside(out.html_path);
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(svg_dir));
   for (const ChartFile& c : charts) {
     const std::string path = JoinPath(svg_dir, c.id + ".svg");

@@ -11,6 +11,7 @@
 #include "tenax/checkpoint/manifest.h"
 #include "tenax/config/config.h"
 #include "tenax/core/fs.h"
+#include "tenax/core/run_paths.h"
 
 namespace tenax::report {
 namespace {
@@ -61,15 +62,14 @@ void ParseMetrics(const std::string& text, std::vector<StepPoint>* steps,
   }
 }
 
-// The checkpoint folder named by the run's config.toml (relative to the run folder unless
-// absolute); <run>/checkpoints when the config cannot be read.
-std::string CheckpointDir(const std::string& run_dir, const std::string& config_toml) {
-  std::string folder = "checkpoints";
+// The run folder's layout with the checkpoint folder its config.toml names; the default one
+// when the config cannot be read.
+RunPaths PathsOf(const std::string& run_dir, const std::string& config_toml) {
   if (!config_toml.empty()) {
-    auto c = ParseConfig(config_toml, {}, JoinPath(run_dir, "config.toml"));
-    if (c.ok()) folder = c->checkpoint.folder;
+    auto c = ParseConfig(config_toml, {}, RunPaths(run_dir).config());
+    if (c.ok()) return RunPaths(run_dir, c->checkpoint.folder);
   }
-  return !folder.empty() && folder[0] == '/' ? folder : JoinPath(run_dir, folder);
+  return RunPaths(run_dir);
 }
 
 // The last `bytes` of a file, starting at a line boundary.
@@ -117,7 +117,8 @@ Result<RunData> LoadRunData(const std::string& run_dir, const std::string& goodp
   RunData d;
   d.run_dir = run_dir;
   FileSystem& files = LocalFs();
-  const std::string metrics = JoinPath(run_dir, "metrics.jsonl");
+  const RunPaths paths(run_dir);
+  const std::string metrics = paths.metrics();
   if (files.Exists(metrics)) {
     TENAX_ASSIGN_OR_RETURN(std::string text, files.ReadFile(metrics));
     ParseMetrics(text, &d.steps, &d.evals);
@@ -126,8 +127,7 @@ Result<RunData> LoadRunData(const std::string& run_dir, const std::string& goodp
   // hand-edited file drawable.
   std::stable_sort(d.steps.begin(), d.steps.end(),
                    [](const StepPoint& a, const StepPoint& b) { return a.step < b.step; });
-  const std::string goodput =
-      goodput_path.empty() ? JoinPath(run_dir, "goodput.json") : goodput_path;
+  const std::string goodput = goodput_path.empty() ? paths.goodput() : goodput_path;
   if (files.Exists(goodput)) {
     TENAX_ASSIGN_OR_RETURN(std::string text, files.ReadFile(goodput));
     d.goodput = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -137,20 +137,15 @@ Result<RunData> LoadRunData(const std::string& run_dir, const std::string& goodp
                        "pass the right file");
     }
   }
-  const std::string spikes = JoinPath(run_dir, "loss_spikes.json");
-  if (files.Exists(spikes)) {
-    TENAX_ASSIGN_OR_RETURN(std::string text, files.ReadFile(spikes));
-    const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("spikes") && j["spikes"].is_array())
-      d.loss_spikes = j["spikes"];
+  if (files.Exists(paths.loss_spikes())) {
+    d.loss_spikes = ReadLossSpikes(run_dir);
   } else if (d.goodput.is_object() && d.goodput.contains("loss_spikes")) {
     d.loss_spikes = d.goodput["loss_spikes"];
   }
-  const std::string config = JoinPath(run_dir, "config.toml");
-  if (files.Exists(config)) {
-    TENAX_ASSIGN_OR_RETURN(d.config_toml, files.ReadFile(config));
+  if (files.Exists(paths.config())) {
+    TENAX_ASSIGN_OR_RETURN(d.config_toml, files.ReadFile(paths.config()));
   }
-  d.checkpoint_dir = CheckpointDir(run_dir, d.config_toml);
+  d.checkpoint_dir = PathsOf(run_dir, d.config_toml).checkpoints();
   d.checkpoints = ListCheckpoints(d.checkpoint_dir);
   return d;
 }
@@ -159,7 +154,7 @@ nlohmann::json ReadLiveTraining(const std::string& run_dir) {
   std::vector<StepPoint> steps;
   std::vector<EvalPoint> evals;
   // A few hundred lines: enough for the history and the newest values.
-  ParseMetrics(Tail(JoinPath(run_dir, "metrics.jsonl"), 96 * 1024), &steps, &evals);
+  ParseMetrics(Tail(RunPaths(run_dir).metrics(), 96 * 1024), &steps, &evals);
   nlohmann::json out = nlohmann::json::object();
   if (steps.empty()) return out;
   const StepPoint& s = steps.back();
@@ -183,14 +178,22 @@ nlohmann::json ReadLiveTraining(const std::string& run_dir) {
     if (std::isfinite(steps[i].loss)) history.push_back({steps[i].step, steps[i].loss});
   }
   out["history"] = history;
-  auto text = LocalFs().ReadFile(JoinPath(run_dir, "config.toml"));
+  auto text = LocalFs().ReadFile(RunPaths(run_dir).config());
   const std::vector<CheckpointInfo> ckpts =
-      ListCheckpoints(CheckpointDir(run_dir, text.ok() ? *text : ""));
+      ListCheckpoints(PathsOf(run_dir, text.ok() ? *text : "").checkpoints());
   if (!ckpts.empty()) {
     out["last_checkpoint_step"] = ckpts.back().step;
     out["last_checkpoint_unix"] = ckpts.back().committed_unix;
   }
   return out;
+}
+
+nlohmann::json ReadLossSpikes(const std::string& run_dir) {
+  auto text = LocalFs().ReadFile(RunPaths(run_dir).loss_spikes());
+  if (!text.ok()) return nlohmann::json::array();
+  const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("spikes") && j["spikes"].is_array()) return j["spikes"];
+  return nlohmann::json::array();
 }
 
 }  // namespace tenax::report

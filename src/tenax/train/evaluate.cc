@@ -42,11 +42,7 @@ Result<EvalResult> EvaluateCheckpoint(const std::string& checkpoint, const std::
   // The checkpoint's own config supplies the data defaults (synthetic parameters, cache folder)
   // and the sequence length it was trained with.
   Config config;
-  if (ckpt.train_state.contains("config")) {
-    auto parsed = ParseConfig(ckpt.train_state["config"].get<std::string>(), {},
-                              ckpt.dir + "/train_state.json[config]");
-    if (parsed.ok()) config = *parsed;
-  }
+  if (Result<Config> saved = ckpt.train_state.SavedConfig(); saved.ok()) config = *saved;
   if (max_tokens <= 0) max_tokens = config.metrics.eval_tokens;
   TENAX_ASSIGN_OR_RETURN(data::TokenStream stream, data::OpenEvalSpec(data_spec, config.data));
   if (stream.vocab_size() > static_cast<uint32_t>(ckpt.spec.vocab_size)) {

@@ -2,30 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "tenax/config/config.h"
 #include "tenax/core/log.h"
 #include "tenax/data/hf_tokenizer_files.h"
 #include "tenax/model/hf.h"
 #include "tenax/model/model_checkpoint.h"
 
 namespace tenax::train {
-namespace {
-
-// The tokenizer spec the checkpoint's run used, or "" when it does not say.
-std::string RecordedTokenizer(const model::ModelCheckpoint& ckpt) {
-  const nlohmann::json& s = ckpt.train_state;
-  if (s.contains("tokenizer") && s["tokenizer"].contains("spec")) {
-    return s["tokenizer"]["spec"].get<std::string>();
-  }
-  if (s.contains("config")) {  // checkpoints from before the record
-    Result<Config> c = ParseConfig(s["config"].get<std::string>(), {}, "train_state.json");
-    if (c.ok() && c->data.source == "brown") return c->data.tokenizer;
-  }
-  return "";
-}
-
-}  // namespace
-
 Status ExportCheckpointToHf(const ExportHfRequest& r) {
   model::HfExportOptions o;
   o.dtype = r.dtype;
@@ -33,7 +15,7 @@ Status ExportCheckpointToHf(const ExportHfRequest& r) {
   TENAX_ASSIGN_OR_RETURN(model::ModelCheckpoint ckpt, model::LoadModelCheckpoint(r.checkpoint));
   const std::string spec = r.tokenizer == "none"  ? ""
                            : !r.tokenizer.empty() ? r.tokenizer
-                                                  : RecordedTokenizer(ckpt);
+                                                  : ckpt.train_state.TokenizerSpec();
   if (spec.empty()) {
     log::Info("{}", r.tokenizer == "none"
                         ? "--tokenizer none: exporting without tokenizer files"

@@ -28,11 +28,6 @@ struct Loaded {
   std::string where;
 };
 
-std::optional<int64_t> IdOf(const nlohmann::json& j, const char* key) {
-  if (j.contains(key) && j[key].is_number_integer()) return j[key].get<int64_t>();
-  return std::nullopt;
-}
-
 Result<Loaded> Load(const GenerateRequest& r, const at::Device& device) {
   Loaded out;
   std::vector<model::NamedTensor> params;
@@ -49,15 +44,11 @@ Result<Loaded> Load(const GenerateRequest& r, const at::Device& device) {
     TENAX_ASSIGN_OR_RETURN(model::ModelCheckpoint ckpt, model::LoadModelCheckpoint(r.checkpoint));
     spec = ckpt.spec;
     params = std::move(ckpt.params);
-    const nlohmann::json& s = ckpt.train_state;
-    if (s.contains("tokenizer")) {
-      const nlohmann::json& t = s["tokenizer"];
-      out.tokenizer = t.value("spec", std::string());
-      out.bos_id = IdOf(t, "bos_id");
-      if (auto eos = IdOf(t, "eos_id")) out.eos_ids.push_back(*eos);
-    } else if (s.contains("config")) {  // checkpoints from before the record
-      Result<Config> c = ParseConfig(s["config"].get<std::string>(), {}, "train_state.json");
-      if (c.ok() && c->data.source == "brown") out.tokenizer = c->data.tokenizer;
+    const TrainState& s = ckpt.train_state;
+    out.tokenizer = s.TokenizerSpec();
+    if (s.tokenizer) {
+      out.bos_id = s.tokenizer->bos_id;
+      if (s.tokenizer->eos_id) out.eos_ids.push_back(*s.tokenizer->eos_id);
     }
     out.where = ckpt.dir;
   }

@@ -6,6 +6,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/fs.h"
+#include "tenax/core/run_paths.h"
 
 namespace tenax::train {
 namespace {
@@ -42,9 +43,7 @@ void LossSpikeDetector::Restore(const std::vector<double>& losses) {
   for (double l : losses) Add(l);
 }
 
-std::string LossSpikesPath(const std::string& run_dir) {
-  return JoinPath(run_dir, "loss_spikes.json");
-}
+std::string LossSpikesPath(const std::string& run_dir) { return RunPaths(run_dir).loss_spikes(); }
 
 Result<std::vector<LossSpikeRecord>> ReadLossSpikes(const std::string& run_dir) {
   std::vector<LossSpikeRecord> out;

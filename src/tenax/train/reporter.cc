@@ -11,6 +11,7 @@
 #include "tenax/core/format.h"
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
+#include "tenax/core/run_paths.h"
 
 namespace tenax::train {
 namespace {
@@ -27,14 +28,14 @@ Result<std::unique_ptr<Reporter>> Reporter::Open(const std::string& run_dir,
   r->options_ = options;
   const bool tty = ::isatty(STDERR_FILENO) == 1;
   r->live_ = options.progress == "always" || (options.progress == "auto" && tty);
-  r->metrics_path_ = JoinPath(run_dir, "metrics.jsonl");
+  r->metrics_path_ = RunPaths(run_dir).metrics();
   if (LocalFs().Exists(r->metrics_path_)) {
     // A resumed run rewrites history from its checkpoint on; a fresh run starts the file anew.
     TENAX_RETURN_IF_ERROR(TruncateAfterStep(r->metrics_path_, resume_step));
   }
   TENAX_ASSIGN_OR_RETURN(r->jsonl_, JsonlWriter::Open(r->metrics_path_));
   if (options.tensorboard) {
-    r->tb_dir_ = JoinPath(run_dir, "tb");
+    r->tb_dir_ = RunPaths(run_dir).tensorboard();
     TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(r->tb_dir_));
     TENAX_ASSIGN_OR_RETURN(r->tb_, TensorBoardWriter::Open(r->tb_dir_));
   }

@@ -51,31 +51,6 @@ Result<at::Tensor> FromHex(const std::string& hex) {
   return t;
 }
 
-// The batch a checkpoint's steps were made with: recorded under "data" since global batches
-// exist; before that, derived from its config (local_batch_size x grad_accum_steps) and layout
-// (data-parallel degree). All zero when neither tells.
-BatchShape SavedBatch(const nlohmann::json& state) {
-  BatchShape b;
-  const nlohmann::json& d = state.at("data");
-  if (d.contains("global_batch_size")) {
-    b.global = d.at("global_batch_size").get<int64_t>();
-    b.local = d.at("local_batch_size").get<int64_t>();
-    b.accum = d.at("grad_accum_steps").get<int64_t>();
-    b.data_parallel = d.at("data_parallel").get<int64_t>();
-    return b;
-  }
-  if (!state.contains("config") || !state.contains("layout")) return b;
-  Result<Config> config = ParseConfig(state["config"].get<std::string>(), {}, "train_state.json");
-  const nlohmann::json& l = state["layout"];
-  if (!config.ok() || !l.contains("data_parallel_replicate")) return b;
-  b.local = config->training.local_batch_size;
-  b.accum = config->training.grad_accum_steps;
-  b.data_parallel =
-      l.at("data_parallel_replicate").get<int64_t>() * l.value("data_parallel_shard", int64_t{1});
-  b.global = b.local * b.accum * b.data_parallel;
-  return b;
-}
-
 }  // namespace
 
 namespace {
@@ -168,40 +143,31 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
     data.push_back({model::kOptimizerFile, false, {}, target.optimizer.StateTensors()});
   }
   StageDataFiles(std::move(data), snap);
-  expected.push_back(model::kTrainStateFile);
+  expected.push_back(kTrainStateFile);
   at::Tensor expert_bias;  // collective when distributed: every rank takes part
   if (target.moe != nullptr && target.moe->has_bias()) {
     expert_bias = GatherExpertBias(*target.moe, target.world, target.moe_copies);
   }
   if (rank == 0) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
-    nlohmann::json state = {
-        {"step", progress.step},
-        {"optimizer_step", target.optimizer.step_count()},
-        {"data",
-         {{"position", progress.data_position},
-          {"global_batch_size", progress.batch.global},
-          {"local_batch_size", progress.batch.local},
-          {"grad_accum_steps", progress.batch.accum},
-          {"data_parallel", progress.batch.data_parallel}}},
-        {"tokens_seen", progress.tokens_seen},
-        {"rng", {{"torch_cpu", ToHex(gen.get_state())}}},
-        {"model", ModelSpecToJson(target.model.spec())},
-        {"config", config_toml},
-        {"layout", target.layout},
-    };
-    if (!progress.loss_history.empty()) state["loss_history"] = progress.loss_history;
-    if (!target.tokenizer.empty()) state["tokenizer"] = target.tokenizer;
-    if (expert_bias.defined()) {
-      // fp32 values as JSON doubles: exact both ways.
-      std::vector<std::vector<double>> rows;
-      for (int64_t i = 0; i < expert_bias.size(0); ++i) {
-        const at::Tensor r = expert_bias[i].contiguous();
-        rows.emplace_back(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
-      }
-      state["moe_expert_bias"] = rows;
+    TrainState state;
+    state.step = progress.step;
+    state.model = target.model.spec();
+    state.training = true;
+    state.optimizer_step = target.optimizer.step_count();
+    state.data_position = progress.data_position;
+    state.batch = progress.batch;
+    state.tokens_seen = progress.tokens_seen;
+    state.rng_torch_cpu = ToHex(gen.get_state());
+    state.config_toml = config_toml;
+    state.layout = target.layout;
+    state.loss_history = progress.loss_history;
+    state.tokenizer = target.tokenizer;
+    for (int64_t i = 0; expert_bias.defined() && i < expert_bias.size(0); ++i) {
+      const at::Tensor r = expert_bias[i].contiguous();
+      state.moe_expert_bias.emplace_back(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
     }
-    files.push_back({model::kTrainStateFile, state.dump(2)});
+    files.push_back({kTrainStateFile, state.ToJson()});
   }
   return snap;
 }
@@ -363,15 +329,21 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
     log::Info("{} holds weights only: starting the optimizer and data at step 0", ckpt.dir);
     return p;
   }
-  const nlohmann::json& s = ckpt.train_state;
-  try {
-    p.step = s.at("step").get<int64_t>();
-    p.data_position = s.at("data").at("position").get<int64_t>();
-    p.batch = SavedBatch(s);
-    if (s.contains("config")) p.saved_config = s["config"].get<std::string>();
-    p.tokens_seen = s.at("tokens_seen").get<int64_t>();
-    if (s.contains("loss_history")) p.loss_history = s["loss_history"].get<std::vector<double>>();
-    const int64_t opt_step = s.at("optimizer_step").get<int64_t>();
+  const TrainState& s = ckpt.train_state;
+  if (!s.training) {
+    return DataError(
+        fmt::format("{}/{} is incomplete: it has optimizer state but no "
+                    "optimizer_step, data position or RNG state",
+                    ckpt.dir, kTrainStateFile));
+  }
+  {
+    p.step = s.step;
+    p.data_position = s.data_position;
+    p.batch = s.batch;
+    p.saved_config = s.config_toml;
+    p.tokens_seen = s.tokens_seen;
+    p.loss_history = s.loss_history;
+    const int64_t opt_step = s.optimizer_step;
     if (target.parallel != nullptr) {
       std::vector<std::string> prefixes = {"exp_avg.", "exp_avg_sq."};
       std::vector<model::NamedTensor> as_params;  // validated like parameters, per prefix
@@ -390,8 +362,8 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
     } else {
       TENAX_RETURN_IF_ERROR(target.optimizer.LoadState(state, opt_step).WithContext(ckpt.dir));
     }
-    if (target.moe != nullptr && target.moe->has_bias() && s.contains("moe_expert_bias")) {
-      const auto rows = s["moe_expert_bias"].get<std::vector<std::vector<double>>>();
+    if (target.moe != nullptr && target.moe->has_bias() && !s.moe_expert_bias.empty()) {
+      const auto& rows = s.moe_expert_bias;
       at::Tensor table = at::zeros({want.n_layers, want.moe.n_experts}, at::kDouble);
       if (static_cast<int64_t>(rows.size()) != want.n_layers) {
         return DataError(ckpt.dir + "/train_state.json: moe_expert_bias has " +
@@ -408,11 +380,9 @@ Result<TrainProgress> RestoreTrainCheckpoint(const model::ModelCheckpoint& ckpt,
       }
       target.moe->SetBiasTable(table);
     }
-    TENAX_ASSIGN_OR_RETURN(at::Tensor rng, FromHex(s.at("rng").at("torch_cpu").get<std::string>()));
+    TENAX_ASSIGN_OR_RETURN(at::Tensor rng, FromHex(s.rng_torch_cpu));
     at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default state
     gen.set_state(rng);
-  } catch (const nlohmann::json::exception& e) {
-    return DataError(ckpt.dir + "/train_state.json is incomplete: " + e.what());
   }
   return p;
 }

@@ -59,10 +59,9 @@ struct TrainTarget {
   ParallelModel* parallel = nullptr;
   parallel::Communicator* world = nullptr;
   nlohmann::json layout = nlohmann::json::object();  // recorded in the manifest
-  // The tokenizer of the training data: {"spec": "tiktoken:PATH" | "hf:PATH" | "byte" | ...,
-  // "bos_id", "eos_id"} (null ids where it has none); empty when the ids are not text (synthetic,
-  // token files). Recorded in train_state.json so export-hf and generate find it.
-  nlohmann::json tokenizer = nlohmann::json::object();
+  // The tokenizer of the training data (null ids where it has none); none when the ids are not
+  // text (synthetic, token files). Recorded in train_state.json so export-hf and generate find it.
+  std::optional<TokenizerRecord> tokenizer;
   // Mixture of experts: the state whose sigmoid-router biases are saved in train_state.json
   // ("moe_expert_bias", one row per layer) and restored; null for dense models. `moe_copies`:
   // ranks holding each layer (train/moe_metrics.h).

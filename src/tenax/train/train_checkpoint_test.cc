@@ -46,7 +46,7 @@ TEST(TrainCheckpointTest, AsyncSaveWritesTheSameFilesAsTheSyncSave) {
   progress.data_position = 40;
   progress.tokens_seen = 1280;
   progress.batch = BatchShape{/*local=*/2, /*accum=*/3, /*data_parallel=*/4, /*global=*/24};
-  target.tokenizer = {{"spec", "byte"}, {"bos_id", nullptr}, {"eos_id", 256}};
+  target.tokenizer = TokenizerRecord{"byte", std::nullopt, 256};
 
   ckpt::CheckpointStore sync_store(LocalFs(), tmp / "sync");
   ASSERT_TRUE(SaveTrainCheckpoint(sync_store, progress, target, "# config").ok());

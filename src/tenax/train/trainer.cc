@@ -81,82 +81,30 @@ Result<TrainSummary> Trainer::Run() {
   return summary_;
 }
 
+// One optimizer step, in order: forward and backward over the micro-batches, the gradient
+// reductions and clipping, the step's loss agreed over ranks (a non-finite one ends the run
+// here, before any update), the update, then the bookkeeping and the metrics line. Injected
+// faults (tenax launch --inject) act at three named points, each a no-op without one.
 Status Trainer::Step(int64_t step) {
-  if (faults_) {  // tests of recovery (tenax launch --inject)
-    if (faults_->CrashDue(step) && checkpointer_->in_flight()) {
-      // An injected crash is a crash, not one in a checkpoint: let a background save finish
-      // first (its error, if any, stays for the next save).
-      (void)checkpointer_->Finish();
-      beats_->SetWritingCheckpoint(-1);
-      beats_->Refresh();
-    }
-    faults_->OnStepBegin(step);
-  }
-  parallel::Communicator& world = groups_->world();
+  InjectAtStepBegin(step);
   const auto t0 = Clock::now();
   const parallel::CommStats comm0 = TotalStats(all_groups_);
   const double lr = LearningRate(config_.lr_scheduler, config_.optimizer.lr, step, t_.steps);
-  double loss_sum = 0;
   if (flight_) flight_->SetPhase(step, "forward_backward");
   step_model_->BeginStep();
-  for (int64_t micro = 0; micro < batch_.accum; ++micro) {
-    data::Batch b = loader_->Next();
-    const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
-    const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
-    TENAX_ASSIGN_OR_RETURN(double l,
-                           step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
-    loss_sum += l;
-  }
-  if (faults_) {  // --inject slow / hang: before the gradient collectives, with the compute so far
-    faults_->BeforeGradientReduce(
-        step, Seconds(Clock::now() - t0) - (TotalStats(all_groups_) - comm0).wait_s);
-  }
-  double loss = loss_sum / static_cast<double>(batch_.accum);
+  TENAX_ASSIGN_OR_RETURN(double loss, ForwardBackwardMicroBatches());
+  InjectBeforeGradientReduce(step,
+                             Seconds(Clock::now() - t0) - (TotalStats(all_groups_) - comm0).wait_s);
   if (flight_) flight_->SetPhase(step, "gradient_reduction");
   step_model_->FinishStep();  // every gradient reduction of the layout
   const double grad_norm = step_model_->ClipGradNorm(t_.max_norm);
-  if (faults_) {
-    if (faults_->PoisonLoss(step)) loss = std::nan("");  // --inject nan
-    loss *= faults_->LossFactor(step);                   // --inject spike
-  }
-  local_loss_ = loss;
-  if (env_.distributed()) {  // the step's loss: mean over ranks (TP/PP ranks agree already)
-    at::Tensor l = at::full({1}, loss, at::kDouble);
-    world.AllReduceSum(l);
-    loss = l.item<double>() / env_.world;
-  }
-  if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
-    if (reporter_out_) reporter_out_->Finish();
-    beats_->NonFinite(step);
-    const int origin = OriginOf(local_loss_, /*nonfinite=*/true);
-    const std::string whose =
-        origin >= 0
-            ? fmt::format(" (rank {}'s own loss was {})", origin,
-                          origin == env_.rank ? fmt::format("{}", local_loss_) : "not finite")
-            : "";
-    // Without an origin (every local loss finite: the gradient norm overflowed) no rank is to
-    // blame, so every rank says it is not the cause.
-    const bool secondary = env_.distributed() && origin != env_.rank;
-    if (t_.on_nonfinite == "restart") {
-      return Fail(FailureKind::kNonFinite,
-                  Unavailable(fmt::format(
-                      "step {}: loss = {}, gradient norm = {}{}; training.on_nonfinite = "
-                      "\"restart\": exiting so that the launcher restarts from the last good "
-                      "checkpoint",
-                      step, loss, grad_norm, whose)),
-                  secondary);
-    }
-    return Fail(
-        FailureKind::kNonFinite,
-        Numerical(fmt::format("step {}: loss = {}, gradient norm = {}{}; training diverged. Lower "
-                              "optimizer.lr (now {}), raise lr_scheduler.warmup_steps or lower "
-                              "training.max_norm, then resume from the last good checkpoint in {}",
-                              step, loss, grad_norm, whose, config_.optimizer.lr, ckpt_dir_)),
-        secondary);
-  }
+  local_loss_ = loss = InjectIntoLoss(step, loss);
+  loss = MeanOverRanks(loss);
+  if (!std::isfinite(loss) || !std::isfinite(grad_norm))
+    return FailNonFinite(step, loss, grad_norm);
   std::optional<MoeMetrics> moe_metrics;
   if (model::MoeState* moe = step_model_->moe_state()) {  // collective: every rank, every step
-    moe_metrics = CollectMoeMetrics(*moe, env_.distributed() ? &world : nullptr,
+    moe_metrics = CollectMoeMetrics(*moe, env_.distributed() ? &groups_->world() : nullptr,
                                     step_model_->moe_layer_copies());
   }
   TENAX_ASSIGN_OR_RETURN(const SpikeAction spike, CheckSpike(step, loss));
@@ -200,6 +148,78 @@ Status Trainer::Step(int64_t step) {
     TENAX_RETURN_IF_ERROR(reporter_out_->LogStep(m));
   }
   return Status::Ok();
+}
+
+void Trainer::InjectAtStepBegin(int64_t step) {
+  if (!faults_) return;
+  if (faults_->CrashDue(step) && checkpointer_->in_flight()) {
+    // An injected crash is a crash, not one in a checkpoint: let a background save finish
+    // first (its error, if any, stays for the next save).
+    (void)checkpointer_->Finish();
+    beats_->SetWritingCheckpoint(-1);
+    beats_->Refresh();
+  }
+  faults_->OnStepBegin(step);
+}
+
+void Trainer::InjectBeforeGradientReduce(int64_t step, double compute_s) {
+  if (faults_) faults_->BeforeGradientReduce(step, compute_s);  // --inject slow / hang
+}
+
+double Trainer::InjectIntoLoss(int64_t step, double loss) {
+  if (!faults_) return loss;
+  if (faults_->PoisonLoss(step)) loss = std::nan("");  // --inject nan
+  return loss * faults_->LossFactor(step);             // --inject spike
+}
+
+Result<double> Trainer::ForwardBackwardMicroBatches() {
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < batch_.accum; ++micro) {
+    data::Batch b = loader_->Next();
+    const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
+    const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
+    TENAX_ASSIGN_OR_RETURN(double l,
+                           step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
+    loss_sum += l;
+  }
+  return loss_sum / static_cast<double>(batch_.accum);
+}
+
+double Trainer::MeanOverRanks(double loss) {
+  if (!env_.distributed()) return loss;
+  // TP and PP ranks agree on the loss already; the mean is over every rank.
+  at::Tensor l = at::full({1}, loss, at::kDouble);
+  groups_->world().AllReduceSum(l);
+  return l.item<double>() / env_.world;
+}
+
+Status Trainer::FailNonFinite(int64_t step, double loss, double grad_norm) {
+  if (reporter_out_) reporter_out_->Finish();
+  beats_->NonFinite(step);
+  const int origin = OriginOf(local_loss_, /*nonfinite=*/true);
+  const std::string whose =
+      origin >= 0 ? fmt::format(" (rank {}'s own loss was {})", origin,
+                                origin == env_.rank ? fmt::format("{}", local_loss_) : "not finite")
+                  : "";
+  // Without an origin (every local loss finite: the gradient norm overflowed) no rank is to
+  // blame, so every rank says it is not the cause.
+  const bool secondary = env_.distributed() && origin != env_.rank;
+  if (t_.on_nonfinite == "restart") {
+    return Fail(FailureKind::kNonFinite,
+                Unavailable(fmt::format(
+                    "step {}: loss = {}, gradient norm = {}{}; training.on_nonfinite = "
+                    "\"restart\": exiting so that the launcher restarts from the last good "
+                    "checkpoint",
+                    step, loss, grad_norm, whose)),
+                secondary);
+  }
+  return Fail(
+      FailureKind::kNonFinite,
+      Numerical(fmt::format("step {}: loss = {}, gradient norm = {}{}; training diverged. Lower "
+                            "optimizer.lr (now {}), raise lr_scheduler.warmup_steps or lower "
+                            "training.max_norm, then resume from the last good checkpoint in {}",
+                            step, loss, grad_norm, whose, config_.optimizer.lr, ckpt_dir_)),
+      secondary);
 }
 
 Result<SpikeAction> Trainer::CheckSpike(int64_t step, double loss) {

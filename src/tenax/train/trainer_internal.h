@@ -86,6 +86,17 @@ class Trainer {
   Status SetupLoaders();
 
   Status Step(int64_t step);
+  // Step's parts (trainer.cc says the order): the injected faults (tenax launch --inject) due at
+  // a step's start, before its gradient collectives (slow, hang: `compute_s` is the compute so
+  // far) and on its loss (nan, spike); every micro-batch's forward and backward (their mean
+  // loss); the mean of a loss over ranks (collective); the end of a step whose loss or gradient
+  // norm is not finite.
+  void InjectAtStepBegin(int64_t step);
+  void InjectBeforeGradientReduce(int64_t step, double compute_s);
+  double InjectIntoLoss(int64_t step, double loss);
+  Result<double> ForwardBackwardMicroBatches();
+  double MeanOverRanks(double loss);
+  Status FailNonFinite(int64_t step, double loss, double grad_norm);
   Status Evaluate(int64_t step);
   Status Save(int64_t step);
   Status Finish();

@@ -12,11 +12,6 @@
 namespace tenax::train::trainer_internal {
 namespace {
 
-std::string CheckpointFolder(const Config& c, const std::string& run_dir) {
-  const std::string& f = c.checkpoint.folder;
-  return (!f.empty() && f[0] == '/') ? f : JoinPath(run_dir, f);
-}
-
 // Decides where training starts: fresh, the newest good checkpoint, or a given path.
 Result<TrainProgress> Resume(const CheckpointOptions& c, ckpt::CheckpointStore& store,
                              TrainTarget& target) {
@@ -94,7 +89,7 @@ Status Trainer::SetupData() {
 }
 
 Status Trainer::SetupRunFolder() {
-  run_dir_ = JoinPath(config_.job.dump_folder, config_.job.name);
+  run_dir_ = RunPathsOf(config_).root();
   summary_.run_dir = run_dir_;
   // One owner per run folder: a launcher passes its lock on (and holds it across restarts);
   // otherwise rank 0 takes it before writing anything.
@@ -109,8 +104,7 @@ Status Trainer::SetupRunFolder() {
   }
   config_toml_ = ConfigToToml(config_);
   if (env_.rank == 0) {
-    TENAX_RETURN_IF_ERROR(
-        LocalFs().WriteFileAtomic(JoinPath(run_dir_, "config.toml"), config_toml_));
+    TENAX_RETURN_IF_ERROR(LocalFs().WriteFileAtomic(RunPathsOf(config_).config(), config_toml_));
   }
   return Status::Ok();
 }
@@ -156,7 +150,7 @@ Status Trainer::SetupGroups() {
   // (docs/flight_recorder.md), into the launcher's heartbeat folder if there is one.
   flight_ = std::make_unique<protocol::FlightRecorder>(env_.rank);
   const std::string dump_dir =
-      ctx_.heartbeat_dir.empty() ? JoinPath(run_dir_, "flight") : ctx_.heartbeat_dir;
+      ctx_.heartbeat_dir.empty() ? RunPathsOf(config_).flight() : ctx_.heartbeat_dir;
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(dump_dir));
   protocol::WatchdogOptions wo;
   wo.dump_path = protocol::FlightRecordPath(dump_dir, env_.rank);
@@ -232,12 +226,16 @@ Status Trainer::SetupModel() {
                        {"tensor_parallel", mesh.degree(parallel::Axis::kTensor)},
                        {"pipeline_parallel", mesh.degree(parallel::Axis::kPipeline)},
                        {"expert_parallel", mesh.ep()},
-                       {"sharding", parallel_model_ ? "rank-pieces" : "none"}}});
+                       {"sharding", parallel_model_ ? "rank-pieces" : "none"}},
+                      /*tokenizer=*/std::nullopt,
+                      /*moe=*/nullptr,
+                      /*moe_copies=*/1});
   if (!data_.tokenizer.empty()) {  // for export-hf and generate (train_checkpoint.h)
-    auto id = [](std::optional<uint32_t> v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
-    target_->tokenizer = {{"spec", data::AbsoluteTokenizerSpec(data_.tokenizer)},
-                          {"bos_id", id(data_.bos)},
-                          {"eos_id", id(data_.eos)}};
+    auto id = [](std::optional<uint32_t> v) {
+      return v ? std::optional<int64_t>(*v) : std::optional<int64_t>();
+    };
+    target_->tokenizer =
+        TokenizerRecord{data::AbsoluteTokenizerSpec(data_.tokenizer), id(data_.bos), id(data_.eos)};
   }
   target_->moe = step_model_->moe_state();  // the sigmoid router's biases travel with it
   target_->moe_copies = step_model_->moe_layer_copies();
@@ -259,7 +257,7 @@ Status Trainer::SetupModel() {
 
 Status Trainer::SetupCheckpoints() {
   parallel::Communicator& world = groups_->world();
-  ckpt_dir_ = CheckpointFolder(config_, run_dir_);
+  ckpt_dir_ = RunPathsOf(config_).checkpoints();
   TENAX_RETURN_IF_ERROR(LocalFs().CreateDirs(ckpt_dir_));
   store_ = std::make_unique<ckpt::CheckpointStore>(LocalFs(), ckpt_dir_);
   // Saves (sync or async), the interval (fixed or "auto"), memory replicas and pruning.

@@ -1,7 +1,7 @@
 // The folder half of checkpoint_sync.h: Reconcile, the replica pushes and setting unaccepted
 // commits aside. The invariant Reconcile keeps is the store's: a COMMITTED marker is written
 // only after every file it vouches for is in the folder with the manifest's size and CRC-32.
-#include "tenax/launch/checkpoint_sync.h"
+#include "tenax/transfer/checkpoint_sync.h"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include "tenax/core/crc32.h"
 #include "tenax/core/log.h"
 
-namespace tenax::launch {
+namespace tenax::transfer {
 namespace {
 
 constexpr const char* kUnacceptedSuffix = ".unaccepted";
@@ -358,4 +358,4 @@ Result<std::vector<std::string>> SetAsideDroppedCommits(
   });
 }
 
-}  // namespace tenax::launch
+}  // namespace tenax::transfer

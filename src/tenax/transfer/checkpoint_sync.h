@@ -65,7 +65,7 @@
 #include "tenax/core/fs.h"
 #include "tenax/core/status.h"
 
-namespace tenax::launch {
+namespace tenax::transfer {
 
 // True when this build can serve and transfer checkpoint files (cpp-httplib was found).
 bool CheckpointTransferAvailable();
@@ -315,4 +315,4 @@ Result<std::vector<std::string>> SetAsideUnacceptedCommits(
 Result<std::vector<std::string>> SetAsideDroppedCommits(FileSystem& fs, const std::string& folder,
                                                         const std::map<int64_t, uint32_t>& dropped);
 
-}  // namespace tenax::launch
+}  // namespace tenax::transfer

@@ -12,7 +12,8 @@
 #include "tenax/checkpoint/manifest.h"
 #include "tenax/core/crc32.h"
 #include "tenax/core/log.h"
-#include "tenax/launch/checkpoint_sync.h"
+#include "tenax/core/sigpipe.h"
+#include "tenax/transfer/checkpoint_sync.h"
 
 #ifdef TENAX_WITH_HTTPLIB
 #include <httplib.h>
@@ -21,7 +22,7 @@
 #include <time.h>
 #endif
 
-namespace tenax::launch {
+namespace tenax::transfer {
 namespace {
 
 [[maybe_unused]] constexpr const char* kNoHttplib =
@@ -104,36 +105,6 @@ std::optional<uint32_t> ParseCrcHex(const std::string& s) {
   }
   return static_cast<uint32_t>(std::stoul(s, nullptr, 16));
 }
-
-// Blocks SIGPIPE in the calling thread for its lifetime and swallows any raised meanwhile:
-// cpp-httplib writes without MSG_NOSIGNAL, so a peer that dies mid-transfer would otherwise
-// kill a process that has not ignored SIGPIPE. (The same guard as etcd_internal.h's and
-// data/subprocess.cc's.)
-class BlockSigpipe {
- public:
-  BlockSigpipe() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-  }
-  ~BlockSigpipe() {
-    if (!was_pending_) {
-      const struct timespec zero = {0, 0};
-      while (sigtimedwait(&pipe_, nullptr, &zero) > 0) {
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  BlockSigpipe(const BlockSigpipe&) = delete;
-  BlockSigpipe& operator=(const BlockSigpipe&) = delete;
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
-};
 
 template <typename T>
 void SetTimeouts(T& c, milliseconds connect, milliseconds io) {
@@ -484,7 +455,7 @@ Result<FetchedFile> FetchCheckpointFile(const FilePeer& peer, const std::string&
                                        from == PeerSource::kReplica ? "'s replicas" : "");
   if (secret.empty()) return InvalidArgument(what + ": the job secret is empty");
   TENAX_ASSIGN_OR_RETURN(auto client, MakeClient(peer, options));
-  BlockSigpipe no_sigpipe;
+  ScopedBlockSigpipe no_sigpipe;
   int status = 0;
   FetchedFile out;
   const httplib::Headers headers = {{kJobSecretHeader, secret}};
@@ -518,7 +489,7 @@ Status PushReplicaFile(const FilePeer& peer, const std::string& secret, int64_t 
   const std::string what = fmt::format("pushing {} of step {} to {}", name, step, peer.label());
   if (secret.empty()) return InvalidArgument(what + ": the job secret is empty");
   TENAX_ASSIGN_OR_RETURN(auto client, MakeClient(peer, options));
-  BlockSigpipe no_sigpipe;
+  ScopedBlockSigpipe no_sigpipe;
   const httplib::Headers headers = {{kJobSecretHeader, secret},
                                     {kCrcHeader, ckpt::CrcHex(Crc32(bytes))}};
   // Streamed from the caller's buffer (no copy of a possibly large file).
@@ -561,4 +532,4 @@ Status PushReplicaFile(const FilePeer&, const std::string&, int64_t, const std::
 
 #endif  // TENAX_WITH_HTTPLIB
 
-}  // namespace tenax::launch
+}  // namespace tenax::transfer

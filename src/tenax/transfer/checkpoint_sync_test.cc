@@ -6,7 +6,7 @@
 // replica store keeps the newest two steps; unaccepted commits are moved aside. Every restored
 // folder is checked with CheckpointStore::Verify and byte for byte against the bytes written.
 // Waits are for events (a condition variable), never for a fixed time.
-#include "tenax/launch/checkpoint_sync.h"
+#include "tenax/transfer/checkpoint_sync.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -24,7 +24,7 @@
 #include <httplib.h>
 #endif
 
-namespace tenax::launch {
+namespace tenax::transfer {
 namespace {
 
 using ckpt::CheckpointStore;
@@ -661,4 +661,4 @@ TEST(CheckpointSyncFolderTest, AManifestWithABadNameIsRefused) {
 }
 
 }  // namespace
-}  // namespace tenax::launch
+}  // namespace tenax::transfer

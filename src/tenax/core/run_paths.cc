@@ -1,0 +1,33 @@
+#include "tenax/core/run_paths.h"
+
+#include "tenax/core/fs.h"
+
+namespace tenax {
+
+RunPaths::RunPaths(std::string root, const std::string& checkpoint_folder)
+    : root_(std::move(root)) {
+  const std::string& f = checkpoint_folder.empty() ? kDefaultCheckpointFolder : checkpoint_folder;
+  checkpoints_ = f[0] == '/' ? f : JoinPath(root_, f);
+}
+
+RunPaths RunPaths::Of(const std::string& dump_folder, const std::string& name,
+                      const std::string& checkpoint_folder) {
+  return RunPaths(JoinPath(dump_folder, name), checkpoint_folder);
+}
+
+std::string RunPaths::config() const { return JoinPath(root_, "config.toml"); }
+std::string RunPaths::metrics() const { return JoinPath(root_, "metrics.jsonl"); }
+std::string RunPaths::tensorboard() const { return JoinPath(root_, "tb"); }
+std::string RunPaths::loss_spikes() const { return JoinPath(root_, "loss_spikes.json"); }
+std::string RunPaths::goodput() const { return JoinPath(root_, "goodput.json"); }
+std::string RunPaths::report_html() const { return JoinPath(root_, "report.html"); }
+std::string RunPaths::flight() const { return JoinPath(root_, "flight"); }
+std::string RunPaths::lock() const { return JoinPath(root_, ".tenax.lock"); }
+std::string RunPaths::owner() const { return JoinPath(root_, ".tenax.owner"); }
+
+std::string RunPaths::ReportChartsBeside(const std::string& html_path) {
+  const std::string dir = ParentDir(html_path);
+  return JoinPath(dir.empty() ? "." : dir, "report");
+}
+
+}  // namespace tenax

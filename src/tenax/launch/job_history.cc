@@ -1,0 +1,135 @@
+#include "tenax/launch/job_history.h"
+
+#include <algorithm>
+
+#include "tenax/etcd/client.h"
+#include "tenax/launch/goodput.h"
+
+namespace tenax::launch {
+namespace {
+
+using nlohmann::json;
+
+// The records under `prefix` (stragglers, exit faults): JSON objects only.
+std::vector<json> ObjectsUnder(etcd::EtcdClient& etcd, const std::string& prefix) {
+  std::vector<json> out;
+  Result<etcd::RangeResponse> rs = etcd.GetPrefix(prefix);
+  if (!rs.ok()) return out;
+  for (const etcd::KeyValue& kv : rs->kvs) {
+    json x = json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+    if (x.is_object()) out.push_back(std::move(x));
+  }
+  return out;
+}
+
+// Node 0's beats of a generation, rebuilt from its report: ready (resume step, run folder), then
+// its last step with the step and checkpoint times.
+void AddLeadBeats(const json& r, int64_t gen, double start_unix, Goodput* g) {
+  if (r.value("ready_unix", -1.0) < 0) return;
+  protocol::Beat ready;
+  ready.generation = static_cast<int>(gen);
+  ready.phase = protocol::Phase::kReady;
+  ready.resume_step = r.value("resume_step", int64_t{0});
+  ready.run_dir = r.value("run_dir", std::string());
+  ready.wall_s = r.value("ready_unix", 0.0);
+  g->LeadBeat(ready, ready.wall_s - start_unix, ready.wall_s);
+  protocol::Beat last = ready;
+  last.phase = protocol::Phase::kTrain;
+  last.step = r.value("last_step", int64_t{0});
+  last.steps_s = r.value("steps_s", 0.0);
+  last.checkpoint_s = r.value("checkpoint_s", 0.0);
+  last.tokens_per_s = r.value("tokens_per_s", 0.0);
+  last.wall_s = r.value("last_step_unix", ready.wall_s);
+  if (last.step > ready.resume_step) g->LeadBeat(last, last.wall_s - start_unix, last.wall_s);
+}
+
+// The failure a generation ended by, from every node's report (rdzv::FirstFailure).
+std::optional<FailureRecord> FailureOf(const GenerationHistory& gh, double start_unix) {
+  std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(gh.failures);
+  if (!first) return std::nullopt;
+  FailureRecord f;
+  f.time_s = first->wall_s - start_unix;
+  f.generation = static_cast<int>(gh.generation);
+  f.rank = first->rank;
+  f.node = first->node_rank;
+  f.host = first->host;
+  f.kind = first->kind;
+  f.cause = first->cause;
+  f.exit_code = first->code;
+  if (first->kind == "node-lost" || first->kind == "partition") {
+    // A lost node is known when its lease expires; its peers saw it go earlier (their
+    // collectives broke): the earliest of those is when it failed.
+    double failed = first->wall_s;
+    for (const rdzv::FailureReport& r : gh.failures) {
+      if (r.secondary) failed = std::min(failed, r.wall_s);
+    }
+    f.detection_s = std::max(0.0, first->wall_s - failed);
+  }
+  return f;
+}
+
+}  // namespace
+
+Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys, int64_t current,
+                                  double start_unix) {
+  JobHistory h;
+  h.start_unix = start_unix;
+  bool any_read = false;
+  for (int64_t gen = 0; gen <= current; ++gen) {
+    Result<std::optional<etcd::KeyValue>> plan = etcd.Get(keys.plan(gen));
+    any_read = any_read || plan.ok();
+    if (!plan.ok() || !*plan) continue;  // never ran (or unreadable now)
+    GenerationHistory gh;
+    gh.generation = gen;
+    if (Result<rdzv::Plan> p = rdzv::Plan::FromJson((*plan)->value); p.ok()) gh.plan = *p;
+    Result<std::optional<etcd::KeyValue>> rep = etcd.Get(keys.report(gen, 0));
+    if (rep.ok() && *rep) gh.node0_report = json::parse((**rep).value, nullptr, false);
+    if (!gh.node0_report.is_object()) gh.node0_report = json();
+    gh.stragglers = ObjectsUnder(etcd, keys.stragglers(gen));
+    gh.exit_faults = ObjectsUnder(etcd, keys.exit_faults(gen));
+    if (Result<etcd::RangeResponse> fs = etcd.GetPrefix(keys.failures(gen)); fs.ok()) {
+      for (const etcd::KeyValue& kv : fs->kvs) {
+        auto f = rdzv::FailureReport::FromJson(kv.value);
+        if (f.ok()) gh.failures.push_back(*f);  // a record of another version: not evidence
+      }
+    }
+    h.generations.push_back(std::move(gh));
+  }
+  if (!any_read) return Unavailable("etcd did not answer: the job's history cannot be read");
+  return h;
+}
+
+json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, const std::string& host,
+                int pid) {
+  Goodput g(h.start_unix, nullptr, host, pid);
+  double now = now_unix - h.start_unix;
+  double last_end = -1;  // when the newest generation ended (a report written after the job ended
+                         // still ends where the job did)
+  json nodes = json::array();
+  for (const GenerationHistory& gh : h.generations) {
+    if (gh.plan) nodes.push_back(gh.plan->ToJson());
+    const json& r = gh.node0_report;
+    const double start = r.is_object() ? r.value("start_unix", -1.0) : -1.0;
+    g.GenerationStarted(static_cast<int>(gh.generation), start >= 0 ? start - h.start_unix : now);
+    if (r.is_object()) AddLeadBeats(r, gh.generation, h.start_unix, &g);
+    if (r.is_object() && r.value("end_unix", -1.0) >= 0) {
+      g.GenerationEnded(r.value("end_unix", 0.0) - h.start_unix, r.value("exit_code", 0));
+      last_end = std::max(last_end, r.value("end_unix", 0.0) - h.start_unix);
+    }
+    // The nodes' records, on the job's clock.
+    auto on_job_clock = [&](json x) {
+      x["time_s"] = x.value("time_unix", h.start_unix) - h.start_unix;
+      x.erase("time_unix");
+      return x;
+    };
+    for (const json& x : gh.stragglers) g.AddStraggler(on_job_clock(x));
+    for (const json& x : gh.exit_faults) g.AddExitFault(on_job_clock(x));
+    if (std::optional<FailureRecord> f = FailureOf(gh, h.start_unix)) g.AddFailure(*f);
+  }
+  if (ended && last_end >= 0) now = std::min(now, last_end + 1.0);
+  json report = g.Report(now, code, ended);
+  report["nodes_by_generation"] = nodes;
+  return report;
+}
+
+}  // namespace tenax::launch

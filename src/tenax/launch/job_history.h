@@ -1,0 +1,55 @@
+// A multi-node job's history as the node agents left it in etcd (rendezvous.h's keys), and the
+// job's goodput.json made from it. Reading (ReadJobHistory) and accounting (JobGoodput) are
+// apart so that the accounting is tested without an etcd: whichever agent holds node rank 0
+// writes goodput.json from this, so the report covers every node and survives the loss of node
+// 0 (node_agent_goodput.cc).
+// Thread safety: none needed; values.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+#include "tenax/launch/rendezvous.h"
+
+namespace tenax::etcd {
+class EtcdClient;
+}  // namespace tenax::etcd
+
+namespace tenax::launch {
+
+// What etcd holds about one generation that ran (it has a plan).
+struct GenerationHistory {
+  int64_t generation = 0;
+  std::optional<rdzv::Plan> plan;  // none when its record does not parse
+  // Node 0's report of the generation (gen/<G>/report/0: start_unix, ready_unix, resume_step,
+  // run_dir, last_step, steps_s, checkpoint_s, tokens_per_s, last_step_unix, end_unix,
+  // exit_code); null when node 0 left none.
+  nlohmann::json node0_report;
+  // Stragglers and exit faults the nodes recorded, with their time_unix.
+  std::vector<nlohmann::json> stragglers;
+  std::vector<nlohmann::json> exit_faults;
+  // Every node's failure report (failures/<G>/); unreadable records are left out.
+  std::vector<rdzv::FailureReport> failures;
+};
+
+struct JobHistory {
+  double start_unix = 0;  // when the job's first agent started it (the job's clock starts here)
+  std::vector<GenerationHistory> generations;  // ascending; generations that never ran left out
+};
+
+// Reads generations 0..current from etcd. A generation whose records cannot be read (etcd
+// unreachable) keeps what was read; an error only when nothing could be.
+Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys, int64_t current,
+                                  double start_unix);
+
+// goodput.json of the job at `now_unix` (schema: docs/launcher_protocol.md), written by the agent
+// on `host` (pid `pid`); `ended`: the job is over with exit code `code` (the report then ends
+// where the newest generation did). Adds `nodes_by_generation` (each generation's plan).
+nlohmann::json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended,
+                          const std::string& host, int pid);
+
+}  // namespace tenax::launch

@@ -1,0 +1,94 @@
+// The job's goodput.json from its history in etcd, without an etcd: two generations, the first
+// ended by a lost node (its failure dated by the peers that saw it go, not by the lease expiry),
+// the second with a straggler, and a report written after the job ended that still ends where the
+// job did.
+#include "tenax/launch/job_history.h"
+
+#include <gtest/gtest.h>
+
+namespace tenax::launch {
+namespace {
+
+rdzv::FailureReport Report(const std::string& agent, int node, const std::string& kind,
+                           bool secondary, double wall_s) {
+  rdzv::FailureReport r;
+  r.agent = agent;
+  r.host = agent + ".host";
+  r.node_rank = node;
+  r.kind = kind;
+  r.cause = kind == "node-lost" ? "node 1 lost its lease" : "peer lost";
+  r.secondary = secondary;
+  r.wall_s = wall_s;
+  r.code = 10;
+  return r;
+}
+
+JobHistory TwoGenerations() {
+  JobHistory h;
+  h.start_unix = 1000;
+  GenerationHistory g0;
+  g0.generation = 0;
+  g0.plan = rdzv::Plan{};
+  g0.plan->generation = 0;
+  g0.plan->nodes = {"a", "b"};
+  g0.node0_report = {{"start_unix", 1000.0},  {"ready_unix", 1010.0},     {"resume_step", 0},
+                     {"last_step", 20},       {"steps_s", 40.0},          {"checkpoint_s", 2.0},
+                     {"tokens_per_s", 500.0}, {"last_step_unix", 1060.0}, {"end_unix", 1065.0},
+                     {"exit_code", 8}};
+  // Node 0's ranks lost their peers at 1061; node 1's lease expired, found at 1064.
+  g0.failures = {Report("a", 0, "crash", /*secondary=*/true, 1061),
+                 Report("c", 1, "node-lost", /*secondary=*/false, 1064)};
+  GenerationHistory g1;
+  g1.generation = 1;
+  g1.plan = rdzv::Plan{};
+  g1.plan->generation = 1;
+  g1.plan->nodes = {"a", "d"};
+  g1.node0_report = {{"start_unix", 1066.0},  {"ready_unix", 1075.0},     {"resume_step", 20},
+                     {"last_step", 50},       {"steps_s", 60.0},          {"checkpoint_s", 0.0},
+                     {"tokens_per_s", 600.0}, {"last_step_unix", 1140.0}, {"end_unix", 1142.0},
+                     {"exit_code", 0}};
+  g1.stragglers = {{{"rank", 3}, {"time_unix", 1100.0}}};
+  h.generations = {g0, g1};
+  return h;
+}
+
+TEST(JobGoodput, AccountsEveryGenerationAndDatesALostNodeByItsPeers) {
+  const nlohmann::json r = JobGoodput(TwoGenerations(), /*now_unix=*/1300, /*code=*/0,
+                                      /*ended=*/true, "host0", 42);
+  // Written after the end: the report ends a second after the newest generation did.
+  EXPECT_DOUBLE_EQ(r["wall_s"].get<double>(), 143.0);
+  EXPECT_EQ(r["restarts"], 1);
+  EXPECT_EQ(r["step"], 50);
+  ASSERT_EQ(r["generations"].size(), 2u);
+  ASSERT_EQ(r["failures"].size(), 1u);
+  const nlohmann::json& f = r["failures"][0];
+  EXPECT_EQ(f["kind"], "node-lost");
+  EXPECT_EQ(f["node"], 1);
+  EXPECT_EQ(f["host"], "c.host");
+  EXPECT_EQ(f["generation"], 0);
+  EXPECT_DOUBLE_EQ(f["time_s"].get<double>(), 64.0);
+  EXPECT_DOUBLE_EQ(f["detection_s"].get<double>(), 3.0);  // 1064 - 1061
+  ASSERT_EQ(r["stragglers"].size(), 1u);
+  EXPECT_DOUBLE_EQ(r["stragglers"][0]["time_s"].get<double>(), 100.0);
+  EXPECT_FALSE(r["stragglers"][0].contains("time_unix"));
+  ASSERT_EQ(r["nodes_by_generation"].size(), 2u);
+  EXPECT_EQ(r["nodes_by_generation"][1]["nodes"], nlohmann::json({"a", "d"}));
+  // Every second is accounted for once.
+  double sum = 0;
+  for (const auto& [name, s] : r["time_s"].items()) sum += s.get<double>();
+  EXPECT_NEAR(sum, r["wall_s"].get<double>(), 1e-9);
+  EXPECT_GT(r["time_s"]["productive"].get<double>(), 0);
+  EXPECT_GT(r["time_s"]["detection"].get<double>(), 0);
+}
+
+TEST(JobGoodput, AGenerationWithoutNodeZerosReportStartsNowAndARunningJobIsNotCut) {
+  JobHistory h = TwoGenerations();
+  h.generations[1].node0_report = nullptr;  // node 0 of generation 1 has reported nothing yet
+  const nlohmann::json r = JobGoodput(h, 1200, 0, /*ended=*/false, "host0", 42);
+  EXPECT_DOUBLE_EQ(r["wall_s"].get<double>(), 200.0);
+  ASSERT_EQ(r["generations"].size(), 2u);
+  EXPECT_DOUBLE_EQ(r["generations"][1]["start_s"].get<double>(), 200.0);
+}
+
+}  // namespace
+}  // namespace tenax::launch
