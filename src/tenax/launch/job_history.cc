@@ -70,6 +70,17 @@ std::optional<FailureRecord> FailureOf(const GenerationHistory& gh, double start
 
 }  // namespace
 
+Result<std::vector<rdzv::FailureReport>> ReadFailureReports(etcd::EtcdClient& etcd,
+                                                            const rdzv::Keys& keys, int64_t g) {
+  TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse fs, etcd.GetPrefix(keys.failures(g)));
+  std::vector<rdzv::FailureReport> reports;
+  for (const etcd::KeyValue& kv : fs.kvs) {
+    auto f = rdzv::FailureReport::FromJson(kv.value);
+    if (f.ok()) reports.push_back(*f);  // a record of another version: not evidence
+  }
+  return reports;
+}
+
 Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys, int64_t current,
                                   double start_unix) {
   JobHistory h;
@@ -87,12 +98,7 @@ Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys
     if (!gh.node0_report.is_object()) gh.node0_report = json();
     gh.stragglers = ObjectsUnder(etcd, keys.stragglers(gen));
     gh.exit_faults = ObjectsUnder(etcd, keys.exit_faults(gen));
-    if (Result<etcd::RangeResponse> fs = etcd.GetPrefix(keys.failures(gen)); fs.ok()) {
-      for (const etcd::KeyValue& kv : fs->kvs) {
-        auto f = rdzv::FailureReport::FromJson(kv.value);
-        if (f.ok()) gh.failures.push_back(*f);  // a record of another version: not evidence
-      }
-    }
+    if (auto fs = ReadFailureReports(etcd, keys, gen); fs.ok()) gh.failures = std::move(*fs);
     h.generations.push_back(std::move(gh));
   }
   if (!any_read) return Unavailable("etcd did not answer: the job's history cannot be read");

@@ -41,6 +41,11 @@ struct JobHistory {
   std::vector<GenerationHistory> generations;  // ascending; generations that never ran left out
 };
 
+// Every node's failure report of generation g (failures/<G>/); records that do not parse (of
+// another version) are not evidence and are left out. An error when etcd does not answer.
+Result<std::vector<rdzv::FailureReport>> ReadFailureReports(etcd::EtcdClient& etcd,
+                                                            const rdzv::Keys& keys, int64_t g);
+
 // Reads generations 0..current from etcd. A generation whose records cannot be read (etcd
 // unreachable) keeps what was read; an error only when nothing could be.
 Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys, int64_t current,

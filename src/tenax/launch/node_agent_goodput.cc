@@ -30,20 +30,10 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
   if (ended && st.ok()) report::WriteReportAtEnd(job_.run_dir, job_.goodput_path, "launch");
 }
 
-Result<std::vector<rdzv::FailureReport>> NodeAgent::FailureReportsOf(int64_t g) {
-  TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse fs, etcd_->GetPrefix(keys_.failures(g)));
-  std::vector<rdzv::FailureReport> reports;
-  for (const etcd::KeyValue& kv : fs.kvs) {
-    auto f = rdzv::FailureReport::FromJson(kv.value);
-    if (f.ok()) reports.push_back(*f);  // a record of another version: not evidence
-  }
-  return reports;
-}
-
 void NodeAgent::LogFailureOf(int64_t g) {
   // Every node's log names the failure the job decided on, from every node's evidence: a node's
   // own "generation G -> G+1" line tells only what its ranks saw (often: peers lost).
-  Result<std::vector<rdzv::FailureReport>> reports = FailureReportsOf(g);
+  Result<std::vector<rdzv::FailureReport>> reports = ReadFailureReports(*etcd_, keys_, g);
   if (!reports.ok()) return;
   std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(*reports);
   if (!first) return;

@@ -142,8 +142,6 @@ class NodeAgent {
   // stopped, or the lease was lost.
   Result<std::optional<rdzv::Plan>> Rendezvous(int64_t g);
   void LogFailureOf(int64_t g);
-  // Every node's failure record of generation g in etcd (failures/G/).
-  Result<std::vector<rdzv::FailureReport>> FailureReportsOf(int64_t g);
   Result<std::optional<rdzv::StopRecord>> ReadStop();
   Status Stop(int code, const std::string& reason);
   // After g failed: the next generation, or the job's end.

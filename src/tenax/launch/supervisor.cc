@@ -706,8 +706,10 @@ Result<int> Supervisor::Run() {
     log::Info("launch: restart {} of {}: all ranks start again from the newest good checkpoint",
               gen + 1, o_.max_restarts);
   }
-  if (!goodput_.run_dir().empty())
-    goodput_.SetLossSpikes(report::ReadLossSpikes(goodput_.run_dir()));
+  if (!goodput_.run_dir().empty()) {  // the trainer's loss-spike record, when it can be read
+    Result<std::optional<nlohmann::json>> spikes = report::ReadLossSpikes(goodput_.run_dir());
+    if (spikes.ok() && *spikes) goodput_.SetLossSpikes(std::move(**spikes));
+  }
   // A fault that never fired is an error: the test that asked for it tested nothing.
   const std::vector<protocol::Fault> unfired =
       protocol::UnfiredFaults(job_.faults, protocol::ReadFiredFaults(hb_dir_));

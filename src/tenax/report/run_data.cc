@@ -137,8 +137,9 @@ Result<RunData> LoadRunData(const std::string& run_dir, const std::string& goodp
                        "pass the right file");
     }
   }
-  if (files.Exists(paths.loss_spikes())) {
-    d.loss_spikes = ReadLossSpikes(run_dir);
+  TENAX_ASSIGN_OR_RETURN(std::optional<nlohmann::json> spikes, ReadLossSpikes(run_dir));
+  if (spikes) {
+    d.loss_spikes = std::move(*spikes);
   } else if (d.goodput.is_object() && d.goodput.contains("loss_spikes")) {
     d.loss_spikes = d.goodput["loss_spikes"];
   }
@@ -188,12 +189,15 @@ nlohmann::json ReadLiveTraining(const std::string& run_dir) {
   return out;
 }
 
-nlohmann::json ReadLossSpikes(const std::string& run_dir) {
-  auto text = LocalFs().ReadFile(RunPaths(run_dir).loss_spikes());
-  if (!text.ok()) return nlohmann::json::array();
-  const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("spikes") && j["spikes"].is_array()) return j["spikes"];
-  return nlohmann::json::array();
+Result<std::optional<nlohmann::json>> ReadLossSpikes(const std::string& run_dir) {
+  const std::string path = RunPaths(run_dir).loss_spikes();
+  if (!LocalFs().Exists(path)) return std::optional<nlohmann::json>();
+  TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(path));
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("spikes") && j["spikes"].is_array()) {
+    return std::optional<nlohmann::json>(j["spikes"]);
+  }
+  return std::optional<nlohmann::json>(nlohmann::json::array());
 }
 
 }  // namespace tenax::report

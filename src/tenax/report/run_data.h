@@ -68,9 +68,10 @@ Result<RunData> LoadRunData(const std::string& run_dir, const std::string& goodp
 // up to 300 logged [step, loss] pairs). An empty object when nothing is logged yet.
 nlohmann::json ReadLiveTraining(const std::string& run_dir);
 
-// The trainer's loss-spike record (<run>/loss_spikes.json "spikes", train/loss_spike.h); an
-// empty array when it is absent or unreadable.
-nlohmann::json ReadLossSpikes(const std::string& run_dir);
+// The trainer's loss-spike record (<run>/loss_spikes.json "spikes", train/loss_spike.h): none
+// when the file is absent, an error when it is there but cannot be read, an empty array when it
+// holds no such list.
+Result<std::optional<nlohmann::json>> ReadLossSpikes(const std::string& run_dir);
 
 // The committed checkpoints of `folder` with their commit times, ascending.
 std::vector<CheckpointInfo> ListCheckpoints(const std::string& folder);
