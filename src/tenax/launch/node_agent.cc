@@ -12,7 +12,6 @@
 
 #include <random>
 
-#include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/core/net.h"
 #include "tenax/launch/node_agent_internal.h"
@@ -56,11 +55,7 @@ std::string DefaultAddress(const std::string& host) {
 }  // namespace
 
 NodeAgent::~NodeAgent() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    quit_ = true;
-  }
-  cv_.notify_all();
+  view_.Quit();
   if (progress_.joinable()) progress_.join();
   watcher_.reset();  // no callback after this
   channel_.reset();
@@ -78,68 +73,20 @@ Status NodeAgent::Register() {
       keeper_, etcd::EtcdLeaseKeeper::Start(a_.etcd, lease, [this](const Status& why) {
         log::Error("launch: lost the etcd lease ({}); stopping this node's ranks (fencing)",
                    why.message());
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          lease_lost_ = true;
-          ++changes_;
-          // Under mu_: the destructor sets quit_ under it before it destroys the supervisor (set
-          // before any keeper exists).
-          if (!quit_) supervisor_->Wake();
-        }
-        cv_.notify_all();
+        // Woken under the view's lock, and only until the destructor quits the view, which it
+        // does before it destroys the supervisor (set before any keeper exists).
+        view_.LeaseLost([this] { supervisor_->Wake(); });
       }));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    lease_lost_ = false;
-    lease_id_ = lease.id;
-  }
+  view_.LeaseGranted(lease.id);
   TENAX_RETURN_IF_ERROR(
       etcd_->Put(keys_.agent(info_.id), info_.ToJson().dump(), lease.id).status());
   return Status::Ok();
 }
 
 void NodeAgent::OnEvents(const std::vector<etcd::WatchEvent>& events) {
-  std::vector<std::string> commits;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++changes_;
-    for (const etcd::WatchEvent& e : events) {
-      const std::string& key = e.kv.key;
-      if (key == keys_.generation() && e.type == etcd::WatchEvent::Type::kPut && running_ >= 0 &&
-          ParseInt(e.kv.value, -1) != running_) {
-        moved_ = true;
-      } else if (key == keys_.stop()) {
-        stopped_ = true;
-      } else if (e.type == etcd::WatchEvent::Type::kPut &&
-                 key.compare(0, keys_.commits().size(), keys_.commits()) == 0) {
-        commits.push_back(e.kv.value);
-      } else if (e.type == etcd::WatchEvent::Type::kDelete &&
-                 key.compare(0, keys_.agents().size(), keys_.agents()) == 0) {
-        const std::string id = key.substr(keys_.agents().size());
-        if (active_.count(id) > 0) lost_.insert(id);
-      }
-    }
-  }
-  cv_.notify_all();
+  const std::vector<std::string> commits = view_.OnEvents(events);
   if (supervisor_) supervisor_->Wake();
   for (const std::string& c : commits) PushReplicas(c);
-}
-
-bool NodeAgent::WaitUntil(const std::function<bool()>& done, double timeout_s) {
-  const double deadline = protocol::MonotonicNow() + timeout_s;
-  for (;;) {
-    uint64_t seen;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      seen = changes_;
-    }
-    if (done()) return true;
-    const double left = deadline - protocol::MonotonicNow();
-    if (left <= 0) return false;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::duration<double>(std::min(left, kPollS)),
-                 [&] { return changes_ != seen; });
-  }
 }
 
 Result<std::optional<int>> NodeAgent::Start() {
@@ -178,39 +125,18 @@ Result<std::optional<int>> NodeAgent::Start() {
   if (!secret) return Internal("the job's secret vanished from etcd");
   secret_ = secret->value;
   if (!job_.checkpoint_dir.empty()) {
-    // Peers fetch this node's checkpoint files (and the replicas it holds for them) from here.
-    // The folder is this agent's alone and goes with it; those of agents killed on this host
-    // before they could remove theirs go now (nothing can read them: their server is gone).
-    TENAX_ASSIGN_OR_RETURN(
-        OwnedFolder folder,
-        OwnedFolder::Claim("/dev/shm", kReplicaFolderPrefix,
-                           fmt::format("{}{}-{}", kReplicaFolderPrefix, a_.job_id, info_.id)));
-    if (folder.swept() > 0) {
-      log::Info("launch: removed {} replica folder(s) in /dev/shm left by killed agents",
-                folder.swept());
-    }
-    replica_folder_ = std::make_unique<OwnedFolder>(std::move(folder));
-    replica_root_ = replica_folder_->path();
-    transfer::FileServerOptions fo;
-    fo.address = info_.address;
-    fo.checkpoint_folder = job_.checkpoint_dir;
-    fo.replica_root = replica_root_;
-    fo.secret = secret_;
-    TENAX_ASSIGN_OR_RETURN(files_, transfer::CheckpointFileServer::Start(fo));
-    info_.file_port = files_->port();
-    transfer::PushOptions po;
-    po.transfer.io_timeout = kPeerIoTimeout;
-    pusher_ = std::make_unique<transfer::ReplicaPusher>(
-        LocalFs(), job_.checkpoint_dir, secret_, po,
-        [](int64_t step, const Result<transfer::PushReport>& r) {
-          if (!r.ok()) {
-            log::Warn("launch: memory replica of step {}: {}", step, r.status().message());
-          } else if (r->skipped_damaged.empty()) {
-            // The event that this node's files of the step survive its loss (tests wait for it).
-            log::Info("launch: memory replica of step {}: {} file(s) held by the next node", step,
-                      r->pushed.size());
-          }
-        });
+    // Peers fetch this node's checkpoint files (and the replicas it holds for them) from its
+    // server, whose port this agent's record carries.
+    CheckpointMirrorOptions mo;
+    mo.job_id = a_.job_id;
+    mo.agent_id = info_.id;
+    mo.address = info_.address;
+    mo.checkpoint_dir = job_.checkpoint_dir;
+    mo.secret = secret_;
+    mo.nproc_per_node = o_.nproc_per_node;
+    mo.faults = job_.faults;
+    TENAX_ASSIGN_OR_RETURN(mirror_, CheckpointMirror::Start(std::move(mo)));
+    info_.file_port = mirror_->file_port();
   }
   // The supervisor runs this node's ranks; goodput.json is the agent's (it covers every node).
   // Made before the lease keeper and the watcher exist: their threads wake it.
@@ -250,12 +176,8 @@ Result<int> NodeAgent::Run() {
   if (over) return *over;
 
   for (;;) {
-    bool lost;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      lost = lease_lost_;
-    }
-    if (lost) {  // fenced: our ranks are gone; come back under a new lease once etcd answers
+    if (view_.lease_lost()) {
+      // Fenced: our ranks are gone; come back under a new lease once etcd answers.
       TENAX_ASSIGN_OR_RETURN(std::optional<int> ended, RegisterAgain());
       if (ended) return *ended;
     }
@@ -279,18 +201,7 @@ Result<int> NodeAgent::Run() {
     if (g > 0) LogFailureOf(g - 1);
     last_plan_ = *plan;
     last_plan_gen_ = g;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = g;
-      node_rank_ = node_rank;
-      plan_nodes_ = plan->nodes;
-      running_plan_ = *plan;
-      beats_.clear();
-      straggler_stop_.reset();
-      moved_ = false;
-      active_ = std::set<std::string>(plan->nodes.begin(), plan->nodes.end());
-      lost_.clear();
-    }
+    view_.Begin(g, *plan, node_rank);
     if (node_rank < 0) {
       TENAX_ASSIGN_OR_RETURN(std::optional<int> end, WaitAsSpare(g, *plan));
       if (end) return *end;
@@ -341,34 +252,25 @@ Result<std::optional<int>> NodeAgent::RegisterAgain() {
   return std::optional<int>();
 }
 
-bool NodeAgent::StillCurrent() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !moved_ && !stopped_ && !lease_lost_ && lost_.empty();
-}
-
 Result<std::optional<int>> NodeAgent::WaitAsSpare(int64_t g, const rdzv::Plan& plan) {
   log::Info("launch: generation {}: this node is a spare (active: {})", g,
             fmt::join(plan.nodes, ", "));
   // A spare watches: a lost active node ends the generation too (someone must say so), and
   // the job may end while it waits.
   bool finished = false;
-  WaitUntil(
+  view_.WaitUntil(
       [&] {
         Result<etcd::RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
         finished = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
-        return finished || !StillCurrent();
+        return finished || !view_.StillCurrent();
       },
       1e9);
   if (finished) {
     log::Info("launch: job {} finished on every node", a_.job_id);
     return std::optional<int>(0);
   }
-  std::set<std::string> gone;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    gone = lost_;
-    running_ = -1;
-  }
+  // The lost stay for the next rendezvous to take as well (recording them again is harmless).
+  const std::set<std::string> gone = view_.End(/*forget_lost=*/false).lost;
   if (!gone.empty()) TENAX_RETURN_IF_ERROR(RecordLost(g, plan, gone));
   return std::optional<int>();
 }
@@ -381,16 +283,15 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
     TENAX_RETURN_IF_ERROR(
         Retry([&] { return etcd_->PutIfAbsent(keys_.master(g), master); }).status());
   }
-  WaitUntil(
+  view_.WaitUntil(
       [&] {
         Result<std::optional<etcd::KeyValue>> m = etcd_->Get(keys_.master(g));
         if (m.ok() && *m) master = (**m).value;
-        return (m.ok() && *m) || !StillCurrent();
+        return (m.ok() && *m) || !view_.StillCurrent();
       },
       120);
-  if (!StillCurrent() || master.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_ = -1;
+  if (!view_.StillCurrent() || master.empty()) {
+    (void)view_.End(/*forget_lost=*/false);
     return std::optional<int>();
   }
   if (Status st = PrepareCheckpoints(g); !st.ok()) {
@@ -407,8 +308,7 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
     (void)Retry([&] { return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump()); });
     TENAX_RETURN_IF_ERROR(
         Advance(g, f.code, "node " + std::to_string(node_rank) + ": " + st.message()));
-    std::lock_guard<std::mutex> lock(mu_);
-    running_ = -1;
+    (void)view_.End(/*forget_lost=*/false);
     return std::optional<int>();
   }
   GenerationPlan gp;
@@ -419,25 +319,13 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   gp.master_port = std::atoi(master.substr(master.rfind(':') + 1).c_str());
   if (!progress_.joinable()) progress_ = std::thread([this] { ProgressLoop(); });
   Supervisor::Outcome out = supervisor_->RunGeneration(gp, [&]() -> std::optional<std::string> {
-    std::lock_guard<std::mutex> lock(mu_);
-    beats_ = supervisor_->beats();  // for ProgressLoop
-    if (straggler_stop_) return straggler_stop_;
-    if (lease_lost_) return std::string("this node lost its etcd lease (fenced)");
-    if (stopped_) return std::string("the job stopped");
-    if (moved_) return std::string("the generation moved on (another node failed)");
-    if (!lost_.empty()) return fmt::format("node(s) lost: {}", fmt::join(lost_, ", "));
-    return std::nullopt;
+    return view_.StopReason(supervisor_->beats());  // the beats for ProgressLoop
   });
-  std::set<std::string> gone;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    gone = lost_;
-    lost_.clear();
-    running_ = -1;
-    if (lease_lost_) {
-      fenced_ = true;
-      fenced_at_ = WallNow();
-    }
+  const AgentView::Ended ended = view_.End(/*forget_lost=*/true);
+  const std::set<std::string>& gone = ended.lost;
+  if (ended.lease_lost) {
+    fenced_ = true;
+    fenced_at_ = WallNow();
   }
   supervisor_->Prewarm();  // the next generation's processes start up during the rendezvous
   for (nlohmann::json f : supervisor_->exit_faults()) {  // for goodput.json, written by node 0
@@ -467,13 +355,12 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   TENAX_RETURN_IF_ERROR(
       Retry([&] { return etcd_->Put(keys_.done(g, node_rank), info_.id); }).status());
   bool all_done = false;
-  WaitUntil(
+  view_.WaitUntil(
       [&] {
         Result<etcd::RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
         all_done = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
         Result<int64_t> now = CurrentGeneration();
-        std::lock_guard<std::mutex> lock(mu_);
-        return all_done || (now.ok() && *now != g) || stopped_;
+        return all_done || (now.ok() && *now != g) || view_.stopped();
       },
       1e9);
   if (all_done) {

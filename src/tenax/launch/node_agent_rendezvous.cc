@@ -80,10 +80,7 @@ Status NodeAgent::RecordLost(int64_t g, const rdzv::Plan& plan, const std::set<s
 }
 
 Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json& manifest) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lease_lost_) return Unavailable("this node lost its etcd lease (fenced)");
-  }
+  if (view_.lease_lost()) return Unavailable("this node lost its etcd lease (fenced)");
   etcd::Txn txn;
   txn.compare.push_back(etcd::Compare::Value(keys_.generation(), etcd::CompareOp::kEqual,
                                              std::to_string(generation)));
@@ -125,14 +122,10 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
   bool gone = false;  // g is over (moved on, stopped) or this agent lost its lease
   const double waiting_since = protocol::MonotonicNow();
   double last_said = -1;
-  const bool ok = WaitUntil(
+  const bool ok = view_.WaitUntil(
       [&] {
         std::set<std::string> lost;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (lease_lost_) return gone = true;
-          lost.swap(lost_);
-        }
+        if (!view_.TakeLost(&lost)) return gone = true;  // fenced
         // An agent of the last plan vanished meanwhile: say so for that generation.
         if (!lost.empty() && last_plan_gen_ >= 0) {
           if (Status st = RecordLost(last_plan_gen_, last_plan_, lost); !st.ok()) {
@@ -159,10 +152,7 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         const std::set<std::string> alive = IdsUnder(*agents, keys_.agents());
         std::map<std::string, rdzv::AgentInfo> live = AgentRecords(*agents);
         for (const auto& [id, info] : live) hosts_[id] = info.host;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          agents_ = std::move(live);
-        }
+        view_.SetAgents(std::move(live));
         std::vector<etcd::KeyValue> order = joins->kvs;
         std::sort(order.begin(), order.end(), [](const etcd::KeyValue& a, const etcd::KeyValue& b) {
           return a.create_revision < b.create_revision;
