@@ -14,8 +14,6 @@
 namespace tenax {
 namespace {
 
-std::string ErrnoText() { return std::strerror(errno); }
-
 Status WriteAll(int fd, std::string_view data, const std::string& path) {
   const char* p = data.data();
   size_t left = data.size();
@@ -191,5 +189,17 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool HasSuffix(const std::string& path, const std::string& suffix) {
+  return path.size() >= suffix.size() &&
+         path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
 
 }  // namespace tenax

@@ -4,6 +4,7 @@
 // Thread safety: LocalFileSystem is stateless and safe to share across threads.
 #pragma once
 
+#include <cerrno>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -66,5 +67,10 @@ class MappedFile {
 
 std::string JoinPath(const std::string& a, const std::string& b);
 std::string ParentDir(const std::string& path);
+bool IsDirectory(const std::string& path);  // false when absent or unreadable
+// Whether `path` ends with `suffix` (a file extension: ".zst", ".jsonl"; a source's ":train").
+bool HasSuffix(const std::string& path, const std::string& suffix);
+// strerror(err), for the message of a failed system call (err: errno where the call is made).
+std::string ErrnoText(int err = errno);
 
 }  // namespace tenax

@@ -5,12 +5,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 
 namespace tenax {
 namespace {
-
-std::string ErrnoText() { return std::strerror(errno); }
 
 // True if the file's last byte exists and is not '\n' (a previous run died mid-line).
 bool EndsMidLine(std::FILE* f) {

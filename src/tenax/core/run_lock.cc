@@ -20,8 +20,6 @@
 namespace tenax {
 namespace {
 
-std::string OwnerPath(const std::string& run_dir) { return RunPaths(run_dir).owner(); }
-
 std::string HostName() {
   char host[256] = {};
   return ::gethostname(host, sizeof(host) - 1) == 0 ? host : "?";
@@ -30,7 +28,7 @@ std::string HostName() {
 // The recorded owner, as one phrase, and whether it is a live process on this host.
 std::string DescribeOwner(const std::string& run_dir, bool* owner_alive) {
   *owner_alive = true;  // unknown owners count as alive: never wait on a guess
-  auto text = LocalFs().ReadFile(OwnerPath(run_dir));
+  auto text = LocalFs().ReadFile(RunPaths(run_dir).owner());
   if (!text.ok()) return "another process (no owner record)";
   const auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return "another process (unreadable owner record)";
@@ -83,7 +81,7 @@ Result<RunLock> RunLock::Acquire(const std::string& run_dir, const std::string& 
                                 {"host", HostName()},
                                 {"command", command},
                                 {"since", since}};
-  Status wrote = LocalFs().WriteFileAtomic(OwnerPath(run_dir), owner.dump() + "\n");
+  Status wrote = LocalFs().WriteFileAtomic(RunPaths(run_dir).owner(), owner.dump() + "\n");
   if (!wrote.ok()) {
     ::close(fd);
     return wrote;

@@ -10,14 +10,13 @@
 #include <cerrno>
 #include <cstring>
 
+#include "tenax/core/fs.h"
 #include "tenax/core/sigpipe.h"
 
 extern char** environ;
 
 namespace tenax {
 namespace {
-
-std::string ErrnoText(int err) { return std::strerror(err); }
 
 // Closes the fds it owns on every exit path.
 struct Pipes {

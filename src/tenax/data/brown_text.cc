@@ -24,7 +24,7 @@ Attach AttachmentOf(std::string_view word) {
   return Attach::kNone;
 }
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpaceInLine(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 
 }  // namespace
 
@@ -49,9 +49,9 @@ std::string BrownToText(std::string_view tagged) {
     size_t i = 0;
     bool line_has_words = false;
     while (i < line.size()) {
-      while (i < line.size() && IsSpace(line[i])) ++i;
+      while (i < line.size() && IsSpaceInLine(line[i])) ++i;
       size_t j = i;
-      while (j < line.size() && !IsSpace(line[j])) ++j;
+      while (j < line.size() && !IsSpaceInLine(line[j])) ++j;
       if (j == i) break;
       std::string_view token = line.substr(i, j - i);
       i = j;

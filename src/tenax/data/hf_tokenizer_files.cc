@@ -18,11 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // GPT-2's bytes_to_unicode: the character that stands for each byte in byte-level vocabularies
 // (printable Latin-1 bytes stand for themselves, the other 68 map to U+0100.. in byte order), as
 // UTF-8.

@@ -61,11 +61,6 @@ bool ByteLevelToBytes(const std::string& s, const std::unordered_map<uint32_t, u
   return true;
 }
 
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // tokenizer_config.json writes special tokens as a string or as {"content": ...}.
 std::optional<std::string> TokenText(const json& j) {
   if (j.is_string()) return j.get<std::string>();

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include "tenax/core/fs.h"
 #include "tenax/data/brown.h"
 #include "tenax/data/prepare.h"
 #include "tenax/data/shard.h"
@@ -49,11 +50,6 @@ Result<DataSplits> OpenSynthetic(const SyntheticOptions& o) {
 bool IsRegularFile(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 TokenFileOptions FileOptions(const DataOptions& o, const std::string& key) {
@@ -119,10 +115,10 @@ Result<DataSplits> OpenDataSource(const DataOptions& options) {
 Result<TokenStream> OpenEvalSpec(const std::string& spec, const DataOptions& defaults) {
   std::string base = spec;
   std::optional<bool> want_train;
-  if (EndsWith(spec, ":train")) {
+  if (HasSuffix(spec, ":train")) {
     base = spec.substr(0, spec.size() - 6);
     want_train = true;
-  } else if (EndsWith(spec, ":val")) {
+  } else if (HasSuffix(spec, ":val")) {
     base = spec.substr(0, spec.size() - 4);
     want_train = false;
   }
@@ -137,7 +133,7 @@ Result<TokenStream> OpenEvalSpec(const std::string& spec, const DataOptions& def
     TENAX_ASSIGN_OR_RETURN(DataSplits s, OpenDataSource(o));
     return train ? s.train : s.val;
   }
-  if (EndsWith(base, ".bin") && !LocalFs().Exists(JoinPath(base, "meta.json"))) {
+  if (HasSuffix(base, ".bin") && !LocalFs().Exists(JoinPath(base, "meta.json"))) {
     if (want_train) {
       return InvalidArgument("--data " + spec + ": a single shard has no splits; drop the \":" +
                              (train ? "train" : "val") + "\" suffix");

@@ -17,15 +17,12 @@
 #include <nlohmann/json.hpp>
 #endif
 
+#include "tenax/core/fs.h"
+
 namespace tenax::data {
 namespace {
 
 constexpr size_t kInBytes = 1 << 18;
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Reads the raw file; the base of the decompressors.
 class File {
@@ -200,9 +197,10 @@ bool HaveZstd() {
 InputFormat InputFormatOf(const std::string& path) {
   std::string p = path;
   for (const char* z : {".gz", ".zst", ".zstd"}) {
-    if (EndsWith(p, z)) p.resize(p.size() - std::strlen(z));
+    if (HasSuffix(p, z)) p.resize(p.size() - std::strlen(z));
   }
-  return EndsWith(p, ".jsonl") || EndsWith(p, ".ndjson") ? InputFormat::kJsonl : InputFormat::kText;
+  return HasSuffix(p, ".jsonl") || HasSuffix(p, ".ndjson") ? InputFormat::kJsonl
+                                                           : InputFormat::kText;
 }
 
 Result<std::unique_ptr<ByteSource>> OpenByteSource(const std::string& path) {

@@ -38,11 +38,6 @@ bool DecodeBase64(std::string_view in, std::string* out) {
   return true;
 }
 
-bool IsDirectory(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 }  // namespace
 
 Result<BpeModel> ReadTiktokenModel(const std::string& given) {

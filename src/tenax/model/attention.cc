@@ -16,8 +16,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-at::ScalarType StatsDtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-
 void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   TENAX_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes());
   TENAX_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3));

@@ -9,11 +9,10 @@
 #include "tenax/model/cpu_gemm.h"
 #include "tenax/model/cpu_kernels.h"
 #include "tenax/model/cpu_parallel.h"
+#include "tenax/model/fused_layers.h"
 
 namespace tenax::model {
 namespace {
-
-at::ScalarType StatsDtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
 // The loops index the logits by target without a bounds check of their own; the composition's
 // gather throws for such a target, and so does this.

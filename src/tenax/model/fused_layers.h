@@ -19,6 +19,12 @@
 
 namespace tenax::model {
 
+// The dtype statistics are computed in (softmax's max and sum, norms): fp64 stays fp64, every
+// other dtype widens to fp32. Attention and the fused cross-entropy use it too.
+inline at::ScalarType StatsDtype(at::ScalarType t) {
+  return t == at::kDouble ? at::kDouble : at::kFloat;
+}
+
 // x (..., C), weight (C) -> x / sqrt(mean(x^2) + eps) * weight, in x's dtype.
 at::Tensor FusedRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 

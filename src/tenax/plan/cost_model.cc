@@ -47,9 +47,6 @@ ElementwiseBytes FusedBytes(const Architecture& a, const Software& sw) {
   return {2.0 * 8.0, fallback ? 20.0 + 2.0 + 2.0 + 4.0 : (rotary ? 4.0 : 0.0),
           fallback ? 6.0 + 8.0 + 4.0 + 2.0 : (rotary ? 4.0 : 0.0), a.gated_mlp ? 6.0 : 4.0, 3.0};
 }
-// An elementwise op's backward reads its saved inputs and the incoming gradient and writes the
-// outgoing one: about twice its forward traffic.
-constexpr double kBackwardElementwiseFactor = 2.0;
 // FlashAttention's FLOP convention: forward 4 s^2 d H (halved when causal), backward 2.5 x that.
 constexpr double kFlashFwdBwdFactor = 3.5;
 // Bytes per logit in the loss: bf16 logits read, fp32 upcast written and read by log-softmax,
@@ -79,8 +76,6 @@ constexpr double kFsdpScatterCopyBytes = 6.0;
 constexpr double kFp8CastBytesPerElement = 5.0;
 // Embedding lookup: write the rows (2 + 2 B read/write) forward, scatter-add fp32 gradients (8 B).
 constexpr double kEmbeddingBytesPerElement = 12.0;
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // A projection of this rank: weight `in` x `out`, and the times of its three GEMMs.
 struct Proj {

@@ -30,6 +30,9 @@ double GemmTime(const HardwareProfile& hw, double m, double n, double k, Precisi
 
 // Seconds for a memory-bound pass moving `bytes` through HBM.
 double StreamTime(const HardwareProfile& hw, double bytes);
+// An elementwise op's backward reads its saved inputs and the incoming gradient and writes the
+// outgoing one: about twice its forward traffic.
+constexpr double kBackwardElementwiseFactor = 2.0;
 
 // Seconds for a fused attention kernel doing `fa_flops` (forward + backward, counted as the
 // FlashAttention papers do) at sequence length `seq`: the profile's measured throughput for that

@@ -8,8 +8,6 @@
 namespace tenax::plan {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Per-GPU bytes of one stage's parameters, gradients and optimizer state. `stage_params`: what
 // the GPU computes with (MoE: E / ep experts per layer); `state_params`: what its shard group
 // holds between them (MoE: every expert, as expert parallelism borrows dp_shard ranks).

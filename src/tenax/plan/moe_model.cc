@@ -16,7 +16,6 @@ constexpr double kSwigluBytes = 10.0;
 constexpr double kGatherBytes = 4.0;
 constexpr double kCombineBytes = 6.0;
 constexpr double kRouterBytes = 12.0;
-constexpr double kBackwardElementwiseFactor = 2.0;  // as in cost_model.cc
 
 }  // namespace
 

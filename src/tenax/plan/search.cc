@@ -13,8 +13,6 @@
 namespace tenax::plan {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // A MicroBatchShape as a map key: EstimateMicroBatch's result depends on nothing else.
 using MicroBatchKey = std::tuple<int64_t, int64_t, int64_t, Recompute, bool, int64_t>;
 MicroBatchKey CacheKey(const MicroBatchShape& s) {

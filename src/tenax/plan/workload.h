@@ -15,6 +15,8 @@
 
 namespace tenax::plan {
 
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // How the elementwise work between matmuls runs: it changes the bytes those kernels move.
 enum class Kernels {
   kEager,  // one kernel per op: tenax's trainer, torchtitan without torch.compile

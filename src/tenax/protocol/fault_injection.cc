@@ -25,7 +25,7 @@ const char* kGrammar =
     "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N]; each may end in :gen=G or "
     ":gen=all";
 
-constexpr std::pair<FaultKind, const char*> kKinds[] = {
+constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
     {FaultKind::kCrash, "crash"},
     {FaultKind::kHang, "hang"},
     {FaultKind::kStop, "stop"},
@@ -48,7 +48,7 @@ void Say(int rank, const std::string& what) {
 }  // namespace
 
 const char* FaultKindName(FaultKind k) {
-  for (const auto& [value, name] : kKinds) {
+  for (const auto& [value, name] : kFaultKinds) {
     if (value == k) return name;
   }
   return "?";
@@ -63,7 +63,7 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     std::getline(parts, part, ':');
     Fault f;
     bool known = false;
-    for (const auto& [value, name] : kKinds) {
+    for (const auto& [value, name] : kFaultKinds) {
       if (part == name) {
         f.kind = value;
         known = true;

@@ -22,7 +22,7 @@ constexpr std::array<std::pair<Phase, const char*>, 8> kPhases = {{
     {Phase::kFinish, "finish"},
 }};
 
-constexpr std::array<std::pair<FailureKind, const char*>, 12> kKinds = {{
+constexpr std::array<std::pair<FailureKind, const char*>, 12> kFailureKinds = {{
     {FailureKind::kCrash, "crash"},
     {FailureKind::kCrashInCheckpoint, "crash-in-checkpoint"},
     {FailureKind::kCheckpointWrite, "checkpoint-write"},
@@ -160,14 +160,14 @@ std::optional<Phase> ParsePhase(std::string_view name) {
 }
 
 const char* FailureKindName(FailureKind k) {
-  for (const auto& [value, name] : kKinds) {
+  for (const auto& [value, name] : kFailureKinds) {
     if (value == k) return name;
   }
   return "?";
 }
 
 std::optional<FailureKind> ParseFailureKind(std::string_view name) {
-  for (const auto& [value, n] : kKinds) {
+  for (const auto& [value, n] : kFailureKinds) {
     if (name == n) return value;
   }
   return std::nullopt;

@@ -11,7 +11,7 @@
 namespace tenax::report {
 namespace {
 
-std::optional<double> Num(const nlohmann::json& j, const char* key) {
+std::optional<double> OptionalNum(const nlohmann::json& j, const char* key) {
   if (!j.is_object()) return std::nullopt;
   const auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return std::nullopt;
@@ -74,17 +74,19 @@ std::string PrometheusText(const nlohmann::json& s) {
   const nlohmann::json& t = s.is_object() && s.contains("training") ? s["training"] : empty;
 
   // The job.
-  e.One("tenax_ranks_alive", kGauge, "rank processes of this node running", Num(s, "ranks_alive"));
+  e.One("tenax_ranks_alive", kGauge, "rank processes of this node running",
+        OptionalNum(s, "ranks_alive"));
   if (s.is_object() && s.contains("ranks") && s["ranks"].is_array()) {
     e.One("tenax_ranks", kGauge, "rank processes this node should run",
           static_cast<double>(s["ranks"].size()));
   }
-  e.One("tenax_step", kGauge, "newest training step finished", Num(s, "step"));
+  e.One("tenax_step", kGauge, "newest training step finished", OptionalNum(s, "step"));
   e.One("tenax_generation", kGauge, "launch generation (0, then 1 after the first restart, ...)",
-        Num(s, "generation"));
+        OptionalNum(s, "generation"));
   e.One("tenax_restarts_total", kCounter, "restarts of every rank from the newest checkpoint",
-        Num(s, "restarts"));
-  e.One("tenax_failures_total", kCounter, "failures detected (every kind)", Num(s, "failures"));
+        OptionalNum(s, "restarts"));
+  e.One("tenax_failures_total", kCounter, "failures detected (every kind)",
+        OptionalNum(s, "failures"));
   if (g.contains("failures_by_kind") && g["failures_by_kind"].is_object()) {
     e.Family("tenax_failures_by_kind_total", kCounter,
              "failures detected, by kind (docs/launcher_protocol.md)");
@@ -95,19 +97,20 @@ std::string PrometheusText(const nlohmann::json& s) {
       }
     }
   }
-  e.One("tenax_stragglers_total", kCounter, "straggler reports", Num(s, "stragglers"));
+  e.One("tenax_stragglers_total", kCounter, "straggler reports", OptionalNum(s, "stragglers"));
   e.One("tenax_spares_ready", kGauge, "standby processes ready to take a failed slot",
-        Num(s, "spares_ready"));
+        OptionalNum(s, "spares_ready"));
   if (s.is_object() && s.contains("quarantined_slots") && s["quarantined_slots"].is_array()) {
     e.One("tenax_quarantined_slots", kGauge, "slots excluded for good",
           static_cast<double>(s["quarantined_slots"].size()));
   }
   // Goodput.
   e.One("tenax_run_start_time_seconds", kGauge, "when the run's first launch started (unix time)",
-        Num(s, "run_start_unix"));
-  e.One("tenax_wall_seconds", kGauge, "wall time since the run's first launch", Num(g, "wall_s"));
+        OptionalNum(s, "run_start_unix"));
+  e.One("tenax_wall_seconds", kGauge, "wall time since the run's first launch",
+        OptionalNum(g, "wall_s"));
   e.One("tenax_effective_training_ratio", kGauge, "productive training time / wall time (0..1)",
-        Num(g, "effective_training_ratio"));
+        OptionalNum(g, "effective_training_ratio"));
   if (g.contains("time_s") && g["time_s"].is_object()) {
     e.Family("tenax_goodput_seconds", kGauge,
              "wall time split for goodput; a gauge because a restart that redoes steps moves "
@@ -124,32 +127,35 @@ std::string PrometheusText(const nlohmann::json& s) {
         s.value("source", std::string()) == "tenax launch"
             ? "tokens processed by this launch, including steps a restart redid"
             : "tokens trained in the run so far",
-        Num(s, "tokens_total"));
+        OptionalNum(s, "tokens_total"));
   e.One("tenax_trained_tokens", kGauge,
         "tokens in the model's training trajectory (falls back when a restart rolls back)",
-        Num(t, "tokens"));
+        OptionalNum(t, "tokens"));
   e.One("tenax_tokens_per_second", kGauge, "training throughput of the last logged step",
-        Num(t, "tokens_per_s") ? Num(t, "tokens_per_s") : Num(s, "tokens_per_s"));
+        OptionalNum(t, "tokens_per_s") ? OptionalNum(t, "tokens_per_s")
+                                       : OptionalNum(s, "tokens_per_s"));
   e.One("tenax_train_loss", kGauge, "training loss of the last logged step (nats/token)",
-        Num(t, "loss"));
+        OptionalNum(t, "loss"));
   e.One("tenax_validation_loss", kGauge, "loss of the last evaluation (nats/token)",
-        Num(t, "val_loss"));
-  e.One("tenax_learning_rate", kGauge, "learning rate of the last logged step", Num(t, "lr"));
+        OptionalNum(t, "val_loss"));
+  e.One("tenax_learning_rate", kGauge, "learning rate of the last logged step",
+        OptionalNum(t, "lr"));
   e.One("tenax_grad_norm", kGauge, "global gradient norm of the last logged step (before clipping)",
-        Num(t, "grad_norm"));
+        OptionalNum(t, "grad_norm"));
   e.One("tenax_model_flops_per_second", kGauge,
         "achieved model FLOP/s (6N + attention per token) of the last logged step",
-        Num(t, "flops_per_s"));
+        OptionalNum(t, "flops_per_s"));
   e.One("tenax_mfu_ratio", kGauge, "model FLOPs utilization of the device's bf16 peak (0..1)",
-        Num(t, "mfu"));
+        OptionalNum(t, "mfu"));
   e.One("tenax_memory_peak_bytes", kGauge, "peak device memory of the logging rank",
-        Num(t, "mem_peak_bytes"));
+        OptionalNum(t, "mem_peak_bytes"));
   e.One("tenax_last_checkpoint_step", kGauge, "step of the newest committed checkpoint",
-        Num(t, "last_checkpoint_step"));
+        OptionalNum(t, "last_checkpoint_step"));
   e.One("tenax_last_checkpoint_timestamp_seconds", kGauge,
-        "when the newest checkpoint was committed (unix time)", Num(t, "last_checkpoint_unix"));
-  const auto ckpt = Num(t, "last_checkpoint_unix");
-  const auto now = Num(s, "now_unix");
+        "when the newest checkpoint was committed (unix time)",
+        OptionalNum(t, "last_checkpoint_unix"));
+  const auto ckpt = OptionalNum(t, "last_checkpoint_unix");
+  const auto now = OptionalNum(s, "now_unix");
   if (ckpt && now) {
     e.One("tenax_seconds_since_last_checkpoint", kGauge,
           "seconds since the newest checkpoint was committed", std::max(0.0, *now - *ckpt));
