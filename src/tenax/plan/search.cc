@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -112,6 +114,101 @@ std::pair<int64_t, int64_t> BalancedSplit(int64_t L, int64_t pp, const MicroBatc
   return out;
 }
 
+// Virtual-stage counts worth trying on `pp` stages: those that keep the v = 1 layer balance (126
+// layers on 16 stages: 1, 2 and 4 give 8 layers per rank; 3 would give 9), and a pinned one.
+std::vector<int64_t> VirtualStageCounts(int64_t n_layers, int64_t pp,
+                                        const std::optional<int64_t>& pinned_vpp) {
+  std::vector<int64_t> vpps = {1};
+  const int64_t base_load = CeilDiv(n_layers, pp);
+  for (int64_t v = 2; pp > 1 && v <= kMaxVirtualStages && pp * v <= n_layers; ++v) {
+    if (v * CeilDiv(n_layers, pp * v) == base_load || (pinned_vpp && *pinned_vpp == v)) {
+      vpps.push_back(v);
+    }
+  }
+  return vpps;
+}
+
+// Pipeline splits to try, as {first, last} layer counts ({0, 0}: the even split): the even one,
+// and the balanced one when it is faster, or what --fix first= / last= pin.
+std::vector<std::pair<int64_t, int64_t>> PipelineSplits(int64_t n_layers, int64_t pp,
+                                                        const LayoutConstraints& fix,
+                                                        const MicroBatchCost& mb) {
+  if (pp == 1) return {{0, 0}};
+  if (fix.first_layers || fix.last_layers) {
+    return {{fix.first_layers.value_or(0), fix.last_layers.value_or(0)}};
+  }
+  std::vector<std::pair<int64_t, int64_t>> splits = {{0, 0}};
+  const auto balanced = BalancedSplit(n_layers, pp, mb);
+  if (balanced.first > 0) splits.push_back(balanced);
+  return splits;
+}
+
+// What the search computes once per combination of the few factors it depends on: a
+// micro-batch's cost (MicroBatchShape) and a layer's memory footprint (tp, recompute).
+// References stay valid as the maps grow (node-based).
+class CostCache {
+ public:
+  CostCache(const Workload& w, const HardwareProfile& hw) : w_(w), hw_(hw) {}
+  const MicroBatchCost& MicroBatch(const MicroBatchShape& shape) {
+    const auto key = CacheKey(shape);
+    auto it = micro_batches_.find(key);
+    if (it == micro_batches_.end()) {
+      it = micro_batches_.emplace(key, EstimateMicroBatch(w_, hw_, shape)).first;
+    }
+    return it->second;
+  }
+  const LayerFootprint& FootprintOf(int64_t tp, Recompute rc) {
+    const auto key = std::make_pair(tp, static_cast<int>(rc));
+    auto it = footprints_.find(key);
+    if (it == footprints_.end()) it = footprints_.emplace(key, Footprint(w_, tp, rc)).first;
+    return it->second;
+  }
+
+ private:
+  const Workload& w_;
+  const HardwareProfile& hw_;
+  std::map<MicroBatchKey, MicroBatchCost> micro_batches_;
+  std::map<std::pair<int64_t, int>, LayerFootprint> footprints_;
+};
+
+// One complete layout's turn: rejected by --accept, costed for memory and, when it does not fit,
+// kept if it is the leanest such; when it fits and its compute and bubble alone do not already
+// make it slower than the k-th best (and, for MoE models, than the best of its ep), costed in
+// full and offered to the top k.
+void Consider(const Workload& w, const HardwareProfile& hw, const SearchOptions& o, const Layout& l,
+              const LayerFootprint& footprint, const MicroBatchCost& mb, SearchResult* r,
+              TopK* best) {
+  if (o.accept && !o.accept(l)) {
+    ++r->dropped[o.reject_reason];
+    return;
+  }
+  Candidate c;
+  c.layout = l;
+  c.memory = EstimateMemory(w, hw, l, footprint);
+  ++r->evaluated;
+  if (c.memory.total() > hw.hbm_bytes) {
+    ++r->dropped[kDoesNotFitReason];
+    if (r->leanest_not_fitting.empty() ||
+        c.memory.total() < r->leanest_not_fitting[0].memory.total()) {
+      c.time = EstimateStepTime(w, hw, l, mb);
+      r->leanest_not_fitting = {std::move(c)};
+    }
+    return;
+  }
+  ++r->fitting;
+  EstimatePipeline(w, l, mb, &c.time);
+  const double bound = c.time.compute + c.time.bubble;
+  auto per_ep = r->best_per_ep.find(l.ep);
+  const bool ep_done =
+      !IsMoe(w) || (per_ep != r->best_per_ep.end() && bound > per_ep->second.time.step);
+  if (best->Full() && bound > best->Slowest() && ep_done) return;
+  c.time = EstimateStepTime(w, hw, l, mb);
+  if (IsMoe(w) && (per_ep == r->best_per_ep.end() || c.time.step < per_ep->second.time.step)) {
+    r->best_per_ep[l.ep] = c;
+  }
+  best->Offer(std::move(c));
+}
+
 }  // namespace
 
 std::string LayoutProblem(const Workload& w, const HardwareProfile& hw, const Layout& l) {
@@ -168,15 +265,13 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
   const ModelSpec& m = w.model;
   const LayoutConstraints& fix = o.fix;
   const int64_t seqs = w.sequences();
-  const size_t k = static_cast<size_t>(std::max(1, o.top_k));
   SearchResult r;
-  TopK best(k);
+  TopK best(static_cast<size_t>(std::max(1, o.top_k)));
   auto pinned = [](const auto& pin, int64_t v) { return !pin || *pin == v; };
-
-  std::map<MicroBatchKey, MicroBatchCost> cache;
-  std::map<std::pair<int64_t, int>, LayerFootprint> footprints;
-  const bool materialized = w.sw.attention == AttentionKind::kMaterialized;
+  CostCache costs(w, hw);
   DivisorCache divisors;
+  // The axes from the outside in; each level drops what cannot work, counting why, before the
+  // levels below it multiply the choices.
   for (int64_t tp : divisors(o.gpus)) {
     if (!pinned(fix.tp, tp)) continue;
     if (tp > m.n_heads || !TensorParallelProblem(m, tp).empty()) {
@@ -185,7 +280,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
     }
     for (int64_t cp : divisors(o.gpus / tp)) {
       if (!pinned(fix.cp, cp)) continue;
-      if (cp > 1 && materialized) {
+      if (cp > 1 && w.sw.attention == AttentionKind::kMaterialized) {
         ++r.dropped["context parallelism needs flash attention"];
         continue;
       }
@@ -205,15 +300,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
           ++r.dropped["data parallelism does not divide the batch's sequences"];
           continue;
         }
-        // Virtual-stage counts that keep the v = 1 layer balance (126 layers on 16 stages: 1, 2
-        // and 4 give 8 layers per rank; 3 would give 9).
-        std::vector<int64_t> vpps = {1};
-        const int64_t base_load = CeilDiv(m.n_layers, pp);
-        for (int64_t v = 2; pp > 1 && v <= kMaxVirtualStages && pp * v <= m.n_layers; ++v) {
-          if (v * CeilDiv(m.n_layers, pp * v) == base_load || (fix.vpp && *fix.vpp == v)) {
-            vpps.push_back(v);
-          }
-        }
+        const std::vector<int64_t> vpps = VirtualStageCounts(m.n_layers, pp, fix.vpp);
         for (int64_t mbs : divisors(seqs / dp)) {
           if (!pinned(fix.micro_batch, mbs)) continue;
           const int64_t micro_batches = seqs / dp / mbs;
@@ -222,42 +309,15 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
             for (bool fp8 : {false, true}) {
               if (fix.fp8 && *fix.fp8 != fp8) continue;
               if (fp8 && hw.peak_fp8 <= 0) continue;
-              // The micro-batch cost per expert-parallel degree (MoE; 1 otherwise).
-              auto cost = [&](int64_t ep) -> const MicroBatchCost& {
-                MicroBatchShape shape;
-                shape.tp = tp;
-                shape.cp = cp;
-                shape.micro_batch = mbs;
-                shape.recompute = rc;
-                shape.fp8 = fp8;
-                shape.ep = ep;
-                const auto key = CacheKey(shape);
-                auto it = cache.find(key);
-                if (it == cache.end()) {
-                  it = cache.emplace(key, EstimateMicroBatch(w, hw, shape)).first;
-                }
-                return it->second;
-              };
-              const MicroBatchCost& mb = cost(1);
-              auto fit = footprints.find({tp, static_cast<int>(rc)});
-              if (fit == footprints.end()) {
-                fit = footprints
-                          .emplace(std::make_pair(tp, static_cast<int>(rc)), Footprint(w, tp, rc))
-                          .first;
-              }
-              const LayerFootprint& footprint = fit->second;
-              // Pipeline splits: the even one, and the balanced one when it is faster (or what
-              // --fix first= / last= pin).
-              std::vector<std::pair<int64_t, int64_t>> splits;
-              if (pp == 1) {
-                splits = {{0, 0}};
-              } else if (fix.first_layers || fix.last_layers) {
-                splits = {{fix.first_layers.value_or(0), fix.last_layers.value_or(0)}};
-              } else {
-                splits = {{0, 0}};
-                const auto balanced = BalancedSplit(m.n_layers, pp, mb);
-                if (balanced.first > 0) splits.push_back(balanced);
-              }
+              MicroBatchShape shape;
+              shape.tp = tp;
+              shape.cp = cp;
+              shape.micro_batch = mbs;
+              shape.recompute = rc;
+              shape.fp8 = fp8;
+              const MicroBatchCost& mb = costs.MicroBatch(shape);  // ep = 1
+              const LayerFootprint& footprint = costs.FootprintOf(tp, rc);
+              const auto splits = PipelineSplits(m.n_layers, pp, fix, mb);
               for (int64_t v : vpps) {
                 if (!pinned(fix.vpp, v)) continue;
                 if (v > 1 && micro_batches < pp) {
@@ -281,7 +341,9 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                         if (IsMoe(w)) ++r.dropped["expert parallelism does not divide the experts"];
                         continue;
                       }
-                      const MicroBatchCost& emb = ep == 1 ? mb : cost(ep);
+                      MicroBatchShape with_ep = shape;
+                      with_ep.ep = ep;
+                      const MicroBatchCost& emb = ep == 1 ? mb : costs.MicroBatch(with_ep);
                       for (bool reshard : {false, true}) {
                         const bool sharded = ds * cp > 1;    // see Layout::shard
                         if (!sharded && !reshard) continue;  // nothing to reshard
@@ -301,39 +363,7 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                         l.first_layers = first;
                         l.last_layers = last;
                         l.ep = ep;
-                        if (o.accept && !o.accept(l)) {
-                          ++r.dropped[o.reject_reason];
-                          continue;
-                        }
-                        Candidate c;
-                        c.layout = l;
-                        c.memory = EstimateMemory(w, hw, l, footprint);
-                        ++r.evaluated;
-                        if (c.memory.total() > hw.hbm_bytes) {
-                          ++r.dropped[kDoesNotFitReason];
-                          if (r.leanest_not_fitting.empty() ||
-                              c.memory.total() < r.leanest_not_fitting[0].memory.total()) {
-                            c.time = EstimateStepTime(w, hw, l, emb);
-                            r.leanest_not_fitting = {std::move(c)};
-                          }
-                          continue;
-                        }
-                        ++r.fitting;
-                        // Compute and bubble alone bound the step from below: a layout they
-                        // already make slower than the k-th best (and, for MoE models, than the
-                        // best of its ep) cannot enter the top k.
-                        EstimatePipeline(w, l, emb, &c.time);
-                        const double bound = c.time.compute + c.time.bubble;
-                        auto per_ep = r.best_per_ep.find(ep);
-                        const bool ep_done = !IsMoe(w) || (per_ep != r.best_per_ep.end() &&
-                                                           bound > per_ep->second.time.step);
-                        if (best.Full() && bound > best.Slowest() && ep_done) continue;
-                        c.time = EstimateStepTime(w, hw, l, emb);
-                        if (IsMoe(w) && (per_ep == r.best_per_ep.end() ||
-                                         c.time.step < per_ep->second.time.step)) {
-                          r.best_per_ep[ep] = c;
-                        }
-                        best.Offer(std::move(c));
+                        Consider(w, hw, o, l, footprint, emb, &r, &best);
                       }
                     }
                   }
