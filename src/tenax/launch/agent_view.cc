@@ -11,12 +11,6 @@
 namespace tenax::launch {
 namespace {
 
-int64_t ParseGeneration(const std::string& s) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  return (end != s.c_str() && *end == '\0') ? v : -1;
-}
-
 bool HasPrefix(const std::string& key, const std::string& prefix) {
   return key.compare(0, prefix.size(), prefix) == 0;
 }
@@ -31,7 +25,7 @@ std::vector<std::string> AgentView::OnEvents(const std::vector<etcd::WatchEvent>
     for (const etcd::WatchEvent& e : events) {
       const std::string& key = e.kv.key;
       if (key == keys_.generation() && e.type == etcd::WatchEvent::Type::kPut && running_ >= 0 &&
-          ParseGeneration(e.kv.value) != running_) {
+          rdzv::ParseInt(e.kv.value, -1) != running_) {
         moved_ = true;
       } else if (key == keys_.stop()) {
         stopped_ = true;

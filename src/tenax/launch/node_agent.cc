@@ -102,7 +102,7 @@ Result<std::optional<int>> NodeAgent::Start() {
   TENAX_RETURN_IF_ERROR(
       etcd_->PutIfAbsent(keys_.start(), fmt::format("{:.3f}", WallNow())).status());
   TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> nnodes, etcd_->Get(keys_.nnodes()));
-  if (nnodes && ParseInt(nnodes->value, -1) != o_.nnodes) {
+  if (nnodes && rdzv::ParseInt(nnodes->value, -1) != o_.nnodes) {
     return InvalidArgument(fmt::format(
         "--nnodes {} disagrees with the job {} in etcd, which has {} nodes; use the same "
         "--nnodes on every node (or another --job-id)",

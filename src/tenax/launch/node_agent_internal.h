@@ -51,12 +51,6 @@ constexpr double kProgressS = 0.5;
 
 // --- helpers (Retry is in etcd_retry.h) --------------------------------------------------------
 
-inline int64_t ParseInt(const std::string& s, int64_t fallback) {
-  char* end = nullptr;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  return (end != s.c_str() && *end == '\0') ? v : fallback;
-}
-
 // The last path component of every key in `r` (keys under `prefix`: agents/<id>, slow/<id>).
 inline std::set<std::string> IdsUnder(const etcd::RangeResponse& r, const std::string& prefix) {
   std::set<std::string> ids;

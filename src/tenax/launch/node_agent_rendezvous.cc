@@ -20,7 +20,7 @@ Result<int64_t> NodeAgent::CurrentGeneration() {
   TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> g,
                          Retry([&] { return etcd_->Get(keys_.generation()); }));
   if (!g) return Internal("the job's generation key vanished");
-  return ParseInt(g->value, 0);
+  return rdzv::ParseInt(g->value, 0);
 }
 
 Result<std::optional<rdzv::StopRecord>> NodeAgent::ReadStop() {

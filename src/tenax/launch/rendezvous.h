@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -47,6 +48,13 @@
 #include "tenax/core/status.h"
 
 namespace tenax::launch::rdzv {
+
+// A number-valued key (generation, nnodes) as etcd holds it; `fallback` when it is not one.
+inline int64_t ParseInt(const std::string& s, int64_t fallback) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  return (end != s.c_str() && *end == '\0') ? v : fallback;
+}
 
 class Keys {
  public:
