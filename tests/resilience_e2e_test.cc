@@ -3,10 +3,12 @@
 // the middle of a checkpoint): the run reaches its final step, its final weights equal those of
 // an uninterrupted run bit for bit (CPU), no committed step is lost, and goodput.json records the
 // failure with its kind and timings. Also: hot spares and quarantine, stragglers, the status file
-// and the Prometheus endpoint, and inputs that a restart cannot fix.
+// and the Prometheus endpoint (parsed by tenax's test parser and by prometheus_client), and inputs
+// that a restart cannot fix.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -368,6 +370,24 @@ TEST_F(ResilienceE2E, StatusFileLivePageAndMetricsDuringARun) {
     }
   }
   EXPECT_GE(counters, 4);
+  // Prometheus' own Python client parses both scrapes and finds its conventions kept (typed and
+  // documented families, counters named *_total that never go down).
+  WriteFile(*dir_ / "scrape1.txt", metrics1.substr(metrics1.find("\r\n\r\n") + 4));
+  WriteFile(*dir_ / "scrape2.txt", metrics2.substr(metrics2.find("\r\n\r\n") + 4));
+  const CommandResult client =
+      RunCommand(Python() + " " + SourceDir() + "/tests/reference/interop_libs.py prometheus " +
+                 *dir_ / "scrape1.txt" + " " + *dir_ / "scrape2.txt");
+  ASSERT_EQ(client.exit_code, 0) << client.output << "\n(prometheus_client is installed by "
+                                 << "./scripts/setup into " << Python() << ")";
+  const auto parsed = nlohmann::json::parse(client.output);
+  EXPECT_GE(parsed["families"].get<int>(), 10) << client.output;
+  const auto client_counters = parsed["counters"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(client_counters.begin(), client_counters.end(), "tenax_restarts_total"),
+            client_counters.end())
+      << client.output;
+  EXPECT_NE(std::find(client_counters.begin(), client_counters.end(), "tenax_tokens_total"),
+            client_counters.end())
+      << client.output;
   auto last = nlohmann::json::parse(ReadFile(status));
   EXPECT_EQ(last["step"], 40);
   EXPECT_EQ(last["ranks_alive"], 0);

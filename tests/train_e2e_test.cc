@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <optional>
 #include <regex>
 
 #include "tenax/core/net.h"
@@ -360,6 +362,50 @@ TEST(TrainE2E, RunFolderHasMetricsAndTensorBoard) {
   }
   ASSERT_EQ(tb_losses.size(), losses.size());
   for (size_t i = 0; i < losses.size(); ++i) EXPECT_NEAR(tb_losses[i], losses[i], 1e-5);
+
+  // TensorBoard's own reader (EventAccumulator, tests/reference/interop_libs.py) reads the folder,
+  // and every scalar it finds is the float32 of its metrics.jsonl field, at its step.
+  auto acc = RunCommand(Python() + " " + SourceDir() + "/tests/reference/interop_libs.py " +
+                        "tensorboard " + dir / "m/tb");
+  ASSERT_EQ(acc.exit_code, 0) << acc.output
+                              << "\n(tensorboard is installed by ./scripts/setup into " << Python()
+                              << ")";
+  constexpr double kGiB = 1073741824.0;
+  // tag -> its value computed from a metrics.jsonl record (nullopt: not in this record)
+  const std::map<std::string, std::function<std::optional<double>(const nlohmann::json&)>> field = {
+      {"train/loss", [](const nlohmann::json& j) { return j["loss"].get<double>(); }},
+      {"train/lr", [](const nlohmann::json& j) { return j["lr"].get<double>(); }},
+      {"train/grad_norm", [](const nlohmann::json& j) { return j["grad_norm"].get<double>(); }},
+      {"perf/tokens_per_s",
+       [](const nlohmann::json& j) { return j["tokens_per_s"].get<double>(); }},
+      {"perf/tflops",
+       [](const nlohmann::json& j) { return j["flops_per_s"].get<double>() / 1e12; }},
+      {"memory/peak_gib",
+       [](const nlohmann::json& j) { return j["mem_peak_bytes"].get<int64_t>() / kGiB; }},
+      {"val/loss", [](const nlohmann::json& j) { return j["val_loss"].get<double>(); }},
+  };
+  std::map<std::string, std::map<int64_t, double>> want;  // tag -> step -> value
+  for (const auto& j : records) {
+    const bool val = j.contains("val_loss");
+    for (const auto& [tag, f] : field) {
+      if ((tag == "val/loss") == val) want[tag][j["step"].get<int64_t>()] = *f(j);
+    }
+  }
+  std::map<std::string, std::map<int64_t, double>> got;
+  std::istringstream scalars(acc.output);
+  for (std::string line; std::getline(scalars, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    got[j["tag"].get<std::string>()][j["step"].get<int64_t>()] = j["value"].get<double>();
+  }
+  ASSERT_EQ(got.size(), want.size()) << acc.output;  // every tag, and no other
+  for (const auto& [tag, steps] : want) {
+    ASSERT_EQ(got[tag].size(), steps.size()) << tag;
+    for (const auto& [step, value] : steps) {
+      EXPECT_EQ(got[tag][step], static_cast<double>(static_cast<float>(value)))
+          << tag << " at step " << step;
+    }
+  }
 }
 
 // The terminal: a live line redrawn with \r on a TTY (forced here), plain lines when piped.

@@ -189,6 +189,9 @@ int main(int argc, char** argv) {
       app.add_subcommand("import-hf", "Hugging Face Llama folder -> tenax checkpoint");
   import_hf->add_option("hf_dir", hf_dir, "folder with config.json and safetensors")->required();
   import_hf->add_option("--out", out, "checkpoint folder to create")->required();
+  model::HfReadOptions import_options;
+  import_hf->add_flag("--allow-nonfinite", import_options.allow_nonfinite,
+                      "import NaN or infinite weights instead of refusing the folder");
   auto* export_hf =
       app.add_subcommand("export-hf", "tenax checkpoint -> Hugging Face Llama folder");
   export_hf->add_option("checkpoint", checkpoint, "step or checkpoint folder")->required();
@@ -245,7 +248,7 @@ int main(int argc, char** argv) {
     if (eval->parsed()) {
       st = RunEval(checkpoint, data_spec, tokens, device, eval_seq_len, eval_batch);
     }
-    if (import_hf->parsed()) st = model::ImportHf(hf_dir, out);
+    if (import_hf->parsed()) st = model::ImportHf(hf_dir, out, import_options);
     if (export_hf->parsed()) {
       export_request.checkpoint = checkpoint;
       export_request.out = out;

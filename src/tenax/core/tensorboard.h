@@ -1,7 +1,9 @@
 // TensorBoard event files written without TensorFlow or protobuf: TFRecord framing (length, CRC-32C
 // of the length, payload, CRC-32C of the payload, both CRCs masked) around hand-encoded
 // tensorflow.Event protos. `tensorboard --logdir` reads them as it reads PyTorch's SummaryWriter
-// output. tests/tools/read_tfevents.py is an independent reader for checking them.
+// output. tests/tools/read_tfevents.py is an independent reader for checking them, and
+// tensorboard's own EventAccumulator reads a run's tb/ to the same numbers as its metrics.jsonl
+// (tests/train_e2e_test.cc).
 // Non-goals: histograms, images, text, hparams (scalars are what a training curve needs); reading
 // event files back (only tests do that).
 #pragma once

@@ -426,7 +426,25 @@ void ReadSpecialIds(const json& config, const std::string& hf_dir, HfModel* m) {
 
 }  // namespace
 
-Result<HfModel> ReadHf(const std::string& hf_dir) {
+namespace {
+
+// An error naming the first of `t`'s non-finite values, or OK when every value is finite.
+Status CheckFinite(const at::Tensor& t, const std::string& hf_name, const std::string& file) {
+  const at::Tensor bad = at::logical_not(at::isfinite(t)).flatten();
+  const int64_t n_bad = bad.sum().item<int64_t>();
+  if (n_bad == 0) return Status::Ok();
+  const int64_t first = bad.nonzero()[0][0].item<int64_t>();
+  const float value = t.flatten()[first].item<float>();
+  return DataError(fmt::format(
+      "{}: tensor '{}' has {} non-finite value{} of {} (the first, at flat index {}, is {}); "
+      "the weights are damaged: export them again, or pass --allow-nonfinite to import them "
+      "anyway",
+      file, hf_name, n_bad, n_bad == 1 ? "" : "s", t.numel(), first, value));
+}
+
+}  // namespace
+
+Result<HfModel> ReadHf(const std::string& hf_dir, const HfReadOptions& options) {
   const std::string config_path = JoinPath(hf_dir, "config.json");
   TENAX_ASSIGN_OR_RETURN(std::string config_text, LocalFs().ReadFile(config_path));
   json config;
@@ -443,6 +461,7 @@ Result<HfModel> ReadHf(const std::string& hf_dir) {
 
   TENAX_ASSIGN_OR_RETURN(std::vector<std::string> files, HfWeightFiles(hf_dir));
   std::map<std::string, at::Tensor> by_name;
+  std::map<std::string, std::string> file_of;  // tenax name -> the file that holds it
   for (const std::string& f : files) {
     TENAX_ASSIGN_OR_RETURN(ckpt::SafetensorsFile file, ckpt::SafetensorsFile::Open(f));
     TENAX_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadTensors(file));
@@ -456,6 +475,7 @@ Result<HfModel> ReadHf(const std::string& hf_dir) {
                         f, t.name, s.moe.enabled() ? "Mixtral" : "Llama", s.tie_embeddings));
       }
       by_name[it->second] = t.tensor;
+      file_of[it->second] = f;
     }
   }
   for (const auto& [name, shape] : Llama::ParamShapes(s)) {
@@ -470,6 +490,9 @@ Result<HfModel> ReadHf(const std::string& hf_dir) {
                                    TenaxToHfNames(s).at(name), name, fmt::join(t.sizes(), "x"),
                                    fmt::join(shape, "x")));
     }
+    if (!options.allow_nonfinite) {
+      TENAX_RETURN_IF_ERROR(CheckFinite(t, TenaxToHfNames(s).at(name), file_of.at(name)));
+    }
     if (EndsWith(name, "attention.wq.weight")) t = HalvesToInterleaved(t, s.n_heads);
     if (EndsWith(name, "attention.wk.weight")) t = HalvesToInterleaved(t, s.n_kv_heads);
     // Keep the file's precision: an fp32 export re-imports bit-exactly; bf16 widens exactly.
@@ -479,8 +502,8 @@ Result<HfModel> ReadHf(const std::string& hf_dir) {
   return m;
 }
 
-Status ImportHf(const std::string& hf_dir, const std::string& out) {
-  TENAX_ASSIGN_OR_RETURN(HfModel m, ReadHf(hf_dir));
+Status ImportHf(const std::string& hf_dir, const std::string& out, const HfReadOptions& options) {
+  TENAX_ASSIGN_OR_RETURN(HfModel m, ReadHf(hf_dir, options));
   const ModelSpec& s = m.spec;
   TrainState extra;
   extra.imported_from = hf_dir;

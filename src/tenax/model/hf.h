@@ -67,9 +67,15 @@ struct HfModel {
   std::optional<int64_t> bos_id;
   std::vector<int64_t> eos_ids;
 };
-Result<HfModel> ReadHf(const std::string& hf_dir);
+// A NaN or infinite weight is refused with an error naming the tensor and its file (a damaged or
+// diverged export), unless `allow_nonfinite`.
+struct HfReadOptions {
+  bool allow_nonfinite = false;
+};
+Result<HfModel> ReadHf(const std::string& hf_dir, const HfReadOptions& options = {});
 
 // Reads `hf_dir` and writes a weights-only tenax checkpoint (step 0) into folder `out`.
-Status ImportHf(const std::string& hf_dir, const std::string& out);
+Status ImportHf(const std::string& hf_dir, const std::string& out,
+                const HfReadOptions& options = {});
 
 }  // namespace tenax::model
