@@ -2,6 +2,8 @@
 //   * the Brown corpus through Llama 3's tokenizer (tiktoken file derived by ./scripts/setup from
 //     npm's llama3-tokenizer-js), and a short training run on it;
 //   * a gzip-compressed .jsonl prepared with `tenax prepare` and trained on;
+//   * Parquet files written by pyarrow as the Hugging Face hub serves datasets, prepared to the
+//     same tokens as the same documents in JSON Lines, and damaged ones refused;
 //   * llm.c .bin files written by an independent writer (numpy, following llm.c's
 //     dev/data/data_common.py) trained on directly, with losses bit-identical to training on the
 //     same tokens as tenax shards; llm.c version 1 (GPT-2) and nanoGPT's headerless files too.
@@ -11,6 +13,7 @@
 #include <cmath>
 
 #include "tenax/data/brown.h"
+#include "tenax/data/parquet_input.h"
 #include "tenax/data/prepare.h"
 #include "tenax/data/shard.h"
 #include "test_util.h"
@@ -241,6 +244,142 @@ TEST(DataE2E, GptTwoLlmcAndNanoGptFilesTrain) {
                dir.path());
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("vocab 256"), std::string::npos) << b.output;
+}
+
+// Parquet (tests/reference/interop_libs.py parquet-write, pyarrow). Skips without the helper or
+// pyarrow, saying why.
+std::string ParquetSkipReason() {
+  if (Result<std::string> helper = data::FindParquetHelper(); !helper.ok()) {
+    return helper.status().message();
+  }
+  if (RunCommand(Python() + " -c 'import pyarrow'").exit_code != 0) {
+    return Python() + " has no pyarrow (./scripts/setup installs it)";
+  }
+  return "";
+}
+
+void WriteParquet(const TempDir& dir, const std::string& docs_jsonl, const std::string& out,
+                  int row_group_size, const std::string& compression, const std::string& type) {
+  const CommandResult r =
+      RunCommand(Python() + " " + SourceDir() + "/tests/reference/interop_libs.py parquet-write " +
+                     docs_jsonl + " " + out + " " + std::to_string(row_group_size) + " " +
+                     compression + " " + type,
+                 dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+// The Brown corpus as Parquet, in two files the way the hub shards a dataset (different row group
+// sizes, codecs and string types, a few null texts), prepares to exactly the tokens of the same
+// documents in one JSON Lines file, with the same counts in meta.json.
+TEST(DataE2E, ParquetPreparesToTheTokensOfTheSameJsonl) {
+  if (const std::string why = ParquetSkipReason(); !why.empty()) GTEST_SKIP() << why;
+  SKIP_WITHOUT_LLAMA3();
+  TempDir dir;
+  Result<std::vector<data::Document>> docs = data::ReadBrownDocuments(BrownDir());
+  ASSERT_TRUE(docs.ok()) << docs.status().ToString();
+  std::string part[2], jsonl;
+  for (size_t i = 0; i < docs->size(); ++i) {
+    const std::string line = nlohmann::json((*docs)[i].text).dump() + "\n";
+    jsonl += nlohmann::json({{"text", (*docs)[i].text}}).dump() + "\n";
+    std::string& p = part[i < 300 ? 0 : 1];
+    p += line;
+    if (i % 97 == 5) p += "null\n";  // a row without text: left out, like a blank JSON line
+  }
+  WriteFile(dir / "all.jsonl", jsonl);
+  WriteFile(dir / "part0.jsonl", part[0]);
+  WriteFile(dir / "part1.jsonl", part[1]);
+  WriteParquet(dir, dir / "part0.jsonl", dir / "train-00000-of-00002.parquet", 64, "snappy",
+               "string");
+  WriteParquet(dir, dir / "part1.jsonl", dir / "train-00001-of-00002.parquet", 50, "zstd",
+               "large_string");
+  const std::string tok = " --tokenizer tiktoken:" + Llama3File() + " --threads 2 ";
+  const CommandResult from_jsonl = RunTenaxStdout(
+      "prepare --input " + dir / "all.jsonl" + tok + "--out " + dir / "j", dir.path());
+  ASSERT_EQ(from_jsonl.exit_code, 0) << from_jsonl.output;
+  const CommandResult from_parquet = RunTenax(
+      "prepare --input " + dir / "train-00000-of-00002.parquet" + " " +
+          dir / "train-00001-of-00002.parquet" + tok + "--text-column text --out " + dir / "p",
+      dir.path());
+  ASSERT_EQ(from_parquet.exit_code, 0) << from_parquet.output;
+  EXPECT_NE(from_parquet.output.find("prepared 500 documents"), std::string::npos)
+      << from_parquet.output;
+  EXPECT_NE(from_parquet.output.find("rows have a null \"text\""), std::string::npos)
+      << from_parquet.output;
+  for (const char* shard : {"train.bin", "val.bin"}) {
+    const std::vector<uint32_t> a = Tokens(dir / "j" + "/" + shard);
+    const std::vector<uint32_t> b = Tokens(dir / "p" + "/" + shard);
+    ASSERT_GT(a.size(), 1000u);
+    EXPECT_TRUE(a == b) << shard << ": " << a.size() << " tokens from JSON Lines, " << b.size()
+                        << " from Parquet";
+  }
+  Result<data::PreparedMeta> mj = data::ReadPreparedMeta(dir / "j");
+  Result<data::PreparedMeta> mp = data::ReadPreparedMeta(dir / "p");
+  ASSERT_TRUE(mj.ok() && mp.ok());
+  EXPECT_EQ(mj->train.documents, mp->train.documents);
+  EXPECT_EQ(mj->val.documents, mp->val.documents);
+  EXPECT_EQ(mj->words, mp->words);
+  EXPECT_EQ(mj->bytes, mp->bytes);
+  EXPECT_EQ(mp->sources.size(), 2u);
+}
+
+// Damaged or mismatched Parquet inputs stop before anything is written, with the file (and the
+// column) named; an earlier prepare in the output folder stays as it was.
+TEST(DataE2E, BadParquetIsRefusedNamingTheFileAndColumn) {
+  if (const std::string why = ParquetSkipReason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  std::string docs;
+  for (int i = 0; i < 40; ++i)
+    docs += nlohmann::json("document number " + std::to_string(i)).dump() + "\n";
+  WriteFile(dir / "docs.jsonl", docs);
+  WriteParquet(dir, dir / "docs.jsonl", dir / "good.parquet", 16, "snappy", "string");
+  WriteParquet(dir, dir / "docs.jsonl", dir / "ints.parquet", 16, "snappy", "int64");
+  const std::string good = ReadFile(dir / "good.parquet");
+  WriteFile(dir / "truncated.parquet", good.substr(0, good.size() - 100));
+  WriteFile(dir / "text.parquet", "these are not the bytes of a Parquet file\n");
+  // One flipped byte inside a data page (uncompressed, so it lands in a text): the page's CRC
+  // catches it while the file is read, after the checks at the start have passed.
+  WriteParquet(dir, dir / "docs.jsonl", dir / "plain.parquet", 40, "none", "string");
+  std::string corrupt = ReadFile(dir / "plain.parquet");
+  const size_t at = corrupt.find("document number 17");
+  ASSERT_NE(at, std::string::npos);
+  corrupt[at + 3] ^= 0x20;
+  WriteFile(dir / "corrupt.parquet", corrupt);
+  // An earlier, good prepare in the output folder.
+  const CommandResult first =
+      RunTenax("prepare --input " + dir / "good.parquet" + " --out " + dir / "out", dir.path());
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string meta = ReadFile(dir / "out/meta.json");
+
+  struct Case {
+    std::string input, flags, want;
+  };
+  for (const Case& c :
+       {Case{"truncated.parquet", "", "Parquet"}, Case{"text.parquet", "", "Parquet"},
+        Case{"good.parquet", "--text-column body", "has no column \"body\""},
+        Case{"ints.parquet", "", "column \"text\" holds int64, not text"},
+        Case{"corrupt.parquet", "", "CRC"}}) {
+    SCOPED_TRACE(c.input + " " + c.flags);
+    // The good file first: a bad one fails the run (at the start, or for the damaged page when it
+    // is read) and nothing of the good one is kept.
+    const CommandResult r = RunTenax("prepare --input " + dir / "good.parquet" + " " +
+                                         dir / c.input + " " + c.flags + " --out " + dir / "out",
+                                     dir.path());
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(dir / c.input), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.want), std::string::npos) << r.output;
+    EXPECT_EQ(ReadFile(dir / "out/meta.json"), meta) << "the earlier prepare was touched";
+    const CommandResult fresh = RunTenax(
+        "prepare --input " + dir / c.input + " " + c.flags + " --out " + dir / "fresh", dir.path());
+    EXPECT_NE(fresh.exit_code, 0);
+    EXPECT_FALSE(LocalFs().Exists(dir / "fresh")) << "a refused prepare created its folder";
+  }
+  // Without the helper: how to get it.
+  ::setenv("TENAX_PARQUET", (dir / "missing").c_str(), 1);
+  const CommandResult no_helper =
+      RunTenax("prepare --input " + dir / "good.parquet" + " --out " + dir / "fresh", dir.path());
+  ::unsetenv("TENAX_PARQUET");
+  EXPECT_NE(no_helper.exit_code, 0);
+  EXPECT_NE(no_helper.output.find("./scripts/setup"), std::string::npos) << no_helper.output;
 }
 
 }  // namespace

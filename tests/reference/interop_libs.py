@@ -32,6 +32,12 @@ Usage:
       saved with save_pretrained in DTYPE (float32 or bfloat16; MAX_SHARD_SIZE e.g. 5GB or 20KB).
       Then the saved folder is loaded back in float32 and its logits on TOKENS' "tokens" (B, T
       int64) are written as "logits".
+  interop_libs.py parquet-write DOCS.jsonl OUT.parquet ROW_GROUP_SIZE COMPRESSION TYPE
+      A Parquet file written by pyarrow as the Hugging Face hub serves datasets: an int64 "id"
+      column, then "text" holding DOCS' lines (each a JSON string, or null) as TYPE (string or
+      large_string; int64 writes the row numbers instead, a column that is not text), in row
+      groups of ROW_GROUP_SIZE rows, COMPRESSION one of pyarrow's codecs (snappy, zstd, none);
+      every page carries its CRC.
 """
 import json
 import sys
@@ -190,6 +196,20 @@ def hf_save(kind, seed, dtype, max_shard_size, folder, tokens_path, logits_path)
     save_file({"logits": logits}, logits_path)
 
 
+def parquet_write(docs_path, out, row_group_size, compression, type_name):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    with open(docs_path, encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f if line.strip()]
+    if type_name == "int64":
+        text = pa.array(range(len(docs)), pa.int64())
+    else:
+        text = pa.array(docs, {"string": pa.string(), "large_string": pa.large_string()}[type_name])
+    table = pa.table({"id": pa.array(range(len(docs)), pa.int64()), "text": text})
+    pq.write_table(table, out, row_group_size=int(row_group_size), compression=compression,
+                   write_page_checksum=True)
+
+
 def main(argv):
     commands = {
         "versions": (versions, 0),
@@ -199,6 +219,7 @@ def main(argv):
         "prometheus": (prometheus, 2),
         "hf-load": (hf_load, 3),
         "hf-save": (hf_save, 7),
+        "parquet-write": (parquet_write, 5),
     }
     if len(argv) < 2 or argv[1] not in commands or len(argv) - 2 != commands[argv[1]][1]:
         fail(__doc__)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "tenax/core/fs.h"
@@ -121,6 +122,38 @@ Result<ProcessResult> RunProcess(const std::vector<std::string>& argv, std::stri
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
+}
+
+std::string ExecutableDir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  return ParentDir(std::string(buf, static_cast<size_t>(n)));
+}
+
+Result<std::string> FindHelperProgram(const std::string& name, const char* env_var,
+                                      const std::string& help) {
+  if (const char* env = std::getenv(env_var); env != nullptr && *env != '\0') {
+    if (::access(env, X_OK) == 0) return std::string(env);
+    return NotFound(std::string(env_var) + "=" + env + " is not an executable file; " + help);
+  }
+  const std::string dir = ExecutableDir();
+  for (const std::string& d : {dir, ParentDir(dir)}) {
+    const std::string candidate = JoinPath(d, name);
+    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  if (const char* path = std::getenv("PATH"); path != nullptr) {
+    const std::string p = path;
+    size_t start = 0;
+    while (start <= p.size()) {
+      size_t end = p.find(':', start);
+      if (end == std::string::npos) end = p.size();
+      const std::string candidate = JoinPath(p.substr(start, end - start), name);
+      if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+      start = end + 1;
+    }
+  }
+  return NotFound(name + " was not found beside this program or in PATH; " + help);
 }
 
 }  // namespace tenax

@@ -1,6 +1,7 @@
 // Running a helper program with pipes. The data layer needs it for tenax-spm, the process that
 // hosts sentencepiece (Debian's libsentencepiece uses protobuf-lite, libtorch full protobuf, and
-// the two crash when loaded into one process; see CMakeLists.txt).
+// the two crash when loaded into one process; see CMakeLists.txt), and for tenax-parquet, the one
+// that hosts Apache Arrow (data/parquet_input.h).
 // Non-goals: shells, timeouts, streaming output; a general process library.
 #pragma once
 
@@ -25,5 +26,14 @@ struct ProcessResult {
 // Returns IoError only when the program could not be run; a non-zero exit is a result.
 // Thread safety: safe to call from several threads (posix_spawn, per-call pipes).
 Result<ProcessResult> RunProcess(const std::vector<std::string>& argv, std::string_view input);
+
+// The folder of the running executable (/proc/self/exe), or "" when it cannot be read.
+std::string ExecutableDir();
+
+// A helper program `name` (tenax-spm, tenax-parquet): the path in environment variable `env_var`
+// when set (an error if it is not executable), else beside the running program (build/tenax) or
+// one level up (build/tests/*_test), else in PATH. NotFound ends with `help` (how to build it).
+Result<std::string> FindHelperProgram(const std::string& name, const char* env_var,
+                                      const std::string& help);
 
 }  // namespace tenax

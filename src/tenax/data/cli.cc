@@ -16,17 +16,18 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
     bool quiet = false;
   };
   auto p = std::make_shared<PrepareFlags>();
-  auto* prepare = app.add_subcommand("prepare", "tokenize text or JSON Lines into token shards");
+  auto* prepare =
+      app.add_subcommand("prepare", "tokenize text, JSON Lines or Parquet into token shards");
   prepare
       ->add_option("--input", p->inputs,
-                   "input files: .txt (one document each) or .jsonl (one per line), "
-                   "optionally .gz/.zst")
+                   "input files: .txt (one document each), .jsonl (one per line), optionally "
+                   ".gz/.zst, or .parquet (one per row)")
       ->required();
   prepare->add_option("--tokenizer", p->tokenizer,
                       "byte | tiktoken:FILE | hf:TOKENIZER_JSON | sentencepiece:MODEL");
   prepare->add_option("--out", p->out, "output folder")->required();
-  prepare->add_option("--text-field", p->options.text_field,
-                      "JSON Lines: the field holding the text (default text)");
+  prepare->add_option("--text-field,--text-column", p->options.text_field,
+                      "the JSON Lines field or Parquet column holding the text (default text)");
   prepare->add_option("--threads", p->options.threads,
                       "tokenizing threads (default: one per core)");
   prepare->add_flag("--quiet", p->quiet, "no progress line");

@@ -25,6 +25,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "tenax/core/log.h"
+#include "tenax/data/parquet_input.h"
 #include "tenax/data/shard.h"
 #include "tenax/data/text_input.h"
 
@@ -65,13 +67,15 @@ size_t LastLineStartCut(std::string_view text, size_t from) {
   return 0;
 }
 
-// A unit of work: text of one document (or a part of one), or a batch of JSON lines.
+// A unit of work: text of one document (or a part of one), a batch of JSON lines, or a batch of
+// whole documents (Parquet rows).
 struct WorkItem {
   int64_t seq = 0;
   bool jsonl = false;
   std::string text;
-  int64_t first_doc = 0;  // index of the (first) document in the whole corpus
-  bool doc_start = true;  // text items: whether this part starts / ends its document
+  std::vector<std::string> docs;  // when not empty: documents first_doc, first_doc + 1, ...
+  int64_t first_doc = 0;          // index of the (first) document in the whole corpus
+  bool doc_start = true;          // text items: whether this part starts / ends its document
   bool doc_end = true;
   const std::string* source = nullptr;  // input name, for messages (outlives the pipeline)
   int64_t first_line = 0;               // JSON Lines: line number of the first line
@@ -107,6 +111,13 @@ WorkResult Process(const WorkItem& item, const Tokenizer& tok, const std::string
     r.bytes += static_cast<int64_t>(text.size());
     return Status::Ok();
   };
+  if (!item.docs.empty()) {
+    for (size_t i = 0; i < item.docs.size() && r.status.ok(); ++i) {
+      r.status = add(item.docs[i], item.first_doc + static_cast<int64_t>(i), true, true);
+    }
+    if (!r.status.ok()) r.status = r.status.WithContext("tokenizing " + *item.source);
+    return r;
+  }
   if (!item.jsonl) {
     r.status = add(item.text, item.first_doc, item.doc_start, item.doc_end);
     if (!r.status.ok()) r.status = r.status.WithContext("tokenizing " + *item.source);
@@ -258,16 +269,25 @@ class Pipeline {
   Status status_;
 };
 
-// Reads the input files into work items (runs on the feeder thread).
+// Reads the input files into work items (runs on the feeder thread). `parquet`: what
+// InspectParquet found in each Parquet input, by path.
 class FileFeeder {
  public:
-  FileFeeder(const std::vector<std::string>& inputs, bool cut_lines,
-             std::atomic<uint64_t>* file_bytes)
-      : inputs_(inputs), cut_lines_(cut_lines), file_bytes_(file_bytes) {}
+  FileFeeder(const std::vector<std::string>& inputs, bool cut_lines, std::string column,
+             const std::map<std::string, ParquetInfo>& parquet, std::atomic<uint64_t>* file_bytes)
+      : inputs_(inputs),
+        cut_lines_(cut_lines),
+        column_(std::move(column)),
+        parquet_(parquet),
+        file_bytes_(file_bytes) {}
 
   Status Run(const Pipeline::Push& push) {
     uint64_t done_bytes = 0;
     for (const std::string& path : inputs_) {
+      if (auto it = parquet_.find(path); it != parquet_.end()) {
+        TENAX_RETURN_IF_ERROR(Parquet(path, it->second, push, &done_bytes));
+        continue;
+      }
       TENAX_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, OpenByteSource(path));
       const auto progress = [&] { file_bytes_->store(done_bytes + src->file_bytes_read()); };
       Status st = InputFormatOf(path) == InputFormat::kJsonl ? Jsonl(path, *src, push, progress)
@@ -312,6 +332,43 @@ class FileFeeder {
     return Status::Ok();
   }
 
+  // Row group by row group; a row group's documents go out in items of about kItemBytes.
+  Status Parquet(const std::string& path, const ParquetInfo& info, const Pipeline::Push& push,
+                 uint64_t* done_bytes) {
+    int64_t nulls = 0;
+    for (size_t g = 0; g < info.group_rows.size(); ++g) {
+      TENAX_ASSIGN_OR_RETURN(std::vector<std::string> values,
+                             ReadParquetRowGroup(path, column_, static_cast<int>(g), &nulls));
+      WorkItem item;
+      size_t bytes = 0;
+      const auto flush = [&]() -> bool {
+        if (item.docs.empty()) return true;
+        item.source = &path;
+        const bool ok = push(std::move(item));
+        item = WorkItem();
+        bytes = 0;
+        return ok;
+      };
+      for (std::string& v : values) {
+        if (item.docs.empty()) item.first_doc = docs_;
+        bytes += v.size();
+        item.docs.push_back(std::move(v));
+        ++docs_;
+        if ((bytes >= kItemBytes || item.docs.size() >= kItemLines) && !flush()) {
+          return Status::Ok();
+        }
+      }
+      if (!flush()) return Status::Ok();
+      *done_bytes += static_cast<uint64_t>(info.group_bytes[g]);
+      file_bytes_->store(*done_bytes);
+    }
+    if (nulls > 0) {
+      log::Warn("{}: {} of {} rows have a null \"{}\" and were left out", path, nulls, info.rows,
+                column_);
+    }
+    return Status::Ok();
+  }
+
   Status Jsonl(const std::string& path, ByteSource& src, const Pipeline::Push& push,
                const std::function<void()>& progress) {
     LineReader lines(&src, path);
@@ -349,6 +406,8 @@ class FileFeeder {
 
   const std::vector<std::string>& inputs_;
   const bool cut_lines_;
+  const std::string column_;
+  const std::map<std::string, ParquetInfo>& parquet_;
   std::atomic<uint64_t>* file_bytes_;
   int64_t docs_ = 0;
 };
@@ -419,10 +478,10 @@ int Threads(int requested) {
 }
 
 // Runs the pipeline over `feed` and writes out_dir. `total_file_bytes` scales the progress bar.
-Result<PreparedMeta> Run(const Pipeline::Feed& feed, const Tokenizer& tok,
-                         const std::string& out_dir, const PrepareOptions& o,
-                         std::vector<std::string> sources, uint64_t total_file_bytes,
-                         const std::atomic<uint64_t>* file_bytes) {
+Result<PreparedMeta> RunInto(const Pipeline::Feed& feed, const Tokenizer& tok,
+                             const std::string& out_dir, const PrepareOptions& o,
+                             std::vector<std::string> sources, uint64_t total_file_bytes,
+                             const std::atomic<uint64_t>* file_bytes) {
   PreparedMeta meta;
   meta.source = o.source;
   meta.tokenizer = tok.name();
@@ -508,6 +567,19 @@ Result<PreparedMeta> Run(const Pipeline::Feed& feed, const Tokenizer& tok,
   return meta;
 }
 
+// RunInto; a failed run leaves no folder where there was none (an existing one keeps its earlier
+// prepare: meta.json and the shards are replaced only at the end).
+Result<PreparedMeta> Run(const Pipeline::Feed& feed, const Tokenizer& tok,
+                         const std::string& out_dir, const PrepareOptions& o,
+                         std::vector<std::string> sources, uint64_t total_file_bytes,
+                         const std::atomic<uint64_t>* file_bytes) {
+  const bool existed = LocalFs().Exists(out_dir);
+  Result<PreparedMeta> meta =
+      RunInto(feed, tok, out_dir, o, std::move(sources), total_file_bytes, file_bytes);
+  if (!meta.ok() && !existed) (void)LocalFs().RemoveAll(out_dir);
+  return meta;
+}
+
 }  // namespace
 
 bool IsValidationDocument(int64_t index, int64_t num_documents) {
@@ -526,14 +598,24 @@ Result<PreparedMeta> PrepareFiles(const std::vector<std::string>& inputs,
   // Every input must open before any work starts: a typo in the 40th file should not cost the
   // time of tokenizing the first 39.
   uint64_t total = 0;
+  std::map<std::string, ParquetInfo> parquet;
   for (const std::string& path : inputs) {
+    if (InputFormatOf(path) == InputFormat::kParquet) {
+      // The schema and footer too, so a truncated file or a wrong column stops here.
+      Result<ParquetInfo> info = InspectParquet(path, options.text_field);
+      if (!info.ok()) return info.status().WithContext("--input");
+      for (const int64_t b : info->group_bytes) total += static_cast<uint64_t>(b);
+      parquet[path] = std::move(*info);
+      continue;
+    }
     Result<std::unique_ptr<ByteSource>> src = OpenByteSource(path);
     if (!src.ok()) return src.status().WithContext("--input");
     struct stat st;
     if (::stat(path.c_str(), &st) == 0) total += static_cast<uint64_t>(st.st_size);
   }
   std::atomic<uint64_t> file_bytes{0};
-  FileFeeder feeder(inputs, tokenizer.SplitsAtLineStarts(), &file_bytes);
+  FileFeeder feeder(inputs, tokenizer.SplitsAtLineStarts(), options.text_field, parquet,
+                    &file_bytes);
   return Run([&](const Pipeline::Push& push) { return feeder.Run(push); }, tokenizer, out_dir,
              options, inputs, total, &file_bytes);
 }

@@ -1,5 +1,6 @@
 // Prepared data: a folder holding a tokenized corpus split into train and validation shards,
-// written by `tenax prepare` (text and JSON Lines files, optionally gzip/zstd-compressed) and by
+// written by `tenax prepare` (text and JSON Lines files, optionally gzip/zstd-compressed, and
+// Parquet files: data/parquet_input.h) and by
 // the built-in Brown source (data/brown.h):
 //   DIR/train.bin  DIR/val.bin  (token shards, data/shard.h)
 //   DIR/meta.json              (tokenizer, vocabulary, counts, sources; written last)
@@ -7,9 +8,11 @@
 // folder without it is not a prepared folder. docs/data_format.md specifies both files.
 //
 // Documents: a text file is one document; a JSON Lines file holds one document per non-blank
-// line (the string in its text field). Every document is written as [BOS] ids [EOS], with the
-// tokenizer's bos()/eos() where it has them (Llama 3: both; byte and SentencePiece: EOS only), so
-// a model learns where documents start and end and a split never glues two documents together.
+// line (the string in its text field); a Parquet file one per row (the string in its text
+// column; rows whose text is null are left out, with a warning). Every document is written as [BOS]
+// ids [EOS], with the tokenizer's bos()/eos() where it has them (Llama 3: both; byte and
+// SentencePiece: EOS only), so a model learns where documents start and end and a split never glues
+// two documents together.
 //
 // Split rule (fixed, so every run and every machine agrees on what is validation data):
 //   * >= 20 documents: document i (0-based, in input order) is validation iff i % 20 == 19.
@@ -74,7 +77,7 @@ struct PreparedData {
 
 struct PrepareOptions {
   std::string source = "text";      // meta.json's "source"
-  std::string text_field = "text";  // JSON Lines: the field holding a document's text
+  std::string text_field = "text";  // the JSON Lines field / Parquet column holding the text
   int threads = 0;                  // tokenizing threads; 0 = one per core
   bool progress = false;            // a progress line on stderr (MB/s, tokens/s)
 };
@@ -85,7 +88,8 @@ int64_t TailValidationTokens(int64_t total_tokens);
 
 // Tokenizes the input files, splits them and writes the prepared layout into out_dir (created if
 // missing). Returns what it wrote to meta.json. Fails, before writing anything, if an input is
-// missing; fails if the corpus yields fewer than 2 tokens.
+// missing or a Parquet input is unreadable or lacks a text column named text_field; fails if the
+// corpus yields fewer than 2 tokens.
 Result<PreparedMeta> PrepareFiles(const std::vector<std::string>& inputs,
                                   const Tokenizer& tokenizer, const std::string& out_dir,
                                   const PrepareOptions& options = {});

@@ -25,13 +25,6 @@ constexpr const char* kSpmHelp =
     "libsentencepiece-dev is installed: apt-get install libsentencepiece-dev, re-run cmake, "
     "build the tenax-spm target (or set TENAX_SPM=/path/to/tenax-spm), or use --tokenizer byte";
 
-std::string ExecutableDir() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "";
-  return ParentDir(std::string(buf, static_cast<size_t>(n)));
-}
-
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(std::string spm, std::string model, std::string slug, uint32_t vocab,
@@ -99,29 +92,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 }  // namespace
 
 Result<std::string> FindSpmBinary() {
-  if (const char* env = std::getenv("TENAX_SPM"); env != nullptr && *env != '\0') {
-    if (::access(env, X_OK) == 0) return std::string(env);
-    return NotFound(std::string("TENAX_SPM=") + env + " is not an executable file; " + kSpmHelp);
-  }
-  // Beside the running program (build/tenax), or one level up (build/tests/*_tests).
-  const std::string dir = ExecutableDir();
-  for (const std::string& d : {dir, ParentDir(dir)}) {
-    const std::string candidate = JoinPath(d, "tenax-spm");
-    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  if (const char* path = std::getenv("PATH"); path != nullptr) {
-    std::string p = path;
-    size_t start = 0;
-    while (start <= p.size()) {
-      size_t end = p.find(':', start);
-      if (end == std::string::npos) end = p.size();
-      const std::string candidate = JoinPath(p.substr(start, end - start), "tenax-spm");
-      if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate;
-      start = end + 1;
-    }
-  }
-  return NotFound(std::string("tenax-spm was not found beside this program or in PATH; ") +
-                  kSpmHelp);
+  return FindHelperProgram("tenax-spm", "TENAX_SPM", kSpmHelp);
 }
 
 bool HaveSentencePiece() { return FindSpmBinary().ok(); }

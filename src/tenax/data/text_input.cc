@@ -195,6 +195,7 @@ bool HaveZstd() {
 }
 
 InputFormat InputFormatOf(const std::string& path) {
+  if (HasSuffix(path, ".parquet")) return InputFormat::kParquet;  // compressed inside, by pages
   std::string p = path;
   for (const char* z : {".gz", ".zst", ".zstd"}) {
     if (HasSuffix(p, z)) p.resize(p.size() - std::strlen(z));

@@ -4,8 +4,9 @@
 //   tenax was built with it, else plain.
 //   Format, told by the name with any .gz/.zst/.zstd suffix removed: .jsonl and .ndjson are JSON
 //   Lines (one JSON object per line, one document per non-blank line, its text in a field);
-//   everything else is text, one document per file.
-// Non-goals: other archive formats (tar, zip, xz, bz2), JSON arrays, parquet.
+//   everything else is text, one document per file. A .parquet file is Parquet (not a byte
+//   stream: data/parquet_input.h reads it).
+// Non-goals: other archive formats (tar, zip, xz, bz2), JSON arrays.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 
 namespace tenax::data {
 
-enum class InputFormat { kText, kJsonl };
+enum class InputFormat { kText, kJsonl, kParquet };
 
 // The document format of an input path, by its name (see above).
 InputFormat InputFormatOf(const std::string& path);
