@@ -94,15 +94,9 @@ std::unique_ptr<model::Llama> RandomModel(const ModelSpec& spec, uint64_t seed) 
 }
 
 std::map<std::string, at::Tensor> ReadSafetensors(const std::string& path) {
-  std::map<std::string, at::Tensor> out;
-  Result<ckpt::SafetensorsFile> file = ckpt::SafetensorsFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status().ToString();
-  if (!file.ok()) return out;
-  Result<std::vector<model::NamedTensor>> tensors = model::ReadTensors(*file);
+  Result<std::map<std::string, at::Tensor>> tensors = model::ReadTensorFile(path);
   EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
-  if (!tensors.ok()) return out;
-  for (auto& t : *tensors) out[t.name] = t.tensor;
-  return out;
+  return tensors.ok() ? std::move(*tensors) : std::map<std::string, at::Tensor>{};
 }
 
 void WriteSafetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {

@@ -68,15 +68,9 @@ std::string SkipReason() {
 constexpr double kLogitsTolerance = 1e-4;
 
 std::map<std::string, at::Tensor> ReadSafetensors(const std::string& path) {
-  std::map<std::string, at::Tensor> out;
-  Result<ckpt::SafetensorsFile> file = ckpt::SafetensorsFile::Open(path);
-  EXPECT_TRUE(file.ok()) << file.status().ToString();
-  if (!file.ok()) return out;
-  Result<std::vector<model::NamedTensor>> tensors = model::ReadTensors(*file);
+  Result<std::map<std::string, at::Tensor>> tensors = model::ReadTensorFile(path);
   EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
-  if (!tensors.ok()) return out;
-  for (auto& t : *tensors) out[t.name] = t.tensor.clone();
-  return out;
+  return tensors.ok() ? std::move(*tensors) : std::map<std::string, at::Tensor>{};
 }
 
 // The model of a tenax checkpoint (a checkpoint folder or a step folder), loaded for inference.

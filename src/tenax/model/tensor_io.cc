@@ -59,6 +59,14 @@ Result<std::vector<NamedTensor>> ReadTensors(const ckpt::SafetensorsFile& file) 
   return out;
 }
 
+Result<std::map<std::string, at::Tensor>> ReadTensorFile(const std::string& path) {
+  TENAX_ASSIGN_OR_RETURN(ckpt::SafetensorsFile file, ckpt::SafetensorsFile::Open(path));
+  TENAX_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadTensors(file));
+  std::map<std::string, at::Tensor> out;
+  for (auto& t : tensors) out[t.name] = std::move(t.tensor);
+  return out;
+}
+
 std::string SerializeSlices(const std::vector<TensorSlice>& slices) {
   std::vector<NamedTensor> tensors;
   std::map<std::string, std::string> metadata{{"format", "tenax-sharded"}};

@@ -18,6 +18,8 @@ std::string SerializeTensors(const std::vector<NamedTensor>& tensors,
                              const std::map<std::string, std::string>& metadata = {});
 // Reads every tensor of `file` into CPU tensors (copies; the file may be unmapped afterwards).
 Result<std::vector<NamedTensor>> ReadTensors(const ckpt::SafetensorsFile& file);
+// The same for the safetensors file at `path`, by name.
+Result<std::map<std::string, at::Tensor>> ReadTensorFile(const std::string& path);
 
 // Sharded files (docs/checkpoint_format.md, "Sharded tensors"): each tensor stored in a rank's
 // file is the 1-D slice [begin, end) of the named tensor's flattened elements; the file's
