@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "tenax/core/log.h"
+#include "tenax/core/subprocess.h"
 
 namespace tenax::data {
 namespace {
@@ -27,10 +28,8 @@ bool HoldsCorpus(const std::string& dir) {
 // The repository root when running build/tenax from a checkout: the parent of the executable's
 // folder. Empty when /proc is unavailable.
 std::string ExecutableGrandparent() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "";
-  return ParentDir(ParentDir(std::string(buf, static_cast<size_t>(n))));
+  const std::string dir = ExecutableDir();
+  return dir.empty() ? "" : ParentDir(dir);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "tenax/core/fs.h"
+#include "tenax/core/subprocess.h"
 #include "tenax/plan/units.h"
 
 namespace tenax::plan {
@@ -21,14 +22,6 @@ namespace {
 namespace stdfs = std::filesystem;
 
 constexpr int kMaxInheritDepth = 8;  // a cycle (a inherits b inherits a) stops here
-
-std::string ExecutableDir() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return "";
-  buf[n] = '\0';
-  return ParentDir(buf);
-}
 
 bool LooksLikePath(const std::string& s) {
   return s.find('/') != std::string::npos ||
