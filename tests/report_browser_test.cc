@@ -131,12 +131,16 @@ TEST(ReportBrowser, ReportAndLivePageRenderWithTheRunsNumbers) {
   CommandResult run;
   std::thread t([&] { run = RunTenax(launch, dir.path()); });
 
-  // The live page, while generation 1 hangs at step 24 (its last finished step).
+  // The live page, while generation 1 hangs at step 24 (its last finished step). The step comes
+  // from the ranks' heartbeats at once, the training section (loss history) from metrics.jsonl,
+  // which the launcher re-reads about once a second: wait until that too has reached step 24, or
+  // the page may show the history a few steps behind (19 points once, on a loaded machine).
   const bool hanging = WaitFor(
       [&] {
         auto j = nlohmann::json::parse(ReadFile(status), nullptr, false);
         return j.is_object() && j.value("generation", 0) == 1 && j.value("step", 0) == 24 &&
-               j.value("ranks_alive", 0) == 2;
+               j.value("ranks_alive", 0) == 2 && j.contains("training") &&
+               j["training"].is_object() && j["training"].value("step", 0) == 24;
       },
       300);
   Page live, live_shot;
