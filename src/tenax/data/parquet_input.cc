@@ -1,6 +1,5 @@
 #include "tenax/data/parquet_input.h"
 
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "tenax/core/subprocess.h"
@@ -56,10 +55,13 @@ Result<std::vector<std::string>> ReadParquetRowGroup(const std::string& path,
                                                      int64_t* nulls) {
   TENAX_ASSIGN_OR_RETURN(std::string out,
                          RunHelper({"read", path, column, std::to_string(group)}, path));
+  const auto truncated = [&] {
+    return Internal(path + ": tenax-parquet read printed a truncated record for row group " +
+                    std::to_string(group) + " of column \"" + column + "\"");
+  };
   std::vector<std::string> values;
-  size_t pos = 0;
-  while (pos < out.size()) {
-    if (out.size() - pos < 8) break;
+  for (size_t pos = 0; pos < out.size();) {
+    if (out.size() - pos < 8) return truncated();
     uint64_t n = 0;
     for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(out[pos + i])} << (8 * i);
     pos += 8;
@@ -67,16 +69,9 @@ Result<std::vector<std::string>> ReadParquetRowGroup(const std::string& path,
       ++*nulls;
       continue;
     }
-    if (n > out.size() - pos) {
-      pos = out.size() + 1;
-      break;
-    }
+    if (n > out.size() - pos) return truncated();
     values.emplace_back(out, pos, n);
     pos += n;
-  }
-  if (pos != out.size()) {
-    return Internal(path + ": tenax-parquet read printed a truncated record for row group " +
-                    std::to_string(group) + " of column \"" + column + "\"");
   }
   return values;
 }
