@@ -83,6 +83,7 @@ void Goodput::Load(const nlohmann::json& prev) {
     r.recovery_s = Get(f, "recovery_s", -1.0);
     r.resumed_from = Get(f, "resumed_from", int64_t{-1});
     r.replacement_slot = Get(f, "replacement_slot", -1);
+    r.scheduled = Get(f, "scheduled", -1);
     failures_.push_back(r);
   }
   stragglers_ = prev.value("stragglers", nlohmann::json::array());
@@ -185,6 +186,12 @@ void Goodput::AddFailure(FailureRecord failure) {
     failure.step = std::max(generations_.back().last_step, generations_.back().resume_step);
   }
   failures_.push_back(std::move(failure));
+}
+
+void Goodput::SetFaultSchedule(nlohmann::json schedule) {
+  for (auto& a : schedule["injected"]) a["time_s"] = Run(a["time_s"].get<double>());
+  schedule["segment"] = segment_;
+  fault_schedule_ = std::move(schedule);
 }
 
 void Goodput::AddStraggler(nlohmann::json straggler) {
@@ -311,7 +318,8 @@ nlohmann::json Goodput::Report(double now, int exit_code, bool ended) const {
                         {"detection_s", f.detection_s},
                         {"recovery_s", f.recovery_s},
                         {"resumed_from", f.resumed_from},
-                        {"replacement_slot", f.replacement_slot}});
+                        {"replacement_slot", f.replacement_slot},
+                        {"scheduled", f.scheduled}});
   }
   return {{"format", "tenax-goodput"},
           {"version", 2},
@@ -337,6 +345,7 @@ nlohmann::json Goodput::Report(double now, int exit_code, bool ended) const {
           {"stragglers", stragglers_},
           {"exit_faults", exit_faults_},
           {"loss_spikes", loss_spikes_},
+          {"fault_schedule", fault_schedule_},
           {"generations", gens},
           {"segments", segs}};
 }

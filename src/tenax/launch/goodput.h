@@ -47,6 +47,7 @@ struct FailureRecord {
   double recovery_s = -1;     // from detection to the next generation ready to train; -1: never
   int64_t resumed_from = -1;  // the step the next generation resumed from
   int replacement_slot = -1;  // the slot that took the failed rank
+  int scheduled = -1;         // the poisson schedule's failure it was (fault_schedule.h), or -1
 };
 
 class Goodput {
@@ -69,6 +70,8 @@ class Goodput {
   void AddExitFault(nlohmann::json fault);
   // The trainer's loss-spike record (<run folder>/loss_spikes.json "spikes"), for the report.
   void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
+  // The launch's poisson schedule (FaultSchedule::Report; its times on this launch's clock).
+  void SetFaultSchedule(nlohmann::json schedule);
   void SetReplacement(int slot) {
     if (!failures_.empty()) failures_.back().replacement_slot = slot;
   }
@@ -113,6 +116,7 @@ class Goodput {
   nlohmann::json stragglers_ = nlohmann::json::array();
   nlohmann::json exit_faults_ = nlohmann::json::array();
   nlohmann::json loss_spikes_ = nlohmann::json::array();
+  nlohmann::json fault_schedule_;  // null: none
   double tokens_per_s_ = 0;
   std::string run_dir_;
 };

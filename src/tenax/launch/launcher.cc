@@ -65,6 +65,7 @@ struct TrainJob {
   int64_t total_steps = 0;
   bool async_checkpoints = false;
   bool memory_replicas = false;
+  bool nan_restarts = false;  // training.on_nonfinite = "restart"
 };
 Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train") return std::optional<TrainJob>();
@@ -77,6 +78,7 @@ Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& arg
   job.total_steps = config.training.steps;
   job.async_checkpoints = config.checkpoint.enable && config.checkpoint.async;
   job.memory_replicas = config.checkpoint.enable && config.checkpoint.memory_replicas;
+  job.nan_restarts = config.training.on_nonfinite == "restart";
   return std::optional<TrainJob>(job);
 }
 
@@ -197,8 +199,8 @@ Result<int> Launch(const LaunchOptions& o) {
   if (!o.inject.empty()) {
     TENAX_ASSIGN_OR_RETURN(job.faults, protocol::ParseFaults(o.inject));
     TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(
-        job.faults,
-        {o.nproc_per_node * o.nnodes, job.total_steps, o.max_restarts, etcd ? o.nnodes : 1}));
+        job.faults, {o.nproc_per_node * o.nnodes, job.total_steps, o.max_restarts,
+                     etcd ? o.nnodes : 1, train && train->nan_restarts}));
   }
   if (etcd && train && train->async_checkpoints) {
     return InvalidArgument(

@@ -60,7 +60,13 @@ Supervisor::Supervisor(const LaunchOptions& o, JobInfo job, std::string host, in
       t0_wall_(protocol::WallNow()),
       watcher_(std::move(watcher)),
       goodput_(t0_wall_, &job_.previous_goodput, HostName(), static_cast<int>(::getpid())),
-      stragglers_(o.nproc_per_node, o.straggler_factor, o.straggler_steps) {}
+      stragglers_(o.nproc_per_node, o.straggler_factor, o.straggler_steps) {
+  for (const protocol::Fault& f : job_.faults) {
+    if (f.kind == protocol::FaultKind::kPoisson) {
+      schedule_ = std::make_unique<FaultSchedule>(f, o.nproc_per_node);
+    }
+  }
+}
 
 Supervisor::~Supervisor() {
   slots_.reset();  // kills and reaps the processes still running
@@ -182,6 +188,7 @@ void Supervisor::Publish(int gen, bool force) {
 }
 
 void Supervisor::WriteGoodput(bool ended, int exit_code) {
+  if (schedule_) goodput_.SetFaultSchedule(schedule_->Report());
   if (job_.goodput_path.empty()) return;
   last_goodput_write_ = Elapsed();
   Status st = LocalFs().WriteFileAtomic(
@@ -256,6 +263,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     auto beat = CurrentBeat(gen, i);
     if (!beat) continue;
     g_.beats[i] = *beat;
+    if (i == 0) ever_ready_ = true;  // any beat of this generation's process: ready or later
     if (beat->phase == protocol::Phase::kFinish) {
       MarkDone(i);
       g_.finished[i] = true;
@@ -355,7 +363,9 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   out->verdict = v;
   out->exit_code = v.code;
   out->detected_s = Elapsed();
-  out->detection_s = quiet;
+  // From the last progress to the verdict, the flight records' collection included: until then
+  // nothing was done about the failure.
+  out->detection_s = out->detected_s - g_.last_progress;
   return true;
 }
 
@@ -442,6 +452,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
     std::error_code ec;
     std::filesystem::remove(protocol::HeartbeatPath(hb_dir_, Rank(local)), ec);
     std::filesystem::remove(protocol::ExitReportPath(hb_dir_, Rank(local)), ec);
+    std::filesystem::remove(protocol::NanRequestPath(hb_dir_, Rank(local)), ec);
   }
   StartRanks(plan, &out);
   // Refill the spare pool after the ranks got their processes: they must not wait for it.
@@ -454,6 +465,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   while (slots_->RanksAlive() > 0) {
     double timeout = g_.stopping ? g_.kill_at - Elapsed() : g_.last_check + kBeatCheckS - Elapsed();
     if (!failed.empty() && !out.verdict) timeout = std::min(timeout, 0.01);
+    if (schedule_) timeout = std::min(timeout, schedule_->SecondsUntilDue(Elapsed()));
     const std::vector<ChildEnd> ends = watcher_->Wait(std::clamp(timeout, 0.0, 1.0));
     if (const int sig = watcher_->signal(); sig != 0 && !out.interrupted) {
       log::Info("launch: received signal {}, stopping all ranks", sig);
@@ -503,6 +515,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
       slots_->SignalRanks(SIGKILL);
       g_.kill_at = 1e300;
     }
+    if (schedule_ && !out.interrupted) ScheduleTick(gen);
   }
   if (!failed.empty() && !out.verdict) {  // every rank failed within the window
     Decide(failed, &out);
@@ -517,7 +530,63 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
     if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
   }
   goodput_.GenerationEnded(Elapsed(), out.exit_code);
+  if (schedule_) {
+    if (out.verdict) out.scheduled = schedule_->awaiting();
+    // The clock stood from the injection to the verdict; a generation that ended without one
+    // (it finished, or was interrupted) frees it too.
+    schedule_->Tick(Elapsed(),
+                    !out.interrupted && ever_ready_ && goodput_.step() < job_.total_steps);
+    schedule_->Resolved(out.verdict ? out.detected_s : Elapsed());
+  }
   return out;
+}
+
+void Supervisor::ScheduleTick(int gen) {
+  // The lead rank's newest beat, read now: the exposure ends with the run's last step, and an
+  // arrival after it must not strike (the heartbeat check runs only every kBeatCheckS).
+  const std::optional<protocol::Beat> lead = CurrentBeat(gen, 0);
+  ever_ready_ = ever_ready_ || lead.has_value();
+  const bool over =
+      std::max(goodput_.step(), lead ? lead->step : int64_t{-1}) >= job_.total_steps ||
+      (lead && lead->phase == protocol::Phase::kFinish);
+  schedule_->Tick(Elapsed(), ever_ready_ && !over);
+  const std::optional<Arrival> a = schedule_->Due();
+  if (!a || g_.stopping || over) return;
+  const int local = a->local_rank;
+  const pid_t pid = g_.pids[local];
+  if (pid <= 0 || Done(local)) return;
+  const std::optional<protocol::Beat> beat = CurrentBeat(gen, local);
+  std::string how;
+  switch (a->kind) {
+    case ScheduledKind::kCrash:
+      how = "SIGKILL";
+      ::kill(pid, SIGKILL);
+      break;
+    case ScheduledKind::kHang:
+      // Only once the generation has finished a step: before that the silence is judged by
+      // --startup-timeout (a rank stopped between its ready beat and its first step left its
+      // peer waiting in a collective for two minutes).
+      if (!beat || !g_.any_step_done) return;
+      how = "SIGSTOP";
+      ::kill(pid, SIGSTOP);
+      break;
+    case ScheduledKind::kNan: {
+      how = "NaN loss at its next step";
+      const Status st =
+          LocalFs().WriteFileAtomic(protocol::NanRequestPath(hb_dir_, Rank(local)), "nan\n");
+      if (!st.ok()) {
+        log::Warn("launch: fault schedule: could not request a NaN: {}", st.message());
+        return;
+      }
+      break;
+    }
+  }
+  const int64_t step = beat ? beat->step : -1;
+  log::Warn(
+      "launch: fault schedule: failure {} ({}) strikes rank {} (pid {}, step {}): {}; due at "
+      "{:.2f}s of exposure",
+      a->index, ScheduledKindName(a->kind), Rank(local), pid, step, how, a->exposure_s);
+  schedule_->Applied(Elapsed(), gen, Rank(local), step, how);
 }
 
 void Supervisor::StartRanks(const GenerationPlan& plan, Outcome* out) {
@@ -682,6 +751,7 @@ Result<int> Supervisor::Run() {
     f.cause = v.cause;
     f.exit_code = v.code;
     f.detection_s = g.detection_s;
+    f.scheduled = g.scheduled;
     goodput_.AddFailure(f);
     WriteGoodput(false, 0);
     if (!protocol::Restartable(v.code)) {

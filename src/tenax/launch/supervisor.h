@@ -29,6 +29,7 @@
 #include "tenax/core/status.h"
 #include "tenax/launch/attribution.h"
 #include "tenax/launch/child_watch.h"
+#include "tenax/launch/fault_schedule.h"
 #include "tenax/launch/goodput.h"
 #include "tenax/launch/launcher.h"
 #include "tenax/launch/monitor.h"
@@ -90,6 +91,7 @@ class Supervisor {
     std::optional<Verdict> verdict;  // why the generation ended, when one of its ranks failed
     double detected_s = 0;           // launch clock
     double detection_s = 0;
+    int scheduled = -1;  // the poisson schedule's failure (index) whose verdict this was, if any
   };
   Status Start();
   Outcome RunGeneration(const GenerationPlan& plan, const StopFn& stop);
@@ -151,6 +153,11 @@ class Supervisor {
   bool ExitOverdue(int gen);
   void AddExitFault(int gen, int local, const std::string& kind, const std::string& detail);
   void Publish(int gen, bool force);
+  // The poisson schedule (fault_schedule.h): moves its clock and strikes the rank of an arrival
+  // that is due: SIGKILL (crash), SIGSTOP once the generation has finished a step (hang: before
+  // that, silence is judged by --startup-timeout), or a NaN request (nan). While the ranks are
+  // being stopped, a due arrival waits for the next generation's ranks.
+  void ScheduleTick(int gen);
 
   // Constant after construction.
   const LaunchOptions& o_;
@@ -177,6 +184,8 @@ class Supervisor {
   bool local_stragglers_ = true;  // false: the node agent finds them
   RemoteHangFn remote_hang_;
   double last_goodput_write_ = -1;
+  std::unique_ptr<FaultSchedule> schedule_;  // --inject poisson:...; null without one
+  bool ever_ready_ = false;                  // a generation of this launch reached training
   // What the running (or last) generation tracks: made anew when a generation starts, so nothing
   // of one generation leaks into the next. Vectors are per local rank.
   struct Generation {

@@ -91,6 +91,10 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
                    "memory_bound, fp8_matmul, collective_nvlink, allreduce_nvlink, "
                    "collective_network, comm_interference");
   plan->add_option("--out", p->out, "with --calibrate: write the fitted profile here");
+  plan->add_option("--from-run", p->from_run,
+                   "a finished run folder of tenax launch: its measured step, checkpoint, "
+                   "detection and restart costs against the failure model's prediction, and a "
+                   "re-plan of the checkpoint interval (--failure-rate: at another rate)");
 
   CLI::App* sim = app.add_subcommand(
       "simulate", "Monte-Carlo of a training job under node failures: effective time and cost");

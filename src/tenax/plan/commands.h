@@ -50,6 +50,7 @@ struct PlanFlags {
   std::string fit = "matmul";
   std::string out;
   std::string command_line;  // for the calibrated profile's header
+  std::string from_run;      // a run folder: --from-run (from_run.h)
 };
 
 struct SimulateFlags {

@@ -11,6 +11,7 @@
 #include "tenax/plan/calibrate.h"
 #include "tenax/plan/commands.h"
 #include "tenax/plan/failure.h"
+#include "tenax/plan/from_run.h"
 #include "tenax/plan/report.h"
 #include "tenax/plan/search.h"
 #include "tenax/plan/support.h"
@@ -164,10 +165,26 @@ Result<int64_t> ConfigBatchTokens(const std::string& path, int64_t gpus, int64_t
   return tokens;
 }
 
+Status FromRun(const PlanFlags& f) {
+  TENAX_ASSIGN_OR_RETURN(RunCosts costs, ReadRunCosts(f.from_run));
+  std::optional<FailureRate> rate;
+  if (!f.failure_rate.empty()) {
+    TENAX_ASSIGN_OR_RETURN(rate, ParseFailureRate(f.failure_rate, costs.ranks));
+  }
+  TENAX_ASSIGN_OR_RETURN(RunPrediction p, PredictRun(costs, rate, /*runs=*/2000, /*seed=*/1));
+  if (f.json) {
+    std::printf("%s\n", FromRunJson(costs, p).dump(2).c_str());
+  } else {
+    std::printf("%s", FromRunText(costs, p).c_str());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunPlan(const PlanFlags& f) {
   if (f.validate) return Validate();
+  if (!f.from_run.empty()) return FromRun(f);
   if (!f.calibrate.empty()) return CalibrateCommand(f);
   const bool shape = f.layers || f.hidden || f.heads || f.kv_heads || f.ffn || f.vocab;
   const bool from_config = !f.model.empty() && IsPlanConfigFile(f.model);

@@ -52,6 +52,24 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
   const double rate = c.rate.per_node_hour * static_cast<double>(c.nodes()) / kHour;  // per s
   RunOutcome o;
   double t = 0, committed = 0;
+  // The failure process: whether one strikes within the next `window` seconds at risk, and when.
+  // Drawn afresh for each window (the exponential forgets), or the replay's next arrival.
+  double at_risk = 0;
+  size_t replayed = 0;
+  const bool replay = !c.arrivals.empty();
+  auto fails_within = [&](double window, double* when) {
+    const double f = !replay                        ? rng.Exponential(rate)
+                     : replayed < c.arrivals.size() ? std::max(0.0, c.arrivals[replayed] - at_risk)
+                                                    : INFINITY;
+    if (f >= window) {
+      at_risk += window;
+      return false;
+    }
+    at_risk += f;
+    replayed += replay ? 1 : 0;
+    *when = f;
+    return true;
+  };
   int64_t pool = c.spares;
   std::priority_queue<double, std::vector<double>, std::greater<double>> repairs;
 
@@ -79,8 +97,8 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
         o.waiting += back - t;
         t = back;
       }
-      const double f = rng.Exponential(rate);
-      if (f >= window) {
+      double f = 0;
+      if (!fails_within(window, &f)) {
         t += window;
         o.restarting += window;
         return;
@@ -95,8 +113,8 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
     const double work = std::min(c.interval, c.duration - committed);
     // The job ends with its last computation; no checkpoint is needed after it.
     const double stall = committed + work < c.duration ? c.checkpoint_cost : 0.0;
-    const double f = rng.Exponential(rate);
-    if (f >= work + stall) {
+    double f = 0;
+    if (!fails_within(work + stall, &f)) {
       t += work + stall;
       committed += work;
       o.checkpointing += stall;
@@ -127,12 +145,15 @@ Result<SimulationResult> Simulate(const SimulationConfig& c) {
   }
   const double mtbf = JobMtbfSeconds(c.rate, c.nodes());
   const double attempt = std::min(c.interval, c.duration) + c.checkpoint_cost;
-  if (attempt / mtbf > kMaxFailuresPerAttempt || c.restart_cost / mtbf > kMaxFailuresPerAttempt) {
+  // A recovery is exposed for the restart plus, when the replacement comes from the pool, the
+  // swap (with --spares 0 a repaired node waits in the pool too).
+  const double recovery = c.restart_cost + c.swap_time;
+  if (attempt / mtbf > kMaxFailuresPerAttempt || recovery / mtbf > kMaxFailuresPerAttempt) {
     return InvalidArgument(fmt::format(
-        "with a job MTBF of {} a {} checkpoint interval (+{} stall) or a {} restart would almost "
-        "never complete; shorten --interval (try auto) or the costs",
+        "with a job MTBF of {} a {} checkpoint interval (+{} stall) or a {} restart (+{} swap) "
+        "would almost never complete; shorten --interval (try auto) or the costs",
         FormatDuration(mtbf), FormatDuration(c.interval), FormatDuration(c.checkpoint_cost),
-        FormatDuration(c.restart_cost)));
+        FormatDuration(c.restart_cost), FormatDuration(c.swap_time)));
   }
   std::vector<double> wall, failures, lost, ckpt, restart, waiting, efficiency;
   double total_at_risk = 0, total_failures = 0;

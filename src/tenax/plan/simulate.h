@@ -31,6 +31,10 @@ struct SimulationConfig {
   double repair_time = 0;      // seconds until a failed node is back in service
   int64_t runs = 1000;
   uint64_t seed = 1;
+  // A replay (SimulateRun only): the failures strike at these exposure times instead of being
+  // drawn at `rate`: seconds at risk (computation, checkpoint stalls, restarts and swaps; not
+  // detection or waiting), ascending, as `tenax launch --inject poisson:...` records them.
+  std::vector<double> arrivals;
 
   int64_t nodes() const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
 };

@@ -130,6 +130,47 @@ TEST(Simulate, RefusesJobsThatCannotFinish) {
   c = Config();
   c.runs = 0;
   EXPECT_FALSE(Simulate(c).ok());
+  // A swap far longer than the MTBF would never complete either (it once looped forever with
+  // --spares 0 --repair-time 0 and the default 2-minute swap on a 5-second MTBF).
+  c = Config();
+  c.spares = 0;
+  c.repair_time = 0;
+  c.swap_time = 200 * kHour;
+  r = Simulate(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("swap"), std::string::npos) << r.status().message();
+}
+
+// A replay puts the failures at given times at risk; the time split follows by hand:
+// work 10 s between checkpoints of 1 s, detection 2 s, restart 3 s, 100 s of work.
+TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
+  SimulationConfig c;
+  c.gpus = c.gpus_per_node = 1;
+  c.checkpoint_cost = 1;
+  c.detect_time = 2;
+  c.restart_cost = 3;
+  c.interval = 10;
+  c.duration = 100;
+  c.repair_time = c.swap_time = 0;
+  // At risk 25 s: 3 s into the third interval (22 s at risk before it); 200 s never comes.
+  c.arrivals = {25, 200};
+  RunOutcome o = SimulateRun(c, 0);
+  EXPECT_EQ(o.failures, 1);
+  EXPECT_DOUBLE_EQ(o.lost, 3);
+  EXPECT_DOUBLE_EQ(o.restarting, 5);
+  EXPECT_DOUBLE_EQ(o.checkpointing, 9);  // 2 before the failure, 7 after (none after the last)
+  EXPECT_DOUBLE_EQ(o.wall, 117);
+  // A second failure 1.5 s into the restart (at risk again from the first's detection on) starts
+  // the recovery over: 2 + 1.5 + 2 + 3 s.
+  c.arrivals = {25, 26.5};
+  o = SimulateRun(c, 0);
+  EXPECT_EQ(o.failures, 2);
+  EXPECT_DOUBLE_EQ(o.lost, 3);
+  EXPECT_DOUBLE_EQ(o.restarting, 8.5);
+  EXPECT_DOUBLE_EQ(o.wall, 120.5);
+  // The same run index with and without arrivals: the replay ignores the rate.
+  c.rate.per_node_hour = 1e6;
+  EXPECT_DOUBLE_EQ(SimulateRun(c, 0).wall, 120.5);
 }
 
 }  // namespace

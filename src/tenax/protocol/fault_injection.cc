@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 namespace tenax::protocol {
@@ -23,7 +24,7 @@ const char* kGrammar =
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
     "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N]; each may end in :gen=G or "
-    ":gen=all";
+    ":gen=all; or poisson:crash=RATE:hang=RATE:nan=RATE[:seed=S] (RATE: N/h, N/min or N/s)";
 
 constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
     {FaultKind::kCrash, "crash"},
@@ -38,7 +39,59 @@ constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
     {FaultKind::kPushLoss, "push-loss"},
     {FaultKind::kExitHang, "exit-hang"},
     {FaultKind::kExitCrash, "exit-crash"},
+    {FaultKind::kPoisson, "poisson"},
 };
+
+// "30/h", "0.5/min", "0.01/s": events per second; nullopt when malformed.
+std::optional<double> ParseRate(const std::string& text) {
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos || slash == 0) return std::nullopt;
+  char* end = nullptr;
+  const std::string number = text.substr(0, slash);
+  const double n = std::strtod(number.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(n) || n < 0) return std::nullopt;
+  const std::string unit = text.substr(slash + 1);
+  if (unit == "h") return n / 3600;
+  if (unit == "min") return n / 60;
+  if (unit == "s") return n;
+  return std::nullopt;
+}
+
+// poisson:KIND=RATE[:...][:seed=S], after its name (`parts` holds the fields).
+Status ParsePoisson(std::stringstream& parts, const std::string& item, Fault* f) {
+  for (std::string part; std::getline(parts, part, ':');) {
+    const size_t eq = part.find('=');
+    const std::string key = part.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : part.substr(eq + 1);
+    if (key == "seed") {
+      char* end = nullptr;
+      const unsigned long long seed = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || value[0] == '-') {
+        return InvalidArgument("--inject " + item + ": seed=" + value +
+                               " is not a non-negative integer");
+      }
+      f->seed = seed;
+      continue;
+    }
+    double* rate = key == "crash"  ? &f->rates.crash
+                   : key == "hang" ? &f->rates.hang
+                   : key == "nan"  ? &f->rates.nan
+                                   : nullptr;
+    const std::optional<double> r = ParseRate(value);
+    if (rate == nullptr || !r) {
+      return InvalidArgument("--inject " + item + ": bad field '" + part +
+                             "' (a poisson schedule takes crash=RATE, hang=RATE, nan=RATE with "
+                             "RATE as N/h, N/min or N/s, e.g. crash=30/h, and seed=S)");
+    }
+    *rate = *r;
+  }
+  if (!(f->rates.total() > 0)) {
+    return InvalidArgument("--inject " + item +
+                           ": a poisson schedule needs a rate above 0 for at least one of "
+                           "crash, hang and nan (e.g. poisson:crash=30/h)");
+  }
+  return Status::Ok();
+}
 
 void Say(int rank, const std::string& what) {
   std::fprintf(stderr, "[rank %d] injected fault: %s\n", rank, what.c_str());
@@ -75,6 +128,11 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     }
     f.index = static_cast<int>(out.size());
     f.text = item;
+    if (f.kind == FaultKind::kPoisson) {
+      TENAX_RETURN_IF_ERROR(ParsePoisson(parts, item, &f));
+      out.push_back(f);
+      continue;
+    }
     bool have_rank = false, have_step = false, have_factor = false;
     while (std::getline(parts, part, ':')) {
       const size_t eq = part.find('=');
@@ -145,7 +203,36 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
 }
 
 Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
+  int schedules = 0;
   for (const Fault& f : faults) {
+    if (f.kind == FaultKind::kPoisson) {
+      if (++schedules > 1) {
+        return InvalidArgument("--inject " + f.text +
+                               ": one poisson schedule per launch (give every kind's rate in it)");
+      }
+      if (job.total_steps <= 0) {
+        return InvalidArgument("--inject " + f.text +
+                               ": a poisson schedule needs a `train` command (it stops drawing "
+                               "failures at the run's last step)");
+      }
+      if (job.nnodes > 1) {
+        return InvalidArgument(
+            "--inject " + f.text +
+            ": poisson schedules run under the single-node launcher; on several nodes inject "
+            "faults by step or time (crash:rank=R:time=T)");
+      }
+      if (job.max_restarts < 1) {
+        return InvalidArgument("--inject " + f.text +
+                               ": every failure of a poisson schedule needs a restart; give "
+                               "--max-restarts (e.g. 1000)");
+      }
+      if (f.rates.nan > 0 && !job.nan_restarts) {
+        return InvalidArgument("--inject " + f.text +
+                               ": a NaN loss stops the run unless training.on_nonfinite = "
+                               "\"restart\"; set it, or drop nan= from the schedule");
+      }
+      continue;
+    }
     if (f.rank >= job.world) {
       return InvalidArgument(fmt::format(
           "--inject {}: rank {} does not exist in a job of {} rank(s) (ranks 0..{}), so the "
@@ -191,6 +278,7 @@ std::vector<Fault> UnfiredFaults(const std::vector<Fault>& faults,
                                  const std::vector<FiredFault>& fired) {
   std::vector<Fault> out;
   for (const Fault& f : faults) {
+    if (f.kind == FaultKind::kPoisson) continue;
     bool seen = false;
     for (const FiredFault& x : fired) {
       seen = seen || (x.index == f.index &&
@@ -208,6 +296,10 @@ Result<std::unique_ptr<FaultInjector>> FaultInjector::Create(const RankContext& 
   std::vector<Fault> mine;
   for (const Fault& f : all) {
     const bool gen = f.generation == ctx.generation || f.generation == Fault::kEveryGeneration;
+    if (f.kind == FaultKind::kPoisson) {  // the launcher's; the rank only takes its NaNs
+      if (f.rates.nan > 0) mine.push_back(f);
+      continue;
+    }
     const int who = f.kind == FaultKind::kCkptCorrupt ? 0 : f.rank;
     if (gen && who == rank && f.kind != FaultKind::kPushLoss) mine.push_back(f);  // agent's
   }
@@ -336,6 +428,14 @@ bool FaultInjector::PoisonLoss(int64_t step) {
       Record(f, step);
       Say(rank_, "NaN loss at step " + std::to_string(step));
       return true;
+    }
+    if (f.kind == FaultKind::kPoisson && !ctx_.heartbeat_dir.empty()) {
+      std::error_code ec;
+      if (std::filesystem::remove(NanRequestPath(ctx_.heartbeat_dir, rank_), ec)) {
+        Say(rank_,
+            "NaN loss at step " + std::to_string(step) + " (the launcher's poisson schedule)");
+        return true;
+      }
     }
   }
   return false;

@@ -30,6 +30,13 @@
 //                                                  step, final checkpoint, `finish` beat), like a
 //                                                  teardown that never returns
 //         | exit-crash:rank=R[:code=N][:gen=G]     exits with code N (default 1) at that point
+//         | poisson:KIND=RATE[:KIND=RATE...][:seed=S]
+//                                                  failures at random: the launcher draws them
+//                                                  as a Poisson process per KIND (crash: SIGKILL,
+//                                                  hang: SIGSTOP, nan: the next step's loss is
+//                                                  NaN) at RATE (N/h, N/min or N/s) over the
+//                                                  job's exposed time, on a rank drawn at random
+//                                                  (launch/fault_schedule.h); every generation
 // Non-goals: faults in data loading or the network itself (a dead peer is a crash here).
 #pragma once
 
@@ -61,6 +68,7 @@ enum class FaultKind {
   kPushLoss,
   kExitHang,
   kExitCrash,
+  kPoisson,
 };
 const char* FaultKindName(FaultKind k);
 
@@ -75,6 +83,13 @@ struct Fault {
   int generation = 0;  // kEveryGeneration: all of them
   int index = 0;       // position in the spec
   std::string text;    // the item as written
+  // poisson: failures per second of exposure by kind, and the schedule's seed.
+  struct Rates {
+    double crash = 0, hang = 0, nan = 0;
+    double total() const { return crash + hang + nan; }
+  };
+  Rates rates;
+  uint64_t seed = 1;
   static constexpr int kEveryGeneration = -1;
 };
 
@@ -85,7 +100,8 @@ struct JobShape {
   int world = 1;
   int64_t total_steps = 0;  // 0: unknown (not a `train` command)
   int max_restarts = 0;
-  int nnodes = 1;  // several: node agents with etcd (push-loss needs them)
+  int nnodes = 1;             // several: node agents with etcd (push-loss needs them)
+  bool nan_restarts = false;  // training.on_nonfinite = "restart" (a poisson nan needs it)
 };
 Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job);
 
@@ -97,7 +113,8 @@ struct FiredFault {
   int64_t step = 0;
 };
 std::vector<FiredFault> ReadFiredFaults(const std::string& heartbeat_dir);
-// The faults that never fired in their generation (gen=all: in none).
+// The faults that never fired in their generation (gen=all: in none). A poisson schedule is the
+// launcher's and may rightly draw nothing in a short run: never listed.
 std::vector<Fault> UnfiredFaults(const std::vector<Fault>& faults,
                                  const std::vector<FiredFault>& fired);
 
@@ -132,7 +149,9 @@ class FaultInjector {
   // After the rank's `finish` beat (its work is done, `step` the last): `exit-hang` blocks forever,
   // `exit-crash` exits with its code.
   void AfterFinish(int64_t step);
-  bool PoisonLoss(int64_t step);    // `nan`: this step's loss becomes NaN
+  // `nan`, or the launcher's request (NanRequestPath, a poisson schedule): this step's loss
+  // becomes NaN.
+  bool PoisonLoss(int64_t step);
   double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by
   // Checkpoint faults: `ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank
   // (kWritten); `ckpt-corrupt` flips a byte of the largest file in `step_dir` (kCommitted).

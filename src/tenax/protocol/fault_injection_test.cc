@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
+#include "tenax/core/fs.h"
 #include "tenax/core/temp_dir.h"
 
 namespace tenax::protocol {
@@ -108,6 +110,44 @@ TEST(FaultInjectionTest, UnfiredFaultsAreTheOnesWithoutARecordInTheirGeneration)
   EXPECT_EQ(left[0].text, "nan:rank=0:step=5:gen=1");
 }
 
+TEST(FaultInjectionTest, PoissonScheduleTakesRatesPerKindInThreeUnitsAndASeed) {
+  auto f = ParseFaults("poisson:crash=36/h:hang=0.5/min:nan=0.01/s:seed=7");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  ASSERT_EQ(f->size(), 1u);
+  const Fault& p = (*f)[0];
+  EXPECT_EQ(p.kind, FaultKind::kPoisson);
+  EXPECT_DOUBLE_EQ(p.rates.crash, 0.01);
+  EXPECT_DOUBLE_EQ(p.rates.hang, 0.5 / 60);
+  EXPECT_DOUBLE_EQ(p.rates.nan, 0.01);
+  EXPECT_EQ(p.seed, 7u);
+  EXPECT_EQ((*ParseFaults("poisson:crash=10/h"))[0].seed, 1u);  // the default seed
+  for (const std::string bad : {"poisson", "poisson:crash=0/h", "poisson:crash=10",
+                                "poisson:crash=10/day", "poisson:crash=-1/h", "poisson:boom=1/h",
+                                "poisson:crash=1/h:seed=x", "poisson:crash=1/h:gen=1"}) {
+    Result<std::vector<Fault>> bad_f = ParseFaults(bad);
+    ASSERT_FALSE(bad_f.ok()) << bad;
+    EXPECT_NE(bad_f.status().message().find("--inject " + bad), std::string::npos)
+        << bad_f.status().message();
+  }
+  // What the launcher checks before any rank starts (world, steps, max_restarts, nnodes,
+  // on_nonfinite = restart).
+  const auto one = *ParseFaults("poisson:crash=10/h:nan=5/h");
+  EXPECT_TRUE(ValidateFaults(one, {2, 100, 10, 1, true}).ok());
+  Status st = ValidateFaults(one, {2, 100, 0, 1, true});
+  EXPECT_NE(st.message().find("--max-restarts"), std::string::npos) << st.message();
+  st = ValidateFaults(one, {2, 100, 10, 1, false});
+  EXPECT_NE(st.message().find("training.on_nonfinite"), std::string::npos) << st.message();
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("poisson:crash=10/h"), {2, 100, 10, 1, false}).ok());
+  st = ValidateFaults(one, {4, 100, 10, 2, true});
+  EXPECT_NE(st.message().find("single-node"), std::string::npos) << st.message();
+  st = ValidateFaults(one, {2, 0, 10, 1, true});
+  EXPECT_NE(st.message().find("`train` command"), std::string::npos) << st.message();
+  st = ValidateFaults(*ParseFaults("poisson:crash=1/h,poisson:hang=1/h"), {2, 100, 10, 1, true});
+  EXPECT_NE(st.message().find("one poisson schedule"), std::string::npos) << st.message();
+  // The launcher's: never "unfired", whatever it drew.
+  EXPECT_TRUE(UnfiredFaults(one, {}).empty());
+}
+
 RankContext Context(const TempDir& dir, const std::string& inject, int generation = 0) {
   RankContext ctx;
   ctx.supervised = true;
@@ -140,6 +180,22 @@ TEST(FaultInjectorTest, KeepsOnlyThisRanksFaultsOfThisGenerationAndRecordsWhatFi
   auto gen1 = FaultInjector::Create(Context(dir, spec, 1), 1, nullptr);
   ASSERT_TRUE((*gen1)->PoisonLoss(4));
   EXPECT_EQ(UnfiredFaults(*ParseFaults(spec), ReadFiredFaults(dir.path())).size(), 1u);  // slow
+}
+
+// A poisson schedule with NaNs: every rank, in every generation, poisons the step after the
+// launcher's request appears, once per request.
+TEST(FaultInjectorTest, PoissonNanPoisonsTheStepAfterTheLaunchersRequest) {
+  TempDir dir;
+  EXPECT_EQ(*FaultInjector::Create(Context(dir, "poisson:crash=10/h"), 1, nullptr), nullptr);
+  auto f = FaultInjector::Create(Context(dir, "poisson:crash=10/h:nan=10/h", 3), 1, nullptr);
+  ASSERT_TRUE(f.ok() && *f);
+  EXPECT_FALSE((*f)->PoisonLoss(5));
+  ASSERT_TRUE(LocalFs().WriteFileAtomic(NanRequestPath(dir.path(), 0), "nan\n").ok());
+  EXPECT_FALSE((*f)->PoisonLoss(6));  // rank 0's request
+  ASSERT_TRUE(LocalFs().WriteFileAtomic(NanRequestPath(dir.path(), 1), "nan\n").ok());
+  EXPECT_TRUE((*f)->PoisonLoss(7));
+  EXPECT_FALSE((*f)->PoisonLoss(8));  // consumed
+  EXPECT_FALSE(std::filesystem::exists(NanRequestPath(dir.path(), 1)));
 }
 
 TEST(FaultInjectorTest, CheckpointFailureIsAnIoErrorOfThatStep) {

@@ -188,6 +188,9 @@ std::string FlightRecordPath(const std::string& dir, int rank) {
   return fmt::format("{}/flight-rank{:05d}.json", dir, rank);
 }
 std::string FiredFaultsPath(const std::string& dir) { return dir + "/faults-fired.jsonl"; }
+std::string NanRequestPath(const std::string& dir, int rank) {
+  return dir + "/nan-request-rank-" + std::to_string(rank);
+}
 
 double MonotonicNow() { return ClockSeconds(CLOCK_MONOTONIC); }
 double WallNow() { return ClockSeconds(CLOCK_REALTIME); }

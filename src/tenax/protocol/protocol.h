@@ -88,6 +88,10 @@ std::string HeartbeatPath(const std::string& dir, int rank);     // rank-R
 std::string ExitReportPath(const std::string& dir, int rank);    // exit-rank-R.json
 std::string FlightRecordPath(const std::string& dir, int rank);  // flight-rankRRRRR.json
 std::string FiredFaultsPath(const std::string& dir);             // faults-fired.jsonl
+// The launcher's request that rank R's next step has a NaN loss (a `poisson` schedule's nan):
+// the rank removes it when it poisons the step; the launcher removes stale ones when a
+// generation starts.
+std::string NanRequestPath(const std::string& dir, int rank);  // nan-request-rank-R
 
 // Clocks. Both sides of the seam stamp events with these; monotonic times compare across
 // processes of one machine (CLOCK_MONOTONIC is system-wide), wall times across machines.

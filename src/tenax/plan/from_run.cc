@@ -1,0 +1,316 @@
+#include "tenax/plan/from_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tenax/config/config.h"
+#include "tenax/core/fs.h"
+#include "tenax/core/random.h"
+#include "tenax/core/run_paths.h"
+#include "tenax/plan/units.h"
+
+namespace tenax::plan {
+namespace {
+
+// Checkpoints a generation wrote: every multiple of `every` after the step it resumed from, up
+// to its last step, and the final step's save when the interval does not land on it.
+int64_t CheckpointsWritten(int64_t resume, int64_t last, int64_t every, int64_t total) {
+  if (last <= resume) return 0;
+  int64_t n = last / every - resume / every;
+  if (last == total && total % every != 0) ++n;
+  return n;
+}
+
+// The effective training time of one simulated run: the run's productive seconds over its
+// predicted wall time (the fixed start-up and shut-down plus the simulated job).
+double Effective(const RunCosts& c, const RunOutcome& o) {
+  return c.productive_s / (c.fixed_s + o.wall);
+}
+
+Summary EffectiveOver(const RunCosts& costs, const SimulationConfig& config) {
+  std::vector<double> v;
+  v.reserve(static_cast<size_t>(config.runs));
+  for (int64_t i = 0; i < config.runs; ++i) {
+    v.push_back(Effective(costs, SimulateRun(config, static_cast<uint64_t>(i))));
+  }
+  return Summarize(std::move(v));
+}
+
+}  // namespace
+
+Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
+  const RunPaths paths(run_dir);
+  auto text = LocalFs().ReadFile(paths.goodput());
+  if (!text.ok()) {
+    return NotFound(
+        fmt::format("--from-run {}: no {} ({}); give the folder of a run started with tenax launch",
+                    run_dir, paths.goodput(), text.status().message()));
+  }
+  const nlohmann::json g = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!g.is_object() || g.value("format", "") != "tenax-goodput") {
+    return DataError(fmt::format("--from-run: {} is not a tenax goodput report", paths.goodput()));
+  }
+  for (const char* key : {"time_s", "generations", "failures", "wall_s"}) {
+    const bool ok = g.contains(key) && (std::string(key) == "wall_s"   ? g[key].is_number()
+                                        : std::string(key) == "time_s" ? g[key].is_object()
+                                                                       : g[key].is_array());
+    if (!ok) {
+      return DataError(fmt::format("--from-run: {} has no usable \"{}\"; is it complete?",
+                                   paths.goodput(), key));
+    }
+  }
+  if (g.value("launches", 1) != 1) {
+    return InvalidArgument(fmt::format(
+        "--from-run {}: the run took {} launches; the time between launches is not modelled, so "
+        "give a run of one launch",
+        run_dir, g.value("launches", 1)));
+  }
+  if (g.value("exit_code", 0) != 0) {
+    return InvalidArgument(fmt::format(
+        "--from-run {}: the run did not finish (exit code {}); its costs would be incomplete",
+        run_dir, g.value("exit_code", 0)));
+  }
+  TENAX_ASSIGN_OR_RETURN(Config config, LoadConfig(paths.config(), {}));
+  if (!config.checkpoint.enable || config.checkpoint.interval_auto) {
+    return InvalidArgument(fmt::format(
+        "--from-run {}: the run {}; the model needs checkpoints at a fixed checkpoint.interval",
+        run_dir,
+        config.checkpoint.enable ? "chose its checkpoint interval as it went (\"auto\")"
+                                 : "took no checkpoints"));
+  }
+  RunCosts c;
+  c.run_dir = run_dir;
+  c.steps = config.training.steps;
+  c.checkpoint_every = config.checkpoint.interval;
+  c.wall_s = g.value("wall_s", 0.0);
+  c.measured_effective = g.value("effective_training_ratio", 0.0);
+  c.productive_s = g["time_s"].value("productive", 0.0);
+
+  const nlohmann::json& gens = g["generations"];
+  if (!gens.is_array() || gens.empty()) {
+    return DataError(fmt::format("--from-run: {} has no generations", paths.goodput()));
+  }
+  double training = 0, stalls = 0;
+  int64_t stepped = 0, last_at_end = -1;
+  double last_step_at = 0;
+  for (const auto& x : gens) {
+    const double ready = x.value("ready_s", -1.0);
+    const int64_t resume = std::max<int64_t>(0, x.value("resume_step", int64_t{0}));
+    const int64_t last = x.value("last_step", int64_t{-1});
+    stalls += x.value("checkpoint_s", 0.0);
+    if (ready < 0 || last <= resume) continue;
+    training += x.value("last_step_at", ready) - ready;
+    stepped += last - resume;
+    c.checkpoints += CheckpointsWritten(resume, last, c.checkpoint_every, c.steps);
+    last_at_end = last;
+    last_step_at = x.value("last_step_at", ready);
+  }
+  if (stepped <= 0 || last_at_end != c.steps) {
+    return DataError(fmt::format("--from-run {}: {} does not show the run reaching its last step",
+                                 run_dir, paths.goodput()));
+  }
+  c.checkpoint_s = c.checkpoints > 0 ? stalls / static_cast<double>(c.checkpoints) : 0.0;
+  // The final save's stall came after the last step; the others within the steps' span.
+  c.step_s = std::max(0.0, training - (stalls - c.checkpoint_s)) / static_cast<double>(stepped);
+  c.fixed_s =
+      std::max(0.0, gens.front().value("ready_s", 0.0) - gens.front().value("start_s", 0.0)) +
+      std::max(0.0, c.wall_s - last_step_at);
+  for (const auto& f : g["failures"]) {
+    const double recovery = f.value("recovery_s", -1.0);
+    if (recovery < 0) continue;  // not restarted from (found at a resume, or the last)
+    ++c.failures;
+    ++c.failures_by_kind[f.value("kind", std::string("?"))];
+    c.detect_s += f.value("detection_s", 0.0);
+    c.restart_s += recovery;
+  }
+  if (c.failures > 0) {
+    c.detect_s /= static_cast<double>(c.failures);
+    c.restart_s /= static_cast<double>(c.failures);
+  }
+  const nlohmann::json schedule = g.value("fault_schedule", nlohmann::json());
+  if (schedule.is_object() && schedule.contains("rates_per_hour") &&
+      schedule.contains("injected")) {
+    c.schedule = schedule.value("spec", std::string());
+    for (const auto& [kind, rate] : schedule["rates_per_hour"].items()) {
+      c.schedule_rate_per_hour += rate.get<double>();
+    }
+    c.exposure_s = schedule.value("exposure_s", 0.0);
+    for (const auto& a : schedule["injected"]) {
+      c.arrivals.push_back(a.value("applied_exposure_s", a.value("exposure_s", 0.0)));
+    }
+    std::sort(c.arrivals.begin(), c.arrivals.end());
+  }
+  c.ranks = schedule.is_object() ? schedule.value("ranks", int64_t{1}) : int64_t{1};
+  return c;
+}
+
+Result<RunPrediction> PredictRun(const RunCosts& costs, const std::optional<FailureRate>& rate,
+                                 int64_t runs, uint64_t seed) {
+  RunPrediction p;
+  if (rate) {
+    p.rate = *rate;
+    p.rate_source = "--failure-rate";
+  } else if (!costs.schedule.empty()) {
+    p.rate.per_node_hour = costs.schedule_rate_per_hour;
+    p.rate.text = fmt::format("{:g}/node-hour", costs.schedule_rate_per_hour);
+    p.rate_source = "the run's poisson schedule";
+  } else {
+    // Observed: the failures over the time the job was exposed to them.
+    const double exposed =
+        costs.wall_s - costs.fixed_s - costs.detect_s * static_cast<double>(costs.failures);
+    if (costs.failures == 0 || exposed <= 0) {
+      return InvalidArgument(fmt::format(
+          "--from-run {}: the run had no failures to measure a rate from; give --failure-rate",
+          costs.run_dir));
+    }
+    p.rate.per_node_hour = static_cast<double>(costs.failures) / exposed * kHour;
+    p.rate.text = fmt::format("{:.3g}/node-hour", p.rate.per_node_hour);
+    p.rate_source = "observed";
+  }
+  SimulationConfig& c = p.config;
+  c.gpus = c.gpus_per_node = 1;  // one node: the rate is the job's
+  c.rate = p.rate;
+  c.checkpoint_cost = costs.checkpoint_s;
+  c.detect_time = costs.detect_s;
+  c.restart_cost = costs.restart_s;
+  c.interval = static_cast<double>(costs.checkpoint_every) * costs.step_s;
+  c.duration = static_cast<double>(costs.steps) * costs.step_s;
+  c.spares = 0;  // the launcher restarts in place: no swap, no repair to wait for
+  c.swap_time = c.repair_time = 0;
+  c.runs = runs;
+  c.seed = seed;
+  TENAX_RETURN_IF_ERROR(Simulate(c).status());  // refuses what could never finish
+  p.effective = EffectiveOver(costs, c);
+  if (!costs.schedule.empty() && !rate) {
+    // The run's failures at their own times. Where each fell inside its checkpoint interval
+    // decides the work it lost, and the two clocks (the launcher's exposure, the simulator's
+    // time at risk) agree to a fraction of an interval only: each replay moves every failure by
+    // a uniform draw within half an interval either way, and the work lost is averaged over
+    // kReplays of them.
+    constexpr int kReplays = 200;
+    Rng rng(DeriveSeed(seed, 1));
+    std::vector<double> effective;
+    RunOutcome sum;
+    for (int i = 0; i < kReplays; ++i) {
+      SimulationConfig replay = c;
+      for (double a : costs.arrivals) {
+        replay.arrivals.push_back(std::max(0.0, a + (rng.Uniform() - 0.5) * c.interval));
+      }
+      std::sort(replay.arrivals.begin(), replay.arrivals.end());
+      replay.arrivals.push_back(INFINITY);  // none after the run's own
+      const RunOutcome o = SimulateRun(replay, 0);
+      effective.push_back(Effective(costs, o));
+      sum.wall += o.wall / kReplays;
+      sum.lost += o.lost / kReplays;
+      sum.checkpointing += o.checkpointing / kReplays;
+      sum.restarting += o.restarting / kReplays;
+      sum.failures += o.failures;
+    }
+    sum.failures = (sum.failures + kReplays / 2) / kReplays;
+    p.replay = sum;
+    p.replay_effective = Summarize(effective).mean;
+  }
+  const double mtbf = JobMtbfSeconds(p.rate, 1);
+  // Daly folds detection into the restart; the fixed start-up and shut-down are added as above.
+  p.daly_effective_closed =
+      costs.productive_s /
+      (costs.fixed_s + DalyExpectedWallTime(c.duration, c.interval, c.checkpoint_cost,
+                                            c.detect_time + c.restart_cost, mtbf));
+  p.daly_interval_s = std::min(DalyInterval(c.checkpoint_cost, mtbf), c.duration);
+  p.daly_interval_steps =
+      std::max<int64_t>(1, std::llround(p.daly_interval_s / std::max(costs.step_s, 1e-9)));
+  SimulationConfig daly = c;
+  daly.interval = static_cast<double>(p.daly_interval_steps) * costs.step_s;
+  TENAX_RETURN_IF_ERROR(Simulate(daly).status());
+  p.daly_effective = EffectiveOver(costs, daly);
+  return p;
+}
+
+std::string FromRunText(const RunCosts& k, const RunPrediction& p) {
+  std::string kinds;
+  for (const auto& [kind, n] : k.failures_by_kind) {
+    kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", kind, n);
+  }
+  std::string out = fmt::format(
+      "tenax plan --from-run {}\n"
+      "measured (goodput.json, config.toml):\n"
+      "  {} steps at {:.4f} s (overheads between steps included): {} of computation\n"
+      "  checkpoint every {} steps ({}), stall {:.4f} s ({} saves)\n"
+      "  {} failure(s){}{}; detection {:.3f} s and restart {:.3f} s on average\n"
+      "  start-up and shut-down {:.2f} s; wall {:.2f} s\n"
+      "  failure rate {} ({})\n\n",
+      k.run_dir, k.steps, k.step_s, FormatDuration(p.config.duration), k.checkpoint_every,
+      FormatDuration(p.config.interval), k.checkpoint_s, k.checkpoints, k.failures,
+      kinds.empty() ? "" : " (", kinds.empty() ? "" : kinds + ")", k.detect_s, k.restart_s,
+      k.fixed_s, k.wall_s, p.rate.text, p.rate_source);
+  out += fmt::format("effective training time (productive / wall):\n  measured   {:6.2f} %\n",
+                     100 * k.measured_effective);
+  if (p.replay_effective) {
+    out +=
+        fmt::format("  predicted  {:6.2f} % for this run's own failure times ({:+.2f} pp)\n",
+                    100 * *p.replay_effective, 100 * (k.measured_effective - *p.replay_effective));
+  }
+  out += fmt::format(
+      "  predicted  {:6.2f} % at the rate, over {} simulated runs (5th-95th percentile "
+      "{:.2f} - {:.2f} %)\n",
+      100 * p.effective.mean, p.config.runs, 100 * p.effective.p05, 100 * p.effective.p95);
+  out += fmt::format("  predicted  {:6.2f} % at the rate, by Daly's closed form\n",
+                     100 * p.daly_effective_closed);
+  out += fmt::format(
+      "\nre-plan: Daly's interval for these costs at this rate is {} steps ({}): predicted "
+      "{:.2f} % (now {} steps: {:.2f} %)\n",
+      p.daly_interval_steps, FormatDuration(p.daly_interval_s), 100 * p.daly_effective.mean,
+      k.checkpoint_every, 100 * p.effective.mean);
+  out += fmt::format(
+      "the same with tenax simulate: tenax simulate --gpus 1 --gpus-per-node 1 --failure-rate "
+      "{:g}/node-hour --checkpoint-cost {:g}s --detect-time {:g}s --restart-cost {:g}s "
+      "--interval {:g}s --duration {:g}s --swap-time 0s --repair-time 0s --runs {} --seed {}\n"
+      "  (its effective % leaves out the run's {:.2f} s of start-up and shut-down)\n",
+      p.rate.per_node_hour, p.config.checkpoint_cost, p.config.detect_time, p.config.restart_cost,
+      p.config.interval, p.config.duration, p.config.runs, p.config.seed, k.fixed_s);
+  return out;
+}
+
+nlohmann::json FromRunJson(const RunCosts& k, const RunPrediction& p) {
+  auto summary = [](const Summary& s) {
+    return nlohmann::json{
+        {"mean", s.mean}, {"stddev", s.stddev}, {"p05", s.p05}, {"p50", s.p50}, {"p95", s.p95}};
+  };
+  return {
+      {"run_dir", k.run_dir},
+      {"measured",
+       {{"steps", k.steps},
+        {"step_s", k.step_s},
+        {"productive_s", k.productive_s},
+        {"checkpoint_every", k.checkpoint_every},
+        {"checkpoint_s", k.checkpoint_s},
+        {"checkpoints", k.checkpoints},
+        {"failures", k.failures},
+        {"failures_by_kind", k.failures_by_kind},
+        {"detect_s", k.detect_s},
+        {"restart_s", k.restart_s},
+        {"fixed_s", k.fixed_s},
+        {"wall_s", k.wall_s},
+        {"effective", k.measured_effective},
+        {"schedule", k.schedule},
+        {"exposure_s", k.exposure_s},
+        {"arrivals", k.arrivals}}},
+      {"failure_rate_per_hour", p.rate.per_node_hour},
+      {"rate_source", p.rate_source},
+      {"runs", p.config.runs},
+      {"seed", p.config.seed},
+      {"predicted", summary(p.effective)},
+      {"replay", p.replay_effective ? nlohmann::json(*p.replay_effective) : nlohmann::json()},
+      {"replay_split", p.replay_effective ? nlohmann::json{{"wall_s", k.fixed_s + p.replay.wall},
+                                                           {"lost_s", p.replay.lost},
+                                                           {"checkpoint_s", p.replay.checkpointing},
+                                                           {"restarting_s", p.replay.restarting},
+                                                           {"failures", p.replay.failures}}
+                                          : nlohmann::json()},
+      {"daly_interval_steps", p.daly_interval_steps},
+      {"daly_predicted", summary(p.daly_effective)}};
+}
+
+}  // namespace tenax::plan

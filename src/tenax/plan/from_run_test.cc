@@ -1,0 +1,150 @@
+// `tenax plan --from-run`: the costs read from a run folder, on a goodput.json written by hand
+// whose time split the model reproduces exactly, and the runs it refuses.
+#include "tenax/plan/from_run.h"
+
+#include <gtest/gtest.h>
+
+#include "tenax/core/temp_dir.h"
+
+namespace tenax::plan {
+namespace {
+
+using testing::TempDir;
+
+// 100 steps of 0.1 s (0.095 s of it the step's own time), a checkpoint every 10 steps stalling
+// 0.05 s. Generation 0 is ready at 1.0 s and saves steps 10, 20, 30; a SIGKILL at 4.7 s (3.7 s of
+// exposure) is seen at 5.0 s; generation 1 resumes from step 30, ready at 5.5 s, and saves steps
+// 40..100, its last step done at 12.8 s (the final save after it), the launch ends at 13.0 s.
+nlohmann::json Goodput() {
+  return {{"format", "tenax-goodput"},
+          {"launches", 1},
+          {"exit_code", 0},
+          {"wall_s", 13.0},
+          {"effective_training_ratio", 9.5 / 13.0},
+          {"time_s", {{"productive", 9.5}}},
+          {"generations",
+           {{{"generation", 0},
+             {"start_s", 0.0},
+             {"ready_s", 1.0},
+             {"resume_step", 0},
+             {"last_step", 35},
+             {"last_step_at", 4.65},
+             {"checkpoint_s", 0.15}},
+            {{"generation", 1},
+             {"start_s", 5.0},
+             {"ready_s", 5.5},
+             {"resume_step", 30},
+             {"last_step", 100},
+             {"last_step_at", 12.8},
+             {"checkpoint_s", 0.35}}}},
+          {"failures",
+           {{{"kind", "crash"}, {"time_s", 5.0}, {"detection_s", 0.3}, {"recovery_s", 0.5}}}},
+          {"fault_schedule",
+           {{"spec", "poisson:crash=360/h:seed=1"},
+            {"rates_per_hour", {{"crash", 360.0}, {"hang", 0.0}, {"nan", 0.0}}},
+            {"ranks", 2},
+            {"exposure_s", 11.3},
+            {"injected", {{{"exposure_s", 3.69}, {"applied_exposure_s", 3.7}}}}}}};
+}
+
+std::string Config(const std::string& extra = "") {
+  return "[training]\nsteps = 100\n[checkpoint]\ninterval = 10\n" + extra;
+}
+
+TEST(FromRun, ReadsTheRunsCostsAndTheReplayReproducesIt) {
+  TempDir dir;
+  dir.Write("goodput.json", Goodput().dump());
+  dir.Write("config.toml", Config());
+  Result<RunCosts> c = ReadRunCosts(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->steps, 100);
+  EXPECT_EQ(c->checkpoint_every, 10);
+  EXPECT_EQ(c->checkpoints, 10);  // 10, 20, 30, then 40..100
+  EXPECT_NEAR(c->checkpoint_s, 0.05, 1e-12);
+  // (3.65 + 7.3 - (0.5 - 0.05)) / (35 + 70): the final save's stall is after the last step.
+  EXPECT_NEAR(c->step_s, 0.1, 1e-12);
+  EXPECT_NEAR(c->fixed_s, 1.0 + 0.2, 1e-12);
+  EXPECT_EQ(c->failures, 1);
+  EXPECT_DOUBLE_EQ(c->detect_s, 0.3);
+  EXPECT_DOUBLE_EQ(c->restart_s, 0.5);
+  EXPECT_EQ(c->ranks, 2);
+  EXPECT_DOUBLE_EQ(c->schedule_rate_per_hour, 360);
+  ASSERT_EQ(c->arrivals.size(), 1u);
+  EXPECT_DOUBLE_EQ(c->arrivals[0], 3.7);
+
+  Result<RunPrediction> p = PredictRun(*c, std::nullopt, 500, 1);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->rate_source, "the run's poisson schedule");
+  EXPECT_DOUBLE_EQ(p->config.interval, 1.0);
+  EXPECT_DOUBLE_EQ(p->config.duration, 10.0);
+  // Without the jitter the replay is the run itself: 1.2 + 10 + 0.55 lost + 0.45 of stalls +
+  // 0.8 = 13.0 s. The jitter moves the failure by up to half an interval either way; the mean
+  // work lost stays near 0.55 s.
+  ASSERT_TRUE(p->replay_effective);
+  EXPECT_NEAR(*p->replay_effective, 9.5 / 13.0, 0.01);
+  EXPECT_EQ(p->replay.failures, 1);
+  EXPECT_NEAR(p->replay.restarting, 0.8, 1e-9);
+  // At the rate (one failure per 10 s of exposure): below the run without failures.
+  EXPECT_LT(p->effective.mean, 9.5 / (1.2 + 10 + 0.45));
+  EXPECT_GT(p->effective.mean, 0.3);
+  EXPECT_GT(p->daly_interval_steps, 0);
+
+  // Another rate: no replay (the run's failures were drawn at its own).
+  Result<FailureRate> rate = ParseFailureRate("36/node-hour", 2);
+  ASSERT_TRUE(rate.ok());
+  p = PredictRun(*c, *rate, 500, 1);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->replay_effective);
+  EXPECT_GT(p->effective.mean, 9.5 / 13.0);
+
+  const nlohmann::json j = FromRunJson(*c, *p);
+  EXPECT_EQ(j["measured"]["failures"], 1);
+  EXPECT_TRUE(j["replay"].is_null());
+  EXPECT_NE(FromRunText(*c, *p).find("tenax simulate --gpus 1"), std::string::npos);
+}
+
+TEST(FromRun, RefusesWhatItCannotModel) {
+  auto refused = [](const nlohmann::json& goodput, const std::string& config) {
+    TempDir dir;
+    if (!goodput.is_null()) dir.Write("goodput.json", goodput.dump());
+    dir.Write("config.toml", config);
+    Result<RunCosts> c = ReadRunCosts(dir.path());
+    EXPECT_FALSE(c.ok());
+    return c.ok() ? std::string() : c.status().message();
+  };
+  EXPECT_NE(refused(nullptr, Config()).find("give the folder of a run started with tenax launch"),
+            std::string::npos);
+  nlohmann::json g = Goodput();
+  g["launches"] = 2;
+  EXPECT_NE(refused(g, Config()).find("took 2 launches"), std::string::npos);
+  g = Goodput();
+  g["exit_code"] = 7;
+  EXPECT_NE(refused(g, Config()).find("did not finish"), std::string::npos);
+  g = Goodput();
+  g.erase("generations");
+  EXPECT_NE(refused(g, Config()).find("no usable \"generations\""), std::string::npos);
+  EXPECT_NE(refused(Goodput(), Config("enable = false\n")).find("took no checkpoints"),
+            std::string::npos);
+  g = Goodput();
+  g["generations"][1]["last_step"] = 90;
+  EXPECT_NE(refused(g, Config()).find("reaching its last step"), std::string::npos);
+}
+
+TEST(FromRun, WithoutAScheduleTheRateIsObservedOrGiven) {
+  TempDir dir;
+  nlohmann::json g = Goodput();
+  g.erase("fault_schedule");
+  dir.Write("goodput.json", g.dump());
+  dir.Write("config.toml", Config());
+  Result<RunCosts> c = ReadRunCosts(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  Result<RunPrediction> p = PredictRun(*c, std::nullopt, 200, 1);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->rate_source, "observed");
+  // One failure in 13.0 - 1.2 - 0.3 = 11.5 s exposed.
+  EXPECT_NEAR(p->rate.per_node_hour, 3600 / 11.5, 1e-9);
+  EXPECT_FALSE(p->replay_effective);
+}
+
+}  // namespace
+}  // namespace tenax::plan

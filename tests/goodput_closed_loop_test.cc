@@ -1,0 +1,134 @@
+// The planner's goodput prediction against the launcher's own measurement, as a user would run
+// them: `tenax launch --inject poisson:...` trains a 2-rank CPU job while failures (SIGKILL,
+// SIGSTOP, NaN losses) strike at random at known rates; `tenax plan --from-run` then predicts
+// the run's effective training time from its own measured costs. Checked: every failure the
+// schedule drew struck, was detected with its kind and restarted from, and nothing else failed;
+// the prediction for the run's own failure times lands within 2 percentage points of the
+// measurement; the distribution at the rate agrees with `tenax simulate` given the flags
+// --from-run prints. bench/goodput_closed_loop.sh runs more mixes and seeds (docs/planner.md).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <regex>
+
+#include "test_util.h"
+
+namespace tenax::testing {
+namespace {
+
+std::string Train(const TempDir& dir, const std::string& name) {
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
+         "--set training.seq_len=32 --set data.synthetic.train_tokens=400000 "
+         "--set data.synthetic.vocab_size=32 --set data.synthetic.order=1 "
+         "--set metrics.eval_interval=0 --set metrics.progress=never --set optimizer.lr=3e-3 "
+         "--set checkpoint.interval=20 --set training.steps=3000 "
+         "--set training.local_batch_size=4 --set training.on_nonfinite=restart "
+         "--set job.dump_folder=" +
+         dir.path() + " --set job.name=" + name;
+}
+
+// The launcher's flags: restarts without a practical bound, hangs found after 3 s of silence
+// (the steps take ~15 ms) with half a second for the flight records (a stopped rank leaves none).
+const char* kLaunch =
+    "launch --nproc-per-node 2 --max-restarts 1000 --hang-timeout 3 --flight-dump-timeout 0.5 ";
+
+// What a scheduled failure of each kind is called once detected.
+bool KindMatches(const std::string& scheduled, const std::string& detected) {
+  if (scheduled == "crash") {
+    // A SIGKILL may land in a step, in a checkpoint's write, or in a start-up.
+    return detected == "crash" || detected == "crash-in-checkpoint" || detected == "setup";
+  }
+  if (scheduled == "hang") return detected == "hang";
+  return scheduled == "nan" && detected == "nonfinite";
+}
+
+void CheckClosedLoop(const std::string& schedule) {
+  TempDir dir;
+  const auto run = RunTenax(
+      kLaunch + std::string("--inject ") + schedule + " -- " + Train(dir, "loop"), dir.path());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json g = nlohmann::json::parse(ReadFile(dir / "loop/goodput.json"));
+  EXPECT_EQ(g["step"], 3000);
+
+  // Every failure the schedule drew struck, was detected as its kind and restarted from; no
+  // other failure happened.
+  const nlohmann::json& injected = g["fault_schedule"]["injected"];
+  ASSERT_GE(injected.size(), 3u) << g.dump(1);
+  std::map<int, std::string> detected;  // schedule index -> failure kind
+  for (const auto& f : g["failures"]) {
+    const int index = f["scheduled"].get<int>();
+    EXPECT_GE(index, 0) << "a failure the schedule did not cause: " << f.dump();
+    EXPECT_EQ(detected.count(index), 0u) << "two failures for one injection: " << f.dump();
+    detected[index] = f["kind"].get<std::string>();
+    EXPECT_GE(f["recovery_s"].get<double>(), 0) << f.dump();
+  }
+  for (const auto& a : injected) {
+    const int index = a["index"].get<int>();
+    ASSERT_EQ(detected.count(index), 1u) << "injection without its failure: " << a.dump();
+    EXPECT_TRUE(KindMatches(a["kind"], detected[index])) << a.dump() << " -> " << detected[index];
+  }
+  EXPECT_EQ(g["restarts"].get<size_t>(), injected.size());
+  // The log names each strike.
+  EXPECT_NE(run.output.find("fault schedule: failure 0 ("), std::string::npos) << run.output;
+
+  // The prediction from the run's own costs.
+  const auto plan = RunTenaxStdout("plan --from-run " + (dir / "loop") + " --json", dir.path());
+  ASSERT_EQ(plan.exit_code, 0) << plan.output;
+  const nlohmann::json p = nlohmann::json::parse(plan.output);
+  const double measured = g["effective_training_ratio"].get<double>();
+  EXPECT_DOUBLE_EQ(p["measured"]["effective"].get<double>(), measured);
+  EXPECT_EQ(p["measured"]["failures"].get<size_t>(), injected.size());
+  EXPECT_EQ(p["rate_source"], "the run's poisson schedule");
+  const double replay = p["replay"].get<double>();
+  std::printf(
+      "%s: measured %.2f %%, predicted %.2f %% for its own failure times (%+.2f pp), "
+      "%.2f %% at the rate (5th-95th percentile %.1f - %.1f %%)\n",
+      schedule.c_str(), 100 * measured, 100 * replay, 100 * (measured - replay),
+      100 * p["predicted"]["mean"].get<double>(), 100 * p["predicted"]["p05"].get<double>(),
+      100 * p["predicted"]["p95"].get<double>());
+  EXPECT_NEAR(measured, replay, 0.02) << plan.output;
+
+  // `tenax simulate` with the flags --from-run prints: the same failure model, so its mean wall
+  // time gives the same effective training time (with the run's start-up and shut-down added).
+  const auto text = RunTenaxStdout("plan --from-run " + (dir / "loop"), dir.path());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text.output, m, std::regex("tenax (simulate [^\\n]*)")))
+      << text.output;
+  const auto sim = RunTenaxStdout(m[1].str() + " --json", dir.path());
+  ASSERT_EQ(sim.exit_code, 0) << m[1].str() << "\n" << sim.output;
+  const nlohmann::json s = nlohmann::json::parse(sim.output);
+  const double from_sim =
+      p["measured"]["productive_s"].get<double>() /
+      (p["measured"]["fixed_s"].get<double>() + s["wall_s"]["mean"].get<double>());
+  EXPECT_NEAR(from_sim, p["predicted"]["mean"].get<double>(), 0.01) << sim.output;
+}
+
+TEST(GoodputClosedLoop, CrashesHangsAndNaNs) {
+  CheckClosedLoop("poisson:crash=480/h:hang=120/h:nan=120/h:seed=1");
+}
+
+TEST(GoodputClosedLoop, CrashesAndNaNs) { CheckClosedLoop("poisson:crash=600/h:nan=240/h:seed=2"); }
+
+// Inputs the launcher refuses before any rank starts.
+TEST(GoodputClosedLoop, RefusesSchedulesThatCouldNotRun) {
+  TempDir dir;
+  auto r = RunTenax("launch --nproc-per-node 2 --inject poisson:crash=60/h -- " + Train(dir, "a"),
+                    dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("give --max-restarts"), std::string::npos) << r.output;
+  r = RunTenax("launch --nproc-per-node 2 --max-restarts 9 --inject poisson:nan=60/h -- " +
+                   Train(dir, "b") + " --set training.on_nonfinite=stop",
+               dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("training.on_nonfinite"), std::string::npos) << r.output;
+  r = RunTenax(
+      "launch --nproc-per-node 2 --max-restarts 9 --inject poisson:crash=60 -- " + Train(dir, "c"),
+      dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("N/h, N/min or N/s"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "a/metrics.jsonl"));
+}
+
+}  // namespace
+}  // namespace tenax::testing
