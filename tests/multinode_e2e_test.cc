@@ -270,12 +270,14 @@ void ExpectReferenceWeights(const std::string& job, const std::string& node0_dir
   }
 }
 
-// Kill -9 a whole node (its agent and its ranks at once): the spare takes its node rank.
+// Kill -9 a whole node (its agent and its ranks at once): the spare takes its node rank. The
+// agents are started as a new user would, without --max-restarts: the restart budget keeps the
+// job alive by default.
 TEST_F(MultiNode, AKilledNodeIsReplacedByTheSpare) {
   const std::string& reference = Reference();
   auto etcd = Etcd();
   launch::rdzv::Plan plan;
-  auto agents = StartJob(*etcd, "killed", std::string("--max-restarts 2") + kHeldAtStep12, &plan);
+  auto agents = StartJob(*etcd, "killed", kHeldAtStep12, &plan);
   const int victim = HostOf(agents, plan.nodes[1]);
   ASSERT_GE(victim, 0) << AllOutput(agents);
   ASSERT_TRUE(WaitHeld(agents, 12)) << AllOutput(agents);

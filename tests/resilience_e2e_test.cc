@@ -227,7 +227,7 @@ TEST_F(ResilienceE2E, RepeatedFailuresQuarantineASlotAndTheRunContinuesOnSpares)
 }
 
 // Quarantine never ends a job: with every slot quarantined and no spare left, the rank runs
-// again in place and only --max-restarts decides when to stop.
+// again in place and only the restart policy (here --max-restarts) decides when to stop.
 TEST_F(ResilienceE2E, NoHealthySlotLeftKeepsRunningInPlace) {
   std::string out;
   auto report = Recover("no_spare", "--spares 1 --quarantine-after 1",
@@ -242,6 +242,38 @@ TEST_F(ResilienceE2E, NoHealthySlotLeftKeepsRunningInPlace) {
   EXPECT_EQ(report["failures"][1]["slot"], 2);
 }
 
+// Without --max-restarts the launcher restarts within its budget (10 an hour by default): a
+// crash is survived and the run ends identical to the clean one. A budget of 1 an hour stops at
+// the second failure; --max-restarts 0 at the first.
+TEST_F(ResilienceE2E, RestartsByDefaultWithinTheBudget) {
+  auto r = RunTenax(
+      "launch --nproc-per-node 2 --inject crash:rank=1:step=5 -- " + Train(*dir_, "default_budget"),
+      dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("restart 1 (1 in the last 1h; --restart-budget allows 10)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(Final("default_budget", 0) == Final("clean", 0));
+  EXPECT_TRUE(Final("default_budget", 1) == Final("clean", 1));
+
+  r = RunTenax(
+      "launch --nproc-per-node 2 --restart-budget 1/h "
+      "--inject crash:rank=0:step=2,crash:rank=0:step=5:gen=1 -- " +
+          Train(*dir_, "budget_spent"),
+      dir_->path());
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("restart budget spent: 1 restart(s) in the last 1h (--restart-budget "
+                          "1/h)"),
+            std::string::npos)
+      << r.output;
+
+  r = RunTenax("launch --nproc-per-node 2 --max-restarts 0 --inject crash:rank=1:step=5 -- " +
+                   Train(*dir_, "no_restarts"),
+               dir_->path());
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("1 failure(s) and 0 restart(s)"), std::string::npos) << r.output;
+}
+
 TEST_F(ResilienceE2E, NoRestartsLeftStopsWithAReport) {
   auto r = RunTenax(
       "launch --nproc-per-node 2 --max-restarts 1 "
@@ -249,7 +281,8 @@ TEST_F(ResilienceE2E, NoRestartsLeftStopsWithAReport) {
           Train(*dir_, "exhausted"),
       dir_->path());
   EXPECT_EQ(r.exit_code, 137) << r.output;
-  EXPECT_NE(r.output.find("no restarts left (1 used)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no restarts left (1 used, --max-restarts)"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("2 failure(s) and 1 restart(s)"), std::string::npos) << r.output;
 }
 

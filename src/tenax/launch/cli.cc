@@ -30,8 +30,14 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
                      "non-loopback IPv4, GLOO_SOCKET_IFNAME's if set)");
   launch->add_option("--rdzv-timeout", o->rdzv_timeout_s,
                      "seconds to wait for enough nodes before stopping (default 600)");
-  launch->add_option("--max-restarts", o->max_restarts,
-                     "restart all ranks from the newest good checkpoint up to this many times");
+  auto* max_restarts = launch->add_option(
+      "--max-restarts", o->max_restarts,
+      "restart all ranks from the newest good checkpoint up to this many times (0: stop at the "
+      "first failure); without it, --restart-budget decides");
+  auto* budget = launch->add_option(
+      "--restart-budget", o->restart_budget,
+      "without --max-restarts: restart after every failure while there were fewer than N "
+      "restarts in the trailing window, N/h, N/min or N/s (default 10/h)");
   launch->add_option("--inject", o->inject,
                      "fault injection for tests, e.g. crash:rank=R:step=S, "
                      "slow:rank=R:factor=F, nan:rank=R:step=S (docs/launcher_protocol.md)");
@@ -80,7 +86,11 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
                    "a spare node its node (several nodes)");
   launch->add_option("command", o->args, "the tenax command to run, after --");
 
-  commands.Add(launch, [o]() -> Result<int> { return Launch(*o); });
+  commands.Add(launch, [o, max_restarts, budget]() -> Result<int> {
+    o->max_restarts_given = max_restarts->count() > 0;
+    o->restart_budget_given = budget->count() > 0;
+    return Launch(*o);
+  });
 }
 
 }  // namespace tenax::launch

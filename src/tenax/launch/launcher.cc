@@ -19,6 +19,7 @@
 #include "tenax/etcd/client.h"
 #include "tenax/launch/child_watch.h"
 #include "tenax/launch/node_agent.h"
+#include "tenax/launch/restart_policy.h"
 #include "tenax/launch/supervisor.h"
 #include "tenax/protocol/fault_injection.h"
 
@@ -106,6 +107,7 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
         "--max-restarts with --nnodes > 1 needs --rdzv etcd://HOST:PORT (node agents that meet "
         "in etcd); a fixed --rdzv HOST:PORT cannot restart across nodes");
   }
+  TENAX_RETURN_IF_ERROR(RestartPolicy::FromOptions(o).status());
   if (o.spares < 0)
     return InvalidArgument(fmt::format("--spares {} is invalid: must be >= 0", o.spares));
   if (o.spares > 0 && o.nnodes > 1) {
@@ -198,9 +200,15 @@ Result<int> Launch(const LaunchOptions& o) {
   }
   if (!o.inject.empty()) {
     TENAX_ASSIGN_OR_RETURN(job.faults, protocol::ParseFaults(o.inject));
-    TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(
-        job.faults, {o.nproc_per_node * o.nnodes, job.total_steps, o.max_restarts,
-                     etcd ? o.nnodes : 1, train && train->nan_restarts}));
+    TENAX_ASSIGN_OR_RETURN(RestartPolicy restarts, RestartPolicy::FromOptions(o));
+    protocol::JobShape shape;
+    shape.world = o.nproc_per_node * o.nnodes;
+    shape.total_steps = job.total_steps;
+    shape.max_restarts = restarts.max_generation();
+    shape.nnodes = etcd ? o.nnodes : 1;
+    shape.nan_restarts = train && train->nan_restarts;
+    shape.restart_budget_per_s = restarts.budget_per_second();
+    TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(job.faults, shape));
   }
   if (etcd && train && train->async_checkpoints) {
     return InvalidArgument(

@@ -1,5 +1,5 @@
 // `tenax launch`: starts N ranks on this node as child processes of the tenax binary, supervises
-// them and, with --max-restarts, restarts them from the newest checkpoint that verifies. What
+// them and restarts them from the newest checkpoint that verifies, as restart_policy.h allows. What
 // crosses between the launcher and its ranks is the protocol module (src/tenax/protocol/); how
 // a failure is attributed is attribution.h; the loop is supervisor.h. This file checks the
 // request before anything starts: flags (finite, in range), the fault spec against the job, the
@@ -30,7 +30,13 @@ struct LaunchOptions {
   double rdzv_timeout_s = 600;    // etcd: how long to wait for enough nodes
   std::vector<std::string> args;  // the tenax subcommand and its arguments, e.g. {"train", ...}
   double kill_grace_s = 5.0;      // SIGTERM to SIGKILL when stopping ranks after a failure
+  // Restarts (restart_policy.h): a count with --max-restarts; without one, a budget of restarts
+  // within a trailing window (--restart-budget, default 10/h). `*_given`: the flag was on the
+  // command line.
   int max_restarts = 0;
+  bool max_restarts_given = false;
+  std::string restart_budget = "10/h";
+  bool restart_budget_given = false;
   // Hang detection from the ranks' heartbeats (protocol/heartbeat.h): no rank finishing a step
   // for max(hang_timeout_s, hang_factor x the median observed step time) is a hang; before the
   // first step completes, startup_timeout_s applies instead.

@@ -37,6 +37,7 @@
 #include "tenax/launch/launcher.h"
 #include "tenax/launch/node_agent.h"
 #include "tenax/launch/rendezvous.h"
+#include "tenax/launch/restart_policy.h"
 #include "tenax/launch/straggler_judge.h"
 #include "tenax/launch/supervisor.h"
 #include "tenax/protocol/agent_channel.h"
@@ -78,7 +79,12 @@ inline std::map<std::string, rdzv::AgentInfo> AgentRecords(const etcd::RangeResp
 class NodeAgent {
  public:
   NodeAgent(const LaunchOptions& o, JobInfo job, AgentOptions a, std::string host, std::string exe)
-      : o_(o), a_(std::move(a)), keys_(a_.job_id), host_(std::move(host)), view_(keys_, kPollS) {
+      : o_(o),
+        a_(std::move(a)),
+        keys_(a_.job_id),
+        host_(std::move(host)),
+        restarts_(*RestartPolicy::FromOptions(o)),  // checked by ValidateLaunchOptions
+        view_(keys_, kPollS) {
     job_ = std::move(job);
     exe_ = std::move(exe);
   }
@@ -177,6 +183,7 @@ class NodeAgent {
   int64_t last_plan_gen_ = -1;
   bool fenced_ = false;  // this agent lost its lease while active in last_plan_gen_
   double fenced_at_ = 0;
+  RestartPolicy restarts_;  // the generations this agent saw fail, for --restart-budget
 
   // What the watcher and the lease keeper saw, and the generation running here: the state the
   // agent's threads share, under the view's own lock (agent_view.h).

@@ -45,15 +45,17 @@ Status NodeAgent::Advance(int64_t g, int code, const std::string& why) {
                                   "docs/exit_codes.md)",
                                   why, code));
   }
-  if (g + 1 > o_.max_restarts) {
-    return Stop(
-        code, fmt::format("{}; no restarts left ({} used, --max-restarts)", why, o_.max_restarts));
+  if (std::optional<std::string> no = restarts_.Take(g, WallNow())) {
+    return Stop(code, fmt::format("{}; {}", why, *no));
   }
   TENAX_ASSIGN_OR_RETURN(bool bumped, Retry([&] {
                            return etcd_->CompareAndSwap(keys_.generation(), std::to_string(g),
                                                         std::to_string(g + 1));
                          }));
-  if (bumped) log::Info("launch: generation {} -> {}: {}", g, g + 1, why);
+  if (bumped) {
+    log::Info("launch: generation {} -> {}: {} ({})", g, g + 1, why,
+              restarts_.Describe(g, WallNow()));
+  }
   return Status::Ok();
 }
 

@@ -160,7 +160,7 @@ int SlotTable::Exclude(int slot) {
   if (quarantined(slot)) {
     log::Warn(
         "launch: local rank {} has no healthy slot left (quarantined: {}); it runs again "
-        "in slot {}: --max-restarts decides when the job stops",
+        "in slot {}: the restart policy decides when the job stops",
         local, fmt::join(QuarantinedSlots(), ", "), slot);
   }
   return slot;  // no ready spare: run again in place

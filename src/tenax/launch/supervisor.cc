@@ -60,7 +60,8 @@ Supervisor::Supervisor(const LaunchOptions& o, JobInfo job, std::string host, in
       t0_wall_(protocol::WallNow()),
       watcher_(std::move(watcher)),
       goodput_(t0_wall_, &job_.previous_goodput, HostName(), static_cast<int>(::getpid())),
-      stragglers_(o.nproc_per_node, o.straggler_factor, o.straggler_steps) {
+      stragglers_(o.nproc_per_node, o.straggler_factor, o.straggler_steps),
+      restarts_(*RestartPolicy::FromOptions(o)) {  // checked by ValidateLaunchOptions
   for (const protocol::Fault& f : job_.faults) {
     if (f.kind == protocol::FaultKind::kPoisson) {
       schedule_ = std::make_unique<FaultSchedule>(f, o.nproc_per_node);
@@ -761,10 +762,9 @@ Result<int> Supervisor::Run() {
           v.code);
       break;
     }
-    if (gen >= o_.max_restarts) {
-      if (o_.max_restarts > 0) {
-        log::Error("launch: no restarts left ({} used); stopping with exit code {}",
-                   o_.max_restarts, v.code);
+    if (std::optional<std::string> no = restarts_.Take(gen, Elapsed())) {
+      if (o_.max_restarts > 0 || !o_.max_restarts_given) {  // --max-restarts 0 asked for it
+        log::Error("launch: {}; stopping with exit code {}", *no, v.code);
       }
       break;
     }
@@ -773,8 +773,8 @@ Result<int> Supervisor::Run() {
       const int moved = slots_->Exclude(f.slot);
       if (moved != f.slot) goodput_.SetReplacement(moved);
     }
-    log::Info("launch: restart {} of {}: all ranks start again from the newest good checkpoint",
-              gen + 1, o_.max_restarts);
+    log::Info("launch: {}: all ranks start again from the newest good checkpoint",
+              restarts_.Describe(gen, Elapsed()));
   }
   if (!goodput_.run_dir().empty()) {  // the trainer's loss-spike record, when it can be read
     Result<std::optional<nlohmann::json>> spikes = report::ReadLossSpikes(goodput_.run_dir());

@@ -33,6 +33,7 @@
 #include "tenax/launch/goodput.h"
 #include "tenax/launch/launcher.h"
 #include "tenax/launch/monitor.h"
+#include "tenax/launch/restart_policy.h"
 #include "tenax/launch/spares.h"
 #include "tenax/launch/stragglers.h"
 #include "tenax/protocol/fault_injection.h"
@@ -185,6 +186,7 @@ class Supervisor {
   RemoteHangFn remote_hang_;
   double last_goodput_write_ = -1;
   std::unique_ptr<FaultSchedule> schedule_;  // --inject poisson:...; null without one
+  RestartPolicy restarts_;                   // whether a failed generation may be followed
   bool ever_ready_ = false;                  // a generation of this launch reached training
   // What the running (or last) generation tracks: made anew when a generation starts, so nothing
   // of one generation leaks into the next. Vectors are per local rank.

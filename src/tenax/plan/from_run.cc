@@ -302,6 +302,7 @@ nlohmann::json FromRunJson(const RunCosts& k, const RunPrediction& p) {
       {"runs", p.config.runs},
       {"seed", p.config.seed},
       {"predicted", summary(p.effective)},
+      {"daly_closed_form", p.daly_effective_closed},
       {"replay", p.replay_effective ? nlohmann::json(*p.replay_effective) : nlohmann::json()},
       {"replay_split", p.replay_effective ? nlohmann::json{{"wall_s", k.fixed_s + p.replay.wall},
                                                            {"lost_s", p.replay.lost},

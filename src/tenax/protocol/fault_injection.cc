@@ -15,6 +15,8 @@
 #include <optional>
 #include <sstream>
 
+#include "tenax/core/rate.h"
+
 namespace tenax::protocol {
 namespace {
 
@@ -42,21 +44,6 @@ constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
     {FaultKind::kPoisson, "poisson"},
 };
 
-// "30/h", "0.5/min", "0.01/s": events per second; nullopt when malformed.
-std::optional<double> ParseRate(const std::string& text) {
-  const size_t slash = text.find('/');
-  if (slash == std::string::npos || slash == 0) return std::nullopt;
-  char* end = nullptr;
-  const std::string number = text.substr(0, slash);
-  const double n = std::strtod(number.c_str(), &end);
-  if (*end != '\0' || !std::isfinite(n) || n < 0) return std::nullopt;
-  const std::string unit = text.substr(slash + 1);
-  if (unit == "h") return n / 3600;
-  if (unit == "min") return n / 60;
-  if (unit == "s") return n;
-  return std::nullopt;
-}
-
 // poisson:KIND=RATE[:...][:seed=S], after its name (`parts` holds the fields).
 Status ParsePoisson(std::stringstream& parts, const std::string& item, Fault* f) {
   for (std::string part; std::getline(parts, part, ':');) {
@@ -77,13 +64,13 @@ Status ParsePoisson(std::stringstream& parts, const std::string& item, Fault* f)
                    : key == "hang" ? &f->rates.hang
                    : key == "nan"  ? &f->rates.nan
                                    : nullptr;
-    const std::optional<double> r = ParseRate(value);
+    const std::optional<PerWindow> r = ParsePerWindow(value);
     if (rate == nullptr || !r) {
       return InvalidArgument("--inject " + item + ": bad field '" + part +
                              "' (a poisson schedule takes crash=RATE, hang=RATE, nan=RATE with "
                              "RATE as N/h, N/min or N/s, e.g. crash=30/h, and seed=S)");
     }
-    *rate = *r;
+    *rate = r->per_second();
   }
   if (!(f->rates.total() > 0)) {
     return InvalidArgument("--inject " + item +
@@ -225,6 +212,12 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
         return InvalidArgument("--inject " + f.text +
                                ": every failure of a poisson schedule needs a restart; give "
                                "--max-restarts (e.g. 1000)");
+      }
+      if (job.restart_budget_per_s > 0 && f.rates.total() > job.restart_budget_per_s) {
+        return InvalidArgument(fmt::format(
+            "--inject {}: {:g} failures an hour would spend the restart budget ({:g} an hour, "
+            "--restart-budget); give --max-restarts (e.g. 1000) or a larger --restart-budget",
+            f.text, f.rates.total() * 3600, job.restart_budget_per_s * 3600));
       }
       if (f.rates.nan > 0 && !job.nan_restarts) {
         return InvalidArgument("--inject " + f.text +

@@ -100,8 +100,9 @@ struct JobShape {
   int world = 1;
   int64_t total_steps = 0;  // 0: unknown (not a `train` command)
   int max_restarts = 0;
-  int nnodes = 1;             // several: node agents with etcd (push-loss needs them)
-  bool nan_restarts = false;  // training.on_nonfinite = "restart" (a poisson nan needs it)
+  int nnodes = 1;                   // several: node agents with etcd (push-loss needs them)
+  bool nan_restarts = false;        // training.on_nonfinite = "restart" (a poisson nan needs it)
+  double restart_budget_per_s = 0;  // --restart-budget's average rate; 0: none
 };
 Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job);
 
