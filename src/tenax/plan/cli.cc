@@ -123,6 +123,14 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
   sim->add_option("--interval", s->interval,
                   "computation between checkpoints: auto (= daly) | young | DURATION");
   sim->add_option("--duration", s->duration, "failure-free training time, e.g. 54d")->required();
+  sim->add_option("--replica-groups", s->replica_groups,
+                  "live recovery: the nodes form this many data-parallel replica groups; a "
+                  "failure takes one group out while the others go on, until its replacement "
+                  "healed from a live peer (default 0: restart recovery only; the restart "
+                  "prediction is printed beside)");
+  sim->add_option("--heal-time", s->heal_time,
+                  "live recovery: a replacement node's copy of the state from a live peer and "
+                  "its joining, e.g. 2m (default 2m)");
   sim->add_option("--runs", s->runs, "simulated jobs (default 1000)");
   sim->add_option("--seed", s->seed, "random seed (default 1)");
   sim->add_option("--price-per-gpu-hour", s->price_per_gpu_hour, "dollars per GPU-hour");

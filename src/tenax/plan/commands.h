@@ -68,6 +68,8 @@ struct SimulateFlags {
   std::string repair_time = "8h";
   std::string interval = "auto";
   std::string duration;
+  int64_t replica_groups = 0;  // live recovery (simulate.h); 0: restart recovery
+  std::string heal_time = "2m";
   int64_t runs = 1000;
   uint64_t seed = 1;
   double price_per_gpu_hour = 0;

@@ -47,6 +47,7 @@ Summary Summarize(std::vector<double> v) {
 }
 
 RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
+  if (c.replica_groups > 0 && c.arrivals.empty()) return SimulateLiveRun(c, run_index);
   uint64_t mix = c.seed ^ (0x9e3779b97f4a7c15ULL * (run_index + 1));
   Rng rng(SplitMix64(&mix));
   const double rate = c.rate.per_node_hour * static_cast<double>(c.nodes()) / kHour;  // per s
@@ -139,6 +140,12 @@ Result<SimulationResult> Simulate(const SimulationConfig& c) {
   if (!(c.interval > 0)) return InvalidArgument("--interval must be > 0");
   if (c.runs < 1) return InvalidArgument(fmt::format("--runs = {} must be >= 1", c.runs));
   if (c.spares < 0) return InvalidArgument(fmt::format("--spares = {} must be >= 0", c.spares));
+  if (c.replica_groups < 0 || c.replica_groups > c.nodes() || !(c.heal_time >= 0)) {
+    return InvalidArgument(fmt::format(
+        "--replica-groups {} must be 0 (restart recovery) or 1..{} (the job's nodes), and "
+        "--heal-time >= 0",
+        c.replica_groups, c.nodes()));
+  }
   if (c.checkpoint_cost < 0 || c.restart_cost < 0 || c.swap_time < 0 || c.repair_time < 0 ||
       c.detect_time < 0) {
     return InvalidArgument("checkpoint, detection, restart, swap and repair times must be >= 0");
@@ -155,7 +162,7 @@ Result<SimulationResult> Simulate(const SimulationConfig& c) {
         FormatDuration(mtbf), FormatDuration(c.interval), FormatDuration(c.checkpoint_cost),
         FormatDuration(c.restart_cost), FormatDuration(c.swap_time)));
   }
-  std::vector<double> wall, failures, lost, ckpt, restart, waiting, efficiency;
+  std::vector<double> wall, failures, lost, ckpt, restart, waiting, short_handed, efficiency;
   double total_at_risk = 0, total_failures = 0;
   for (int64_t i = 0; i < c.runs; ++i) {
     const RunOutcome o = SimulateRun(c, static_cast<uint64_t>(i));
@@ -165,6 +172,7 @@ Result<SimulationResult> Simulate(const SimulationConfig& c) {
     ckpt.push_back(o.checkpointing);
     restart.push_back(o.restarting);
     waiting.push_back(o.waiting);
+    short_handed.push_back(o.short_handed);
     efficiency.push_back(c.duration / o.wall);
     // No failures are drawn while detecting a failure or waiting for a repair.
     total_at_risk += o.wall - o.waiting - static_cast<double>(o.failures) * c.detect_time;
@@ -177,6 +185,7 @@ Result<SimulationResult> Simulate(const SimulationConfig& c) {
   r.checkpointing = Summarize(ckpt);
   r.restarting = Summarize(restart);
   r.waiting = Summarize(waiting);
+  r.short_handed = Summarize(short_handed);
   r.efficiency = Summarize(efficiency);
   r.mtbf = mtbf;
   r.observed_mtbf = total_failures > 0 ? total_at_risk / total_failures : INFINITY;

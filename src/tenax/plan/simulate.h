@@ -31,6 +31,16 @@ struct SimulationConfig {
   double repair_time = 0;      // seconds until a failed node is back in service
   int64_t runs = 1000;
   uint64_t seed = 1;
+  // Live recovery (issue 34's resilience.mode = "live"; 0: restart recovery only). The nodes form
+  // `replica_groups` data-parallel replica groups. A failed node takes its group out of the
+  // quorum: every group waits for the verdict (detect_time), then the others go on and do the
+  // missing groups' share of each step (a step takes R / (R - k) as long with k of R groups out),
+  // losing no work, until a replacement (a spare after swap_time, else the repaired node) has
+  // healed from a live peer in heal_time and rejoined. Only when every group is out does the job
+  // restart from its checkpoint (restart_cost, the work since it lost). Failures strike healthy
+  // nodes only; none are drawn during detection, checkpoint stalls or a full restart.
+  int64_t replica_groups = 0;
+  double heal_time = 0;
   // A replay (SimulateRun only): the failures strike at these exposure times instead of being
   // drawn at `rate`: seconds at risk (computation, checkpoint stalls, restarts and swaps; not
   // detection or waiting), ascending, as `tenax launch --inject poisson:...` records them.
@@ -47,6 +57,7 @@ struct RunOutcome {
   double checkpointing = 0;  // checkpoint stalls (including ones a failure cut short)
   double restarting = 0;     // detection, swaps and restarts (including ones cut short)
   double waiting = 0;        // waiting for a repaired node when no spare was left
+  double short_handed = 0;   // live recovery: the work the missing groups did not do
   int64_t failures = 0;
 };
 
@@ -57,7 +68,7 @@ struct Summary {
 Summary Summarize(std::vector<double> values);
 
 struct SimulationResult {
-  Summary wall, failures, lost, checkpointing, restarting, waiting;
+  Summary wall, failures, lost, checkpointing, restarting, waiting, short_handed;
   Summary efficiency;        // duration / wall: the effective training time
   double mtbf = 0;           // the configured job MTBF (seconds)
   double observed_mtbf = 0;  // time at risk (not detecting or waiting) / failures, all runs
@@ -66,5 +77,7 @@ struct SimulationResult {
 // Checks the configuration (positive sizes, an interval the job can finish with) and runs it.
 Result<SimulationResult> Simulate(const SimulationConfig& config);
 RunOutcome SimulateRun(const SimulationConfig& config, uint64_t run_index);
+// One run with live recovery (SimulateRun calls it when replica_groups > 0); simulate_live.cc.
+RunOutcome SimulateLiveRun(const SimulationConfig& config, uint64_t run_index);
 
 }  // namespace tenax::plan

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tenax/plan/commands.h"
 #include "tenax/plan/failure.h"
@@ -58,6 +59,8 @@ Status RunSimulate(const SimulateFlags& f) {
   TENAX_ASSIGN_OR_RETURN(c.repair_time, ParseDuration(f.repair_time, "--repair-time"));
   TENAX_ASSIGN_OR_RETURN(c.duration, ParseDuration(f.duration, "--duration"));
   c.spares = f.spares;
+  c.replica_groups = f.replica_groups;
+  TENAX_ASSIGN_OR_RETURN(c.heal_time, ParseDuration(f.heal_time, "--heal-time"));
   c.runs = f.runs;
   c.seed = f.seed;
   const double mtbf = JobMtbfSeconds(c.rate, c.nodes());
@@ -76,6 +79,13 @@ Status RunSimulate(const SimulateFlags& f) {
   }
   if (!std::isfinite(c.interval)) c.interval = c.duration;  // no failures: one checkpoint at most
   TENAX_ASSIGN_OR_RETURN(SimulationResult r, Simulate(c));
+  // Live recovery is printed beside restart recovery of the same job.
+  std::optional<SimulationResult> restart_only;
+  if (c.replica_groups > 0) {
+    SimulationConfig rc = c;
+    rc.replica_groups = 0;
+    TENAX_ASSIGN_OR_RETURN(restart_only, Simulate(rc));
+  }
 
   // Daly's closed form for the same job; a failure costs the restart plus the swap (or, without
   // spares, the repair wait), which Daly's model folds into one restart time.
@@ -108,7 +118,15 @@ Status RunSimulate(const SimulateFlags& f) {
         {"restarting_s", SummaryJson(r.restarting)},
         {"waiting_s", SummaryJson(r.waiting)},
         {"daly_expected_wall_s", c.spares > 0 ? nlohmann::json(analytic) : nlohmann::json(nullptr)},
-        {"lost_cost", lost_cost}};
+        {"lost_cost", lost_cost},
+        {"recovery", c.replica_groups > 0 ? "live" : "restart"},
+        {"replica_groups", c.replica_groups},
+        {"heal_time_s", c.heal_time},
+        {"short_handed_s", SummaryJson(r.short_handed)}};
+    if (restart_only) {
+      j["restart_recovery"] = {{"wall_s", SummaryJson(restart_only->wall)},
+                               {"effective", SummaryJson(restart_only->efficiency)}};
+    }
     if (!checkpoint_source.empty()) j["checkpoint_cost_from"] = checkpoint_source;
     std::printf("%s\n", j.dump(2).c_str());
     return Status::Ok();
@@ -135,18 +153,29 @@ Status RunSimulate(const SimulateFlags& f) {
   out += Line("failures", r.failures, false);
   out += Line("lost computation", r.lost, true);
   out += Line("checkpoint stalls", r.checkpointing, true);
-  out += Line("restarts and swaps", r.restarting, true);
+  out +=
+      Line(c.replica_groups > 0 ? "detection, restarts" : "restarts and swaps", r.restarting, true);
   out += Line("waiting for repairs", r.waiting, true);
+  if (c.replica_groups > 0) out += Line("short-handed", r.short_handed, true);
   out += fmt::format("  observed MTBF          {:>10}\n", FormatDuration(r.observed_mtbf));
   out += fmt::format("  time lost              {:>10}", FormatDuration(r.wall.mean - c.duration));
   if (gpu_hour_price > 0) {
     out += fmt::format(" = {} of {} at ${}/GPU-hour", FormatMoney(lost_cost),
                        FormatMoney(r.wall.mean / kHour * gpus * gpu_hour_price), gpu_hour_price);
   }
+  if (restart_only) {
+    out += fmt::format(
+        "\n\nlive recovery ({} replica groups, heal {}): {:.2f}% effective; restart recovery of "
+        "the same job: {:.2f}% ({} wall-clock, 5th-95th percentile {:.2f} - {:.2f}%)",
+        c.replica_groups, FormatDuration(c.heal_time), 100 * r.efficiency.mean,
+        100 * restart_only->efficiency.mean, FormatDuration(restart_only->wall.mean),
+        100 * restart_only->efficiency.p05, 100 * restart_only->efficiency.p95);
+  }
   out += fmt::format(
-      "\n\nDaly (2006) closed form for the same job: {} expected wall-clock, {:.1f}% "
+      "\n\nDaly (2006) closed form for the same job{}: {} expected wall-clock, {:.1f}% "
       "effective\n",
-      FormatDuration(analytic), 100 * c.duration / analytic);
+      c.replica_groups > 0 ? " with restart recovery" : "", FormatDuration(analytic),
+      100 * c.duration / analytic);
   std::printf("%s", out.c_str());
   return Status::Ok();
 }

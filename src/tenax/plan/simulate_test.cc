@@ -173,5 +173,60 @@ TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
   EXPECT_DOUBLE_EQ(SimulateRun(c, 0).wall, 120.5);
 }
 
+// Live recovery, where failures rarely overlap: each costs the detection plus, for as long as
+// its group is out (swap + heal), 1/R of the job's throughput. So the expected wall time is
+// T (1 + lambda (D + (S + H) / R)) plus the checkpoint stalls, and no work is lost.
+TEST(Simulate, LiveRecoveryCostsDetectionAndAShareOfTheHealing) {
+  SimulationConfig c = Config();  // Llama 3's failure rate on 2,048 nodes, 1000 spares
+  c.replica_groups = 128;
+  c.detect_time = 60;
+  c.swap_time = 120;
+  c.heal_time = 120;
+  c.interval = 3 * kHour;
+  c.checkpoint_cost = 10;
+  c.runs = 200;
+  auto r = Simulate(c);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const double lambda = 1 / r->mtbf;
+  const double stalls = (std::ceil(c.duration / c.interval) - 1) * c.checkpoint_cost;
+  const double expected = c.duration * (1 + lambda * (60 + 240.0 / 128)) + stalls;
+  EXPECT_NEAR(r->wall.mean, expected, 0.005 * expected);
+  EXPECT_EQ(r->lost.mean, 0);
+  for (uint64_t i = 0; i < 20; ++i) {  // every second accounted for
+    const RunOutcome o = SimulateRun(c, i);
+    EXPECT_NEAR(o.wall,
+                c.duration + o.lost + o.checkpointing + o.restarting + o.waiting + o.short_handed,
+                1e-6 * o.wall);
+  }
+  EXPECT_NEAR(r->short_handed.mean, c.duration * lambda * 240.0 / 128,
+              0.05 * c.duration * lambda * 240.0 / 128);
+  // Restart recovery of the same job loses far more: the restart and the work since the
+  // checkpoint.
+  SimulationConfig restart = c;
+  restart.replica_groups = 0;
+  restart.restart_cost = 600;
+  auto rr = Simulate(restart);
+  ASSERT_TRUE(rr.ok());
+  EXPECT_LT(rr->efficiency.mean + 0.05, r->efficiency.mean);
+}
+
+// With one replica group a failure takes everything out: the job restarts from its checkpoint,
+// as restart recovery does (which also draws failures during restarts: a little slower).
+TEST(Simulate, LiveRecoveryWithOneGroupIsRestartRecovery) {
+  SimulationConfig c = Config();
+  c.runs = 400;
+  c.detect_time = 30;
+  auto restart = Simulate(c);
+  c.replica_groups = 1;
+  auto live = Simulate(c);
+  ASSERT_TRUE(restart.ok() && live.ok());
+  EXPECT_NEAR(live->wall.mean, restart->wall.mean, 0.01 * restart->wall.mean);
+  EXPECT_GT(live->lost.mean, 0);
+  EXPECT_EQ(live->short_handed.mean, 0);
+  // More groups than nodes cannot be.
+  c.replica_groups = c.nodes() + 1;
+  EXPECT_FALSE(Simulate(c).ok());
+}
+
 }  // namespace
 }  // namespace tenax::plan
