@@ -28,10 +28,11 @@ std::string Train(const TempDir& dir, const std::string& name) {
          dir.path() + " --set job.name=" + name;
 }
 
-// The launcher's flags: restarts without a practical bound, hangs found after 3 s of silence
-// (the steps take ~15 ms) with half a second for the flight records (a stopped rank leaves none).
+// The launcher's flags: restarts without a practical bound, hangs found after 4 s of silence
+// (the steps take ~15 ms; the margin keeps a loaded machine's pauses from being hangs the
+// schedule did not cause) with half a second for the flight records (a stopped rank leaves none).
 const char* kLaunch =
-    "launch --nproc-per-node 2 --max-restarts 1000 --hang-timeout 3 --flight-dump-timeout 0.5 ";
+    "launch --nproc-per-node 2 --max-restarts 1000 --hang-timeout 4 --flight-dump-timeout 0.5 ";
 
 // What a scheduled failure of each kind is called once detected.
 bool KindMatches(const std::string& scheduled, const std::string& detected) {
