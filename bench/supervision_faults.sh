@@ -51,7 +51,8 @@ attribution() {
     local name="attr$i" status="$work/attr$i-status.json" inject=""
     [ "$how" = exit ] && inject="--inject crash:rank=$rank:time=4:how=exit"
     # shellcheck disable=SC2046
-    "$bin" launch --nproc-per-node 4 --status-file "$status" $inject -- $(train "$name") \
+    "$bin" launch --nproc-per-node 4 --max-restarts 0 --status-file "$status" $inject -- \
+      $(train "$name") \
       > "$work/$name.log" 2>&1 &
     local launcher=$!
     if [ "$how" != exit ]; then

@@ -353,10 +353,10 @@ TEST_F(ParallelE2E, ImpossibleLayoutsNameEveryFactor) {
 }
 
 // A rank killed mid-run: the launcher stops the others and exits non-zero within seconds,
-// naming the rank and the signal.
+// naming the rank and the signal (--max-restarts 0: by default it would restart).
 TEST_F(ParallelE2E, DeadRankEndsTheJobNamingIt) {
   const std::string log = *dir_ / "dead.log";
-  const std::string cmd = "'" + TenaxBinary() + "' launch --nproc-per-node 3 -- " +
+  const std::string cmd = "'" + TenaxBinary() + "' launch --nproc-per-node 3 --max-restarts 0 -- " +
                           Args(*dir_, "dead", 2, 100000, "--set checkpoint.enable=false") + " > " +
                           log + " 2>&1";
   pid_t launcher = ::fork();
