@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -485,6 +486,21 @@ Result<std::unique_ptr<Communicator>> ProcessGroups::NewGroup(const std::string&
 void ProcessGroups::AbortAll() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   for (auto& group : impl_->made) group->abort();
+}
+
+Result<std::unique_ptr<Communicator>> ConnectFileStoreGroup(const std::string& path, int rank,
+                                                            int size, const GroupOptions& options) {
+  try {
+    auto store = c10::make_intrusive<c10d::FileStore>(path, size);
+    store->setTimeout(options.timeout);
+    auto group = MakeGroup(store, rank, size, options);
+    return std::unique_ptr<Communicator>(
+        std::make_unique<C10dCommunicator>(group, rank, size, options.device));
+  } catch (const std::exception& e) {
+    return Unavailable(
+        fmt::format("rank {} of {}: cannot form the group of store {} within {}s: {}", rank, size,
+                    path, options.timeout.count() / 1000, e.what()));
+  }
 }
 
 }  // namespace tenax::parallel

@@ -208,4 +208,12 @@ class ProcessGroups {
   std::unique_ptr<Communicator> world_;
 };
 
+// A group of `size` ranks formed through a c10d FileStore at `path` instead of the job's TCP
+// store (which rank 0 hosts, so it dies with rank 0): live recovery's groups, one store file per
+// membership epoch (parallel/live_group.h). Every member passes the same path and size; blocks
+// until all joined or `options.timeout` passed. Destroying the result closes the group's
+// connections.
+Result<std::unique_ptr<Communicator>> ConnectFileStoreGroup(const std::string& path, int rank,
+                                                            int size, const GroupOptions& options);
+
 }  // namespace tenax::parallel

@@ -1,0 +1,152 @@
+#include "tenax/parallel/live_group.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "tenax/core/check.h"
+#include "tenax/core/crc32.h"
+
+namespace tenax::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The record's JSON travels in a fixed-size buffer: every member must pass the same shape.
+constexpr int64_t kRecordBytes = 4096;
+
+}  // namespace
+
+LiveGroup::LiveGroup(Options options) : options_(std::move(options)) {}
+
+LiveGroup::~LiveGroup() = default;
+
+Status LiveGroup::Form(const protocol::LiveMembership& m) {
+  Leave();
+  const auto me = std::find(m.members.begin(), m.members.end(), options_.slot);
+  if (me == m.members.end()) {
+    return Internal(
+        fmt::format("slot {} is not a member of live epoch {}", options_.slot, m.epoch));
+  }
+  const int rank = static_cast<int>(me - m.members.begin());
+  const std::string path = fmt::format("{}/live-store-epoch-{}", options_.store_dir, m.epoch);
+  GroupOptions o = options_.group;
+  // One member alone still gets a real group: the code path stays the same.
+  o.c10d_for_one_rank = true;
+  TENAX_ASSIGN_OR_RETURN(comm_,
+                         ConnectFileStoreGroup(path, rank, static_cast<int>(m.members.size()), o));
+  membership_ = m;
+  return Status::Ok();
+}
+
+void LiveGroup::Leave() { comm_.reset(); }
+
+Communicator& LiveGroup::comm() {
+  TENAX_CHECK_MSG(comm_ != nullptr, "LiveGroup::comm() before Form()");
+  return *comm_;
+}
+
+Result<std::optional<protocol::LiveMembership>> LiveGroup::NewestEpoch(
+    const std::optional<protocol::LiveMembership>& seen) {
+  Communicator& c = comm();
+  const int mine = seen && seen->epoch > membership_.epoch ? seen->epoch : membership_.epoch;
+  at::Tensor epochs = c.AllGather(at::full({1}, static_cast<int64_t>(mine), at::kLong));
+  epochs = epochs.contiguous();
+  const int64_t* e = epochs.data_ptr<int64_t>();
+  int source = 0;
+  for (int r = 1; r < c.size(); ++r) {
+    if (e[r] > e[source]) source = r;
+  }
+  if (e[source] <= membership_.epoch) return std::optional<protocol::LiveMembership>();
+  at::Tensor buf = at::zeros({kRecordBytes}, at::kByte);
+  if (c.rank() == source) {
+    const std::string json = protocol::LiveMembershipJson(*seen);
+    TENAX_CHECK(static_cast<int64_t>(json.size()) < kRecordBytes);
+    std::memcpy(buf.data_ptr<uint8_t>(), json.data(), json.size());
+  }
+  c.Broadcast(buf, source);
+  const std::string json(reinterpret_cast<const char*>(buf.data_ptr<uint8_t>()));
+  TENAX_ASSIGN_OR_RETURN(protocol::LiveMembership m, protocol::ParseLiveMembership(json));
+  return std::optional<protocol::LiveMembership>(std::move(m));
+}
+
+Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int64_t step,
+                                       bool has_state) {
+  const auto t0 = Clock::now();
+  Communicator& c = comm();
+  const std::vector<int>& slots = membership_.members;
+  at::Tensor mine = at::tensor({has_state ? int64_t{1} : int64_t{0}, step}, at::kLong);
+  const at::Tensor all = c.AllGather(mine).contiguous();
+  const int64_t* v = all.data_ptr<int64_t>();
+  int source = -1;
+  for (int r = 0; r < c.size(); ++r) {
+    if (v[2 * r] == 1 && (source < 0 || v[2 * r + 1] > v[2 * source + 1])) source = r;
+  }
+  if (source < 0) {
+    return Unavailable(fmt::format(
+        "live epoch {}: no member has training state to continue from (every replica was lost); "
+        "resume from the newest checkpoint",
+        membership_.epoch));
+  }
+  LiveSyncReport report;
+  report.source_slot = slots[static_cast<size_t>(source)];
+  report.step = v[2 * source + 1];
+  for (int r = 0; r < c.size(); ++r) {
+    if (v[2 * r] == 0 || v[2 * r + 1] != report.step) {
+      report.receivers.push_back(slots[static_cast<size_t>(r)]);
+    }
+  }
+  if (report.receivers.empty()) return report;
+  // Everyone takes part in the broadcasts (collectives); members already at the step receive the
+  // bytes they hold.
+  uint32_t crc = 0;
+  for (const at::Tensor& t : state) {
+    TENAX_CHECK_MSG(t.is_contiguous() && t.device().is_cpu(), "LiveGroup::Sync: CPU tensors");
+    at::Tensor x = t;
+    c.Broadcast(x, source);
+    crc = Crc32(x.data_ptr(), x.nbytes(), crc);
+    report.bytes += static_cast<int64_t>(x.nbytes());
+  }
+  at::Tensor sent = at::full({1}, static_cast<int64_t>(crc), at::kLong);
+  c.Broadcast(sent, source);
+  report.bytes += static_cast<int64_t>(sent.nbytes()) + all.nbytes() / c.size();
+  if (sent.item<int64_t>() != static_cast<int64_t>(crc)) {
+    return DataError(fmt::format(
+        "live epoch {}: the state received from slot {} fails its checksum (crc32 {:08x}, sent "
+        "{:08x}); this replacement is discarded",
+        membership_.epoch, report.source_slot, crc, static_cast<uint32_t>(sent.item<int64_t>())));
+  }
+  report.transferred = true;
+  report.seconds = Since(t0);
+  return report;
+}
+
+Result<protocol::LiveMembership> WaitForEpochAfter(const std::string& heartbeat_dir, int epoch,
+                                                   double timeout_s,
+                                                   const std::function<void()>& on_wait) {
+  const auto t0 = Clock::now();
+  auto pause = std::chrono::milliseconds(2);
+  while (true) {
+    Result<std::optional<protocol::LiveMembership>> m = protocol::ReadLiveMembership(heartbeat_dir);
+    if (!m.ok()) return m.status();
+    if (*m && (*m)->epoch > epoch) return **m;
+    if (Since(t0) > timeout_s) {
+      return Unavailable(fmt::format(
+          "no live membership after epoch {} within {:.0f}s (the launcher decides it in {})", epoch,
+          timeout_s, protocol::LiveMembershipPath(heartbeat_dir)));
+    }
+    if (on_wait) on_wait();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace tenax::parallel

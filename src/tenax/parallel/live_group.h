@@ -1,0 +1,94 @@
+// The cross-replica group of live recovery (resilience.mode = "live", issue 34): a
+// data-parallel group that outlives the death of any of its members.
+//   Membership  decided by the launcher and read from the heartbeat folder
+//               (protocol/live_membership.h); each epoch's group forms through a store file of
+//               its own (<store_dir>/epoch-E), so it never depends on a member's process (the
+//               job's TCP store lives in rank 0) and a rank of an older epoch cannot join it.
+//   Failure     a collective that throws (a member died or was killed) makes the member Leave():
+//               dropping the group closes its connections, so the members still blocked on it
+//               fail too instead of waiting for the timeout; then it forms the next epoch.
+//   Quorum      once per step, before the step's first collective, the members agree on the
+//               newest epoch any of them has seen (NewestEpoch), so all switch at the same step
+//               boundary, e.g. to take in a replacement.
+//   Healing     after a group forms, Sync() compares every member's (has state, step); when they
+//               differ, the member with the newest state broadcasts it (the caller's tensors:
+//               weights, optimizer state, data cursor...) to every member, with a CRC-32 that
+//               each receiver checks before using it.
+// Contract: every method is collective over the members of the current epoch, called in the
+// same order by each; a member that throws out of one must Leave() before forming again.
+// Thread safety: one thread.
+// Non-goals: groups inside a replica (HSDP's shard group, TP, PP) are not re-formed here; several
+// nodes (the store is a file on this node).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+#include "tenax/parallel/communicator.h"
+#include "tenax/protocol/live_membership.h"
+
+namespace tenax::parallel {
+
+struct LiveSyncReport {
+  bool transferred = false;    // some member received state
+  int source_slot = -1;        // whose state was broadcast
+  std::vector<int> receivers;  // slots that lacked it (no state, or an older step)
+  int64_t step = 0;            // the step every member holds now
+  int64_t bytes = 0;           // bytes broadcast (the state once, plus its header)
+  double seconds = 0;
+};
+
+class LiveGroup {
+ public:
+  struct Options {
+    std::string store_dir;  // a folder only this job's ranks write (the heartbeat folder)
+    int slot = 0;           // this process's nominal data-parallel rank
+    GroupOptions group;     // backend and the forming / per-collective timeout
+  };
+  explicit LiveGroup(Options options);
+  ~LiveGroup();
+  LiveGroup(const LiveGroup&) = delete;
+  LiveGroup& operator=(const LiveGroup&) = delete;
+
+  // Forms the group of `m` (this slot must be a member): blocks until every member formed it.
+  Status Form(const protocol::LiveMembership& m);
+  // Drops the group after a failed collective (or before a newer epoch): closes its connections.
+  void Leave();
+  bool formed() const { return comm_ != nullptr; }
+  const protocol::LiveMembership& membership() const { return membership_; }
+  int slot() const { return options_.slot; }
+  // The formed group (group ranks: the order of membership().members).
+  Communicator& comm();
+
+  // The per-step quorum: `seen` is the newest record this member read (nullopt: none newer than
+  // the current epoch). Returns the newest record over all members, or nullopt when nobody saw
+  // one newer than the current epoch; the lowest member that saw it broadcasts it, so every
+  // member gets the same record even if the file changes meanwhile.
+  Result<std::optional<protocol::LiveMembership>> NewestEpoch(
+      const std::optional<protocol::LiveMembership>& seen);
+
+  // After Form: brings every member to the newest state (see the file comment). `state`: the
+  // same tensors, shapes and dtypes on every member (contiguous, CPU); `step`: the step they
+  // hold; `has_state`: false for a replacement that has nothing yet. Fails on a checksum
+  // mismatch or when no member has state.
+  Result<LiveSyncReport> Sync(const std::vector<at::Tensor>& state, int64_t step, bool has_state);
+
+ private:
+  const Options options_;
+  protocol::LiveMembership membership_;
+  std::unique_ptr<Communicator> comm_;  // null: not formed
+};
+
+// Waits until the heartbeat folder's record has an epoch above `epoch` and returns it (the
+// launcher's decision after a failure), or fails after `timeout_s`. `on_wait` runs between polls
+// (a rank refreshes its heartbeat there, so waiting is not a hang).
+Result<protocol::LiveMembership> WaitForEpochAfter(const std::string& heartbeat_dir, int epoch,
+                                                   double timeout_s,
+                                                   const std::function<void()>& on_wait = {});
+
+}  // namespace tenax::parallel

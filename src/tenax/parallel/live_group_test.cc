@@ -1,0 +1,237 @@
+#include "tenax/parallel/live_group.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "tenax/core/crc32.h"
+#include "tenax/core/temp_dir.h"
+
+namespace tenax::parallel {
+namespace {
+
+using protocol::LiveMembership;
+
+constexpr int64_t kWidth = 4096;  // elements of the "weights"
+
+// Slot s's gradient at step k: small integers, so sums are exact in any order and the weights
+// of every run, however the slots' samples were dealt out, compare bit for bit.
+at::Tensor SlotGradient(int64_t step, int slot) {
+  return at::remainder(at::arange(kWidth, at::kDouble) + (step * 131 + slot * 17), 23.0);
+}
+
+at::Tensor Reference(int world, int64_t steps) {
+  at::Tensor w = at::zeros({kWidth}, at::kDouble);
+  for (int64_t k = 1; k <= steps; ++k) {
+    for (int s = 0; s < world; ++s) w += SlotGradient(k, s);
+  }
+  return w;
+}
+
+uint32_t CrcOf(const at::Tensor& t) { return Crc32(t.data_ptr(), t.nbytes()); }
+
+std::string Env(const char* name, const char* fallback = "") {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+void Mark(const std::string& dir, int epoch, int slot) {
+  std::ofstream(fmt::format("{}/formed-{}-{}", dir, epoch, slot)) << "";
+}
+
+// One data-parallel member, as the trainer will run one (see LiveGroup.SurvivesAKilledMember):
+// every step it agrees on the membership, runs the samples of its slot and of the missing
+// slots dealt to it, and sums the gradients over the group; a collective that throws makes it
+// leave, wait for the launcher's next epoch, form it and take the newest state.
+TEST(LiveGroupWorker, DISABLED_Member) {
+  const std::string dir = Env("LIVE_DIR");
+  const int slot = std::atoi(Env("LIVE_SLOT").c_str());
+  const int64_t steps = std::atoll(Env("LIVE_STEPS").c_str());
+  const int64_t kill_step = std::atoll(Env("LIVE_KILL_STEP", "0").c_str());
+  const int64_t gate_step = std::atoll(Env("LIVE_GATE_STEP", "0").c_str());
+  const int gate_epoch = std::atoi(Env("LIVE_GATE_EPOCH", "0").c_str());
+  const bool join = Env("LIVE_JOIN") == "1";
+  LiveGroup::Options o;
+  o.store_dir = dir;
+  o.slot = slot;
+  o.group.timeout = std::chrono::seconds(60);
+  LiveGroup g(o);
+
+  at::Tensor w =
+      join ? at::full({kWidth}, std::nan(""), at::kDouble) : at::zeros({kWidth}, at::kDouble);
+  at::Tensor step_t = at::zeros({1}, at::kLong);  // travels with the state
+  int64_t step = 0;
+  nlohmann::json out = {{"slot", slot},
+                        {"epochs", nlohmann::json::array()},
+                        {"recoveries", 0},
+                        {"healed_bytes", 0},
+                        {"transfers", 0}};
+  auto form_and_sync = [&](const LiveMembership& m, bool has_state) {
+    Status st = g.Form(m);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    Mark(dir, m.epoch, slot);
+    out["epochs"].push_back(m.epoch);
+    step_t.fill_(step);
+    Result<LiveSyncReport> r = g.Sync({w, step_t}, step, has_state);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (r->transferred) {
+      out["transfers"] = out["transfers"].get<int>() + 1;
+      if (!has_state || step != r->step) out["healed_bytes"] = r->bytes;
+    }
+    step = r->step;
+    ASSERT_EQ(step_t.item<int64_t>(), step);
+  };
+  if (join) {
+    // A replacement: the launcher lists it as joining in an epoch the survivors switch to.
+    Result<LiveMembership> m = WaitForEpochAfter(dir, gate_epoch - 1, 120);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_TRUE(m->Joining(slot));
+    form_and_sync(*m, /*has_state=*/false);
+  } else {
+    Result<std::optional<LiveMembership>> m = protocol::ReadLiveMembership(dir);
+    ASSERT_TRUE(m.ok() && m->has_value());
+    form_and_sync(**m, true);
+  }
+  if (::testing::Test::HasFatalFailure()) return;
+  while (step < steps) {
+    const int64_t next = step + 1;
+    if (gate_step > 0 && next == gate_step) {
+      // Test only: hold this step until the replacement is announced, so that it joins a
+      // running job (an event, not a sleep).
+      ASSERT_TRUE(WaitForEpochAfter(dir, gate_epoch - 1, 120).ok());
+    }
+    try {
+      Result<std::optional<LiveMembership>> seen = protocol::ReadLiveMembership(dir);
+      ASSERT_TRUE(seen.ok());
+      Result<std::optional<LiveMembership>> newest = g.NewestEpoch(*seen);
+      ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+      if (*newest) {
+        form_and_sync(**newest, true);
+        if (::testing::Test::HasFatalFailure()) return;
+        continue;  // the state may have moved on
+      }
+      at::Tensor grad = at::zeros({kWidth}, at::kDouble);
+      for (int s : protocol::SlotsRunBy(g.membership(), slot)) grad += SlotGradient(next, s);
+      if (next == kill_step) ::raise(SIGKILL);  // dies between its samples and the reduction
+      g.comm().AllReduceSum(grad);
+      w += grad;
+      step = next;
+    } catch (const std::exception& e) {
+      out["recoveries"] = out["recoveries"].get<int>() + 1;
+      const int epoch = g.membership().epoch;
+      g.Leave();
+      Result<LiveMembership> m = WaitForEpochAfter(dir, epoch, 120);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      form_and_sync(*m, true);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  out["step"] = step;
+  out["crc"] = CrcOf(w);
+  std::ofstream(fmt::format("{}/result-{}{}", dir, slot, join ? "-joined" : "")) << out.dump();
+}
+
+pid_t Spawn(const std::map<std::string, std::string>& env) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::execl("/proc/self/exe", "worker", "--gtest_filter=LiveGroupWorker.DISABLED_Member",
+            "--gtest_also_run_disabled_tests", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool WaitForFile(const std::string& path, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!std::filesystem::exists(path)) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+// Four members; slot 2 is killed (SIGKILL) between its samples and step 5's reduction. The
+// others' reduction fails, they form epoch 1 without it and train its samples themselves; a
+// replacement for slot 2 is announced in epoch 2, joins at a step boundary and receives the
+// weights and the step from a live member. Every process ends with the weights of a run that
+// never failed, bit for bit: no step lost or repeated a slot's samples.
+TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
+  testing::TempDir dir;
+  const int world = 4;
+  const int64_t steps = 16;
+  LiveMembership m0{0, world, {0, 1, 2, 3}, {}};
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), m0).ok());
+  std::map<int, pid_t> pids;
+  for (int s = 0; s < world; ++s) {
+    pids[s] = Spawn({{"LIVE_DIR", dir.path()},
+                     {"LIVE_SLOT", std::to_string(s)},
+                     {"LIVE_STEPS", std::to_string(steps)},
+                     {"LIVE_KILL_STEP", s == 2 ? "5" : "0"},
+                     {"LIVE_GATE_STEP", "12"},
+                     {"LIVE_GATE_EPOCH", "2"}});
+  }
+  // The launcher's part: the member's death is the event that makes the next epoch.
+  EXPECT_EQ(WaitExit(pids[2]), 128 + SIGKILL);
+  const auto t_dead = std::chrono::steady_clock::now();
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), {1, world, {0, 1, 3}, {}}).ok());
+  for (int s : {0, 1, 3}) {
+    ASSERT_TRUE(WaitForFile(dir.Join(fmt::format("formed-1-{}", s)), 120)) << "slot " << s;
+  }
+  const double reform_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t_dead).count();
+  std::printf("epoch 1 formed by the survivors %.3f s after the death\n", reform_s);
+  const pid_t joiner = Spawn({{"LIVE_DIR", dir.path()},
+                              {"LIVE_SLOT", "2"},
+                              {"LIVE_STEPS", std::to_string(steps)},
+                              {"LIVE_JOIN", "1"},
+                              {"LIVE_GATE_EPOCH", "2"}});
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), {2, world, {0, 1, 2, 3}, {2}}).ok());
+  for (int s : {0, 1, 3}) EXPECT_EQ(WaitExit(pids[s]), 0) << "slot " << s;
+  EXPECT_EQ(WaitExit(joiner), 0);
+
+  const uint32_t want = CrcOf(Reference(world, steps));
+  for (const std::string name : {"result-0", "result-1", "result-3", "result-2-joined"}) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(std::filesystem::exists(dir.Join(name)));
+    const nlohmann::json r = ReadJson(dir.Join(name));
+    EXPECT_EQ(r["step"], steps);
+    EXPECT_EQ(r["crc"].get<uint32_t>(), want);
+    if (name == "result-2-joined") {
+      EXPECT_EQ(r["epochs"], nlohmann::json::array({2}));
+      // The weights and the step travelled once, with their checksum and the state header.
+      EXPECT_EQ(r["healed_bytes"].get<int64_t>(), kWidth * 8 + 8 + 8 + 16);
+    } else {
+      EXPECT_EQ(r["recoveries"], 1);  // step 5's reduction failed once
+      EXPECT_EQ(r["epochs"], nlohmann::json::array({0, 1, 2}));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tenax::parallel

@@ -1,0 +1,99 @@
+#include "tenax/protocol/live_membership.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "tenax/core/fs.h"
+
+namespace tenax::protocol {
+
+bool LiveMembership::Has(int slot) const {
+  return std::find(members.begin(), members.end(), slot) != members.end();
+}
+
+bool LiveMembership::Joining(int slot) const {
+  return std::find(joining.begin(), joining.end(), slot) != joining.end();
+}
+
+std::vector<int> LiveMembership::Missing() const {
+  std::vector<int> out;
+  for (int s = 0; s < world; ++s) {
+    if (!Has(s)) out.push_back(s);
+  }
+  return out;
+}
+
+std::string LiveMembershipPath(const std::string& heartbeat_dir) {
+  return heartbeat_dir + "/live-membership.json";
+}
+
+std::string LiveMembershipJson(const LiveMembership& m) {
+  nlohmann::json j = {
+      {"epoch", m.epoch}, {"world", m.world}, {"members", m.members}, {"joining", m.joining}};
+  return j.dump();
+}
+
+Result<LiveMembership> ParseLiveMembership(const std::string& json) {
+  LiveMembership m;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(json);
+    m.epoch = j.at("epoch").get<int>();
+    m.world = j.at("world").get<int>();
+    m.members = j.at("members").get<std::vector<int>>();
+    m.joining = j.value("joining", std::vector<int>{});
+  } catch (const std::exception& e) {
+    return InvalidArgument(fmt::format("live membership record: {}", e.what()));
+  }
+  const std::set<int> distinct(m.members.begin(), m.members.end());
+  std::string bad;
+  if (m.epoch < 0) bad = "a negative epoch";
+  if (m.members.empty() || static_cast<int>(m.members.size()) > m.world) {
+    bad = fmt::format("{} members for a world of {}", m.members.size(), m.world);
+  }
+  if (distinct.size() != m.members.size()) bad = "a slot listed twice";
+  for (int s : m.members) {
+    if (s < 0 || s >= m.world) bad = fmt::format("slot {} outside 0..{}", s, m.world - 1);
+  }
+  for (int s : m.joining) {
+    if (!m.Has(s)) bad = fmt::format("joining slot {} is not a member", s);
+  }
+  if (bad.empty() && m.joining.size() >= m.members.size()) {
+    bad = "no member with state to heal the joining ones from";
+  }
+  if (!bad.empty()) return InvalidArgument("live membership record has " + bad + ": " + json);
+  return m;
+}
+
+Status WriteLiveMembership(const std::string& heartbeat_dir, const LiveMembership& m) {
+  return LocalFs().WriteFileAtomic(LiveMembershipPath(heartbeat_dir), LiveMembershipJson(m));
+}
+
+Result<std::optional<LiveMembership>> ReadLiveMembership(const std::string& heartbeat_dir) {
+  std::ifstream in(LiveMembershipPath(heartbeat_dir));
+  if (!in) return std::optional<LiveMembership>();
+  std::stringstream ss;
+  ss << in.rdbuf();
+  TENAX_ASSIGN_OR_RETURN(LiveMembership m, ParseLiveMembership(ss.str()));
+  return std::optional<LiveMembership>(std::move(m));
+}
+
+std::vector<int> SlotsRunBy(const LiveMembership& m, int slot) {
+  const auto me = std::find(m.members.begin(), m.members.end(), slot);
+  if (me == m.members.end()) return {};
+  const size_t index = static_cast<size_t>(me - m.members.begin());
+  std::vector<int> out = {slot};
+  const std::vector<int> missing = m.Missing();
+  for (size_t k = 0; k < missing.size(); ++k) {
+    if (k % m.members.size() == index) out.push_back(missing[k]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace tenax::protocol

@@ -1,0 +1,53 @@
+// Live recovery's membership record (resilience.mode = "live", issue 34): which data-parallel
+// replica slots take part in the cross-replica collectives, decided by one authority (the
+// launcher, which sees every rank's process end) and read by the ranks. Each change gets a new
+// epoch; the ranks of an epoch form their group through a store of that epoch alone
+// (parallel/live_group.h), so a rank of an older membership can never join a newer group.
+//   members    slots (nominal data-parallel ranks, 0 .. world - 1) in the epoch's group, in the
+//              order of their group ranks
+//   joining    members that have no state yet (a replacement process): they receive the
+//              weights, optimizer state and data cursor from a live member when the group forms
+// The record is <heartbeat folder>/live-membership.json, written atomically (temp file +
+// rename), so a reader sees a whole record or the previous one.
+// Non-goals: several nodes (the file is node-local; the node agents will carry it in etcd).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+
+namespace tenax::protocol {
+
+struct LiveMembership {
+  int epoch = 0;
+  int world = 0;  // the nominal data-parallel world: slots 0 .. world - 1
+  std::vector<int> members;
+  std::vector<int> joining;
+
+  bool Has(int slot) const;
+  bool Joining(int slot) const;
+  // Slots of the nominal world that are not members: their samples are taken over.
+  std::vector<int> Missing() const;
+  bool operator==(const LiveMembership& o) const {
+    return epoch == o.epoch && world == o.world && members == o.members && joining == o.joining;
+  }
+};
+
+std::string LiveMembershipPath(const std::string& heartbeat_dir);  // live-membership.json
+std::string LiveMembershipJson(const LiveMembership& m);
+// Checks what every reader relies on: epoch >= 0, 1 <= |members| <= world, members distinct and
+// in range, joining a subset of members that leaves at least one member with state.
+Result<LiveMembership> ParseLiveMembership(const std::string& json);
+Status WriteLiveMembership(const std::string& heartbeat_dir, const LiveMembership& m);
+// nullopt: no record yet.
+Result<std::optional<LiveMembership>> ReadLiveMembership(const std::string& heartbeat_dir);
+
+// Which slots' micro-batches each member runs in a step: its own, and the missing slots dealt
+// round-robin over the members in group order (missing slot k of Missing() goes to member
+// k % |members|), so every slot's samples are trained exactly once per step, whatever the
+// membership. Returned for the member `slot`, in ascending slot order.
+std::vector<int> SlotsRunBy(const LiveMembership& m, int slot);
+
+}  // namespace tenax::protocol

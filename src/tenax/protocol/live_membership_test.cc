@@ -1,0 +1,49 @@
+#include "tenax/protocol/live_membership.h"
+
+#include <gtest/gtest.h>
+
+#include "tenax/core/temp_dir.h"
+
+namespace tenax::protocol {
+namespace {
+
+TEST(LiveMembership, EveryMissingSlotIsRunByExactlyOneMember) {
+  const LiveMembership m{3, 8, {0, 2, 5}, {}};
+  EXPECT_EQ(m.Missing(), (std::vector<int>{1, 3, 4, 6, 7}));
+  // Missing slots dealt round-robin in group order: 1 -> 0, 3 -> 2, 4 -> 5, 6 -> 0, 7 -> 2.
+  EXPECT_EQ(SlotsRunBy(m, 0), (std::vector<int>{0, 1, 6}));
+  EXPECT_EQ(SlotsRunBy(m, 2), (std::vector<int>{2, 3, 7}));
+  EXPECT_EQ(SlotsRunBy(m, 5), (std::vector<int>{4, 5}));
+  EXPECT_TRUE(SlotsRunBy(m, 1).empty());  // not a member
+  std::vector<int> count(8, 0);
+  for (int s : m.members) {
+    for (int run : SlotsRunBy(m, s)) ++count[static_cast<size_t>(run)];
+  }
+  EXPECT_EQ(count, std::vector<int>(8, 1));
+  const LiveMembership full{0, 4, {0, 1, 2, 3}, {}};
+  EXPECT_EQ(SlotsRunBy(full, 3), (std::vector<int>{3}));
+}
+
+TEST(LiveMembership, RoundTripsThroughTheFileAndRejectsBadRecords) {
+  testing::TempDir dir;
+  Result<std::optional<LiveMembership>> none = ReadLiveMembership(dir.path());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  const LiveMembership m{2, 4, {0, 1, 2, 3}, {2}};
+  ASSERT_TRUE(WriteLiveMembership(dir.path(), m).ok());
+  Result<std::optional<LiveMembership>> back = ReadLiveMembership(dir.path());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(**back, m);
+  for (const char* bad :
+       {R"({"epoch":1,"world":4,"members":[0,0]})", R"({"epoch":1,"world":4,"members":[0,4]})",
+        R"({"epoch":1,"world":2,"members":[]})",
+        R"({"epoch":1,"world":2,"members":[0,1],"joining":[0,1]})",
+        R"({"epoch":1,"world":2,"members":[0],"joining":[1]})", R"({"epoch":1})"}) {
+    Result<LiveMembership> r = ParseLiveMembership(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("live membership record"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tenax::protocol
