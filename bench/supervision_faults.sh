@@ -5,7 +5,11 @@
 #                code 1); counts how often goodput.json names that rank as the failure.
 #   orphans:     N runs of 2 ranks + 1 spare; after training starts the launcher is killed with
 #                SIGKILL; counts the runs where no process of the job is left 10 s later.
-# Usage: bench/supervision_faults.sh [attribution|orphans|all] [N]   (default: all 50)
+#   live:        N runs of 4 data-parallel ranks with resilience.mode = "live" (docs/resilience.md);
+#                after training starts one random rank is aborted, segfaulted or killed; counts
+#                the runs that finish with exit 0, no restart, and that rank's live recovery
+#                recorded (healed, or the run ended before its replacement could join).
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|all] [N]   (default: all 50)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
 set -uo pipefail
@@ -96,11 +100,39 @@ orphans() {
   [ "$ok" -eq "$runs" ]
 }
 
+live() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local rank=$((RANDOM % 4)) how name="live$i" status="$work/live$i-status.json"
+    case $((RANDOM % 3)) in 0) how=ABRT ;; 1) how=SEGV ;; 2) how=KILL ;; esac
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 4 --status-file "$status" -- $(train "$name") \
+      --set training.steps=400 --set parallelism.data_parallel_replicate=4 \
+      --set parallelism.data_parallel_shard=1 --set resilience.mode=live \
+      > "$work/$name.log" 2>&1 &
+    local launcher=$!
+    local pid
+    pid=$(wait_training "$status" "$rank") || { echo "run $i: training never started"; kill -9 $launcher; continue; }
+    kill -s "$how" "$pid"
+    wait $launcher
+    local code=$?
+    local got
+    got=$(json "$work/$name/goodput.json" "'%s %s %s' % (j['live_recoveries'][0]['rank'], len(j['generations']), 'healed' if j['live_recoveries'][0]['healed_at_s'] >= 0 else j['live_recoveries'][0].get('outcome', 'open'))")
+    if [ "$code" = 0 ] && [ "${got% *}" = "$rank 1" ]; then ok=$((ok + 1)); verdict="ok (${got##* })"; else
+      verdict="WRONG (exit $code; rank, generations, outcome: $got)"; fi
+    echo "live run $i: rank $rank $how -> $verdict"
+    rm -rf "${work:?}/$name"
+  done
+  echo "live: $ok of $runs trained on without a restart and recorded the failed rank"
+  [ "$ok" -eq "$runs" ]
+}
+
 status=0
 case "$what" in
   attribution) attribution || status=1 ;;
   orphans) orphans || status=1 ;;
-  all) attribution || status=1; orphans || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|all] [N]" >&2; exit 2 ;;
+  live) live || status=1 ;;
+  all) attribution || status=1; orphans || status=1; live || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|live|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

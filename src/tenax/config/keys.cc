@@ -251,6 +251,12 @@ std::vector<KeySpec> BuildKeys() {
   add(TENAX_KEY(metrics.tensorboard, "also write TensorBoard event files (run folder/tb)"));
   add(TENAX_KEY(metrics.progress, "auto (a live line on a terminal) | always | never"))
       .OneOf({"auto", "always", "never"});
+  // [resilience]
+  add(TENAX_KEY(resilience.mode,
+                "restart (every rank restarts from the newest checkpoint) | live (a failed "
+                "data-parallel replica leaves, the others keep training its samples, a "
+                "replacement heals from them; docs/resilience.md)"))
+      .OneOf({"restart", "live"});
   return k;
 }
 

@@ -183,6 +183,15 @@ struct MetricsOptions {
   std::string progress = "auto";  // auto (live line on a TTY) | always | never
 };
 
+// [resilience]: how the job lives through a failure (docs/resilience.md).
+struct ResilienceOptions {
+  // restart: every rank restarts from the newest checkpoint (tenax launch's generations).
+  // live: a failed data-parallel replica leaves the step's group, the others go on with its
+  // samples, and a replacement heals from a live replica (parallel/live_group.h; DDP on CPU
+  // ranks under tenax launch, one node, so far).
+  std::string mode = "restart";
+};
+
 struct Config {
   JobOptions job;
   ModelOptions model;
@@ -193,6 +202,7 @@ struct Config {
   ParallelismOptions parallelism;
   CheckpointOptions checkpoint;
   MetricsOptions metrics;
+  ResilienceOptions resilience;
 };
 
 }  // namespace tenax

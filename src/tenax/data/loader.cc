@@ -90,12 +90,18 @@ int64_t BatchLoader::WindowAt(int64_t g) {
 }
 
 Batch BatchLoader::Next() {
+  Batch b = BatchOf(position_, rank_);
+  position_ += batch_ * world_;
+  return b;
+}
+
+Batch BatchLoader::BatchOf(int64_t position, int64_t rank) {
+  TENAX_CHECK(position >= 0 && rank >= 0 && rank < world_);
   Batch b = EmptyBatch(batch_, seq_len_);
-  const int64_t first = position_ + rank_ * batch_;
+  const int64_t first = position + rank * batch_;
   for (int64_t row = 0; row < batch_; ++row) {
     FillRow(stream_, WindowAt(first + row), seq_len_, &b, row);
   }
-  position_ += batch_ * world_;
   return b;
 }
 

@@ -52,6 +52,9 @@ class BatchLoader {
   int64_t position() const { return position_; }
   // Continue from `position` (as saved from position()); position must be >= 0.
   void Seek(int64_t position);
+  // The batch rank `rank` (of this loader's world) takes at `position`, without moving this
+  // loader: live recovery runs a lost rank's samples on another (train/trainer_live.cc).
+  Batch BatchOf(int64_t position, int64_t rank);
 
   int64_t windows_per_epoch() const { return windows_; }
   int64_t epoch() const { return position_ / windows_; }  // of the next window to be consumed

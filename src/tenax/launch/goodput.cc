@@ -88,6 +88,7 @@ void Goodput::Load(const nlohmann::json& prev) {
   }
   stragglers_ = prev.value("stragglers", nlohmann::json::array());
   exit_faults_ = prev.value("exit_faults", nlohmann::json::array());
+  live_recoveries_ = prev.value("live_recoveries", nlohmann::json::array());
   tokens_per_s_ = prev.value("tokens_per_s", 0.0);
   run_dir_ = prev.value("run_dir", std::string());
   Segment& last = segments_.back();
@@ -204,6 +205,22 @@ void Goodput::AddExitFault(nlohmann::json fault) {
   if (fault.contains("time_s")) fault["time_s"] = Run(fault["time_s"].get<double>());
   fault["segment"] = segment_;
   exit_faults_.push_back(std::move(fault));
+}
+
+int Goodput::AddLiveRecovery(nlohmann::json r, int index) {
+  for (const char* key : {"time_s", "healed_at_s"}) {
+    // -1: not yet (healed_at_s)
+    if (r.contains(key) && r[key].is_number() && r[key].get<double>() >= 0) {
+      r[key] = Run(r[key].get<double>());
+    }
+  }
+  r["segment"] = segment_;
+  if (index >= 0 && index < static_cast<int>(live_recoveries_.size())) {
+    live_recoveries_[static_cast<size_t>(index)] = std::move(r);
+    return index;
+  }
+  live_recoveries_.push_back(std::move(r));
+  return static_cast<int>(live_recoveries_.size()) - 1;
 }
 
 int Goodput::restarts() const {
@@ -344,6 +361,7 @@ nlohmann::json Goodput::Report(double now, int exit_code, bool ended) const {
           {"failures", failures},
           {"stragglers", stragglers_},
           {"exit_faults", exit_faults_},
+          {"live_recoveries", live_recoveries_},
           {"loss_spikes", loss_spikes_},
           {"fault_schedule", fault_schedule_},
           {"generations", gens},
@@ -395,6 +413,17 @@ std::string Goodput::Summary(const nlohmann::json& r) {
     out += fmt::format("  after finishing: rank {} on {} (step {}): {}, {}\n", f.value("rank", -1),
                        f.value("host", std::string()), f.value("step", int64_t{0}),
                        f.value("kind", std::string()), f.value("detail", std::string()));
+  }
+  for (const auto& l : r.value("live_recoveries", nlohmann::json::array())) {
+    out += fmt::format(
+        "  live recovery: rank {} {} at step {}; the other {} rank(s) trained on{}\n",
+        l.value("rank", -1), l.value("kind", std::string()), l.value("step", int64_t{0}),
+        l.value("members", nlohmann::json::array()).size(),
+        l.value("healed_at_s", -1.0) >= 0
+            ? fmt::format(", healed {:.2f}s later from rank {} ({} bytes)",
+                          l.value("healed_at_s", 0.0) - l.value("time_s", 0.0),
+                          l.value("healed_from", -1), l.value("healed_bytes", int64_t{0}))
+            : "");
   }
   for (const auto& s : r.value("loss_spikes", nlohmann::json::array())) {
     out += fmt::format("  loss spike: step {} loss {:.4g} vs median {:.4g} ({})\n",

@@ -3,7 +3,9 @@
 // failure's detection until the next generation is ready to train), down time (no launcher
 // running: between a launch that ended or died and the next launch of the same run) and idle
 // (the rest: first start-up, evaluation, shut-down), and records every failure, straggler and
-// rank that hung or crashed in its teardown after finishing (`exit_faults`: nothing lost).
+// rank that hung or crashed in its teardown after finishing (`exit_faults`: nothing lost), and
+// every live recovery (`live_recoveries`, resilience.mode = "live": the others trained on; no
+// generation ended).
 //
 // A run may take several launches (a scheduler requeues it, or a killed launcher is started
 // again): each launch is a *segment*. The launcher rewrites goodput.json about once a second
@@ -68,6 +70,9 @@ class Goodput {
   // A rank that hung or crashed in its teardown, after its work was done (no restart, nothing
   // lost): {time_s (this launch's clock), generation, rank, slot, host, step, kind, detail}.
   void AddExitFault(nlohmann::json fault);
+  // A live recovery (its time_s and healed_at_s on this launch's clock); `index` from a previous
+  // call: replaces that entry (the record grows as the replacement heals).
+  int AddLiveRecovery(nlohmann::json recovery, int index = -1);
   // The trainer's loss-spike record (<run folder>/loss_spikes.json "spikes"), for the report.
   void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
   // The launch's poisson schedule (FaultSchedule::Report; its times on this launch's clock).
@@ -115,6 +120,7 @@ class Goodput {
   std::vector<FailureRecord> failures_;
   nlohmann::json stragglers_ = nlohmann::json::array();
   nlohmann::json exit_faults_ = nlohmann::json::array();
+  nlohmann::json live_recoveries_ = nlohmann::json::array();
   nlohmann::json loss_spikes_ = nlohmann::json::array();
   nlohmann::json fault_schedule_;  // null: none
   double tokens_per_s_ = 0;

@@ -145,6 +145,44 @@ TEST(GoodputTest, ATeardownHangAfterFinishingLosesNothing) {
   EXPECT_EQ(again.Report(1, 0, true)["exit_faults"].size(), 1u);
 }
 
+// Live recovery: the record is on run seconds (healed_at_s too, once it is known; -1 before),
+// grows in place as the replacement heals, ends no generation, and stays with the run.
+TEST(GoodputTest, ALiveRecoveryIsRecordedWithoutAGeneration) {
+  Goodput g(kStart, nullptr, "host", 1);
+  g.GenerationStarted(0, 0);
+  g.LeadBeat(LeadBeat(0, Phase::kReady, 0, kStart + 2, 0), 2, kStart + 2);
+  nlohmann::json e = {{"time_s", 5.0},        {"rank", 2},        {"kind", "crash"}, {"step", 3},
+                      {"members", {0, 1, 3}}, {"healed_at_s", -1}};
+  const int index = g.AddLiveRecovery(e);
+  EXPECT_EQ(g.Report(6, 0, false)["live_recoveries"][0]["healed_at_s"], -1);
+  e["healed_at_s"] = 7.5;
+  e["healed_from"] = 0;
+  e["healed_bytes"] = 1000;
+  EXPECT_EQ(g.AddLiveRecovery(e, index), index);
+  g.LeadBeat(LeadBeat(0, Phase::kTrain, 10, kStart + 12, 10), 12, kStart + 12);
+  g.GenerationEnded(12.5, 0);
+  const nlohmann::json r = g.Report(13, 0, true);
+  EXPECT_EQ(r["restarts"], 0);
+  EXPECT_TRUE(r["failures"].empty());
+  EXPECT_EQ(r["generations"].size(), 1u);
+  ASSERT_EQ(r["live_recoveries"].size(), 1u);
+  EXPECT_EQ(r["live_recoveries"][0]["time_s"], 5.0);
+  EXPECT_EQ(r["live_recoveries"][0]["healed_at_s"], 7.5);
+  EXPECT_NE(Goodput::Summary(r).find("live recovery: rank 2 crash at step 3; the other 3 rank(s) "
+                                     "trained on, healed 2.50s later from rank 0 (1000 bytes)"),
+            std::string::npos)
+      << Goodput::Summary(r);
+  Goodput again(kStart + 100, &r, "host", 2);  // the next launch: on its clock, kept as it was
+  EXPECT_EQ(again.Report(1, 0, true)["live_recoveries"], r["live_recoveries"]);
+  nlohmann::json later = {{"time_s", 1.0}, {"rank", 0}, {"healed_at_s", 2.0}};
+  again.AddLiveRecovery(later);
+  const nlohmann::json r2 = again.Report(3, 0, true);
+  ASSERT_EQ(r2["live_recoveries"].size(), 2u);
+  EXPECT_NEAR(r2["live_recoveries"][1]["time_s"].get<double>(), 101, 1e-6);
+  EXPECT_NEAR(r2["live_recoveries"][1]["healed_at_s"].get<double>(), 102, 1e-6);
+  EXPECT_EQ(r2["live_recoveries"][1]["segment"], 1);
+}
+
 TEST(GoodputTest, StaleBeatsOfAnotherGenerationAreIgnored) {
   Goodput g(kStart, nullptr, "host", 1);
   g.GenerationStarted(1, 0);

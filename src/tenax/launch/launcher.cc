@@ -67,6 +67,9 @@ struct TrainJob {
   bool async_checkpoints = false;
   bool memory_replicas = false;
   bool nan_restarts = false;  // training.on_nonfinite = "restart"
+  bool live = false;          // resilience.mode = "live"
+  // The data-parallel layout, for live mode's checks (replicate, shard, tensor, pipeline).
+  int64_t degrees[4] = {1, -1, 1, 1};
 };
 Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train") return std::optional<TrainJob>();
@@ -80,6 +83,12 @@ Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& arg
   job.async_checkpoints = config.checkpoint.enable && config.checkpoint.async;
   job.memory_replicas = config.checkpoint.enable && config.checkpoint.memory_replicas;
   job.nan_restarts = config.training.on_nonfinite == "restart";
+  job.live = config.resilience.mode == "live";
+  const ParallelismOptions& p = config.parallelism;
+  job.degrees[0] = p.data_parallel_replicate;
+  job.degrees[1] = p.data_parallel_shard;
+  job.degrees[2] = p.tensor_parallel;
+  job.degrees[3] = p.pipeline_parallel;
   return std::optional<TrainJob>(job);
 }
 
@@ -197,6 +206,36 @@ Result<int> Launch(const LaunchOptions& o) {
     job.checkpoint_dir = train->checkpoint_dir;
     job.total_steps = train->total_steps;
     job.memory_replicas = train->memory_replicas;
+    job.live = train->live;
+  }
+  if (job.live && (o.nnodes > 1 || etcd)) {
+    return InvalidArgument(
+        "resilience.mode = \"live\" runs on one node so far (--nnodes 1); set resilience.mode = "
+        "\"restart\" for several nodes");
+  }
+  if (job.live && o.nproc_per_node < 2) {
+    return InvalidArgument(
+        "resilience.mode = \"live\" needs at least 2 ranks (--nproc-per-node): a replica must "
+        "survive the failure of another");
+  }
+  if (job.live) {
+    // The ranks check these too (and what only they know: the device, the model); said here,
+    // before any of them starts.
+    const int64_t* d = train->degrees;
+    const int64_t world = o.nproc_per_node;
+    if (d[0] != world || (d[1] != 1 && d[1] != -1) || d[2] != 1 || d[3] != 1) {
+      return InvalidArgument(fmt::format(
+          "resilience.mode = \"live\" needs every rank a whole replica (DDP): "
+          "parallelism.data_parallel_replicate = {} (the world) and data_parallel_shard = "
+          "tensor_parallel = pipeline_parallel = 1, not {} / {} / {} / {}; change the layout or "
+          "set resilience.mode = \"restart\"",
+          world, d[0], d[1], d[2], d[3]));
+    }
+    if (train->async_checkpoints) {
+      return InvalidArgument(
+          "resilience.mode = \"live\" needs checkpoint.async = false (an asynchronous save "
+          "waits for every rank's files); set it, or resilience.mode = \"restart\"");
+    }
   }
   if (!o.inject.empty()) {
     TENAX_ASSIGN_OR_RETURN(job.faults, protocol::ParseFaults(o.inject));
@@ -208,7 +247,15 @@ Result<int> Launch(const LaunchOptions& o) {
     shape.nnodes = etcd ? o.nnodes : 1;
     shape.nan_restarts = train && train->nan_restarts;
     shape.restart_budget_per_s = restarts.budget_per_second();
+    shape.live = job.live;
     TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(job.faults, shape));
+    for (const protocol::Fault& f : job.faults) {
+      if (job.live && f.kind == protocol::FaultKind::kPoisson) {
+        return InvalidArgument(
+            "--inject poisson is not supported with resilience.mode = \"live\" yet (its clock "
+            "follows restarts); inject crashes at named steps (crash:rank=R:step=S)");
+      }
+    }
   }
   if (etcd && train && train->async_checkpoints) {
     return InvalidArgument(

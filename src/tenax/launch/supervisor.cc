@@ -492,17 +492,27 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
       const double window = any_primary ? kWindowS : kSecondaryWindowS;
       if (Elapsed() >= first + window || slots_->RanksAlive() == 0) {
         Decide(failed, &out);
-        log::Error("launch: {} ({}; {}); stopping the other {} rank(s) on this node",
-                   out.verdict->cause, protocol::FailureKindName(out.verdict->kind),
-                   out.verdict->reasoning, slots_->RanksAlive());
-        BeginStop(SIGTERM, o_.kill_grace_s);
+        if (job_.live && !out.interrupted && LiveRecover(gen, failed, *out.verdict)) {
+          out.verdict.reset();  // the others train on: no verdict ends this generation
+          out.exit_code = 0;
+          failed.clear();
+        } else {
+          log::Error("launch: {} ({}; {}); stopping the other {} rank(s) on this node",
+                     out.verdict->cause, protocol::FailureKindName(out.verdict->kind),
+                     out.verdict->reasoning, slots_->RanksAlive());
+          BeginStop(SIGTERM, o_.kill_grace_s);
+        }
       }
     }
+    if (job_.live && !g_.stopping) LiveTick(gen);
     if (!g_.stopping && failed.empty() && Elapsed() - g_.last_check >= kBeatCheckS) {
       g_.last_check = Elapsed();
       if (CheckBeats(gen, &out)) {
         // A hang: the ranks are stuck, SIGTERM would wait for nothing. A straggler: stop it.
-        if (out.verdict->kind == FailureKind::kHang) {
+        if (out.verdict->kind == FailureKind::kHang && job_.live && LiveKillHung(*out.verdict)) {
+          out.verdict.reset();  // the others train on once it is gone (supervisor_live.cc)
+          out.exit_code = 0;
+        } else if (out.verdict->kind == FailureKind::kHang) {
           log::Error("launch: killing every rank of generation {}", gen);
           BeginStop(SIGKILL, 0);
         } else {
@@ -548,6 +558,9 @@ void Supervisor::StartRanks(const GenerationPlan& plan, Outcome* out) {
   // A fresh store port each generation: the old one may linger in TIME_WAIT.
   const int port = plan.master_port > 0 ? plan.master_port : FreeTcpPort();
   const std::string master = plan.master_addr.empty() ? host_ : plan.master_addr;
+  g_.master_addr = master;
+  g_.master_port = port;
+  if (job_.live) LiveStart(plan.generation);
   for (int local = 0; local < n; ++local) {
     protocol::Assignment a;
     a.rank = Rank(local);
@@ -592,6 +605,11 @@ void Supervisor::Reap(int gen, const std::vector<ChildEnd>& ends, std::vector<Ra
       continue;
     }
     if (g_.stopping) continue;  // stopped by us: not evidence
+    if (std::find(g_.cancelled.begin(), g_.cancelled.end(), e.pid) != g_.cancelled.end()) {
+      MarkDone(r.local);  // a replacement the run no longer needed (supervisor_live.cc)
+      g_.exited[r.local] = true;
+      continue;
+    }
     if (e.code != 0 && Finished(gen, r.local)) {
       // Its work was done and durable: a crash in the teardown costs nothing to redo.
       log::Warn(

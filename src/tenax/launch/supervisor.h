@@ -18,6 +18,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -69,6 +70,9 @@ struct JobInfo {
   std::string goodput_path;             // where goodput.json goes; empty: nowhere
   nlohmann::json previous_goodput;      // goodput.json of earlier launches of this run (or null)
   const RunLock* run_lock = nullptr;    // passed on to every rank; may be null
+  // resilience.mode = "live" (one node): a failed rank's process is replaced while the others
+  // train on (supervisor_live.cc), instead of a new generation.
+  bool live = false;
 };
 
 class Supervisor {
@@ -159,6 +163,17 @@ class Supervisor {
   // that, silence is judged by --startup-timeout), or a NaN request (nan). While the ranks are
   // being stopped, a due arrival waits for the next generation's ranks.
   void ScheduleTick(int gen);
+  // Live recovery (resilience.mode = "live", supervisor_live.cc): the generation's first
+  // membership (every rank); a failure taken without stopping the others (false: not possible,
+  // the generation ends as usual); and, every turn of the loop, the replacements: announced as
+  // joining once ready, recorded once healed.
+  void LiveStart(int gen);
+  bool LiveRecover(int gen, const std::vector<RankEnd>& failed, const Verdict& v);
+  // A hang whose culprit is known: only that rank is killed (its death is then recovered from as
+  // a failure of kind hang); false: not possible, every rank is killed as usual.
+  bool LiveKillHung(const Verdict& v);
+  void LiveTick(int gen);
+  void LivePublish(int gen, std::vector<int> members, std::vector<int> joining);
 
   // Constant after construction.
   const LaunchOptions& o_;
@@ -208,6 +223,22 @@ class Supervisor {
     // Stopping the ranks: begun (no more evidence), and when SIGKILL follows (launch clock).
     bool stopping = false;
     double kill_at = 1e300;
+    // The ranks' store, for a replacement's assignment.
+    std::string master_addr;
+    int master_port = 0;
+    // Live recovery: the current membership, and each replacement on its way in.
+    int live_epoch = -1;
+    std::vector<int> live_members;  // ranks, ascending
+    struct Replacement {
+      int local = -1;
+      int record = -1;  // its goodput live_recoveries entry
+      nlohmann::json entry;
+      int announced_epoch = -1;  // the epoch listing it as joining; -1: not yet
+      bool healed = false;
+    };
+    std::vector<Replacement> replacements;
+    std::vector<pid_t> cancelled;  // replacements stopped because the run ended without them
+    std::map<int, Verdict> hung;   // rank -> the hang verdict that made the launcher kill it
   };
   Generation g_ = Generation(1);
 };

@@ -92,6 +92,10 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // How many ranks' samples the group's sums stand for: size(), except in a live group that
+  // lost members (parallel/live_group.h), whose others run the missing ranks' samples too; a
+  // data-parallel mean divides by it.
+  virtual int nominal_size() const { return size(); }
   // Where this group's collectives run: the CPU (Gloo, one rank) or this rank's GPU (NCCL).
   virtual at::Device device() const { return at::kCPU; }
   virtual void AllReduceSum(at::Tensor& t) = 0;  // in place
@@ -190,6 +194,12 @@ class ProcessGroups {
   // Gloo on the CPU.
   static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,
                                                         std::chrono::milliseconds timeout);
+  // Around a world made elsewhere (live recovery's proxy: parallel/live_group.h) and its
+  // stand-in `group_of_all` (another proxy): NewGroup returns a group of one rank as local, the
+  // group of every rank as `make_all()`, and refuses any other (a layout live mode does not run).
+  static std::unique_ptr<ProcessGroups> Adopt(
+      const DistEnv& env, std::unique_ptr<Communicator> world,
+      std::function<std::unique_ptr<Communicator>()> make_all);
   ~ProcessGroups();
   Communicator& world() { return *world_; }
   Backend backend() const;

@@ -113,7 +113,7 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, Fs
         if (b < end) u.tp_replicated.push_back({b - lo, end - b});
       }
     }
-    u.hooked = options_.reshard_after_forward && k > 0;
+    u.hooked = options_.reshard_after_forward && options_.reduce_in_backward && k > 0;
     if (!sharded()) {
       // DDP: the block's bucket is all-reduced as soon as its gradients exist (hooks below).
       for (size_t e = 0; e < u.params.size() && u.hooked; ++e) {
@@ -315,7 +315,9 @@ void Fsdp::WaitReduction(Unit& u) {
 
 void Fsdp::FinishStep() {
   at::NoGradGuard no_grad;
-  const double scale = 1.0 / dp_degree();
+  // The mean over every data-parallel rank's samples (a live group short of members runs the
+  // missing ranks' samples on the others: nominal_size, not size).
+  const double scale = 1.0 / (shard_.size() * replicate_.nominal_size());
   Communicator& tp = model_.tp();
   if (!sharded()) {
     // DDP: hooked units' buckets are in flight since their backward; the others (the root, or
@@ -389,6 +391,18 @@ void Fsdp::FinishStep() {
   }
   for (auto& u : units_) {
     for (auto& leaf : u->leaves) leaf.mutable_grad() = at::Tensor();
+    Reshard(*u);
+  }
+}
+
+void Fsdp::AbandonStep() {
+  for (auto& u : units_) {
+    u->reductions.clear();
+    u->bucket = at::Tensor();
+    u->grads_seen = 0;
+    u->gather = PendingCollective();
+    for (auto& leaf : u->leaves) leaf.mutable_grad() = at::Tensor();
+    if (u->shard.defined()) u->shard.mutable_grad() = at::Tensor();
     Reshard(*u);
   }
 }

@@ -85,6 +85,11 @@ struct FsdpOptions {
   // Tests: flat units, gathers and reduce-scatters even over a shard group of one rank (the GPU
   // tests run FSDP's device code on one rank of NCCL).
   bool shard_single_rank = false;
+  // Reduce each block's gradients from backward hooks, as soon as they exist (overlapping the
+  // rest of backward; once per micro-batch). false: once per step, in FinishStep, so every rank
+  // issues the same collectives however many micro-batches it ran (live recovery, whose ranks
+  // run a lost rank's micro-batches too).
+  bool reduce_in_backward = true;
 };
 
 class Fsdp final : public BlockHooks {
@@ -121,6 +126,9 @@ class Fsdp final : public BlockHooks {
 
   void BeginStep();   // before the step's first forward
   void FinishStep();  // after the step's last backward: averaged gradients in optimizer_params()
+  // After a failed collective: forgets the step's buckets and the reductions pending on the lost
+  // group (their results are never waited for) and reshards, as at the start of a step.
+  void AbandonStep();
   void GatherAll();   // every unit gathered (evaluation, checkpoint conversion)
   void ReleaseAll();  // ... and freed again
 

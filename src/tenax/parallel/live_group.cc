@@ -37,7 +37,8 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
         fmt::format("slot {} is not a member of live epoch {}", options_.slot, m.epoch));
   }
   const int rank = static_cast<int>(me - m.members.begin());
-  const std::string path = fmt::format("{}/live-store-epoch-{}", options_.store_dir, m.epoch);
+  const std::string path =
+      fmt::format("{}/{}-epoch-{}", options_.store_dir, options_.name, m.epoch);
   GroupOptions o = options_.group;
   // One member alone still gets a real group: the code path stays the same.
   o.c10d_for_one_rank = true;
@@ -53,6 +54,84 @@ Communicator& LiveGroup::comm() {
   TENAX_CHECK_MSG(comm_ != nullptr, "LiveGroup::comm() before Form()");
   return *comm_;
 }
+
+namespace {
+
+// LiveGroup::NewProxy's communicator. Each call goes to the group of the moment; the bytes it
+// moved are added to this object's own counters, and the flight recorder set on it is passed on.
+class LiveProxy final : public Communicator {
+ public:
+  explicit LiveProxy(LiveGroup& group) : group_(group) {}
+  int rank() const override { return group_.formed() ? Inner().rank() : group_.slot(); }
+  int size() const override { return group_.formed() ? Inner().size() : group_.world(); }
+  int nominal_size() const override { return group_.world(); }
+  at::Device device() const override { return at::kCPU; }
+  void AllReduceSum(at::Tensor& t) override {
+    Call([&](Communicator& c) { c.AllReduceSum(t); });
+  }
+  at::Tensor AllGather(const at::Tensor& shard) override {
+    at::Tensor r;
+    Call([&](Communicator& c) { r = c.AllGather(shard); });
+    return r;
+  }
+  at::Tensor ReduceScatterSum(const at::Tensor& full) override {
+    at::Tensor r;
+    Call([&](Communicator& c) { r = c.ReduceScatterSum(full); });
+    return r;
+  }
+  void Broadcast(at::Tensor& t, int root) override {
+    Call([&](Communicator& c) { c.Broadcast(t, root); });
+  }
+  void Barrier() override {
+    Call([&](Communicator& c) { c.Barrier(); });
+  }
+  void Send(const at::Tensor& t, int peer, int tag) override {
+    Call([&](Communicator& c) { c.Send(t, peer, tag); });
+  }
+  void Recv(at::Tensor& t, int peer, int tag) override {
+    Call([&](Communicator& c) { c.Recv(t, peer, tag); });
+  }
+  at::Tensor AllToAll(const at::Tensor& input, const std::vector<int64_t>& input_splits,
+                      const std::vector<int64_t>& output_splits) override {
+    at::Tensor r;
+    Call([&](Communicator& c) { r = c.AllToAll(input, input_splits, output_splits); });
+    return r;
+  }
+  // The asynchronous variants: issued on the group of the moment; their Wait throws if it was
+  // lost meanwhile (the caller then recovers as from any failed collective).
+  PendingCollective AllReduceSumAsync(at::Tensor t) override {
+    PendingCollective p;
+    Call([&](Communicator& c) { p = c.AllReduceSumAsync(t); });
+    return p;
+  }
+  PendingCollective AllGatherAsync(const at::Tensor& shard, at::Tensor out) override {
+    PendingCollective p;
+    Call([&](Communicator& c) { p = c.AllGatherAsync(shard, out); });
+    return p;
+  }
+  PendingCollective ReduceScatterSumAsync(const at::Tensor& full) override {
+    PendingCollective p;
+    Call([&](Communicator& c) { p = c.ReduceScatterSumAsync(full); });
+    return p;
+  }
+
+ private:
+  Communicator& Inner() const { return group_.comm(); }
+  template <typename F>
+  void Call(F&& f) {
+    Communicator& c = Inner();
+    c.SetFlightRecorder(recorder_, name_);
+    const CommStats before = c.stats();
+    f(c);
+    stats_ += c.stats() - before;
+  }
+
+  LiveGroup& group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> LiveGroup::NewProxy() { return std::make_unique<LiveProxy>(*this); }
 
 Result<std::optional<protocol::LiveMembership>> LiveGroup::NewestEpoch(
     const std::optional<protocol::LiveMembership>& seen) {

@@ -46,9 +46,11 @@ struct LiveSyncReport {
 class LiveGroup {
  public:
   struct Options {
-    std::string store_dir;  // a folder only this job's ranks write (the heartbeat folder)
-    int slot = 0;           // this process's nominal data-parallel rank
-    GroupOptions group;     // backend and the forming / per-collective timeout
+    std::string store_dir;      // a folder only this job's ranks write (the heartbeat folder)
+    std::string name = "live";  // store files: <store_dir>/<name>-epoch-E (one per generation)
+    int slot = 0;               // this process's nominal data-parallel rank
+    int world = 1;              // the nominal data-parallel world (slots 0 .. world - 1)
+    GroupOptions group;         // backend and the forming / per-collective timeout
   };
   explicit LiveGroup(Options options);
   ~LiveGroup();
@@ -62,8 +64,15 @@ class LiveGroup {
   bool formed() const { return comm_ != nullptr; }
   const protocol::LiveMembership& membership() const { return membership_; }
   int slot() const { return options_.slot; }
+  int world() const { return options_.world; }
   // The formed group (group ranks: the order of membership().members).
   Communicator& comm();
+  // A communicator that always forwards to the group formed now, whatever epoch (what the
+  // trainer's world and replicate groups are in live mode): its rank() and size() are the
+  // current epoch's (before the first Form: the slot and the nominal world), nominal_size() the
+  // nominal world, its stats() count every epoch's bytes.
+  // It must not outlive this object.
+  std::unique_ptr<Communicator> NewProxy();
 
   // The per-step quorum: `seen` is the newest record this member read (nullopt: none newer than
   // the current epoch). Returns the newest record over all members, or nullopt when nobody saw

@@ -65,6 +65,7 @@ TEST(LiveGroupWorker, DISABLED_Member) {
   LiveGroup::Options o;
   o.store_dir = dir;
   o.slot = slot;
+  o.world = 4;
   o.group.timeout = std::chrono::seconds(60);
   LiveGroup g(o);
 
@@ -185,7 +186,7 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
   testing::TempDir dir;
   const int world = 4;
   const int64_t steps = 16;
-  LiveMembership m0{0, world, {0, 1, 2, 3}, {}};
+  LiveMembership m0{0, 0, world, {0, 1, 2, 3}, {}};
   ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), m0).ok());
   std::map<int, pid_t> pids;
   for (int s = 0; s < world; ++s) {
@@ -199,7 +200,7 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
   // The launcher's part: the member's death is the event that makes the next epoch.
   EXPECT_EQ(WaitExit(pids[2]), 128 + SIGKILL);
   const auto t_dead = std::chrono::steady_clock::now();
-  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), {1, world, {0, 1, 3}, {}}).ok());
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), {1, 0, world, {0, 1, 3}, {}}).ok());
   for (int s : {0, 1, 3}) {
     ASSERT_TRUE(WaitForFile(dir.Join(fmt::format("formed-1-{}", s)), 120)) << "slot " << s;
   }
@@ -211,7 +212,7 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
                               {"LIVE_STEPS", std::to_string(steps)},
                               {"LIVE_JOIN", "1"},
                               {"LIVE_GATE_EPOCH", "2"}});
-  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), {2, world, {0, 1, 2, 3}, {2}}).ok());
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), {2, 0, world, {0, 1, 2, 3}, {2}}).ok());
   for (int s : {0, 1, 3}) EXPECT_EQ(WaitExit(pids[s]), 0) << "slot " << s;
   EXPECT_EQ(WaitExit(joiner), 0);
 

@@ -25,7 +25,8 @@ const char* kGrammar =
     "stop:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
-    "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N]; each may end in :gen=G or "
+    "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N], await-join:rank=R:step=S; "
+    "each may end in :gen=G or "
     ":gen=all; or poisson:crash=RATE:hang=RATE:nan=RATE[:seed=S] (RATE: N/h, N/min or N/s)";
 
 constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
@@ -41,6 +42,7 @@ constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
     {FaultKind::kPushLoss, "push-loss"},
     {FaultKind::kExitHang, "exit-hang"},
     {FaultKind::kExitCrash, "exit-crash"},
+    {FaultKind::kAwaitJoin, "await-join"},
     {FaultKind::kPoisson, "poisson"},
 };
 
@@ -238,6 +240,11 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
           "could never fire",
           f.text, f.step, job.total_steps));
     }
+    if (f.kind == FaultKind::kAwaitJoin && !job.live) {
+      return InvalidArgument("--inject " + f.text +
+                             ": await-join waits for a replacement to join a live group; it "
+                             "needs resilience.mode = \"live\"");
+    }
     if (f.kind == FaultKind::kPushLoss && job.nnodes < 2) {
       return InvalidArgument(fmt::format(
           "--inject {}: replicas are pushed between the nodes of a job of several nodes "
@@ -429,6 +436,17 @@ bool FaultInjector::PoisonLoss(int64_t step) {
             "NaN loss at step " + std::to_string(step) + " (the launcher's poisson schedule)");
         return true;
       }
+    }
+  }
+  return false;
+}
+
+bool FaultInjector::AwaitJoinDue(int64_t step) {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kAwaitJoin && f.step == step) {
+      Record(f, step);
+      Say(rank_, "holding step " + std::to_string(step) + " until every rank is in the group");
+      return true;
     }
   }
   return false;

@@ -30,6 +30,10 @@
 //                                                  step, final checkpoint, `finish` beat), like a
 //                                                  teardown that never returns
 //         | exit-crash:rank=R[:code=N][:gen=G]     exits with code N (default 1) at that point
+//         | await-join:rank=R:step=S[:gen=G]      resilience.mode = "live": holds rank R at the
+//                                                  start of step S until every rank is back in
+//                                                  the group (a replacement announced), so a
+//                                                  short test run sees it join
 //         | poisson:KIND=RATE[:KIND=RATE...][:seed=S]
 //                                                  failures at random: the launcher draws them
 //                                                  as a Poisson process per KIND (crash: SIGKILL,
@@ -68,6 +72,7 @@ enum class FaultKind {
   kPushLoss,
   kExitHang,
   kExitCrash,
+  kAwaitJoin,
   kPoisson,
 };
 const char* FaultKindName(FaultKind k);
@@ -103,6 +108,7 @@ struct JobShape {
   int nnodes = 1;                   // several: node agents with etcd (push-loss needs them)
   bool nan_restarts = false;        // training.on_nonfinite = "restart" (a poisson nan needs it)
   double restart_budget_per_s = 0;  // --restart-budget's average rate; 0: none
+  bool live = false;                // resilience.mode = "live" (await-join needs it)
 };
 Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job);
 
@@ -153,6 +159,9 @@ class FaultInjector {
   // `nan`, or the launcher's request (NanRequestPath, a poisson schedule): this step's loss
   // becomes NaN.
   bool PoisonLoss(int64_t step);
+  // `await-join` at the start of `step`: true once (recorded as fired); the trainer then waits
+  // for the group to be whole again (train/trainer_live.cc).
+  bool AwaitJoinDue(int64_t step);
   double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by
   // Checkpoint faults: `ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank
   // (kWritten); `ckpt-corrupt` flips a byte of the largest file in `step_dir` (kCommitted).

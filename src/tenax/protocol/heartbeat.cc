@@ -47,6 +47,10 @@ std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   b.step_s = j.value("step_s", 0.0);
   b.compute_s = j.value("compute_s", 0.0);
   b.tokens_per_s = j.value("tokens_per_s", 0.0);
+  b.live_epoch = j.value("live_epoch", -1);
+  b.healed_bytes = j.value("healed_bytes", int64_t{0});
+  b.healed_s = j.value("healed_s", 0.0);
+  b.healed_from = j.value("healed_from", -1);
   if (j.contains("recent") && j["recent"].is_array()) {
     for (const auto& r : j["recent"]) {
       if (r.is_array() && r.size() == 2) {
@@ -128,7 +132,11 @@ void HeartbeatWriter::Write(int64_t step, Phase phase) {
                             {"step_s", beat_.step_s},
                             {"compute_s", beat_.compute_s},
                             {"tokens_per_s", beat_.tokens_per_s},
-                            {"recent", recent}};
+                            {"recent", recent},
+                            {"live_epoch", beat_.live_epoch},
+                            {"healed_bytes", beat_.healed_bytes},
+                            {"healed_s", beat_.healed_s},
+                            {"healed_from", beat_.healed_from}};
   WriteBeatFile(HeartbeatPath(dir_, rank_), j.dump() + "\n");
 }
 

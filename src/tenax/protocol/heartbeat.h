@@ -46,6 +46,12 @@ struct Beat {
   double compute_s = 0;     // the last step without the time blocked in collectives
   double tokens_per_s = 0;  // the last step, global tokens
   std::vector<std::pair<int64_t, double>> recent;  // (step, compute_s) of the last few steps
+  // Live recovery (protocol/live_membership.h): the membership epoch this rank trains in (-1:
+  // not live, or between epochs), and for a replacement the state it received from a live rank.
+  int live_epoch = -1;
+  int64_t healed_bytes = 0;
+  double healed_s = 0;   // the transfer's seconds
+  int healed_from = -1;  // the rank whose state it received
 };
 std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank);
 
@@ -70,6 +76,14 @@ class HeartbeatWriter {
   void Finished(int64_t step);
   // Records the step an async save writes in the background (-1: none); sent with the next beat.
   void SetWritingCheckpoint(int64_t step) { beat_.writing_checkpoint = step; }
+  // Live recovery: the epoch trained in (-1: none), and a replacement's healing; sent with the
+  // next beat.
+  void SetLiveEpoch(int epoch) { beat_.live_epoch = epoch; }
+  void SetHealed(int from_rank, int64_t bytes, double seconds) {
+    beat_.healed_from = from_rank;
+    beat_.healed_bytes = bytes;
+    beat_.healed_s = seconds;
+  }
   // Rewrites the last beat (same step and phase) with the current fields.
   void Refresh();
 

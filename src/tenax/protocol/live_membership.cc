@@ -34,8 +34,11 @@ std::string LiveMembershipPath(const std::string& heartbeat_dir) {
 }
 
 std::string LiveMembershipJson(const LiveMembership& m) {
-  nlohmann::json j = {
-      {"epoch", m.epoch}, {"world", m.world}, {"members", m.members}, {"joining", m.joining}};
+  nlohmann::json j = {{"epoch", m.epoch},
+                      {"generation", m.generation},
+                      {"world", m.world},
+                      {"members", m.members},
+                      {"joining", m.joining}};
   return j.dump();
 }
 
@@ -44,6 +47,7 @@ Result<LiveMembership> ParseLiveMembership(const std::string& json) {
   try {
     const nlohmann::json j = nlohmann::json::parse(json);
     m.epoch = j.at("epoch").get<int>();
+    m.generation = j.value("generation", 0);
     m.world = j.at("world").get<int>();
     m.members = j.at("members").get<std::vector<int>>();
     m.joining = j.value("joining", std::vector<int>{});

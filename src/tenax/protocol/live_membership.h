@@ -22,7 +22,8 @@ namespace tenax::protocol {
 
 struct LiveMembership {
   int epoch = 0;
-  int world = 0;  // the nominal data-parallel world: slots 0 .. world - 1
+  int generation = 0;  // the launch generation whose ranks it is for (TENAX_RESTART_COUNT)
+  int world = 0;       // the nominal data-parallel world: slots 0 .. world - 1
   std::vector<int> members;
   std::vector<int> joining;
 
@@ -31,7 +32,8 @@ struct LiveMembership {
   // Slots of the nominal world that are not members: their samples are taken over.
   std::vector<int> Missing() const;
   bool operator==(const LiveMembership& o) const {
-    return epoch == o.epoch && world == o.world && members == o.members && joining == o.joining;
+    return epoch == o.epoch && generation == o.generation && world == o.world &&
+           members == o.members && joining == o.joining;
   }
 };
 

@@ -8,7 +8,7 @@ namespace tenax::protocol {
 namespace {
 
 TEST(LiveMembership, EveryMissingSlotIsRunByExactlyOneMember) {
-  const LiveMembership m{3, 8, {0, 2, 5}, {}};
+  const LiveMembership m{3, 0, 8, {0, 2, 5}, {}};
   EXPECT_EQ(m.Missing(), (std::vector<int>{1, 3, 4, 6, 7}));
   // Missing slots dealt round-robin in group order: 1 -> 0, 3 -> 2, 4 -> 5, 6 -> 0, 7 -> 2.
   EXPECT_EQ(SlotsRunBy(m, 0), (std::vector<int>{0, 1, 6}));
@@ -20,7 +20,7 @@ TEST(LiveMembership, EveryMissingSlotIsRunByExactlyOneMember) {
     for (int run : SlotsRunBy(m, s)) ++count[static_cast<size_t>(run)];
   }
   EXPECT_EQ(count, std::vector<int>(8, 1));
-  const LiveMembership full{0, 4, {0, 1, 2, 3}, {}};
+  const LiveMembership full{0, 0, 4, {0, 1, 2, 3}, {}};
   EXPECT_EQ(SlotsRunBy(full, 3), (std::vector<int>{3}));
 }
 
@@ -29,7 +29,7 @@ TEST(LiveMembership, RoundTripsThroughTheFileAndRejectsBadRecords) {
   Result<std::optional<LiveMembership>> none = ReadLiveMembership(dir.path());
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
-  const LiveMembership m{2, 4, {0, 1, 2, 3}, {2}};
+  const LiveMembership m{2, 0, 4, {0, 1, 2, 3}, {2}};
   ASSERT_TRUE(WriteLiveMembership(dir.path(), m).ok());
   Result<std::optional<LiveMembership>> back = ReadLiveMembership(dir.path());
   ASSERT_TRUE(back.ok()) << back.status().ToString();

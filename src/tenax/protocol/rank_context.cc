@@ -103,6 +103,7 @@ Result<RankContext> ReadRankContext(const GetEnv& getenv) {
   if (const char* v = get(kEnvInject)) ctx.inject = v;
   if (const char* v = get(kEnvAgentSocket)) ctx.agent_socket = v;
   if (const char* v = get(kEnvRamFolder)) ctx.ram_folder = v;
+  if (const char* v = get(kEnvLiveJoin)) ctx.live_join = std::string(v) == "1";
   return ctx;
 }
 
@@ -135,10 +136,12 @@ std::vector<std::string> StandbyEnvironment(const StandbySetup& s) {
 
 std::string AssignmentLine(const Assignment& a) {
   return fmt::format(
-      "RANK={} WORLD_SIZE={} LOCAL_RANK={} LOCAL_WORLD_SIZE={} MASTER_ADDR={} MASTER_PORT={} "
-      "{}={} {}={:.3f}",
-      a.rank, a.world, a.local_rank, a.local_world, a.master_addr, a.master_port, kEnvRestartCount,
-      a.generation, kEnvRunElapsed, a.run_elapsed_s);
+             "RANK={} WORLD_SIZE={} LOCAL_RANK={} LOCAL_WORLD_SIZE={} MASTER_ADDR={} "
+             "MASTER_PORT={} "
+             "{}={} {}={:.3f}",
+             a.rank, a.world, a.local_rank, a.local_world, a.master_addr, a.master_port,
+             kEnvRestartCount, a.generation, kEnvRunElapsed, a.run_elapsed_s) +
+         (a.live_join ? fmt::format(" {}=1", kEnvLiveJoin) : "");
 }
 
 }  // namespace tenax::protocol

@@ -20,9 +20,11 @@
 // Assignment line ("KEY=VALUE KEY=VALUE ...\n", AssignmentLine): RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names, read by parallel/dist_env.h),
 // TENAX_RESTART_COUNT (the launch generation) and TENAX_RUN_ELAPSED_S (seconds since the launch
-// started, at assignment). The values are exported into the process environment, so a rank looks
-// the same whether started by tenax launch, torchrun or srun. End of file without a line: the
-// launcher no longer needs the standby (Unavailable).
+// started, at assignment), and TENAX_LIVE_JOIN=1 for a replacement that joins a running
+// generation (resilience.mode = "live": it heals from a live rank, protocol/live_membership.h). The
+// values are exported into the process environment, so a rank looks the same whether started by
+// tenax launch, torchrun or srun. End of file without a line: the launcher no longer needs the
+// standby (Unavailable).
 #pragma once
 
 #include <functional>
@@ -45,6 +47,7 @@ inline constexpr const char* kEnvRestartCount = "TENAX_RESTART_COUNT";
 inline constexpr const char* kEnvRunElapsed = "TENAX_RUN_ELAPSED_S";
 inline constexpr const char* kEnvAgentSocket = "TENAX_AGENT_SOCKET";
 inline constexpr const char* kEnvRamFolder = "TENAX_RAM_FOLDER";
+inline constexpr const char* kEnvLiveJoin = "TENAX_LIVE_JOIN";
 
 struct RankContext {
   bool supervised = false;  // started by tenax launch
@@ -59,6 +62,7 @@ struct RankContext {
   std::string inject;           // fault spec (fault_injection.h); empty: none
   std::string agent_socket;     // several nodes: commit checkpoints through the agent
   std::string ram_folder;       // the launcher's RAM folder for memory replicas; empty: none
+  bool live_join = false;       // a replacement joining a running generation (live recovery)
 };
 
 using GetEnv = std::function<const char*(const char*)>;
@@ -92,6 +96,7 @@ struct Assignment {
   int master_port = 0;
   int generation = 0;
   double run_elapsed_s = 0;
+  bool live_join = false;
 };
 std::string AssignmentLine(const Assignment& a);  // without the trailing newline
 

@@ -24,7 +24,8 @@ Result<at::ScalarType> FsdpParamDtype(const std::string& setting, const at::Devi
 
 Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups g,
-    const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype) {
+    const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype,
+    bool reduce_once_per_step) {
   TENAX_CHECK(g.world && g.replicate && g.shard && g.pp && g.tp);
   std::unique_ptr<ParallelModel> m(new ParallelModel());
   m->spec_ = spec;
@@ -78,6 +79,7 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   // the whole step (each micro-batch would otherwise gather them again).
   parallel::FsdpOptions fo;
   fo.reshard_after_forward = p == 1;
+  fo.reduce_in_backward = !reduce_once_per_step;
   TENAX_ASSIGN_OR_RETURN(fo.param_dtype,
                          FsdpParamDtype(options.fsdp_param_dtype, device, compute_dtype));
   m->fsdp_ =
@@ -174,6 +176,11 @@ double ParallelModel::ClipGradNorm(double max_norm) {
 void ParallelModel::ZeroGrad() {
   for (auto& p : model_->params()) p.tensor.mutable_grad() = at::Tensor();
   for (auto& o : optimizer_params()) o.tensor.mutable_grad() = at::Tensor();
+}
+
+void ParallelModel::AbandonStep() {
+  fsdp_->AbandonStep();
+  ZeroGrad();
 }
 
 Result<double> ParallelModel::EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -66,9 +66,12 @@ class ParallelModel final : public StepModel {
  public:
   // `full`: the initial parameters of the whole model (same on every rank; only the parts this
   // rank holds are copied). The groups must outlive the object.
+  // `reduce_once_per_step`: the same gradient collectives on every rank whatever its number of
+  // micro-batches (live recovery; parallel::FsdpOptions::reduce_in_backward).
   static Result<std::unique_ptr<ParallelModel>> Create(
       const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups groups,
-      const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype);
+      const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype,
+      bool reduce_once_per_step = false);
   ParallelModel(const ParallelModel&) = delete;
   ParallelModel& operator=(const ParallelModel&) = delete;
 
@@ -91,6 +94,7 @@ class ParallelModel final : public StepModel {
   // all of them scaled to max_norm (0: no clipping).
   double ClipGradNorm(double max_norm) override;
   void ZeroGrad() override;
+  void AbandonStep() override;
 
   // Forward only: mean loss of (tokens, targets) (every rank of the TP/PP group gets it).
   Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) override;

@@ -37,6 +37,9 @@ class StepModel {
   virtual double ClipGradNorm(double max_norm) = 0;
   // Drops every gradient (the next step starts from none).
   virtual void ZeroGrad() = 0;
+  // After a collective of the step failed (live recovery): drops the step's partial gradients
+  // and any reduction still pending on the lost group, so the step can run again.
+  virtual void AbandonStep() { ZeroGrad(); }
 
   // Forward only: mean loss of (tokens, targets).
   virtual Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) = 0;

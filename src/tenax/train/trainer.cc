@@ -51,6 +51,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
 Trainer::~Trainer() = default;
 
 Result<TrainSummary> Trainer::Run() {
+  if (ctx_.live_join) TENAX_RETURN_IF_ERROR(LiveJoin());  // a replacement: state from a live rank
   if (progress_.step >= last_step_) {
     // Nothing to do is not an error: a scheduler that requeues a finished job must see success.
     log::Info(
@@ -85,7 +86,11 @@ Result<TrainSummary> Trainer::Run() {
 // reductions and clipping, the step's loss agreed over ranks (a non-finite one ends the run
 // here, before any update), the update, then the bookkeeping and the metrics line. Injected
 // faults (tenax launch --inject) act at three named points, each a no-op without one.
-Status Trainer::Step(int64_t step) {
+// Live recovery runs it again after a lost member (LiveStep): nothing it changes before its last
+// collective survives a retry (the data cursor moves with progress_, the gradients are dropped).
+Status Trainer::Step(int64_t step) { return live() ? LiveStep(step) : StepOnce(step); }
+
+Status Trainer::StepOnce(int64_t step) {
   InjectAtStepBegin(step);
   const auto t0 = Clock::now();
   const parallel::CommStats comm0 = TotalStats(all_groups_);
@@ -173,6 +178,29 @@ double Trainer::InjectIntoLoss(int64_t step, double loss) {
 }
 
 Result<double> Trainer::ForwardBackwardMicroBatches() {
+  if (live()) {
+    // This rank's samples and those of the missing ranks dealt to it (protocol::SlotsRunBy), each
+    // rank's micro-batches scaled as that rank would have: the group's sum divided by the nominal
+    // world (Fsdp) is the gradient of the whole global batch. The cursor moves once the step is
+    // done (progress_), so a retried step reads the same samples.
+    const std::vector<int> slots = protocol::SlotsRunBy(live_->membership(), env_.rank);
+    const int64_t start = progress_.data_position;
+    const int64_t per_micro = t_.local_batch_size * mesh_->dp();
+    double loss_sum = 0;
+    for (int64_t micro = 0; micro < batch_.accum; ++micro) {
+      for (int slot : slots) {
+        data::Batch b = loader_->BatchOf(start + micro * per_micro, slot);
+        const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
+        const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
+        TENAX_ASSIGN_OR_RETURN(double l,
+                               step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
+        loss_sum += l;
+      }
+    }
+    loader_->Seek(start + batch_.accum * per_micro);
+    live_slots_ = static_cast<int>(slots.size());
+    return loss_sum / static_cast<double>(batch_.accum * live_slots_);
+  }
   double loss_sum = 0;
   for (int64_t micro = 0; micro < batch_.accum; ++micro) {
     data::Batch b = loader_->Next();
@@ -188,7 +216,8 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
 double Trainer::MeanOverRanks(double loss) {
   if (!env_.distributed()) return loss;
   // TP and PP ranks agree on the loss already; the mean is over every rank.
-  at::Tensor l = at::full({1}, loss, at::kDouble);
+  // Live: this rank's loss stands for the live_slots_ ranks whose samples it ran.
+  at::Tensor l = at::full({1}, live() ? loss * live_slots_ : loss, at::kDouble);
   groups_->world().AllReduceSum(l);
   return l.item<double>() / env_.world;
 }
@@ -229,7 +258,9 @@ Result<SpikeAction> Trainer::CheckSpike(int64_t step, double loss) {
   // Back at a step that already made the run roll back: the spike is the data's, not a
   // transient fault's, so this time the step is skipped.
   if (action == "restart" && rolled_back_.count(step) > 0) action = "skip";
-  if (env_.rank == 0) {  // every rank decides the same (the loss is the mean over ranks)
+  // Every rank decides the same (the loss is the mean over ranks); the group's first one says it
+  // (rank 0, or the lead of a live group that lost rank 0).
+  if (groups_->world().rank() == 0) {
     log::Warn(
         "step {}: loss spike: {:.4g} is {:.1f}x the median {:.4g} of the last {} steps "
         "(training.loss_spike_factor = {}); {}",
@@ -272,12 +303,15 @@ int Trainer::OriginOf(double local_loss, bool nonfinite) {
   const at::Tensor all =
       groups_->world().AllGather(at::full({1}, local_loss, at::kDouble)).contiguous();
   const double* v = all.data_ptr<double>();
+  // Live: group ranks are the members' positions; name the rank (slot) itself.
+  auto rank_of = [&](int r) { return live() ? live_->membership().members[r] : r; };
+  const int n = groups_->world().size();
   int largest = 0;
-  for (int r = 0; r < env_.world; ++r) {
-    if (!std::isfinite(v[r])) return r;
+  for (int r = 0; r < n; ++r) {
+    if (!std::isfinite(v[r])) return rank_of(r);
     if (v[r] > v[largest]) largest = r;
   }
-  return nonfinite ? -1 : largest;
+  return nonfinite ? -1 : rank_of(largest);
 }
 
 Status Trainer::Evaluate(int64_t step) {

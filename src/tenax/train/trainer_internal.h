@@ -25,6 +25,7 @@
 #include "tenax/data/source.h"
 #include "tenax/model/llama.h"
 #include "tenax/parallel/communicator.h"
+#include "tenax/parallel/live_group.h"
 #include "tenax/parallel/mesh.h"
 #include "tenax/protocol/agent_channel.h"
 #include "tenax/protocol/fault_injection.h"
@@ -85,7 +86,22 @@ class Trainer {
   Status ReconcileResume();
   Status SetupLoaders();
 
+  // Live recovery (resilience.mode = "live", trainer_live.cc): the layout it needs, this rank's
+  // group of the first epoch (a replacement's comes in LiveJoin), the step run again after a lost
+  // member until it completes, the recovery from a failed collective, the replacement's healing,
+  // and the state that travels to a rank that lacks it.
+  Status CheckLiveLayout(const parallel::GroupOptions& go);
+  Status SetupLiveWorld(const parallel::GroupOptions& go);
+  Status LiveStep(int64_t step);
+  Result<bool> LiveQuorum();  // true: switched to a newer epoch
+  Status LiveRecover(int64_t step, const std::string& what);
+  Status LiveJoin();
+  Status LiveSync(const std::optional<protocol::LiveMembership>& next, bool has_state);
+  Status LiveSyncState(const protocol::LiveMembership& next, bool has_state);
+  bool live() const { return live_ != nullptr; }
+
   Status Step(int64_t step);
+  Status StepOnce(int64_t step);
   // Step's parts (trainer.cc says the order): the injected faults (tenax launch --inject) due at
   // a step's start, before its gradient collectives (slow, hang: `compute_s` is the compute so
   // far) and on its loss (nan, spike); every micro-batch's forward and backward (their mean
@@ -132,6 +148,7 @@ class Trainer {
   BatchShape batch_;  // the step's batch; a resume may re-derive its accumulation
   FlopsPerToken flops_;
   std::string run_dir_, ckpt_dir_, config_toml_;
+  std::unique_ptr<parallel::LiveGroup> live_;  // live recovery only; outlives its proxies below
   std::unique_ptr<parallel::ProcessGroups> groups_;
   std::unique_ptr<parallel::Communicator> shard_group_, replicate_group_, tp_group_, pp_group_;
   std::unique_ptr<parallel::Communicator> ep_group_, ep_shard_group_;  // expert_parallel > 1
@@ -165,6 +182,7 @@ class Trainer {
   FailureKind failure_kind_ = FailureKind::kSetup;
   bool failure_secondary_ = false;
   double local_loss_ = 0;  // this rank's loss of the current step, before the mean over ranks
+  int live_slots_ = 1;     // live recovery: data-parallel ranks whose samples this rank ran
   TrainSummary summary_;
 };
 

@@ -123,7 +123,12 @@ Status Trainer::SetupGroups() {
       config_.parallelism.collective_timeout_s > 0
           ? static_cast<int64_t>((config_.parallelism.collective_timeout_s + 60) * 1000)
           : int64_t{30} * 60 * 1000);
-  TENAX_ASSIGN_OR_RETURN(groups_, parallel::ProcessGroups::Connect(env_, go));
+  if (config_.resilience.mode == "live" && env_.distributed()) {
+    TENAX_RETURN_IF_ERROR(CheckLiveLayout(go));
+    TENAX_RETURN_IF_ERROR(SetupLiveWorld(go));
+  } else {
+    TENAX_ASSIGN_OR_RETURN(groups_, parallel::ProcessGroups::Connect(env_, go));
+  }
   auto group = [&](const char* name, parallel::Axis axis,
                    std::unique_ptr<parallel::Communicator>* out) -> Status {
     TENAX_ASSIGN_OR_RETURN(*out, groups_->NewGroup(name, mesh.GroupOf(env_.rank, axis)));
@@ -206,7 +211,7 @@ Status Trainer::SetupModel() {
                       ep_shard_group_.get()};
     TENAX_ASSIGN_OR_RETURN(parallel_model_,
                            ParallelModel::Create(spec_, model_->params(), pg, config_.parallelism,
-                                                 device_.device, device_.compute_dtype));
+                                                 device_.device, device_.compute_dtype, live()));
     model_->ReleaseParams();
     step_model_ = parallel_model_.get();
   } else {
@@ -265,7 +270,7 @@ Status Trainer::SetupCheckpoints() {
   cs.options = config_.checkpoint;
   cs.total_steps = t_.steps;
   cs.folder = ckpt_dir_;
-  if (config_.checkpoint.memory_replicas && env_.distributed()) {
+  if (config_.checkpoint.memory_replicas && env_.distributed() && !live()) {
     // Started by tenax launch: the launcher's RAM folder, which lives as long as it does. Else
     // (torchrun, srun) one per run, kept: the job's name for whoever looks at /dev/shm, and the
     // CRC-32 of the checkpoint folder's absolute path so two runs of one job name on a host (two
@@ -298,6 +303,9 @@ Status Trainer::SetupCheckpoints() {
   }
   checkpointer_ =
       std::make_unique<TrainCheckpointer>(cs, *store_, env_.distributed() ? &world : nullptr);
+  // A replacement joining a live job takes its state from a live rank (LiveJoin), not from a
+  // checkpoint, and takes part in none of the resume's collectives.
+  if (ctx_.live_join) return Status::Ok();
 
   // With memory replicas the newest checkpoint comes out of RAM when every rank has copies of
   // every file; otherwise storage, repaired from the copies where they can.
@@ -370,7 +378,7 @@ Status Trainer::SetupLoaders() {
       val_loader_,
       data::EvalLoader::Create(data_.val, t_.seq_len, t_.local_batch_size,
                                config_.metrics.eval_tokens, mesh.dp_index(env_.rank), mesh.dp()));
-  if (env_.rank == 0) {
+  if (env_.rank == 0 && !ctx_.live_join) {  // a replacement opens it once healed (LiveJoin)
     TENAX_ASSIGN_OR_RETURN(reporter_out_,
                            Reporter::Open(run_dir_, config_.metrics, progress_.step));
     summary_.metrics_path = reporter_out_->metrics_path();

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Live recovery against restarts on the same faults (issue 34's evidence): 4 data-parallel CPU
+# ranks, STEPS steps, K ranks killed (SIGKILL, by --inject crash) at evenly spaced steps, rotating
+# over the ranks; once with resilience.mode = "restart" (every failure: stop every rank, resume from
+# the newest checkpoint, redo the steps since) and once with "live" (the others train on, a
+# replacement heals from them), plus an unfailed run. Prints a Markdown table: wall time, the
+# goodput split's effective training ratio, the unfailed run's wall time over the run's (the
+# share of time that was as good as no failure), steps redone, restarts, replacements healed;
+# and writes it as JSON to OUT when given. Effective time, not speed: run it on an idle machine.
+# Usage: bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps="${1:-400}"
+kills="${2:-8}"
+out="${3:-}"
+bin="${TENAX_BIN:-$PWD/build/tenax}"  # TENAX_BIN: a copy, to rebuild while this runs
+work="$(mktemp -d /tmp/tenax-live-bench-XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+
+train() {  # train args for a run named $1
+  echo "train --defaults --set data.source=synthetic --set model.preset=debug-tiny" \
+       "--set training.seq_len=64 --set data.synthetic.train_tokens=400000" \
+       "--set data.synthetic.vocab_size=32 --set data.synthetic.order=1" \
+       "--set metrics.eval_interval=0 --set metrics.progress=never --set optimizer.lr=3e-3" \
+       "--set training.steps=$steps --set training.local_batch_size=8 --set checkpoint.interval=25" \
+       "--set parallelism.data_parallel_replicate=4 --set parallelism.data_parallel_shard=1" \
+       "--set job.dump_folder=$work --set job.name=$1"
+}
+
+# The same kills for both modes: at steps spaced evenly (never the first or last tenth), on
+# ranks 1, 2, 3, 0, 1, ...; restarts need each in its own generation.
+live_spec="" restart_spec=""
+for i in $(seq 0 $((kills - 1))); do
+  step=$((steps / 10 + i * (steps * 8 / 10) / kills))
+  rank=$(((i + 1) % 4))
+  live_spec+="${live_spec:+,}crash:rank=$rank:step=$step"
+  restart_spec+="${restart_spec:+,}crash:rank=$rank:step=$step:gen=$i"
+done
+
+run() {  # run NAME EXTRA-LAUNCH-FLAGS... -- EXTRA-TRAIN-ARGS
+  local name="$1"; shift
+  local flags=()
+  while [ "$1" != "--" ]; do flags+=("$1"); shift; done
+  shift
+  # shellcheck disable=SC2046
+  "$bin" launch --nproc-per-node 4 "${flags[@]}" -- $(train "$name") "$@" > "$work/$name.log" 2>&1 || {
+    echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
+}
+
+run clean --
+run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
+run live --inject "$live_spec" -- --set resilience.mode=live
+
+python3 - "$work" "$steps" "$kills" "$out" <<'PY'
+import json, sys
+work, steps, kills, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+g = {m: json.load(open(f"{work}/{m}/goodput.json")) for m in ("clean", "restart", "live")}
+rows = []
+print(f"| mode ({steps} steps, {kills} kills, 4 ranks) | wall s | effective ratio (goodput.json) "
+      "| unfailed wall / wall | steps redone | restarts | replacements healed |")
+print("|---|---|---|---|---|---|---|")
+for m in ("clean", "restart", "live"):
+    j = g[m]
+    healed = sum(1 for r in j.get("live_recoveries", []) if r.get("healed_at_s", -1) >= 0)
+    row = {"mode": m, "wall_s": j["wall_s"], "effective_ratio": j["effective_training_ratio"],
+           "vs_unfailed": g["clean"]["wall_s"] / j["wall_s"], "steps_redone": j["steps_redone"],
+           "restarts": j["restarts"], "live_recoveries": len(j.get("live_recoveries", [])),
+           "healed": healed, "step": j["step"]}
+    rows.append(row)
+    print(f"| {m} | {row['wall_s']:.1f} | {row['effective_ratio']:.3f} | {row['vs_unfailed']:.3f} "
+          f"| {row['steps_redone']} | {row['restarts']} | {healed} |")
+if out:
+    json.dump({"steps": steps, "kills": kills, "ranks": 4, "rows": rows}, open(out, "w"), indent=1)
+PY

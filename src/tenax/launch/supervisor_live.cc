@@ -1,0 +1,224 @@
+// Live recovery on one node (resilience.mode = "live", docs/resilience.md): the launcher is the
+// one authority on who is in the ranks' data-parallel group (protocol/live_membership.h).
+//   Start      every rank is a member of the generation's epoch 0, written before any starts.
+//   Failure    a rank whose process ended is dropped: the next epoch lists the others, who form
+//              it and train on with its samples (train/trainer_live.cc); no other process stops.
+//              A replacement process takes its place at once, told to join (TENAX_LIVE_JOIN).
+//   Joining    once the replacement has set up (its ready beat), the next epoch lists it as
+//              joining; the members take it in at a step boundary and send it their state.
+//   Healed     its first beat in that epoch with the bytes it received closes the record in
+//              goodput.json `live_recoveries`.
+// Every replacement counts against the restart budget (restart_policy.h), so a rank that fails
+// again and again ends the job as restarts would. A failure that is not a rank process ending
+// (a hang, a straggler, every rank at once) still ends the generation and restarts every rank.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tenax/core/log.h"
+#include "tenax/launch/supervisor.h"
+#include "tenax/protocol/live_membership.h"
+
+namespace tenax::launch {
+
+void Supervisor::LivePublish(int gen, std::vector<int> members, std::vector<int> joining) {
+  std::sort(members.begin(), members.end());
+  protocol::LiveMembership m;
+  m.epoch = ++g_.live_epoch;
+  m.generation = gen;
+  m.world = o_.nproc_per_node;
+  m.members = members;
+  m.joining = std::move(joining);
+  g_.live_members = std::move(members);
+  if (Status st = protocol::WriteLiveMembership(hb_dir_, m); !st.ok()) {
+    // The ranks wait for it; without it they end (and the generation with them).
+    log::Error("launch: cannot write the live membership: {}", st.message());
+  }
+}
+
+void Supervisor::LiveStart(int gen) {
+  std::vector<int> all;
+  for (int local = 0; local < o_.nproc_per_node; ++local) all.push_back(Rank(local));
+  g_.live_epoch = -1;
+  LivePublish(gen, all, {});
+}
+
+bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const Verdict& v) {
+  if (g_.stopping || nnodes_ > 1 || !protocol::Restartable(v.code)) return false;
+  std::vector<int> dead;
+  std::map<int, std::string> how;  // rank -> how its process ended
+  for (const RankEnd& e : failed) {
+    dead.push_back(e.rank);
+    how[e.rank] = protocol::DescribeExitCode(e.code) +
+                  (e.report ? ": " + e.report->cause.substr(0, e.report->cause.find('\n')) : "");
+  }
+  std::vector<int> members;
+  for (int r : g_.live_members) {
+    if (std::find(dead.begin(), dead.end(), r) == dead.end()) members.push_back(r);
+  }
+  if (members.empty()) return false;  // nobody holds the state: restart from a checkpoint
+  for (int r : dead) {
+    // Its work was done: the end of the run, nothing to recover.
+    if (Finished(gen, r - node_rank_ * o_.nproc_per_node)) return false;
+  }
+  if (std::optional<std::string> no = restarts_.Take(gen, Elapsed())) {
+    log::Error("launch: {}; no replacement for rank(s) {}", *no, fmt::join(dead, ","));
+    return false;
+  }
+  // Replacements that were still on their way in and are among the dead are given up.
+  auto& pending = g_.replacements;
+  pending.erase(std::remove_if(pending.begin(), pending.end(),
+                               [&](const Generation::Replacement& r) {
+                                 return !r.healed && std::find(dead.begin(), dead.end(),
+                                                               Rank(r.local)) != dead.end();
+                               }),
+                pending.end());
+  if (members != g_.live_members) LivePublish(gen, members, {});
+  for (int rank : dead) {
+    const int local = rank - node_rank_ * o_.nproc_per_node;
+    // The step it had finished: its last beat, read now (the loop's copy may be older).
+    const std::optional<protocol::Beat> last = protocol::ReadHeartbeat(hb_dir_, rank);
+    const int64_t step = last && last->generation == gen ? last->step : g_.beats[local].step;
+    // Killed by the launcher for a hang (LiveKillHung): the hang is the failure, not the kill.
+    Verdict why = v;
+    if (auto h = g_.hung.find(rank); h != g_.hung.end()) {
+      why = h->second;
+      g_.hung.erase(h);
+    } else if (v.rank != rank) {
+      why.kind = protocol::FailureKind::kCrash;
+      why.cause = fmt::format("rank {} {} (with rank {}'s failure)", rank, how[rank], v.rank);
+    }
+    int slot = slots_->SlotOf(local);
+    if (protocol::BlamesSlot(why.kind)) slot = slots_->Exclude(slot);
+    protocol::Assignment a;
+    a.rank = rank;
+    a.world = o_.nproc_per_node * nnodes_;
+    a.local_rank = local;
+    a.local_world = o_.nproc_per_node;
+    a.master_addr = g_.master_addr;
+    a.master_port = g_.master_port;
+    a.generation = gen;
+    a.run_elapsed_s = Elapsed();
+    a.live_join = true;
+    Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
+    if (!pid.ok()) {
+      log::Error("launch: no replacement for rank {}: {}", rank, pid.status().message());
+      return false;
+    }
+    g_.pids[local] = *pid;
+    g_.exited[local] = false;
+    g_.finished[local] = false;
+    g_.last_step[local] = -1;
+    Generation::Replacement r;
+    r.local = local;
+    r.entry = {{"time_s", Elapsed()},
+               {"generation", gen},
+               {"rank", rank},
+               {"slot", slot},
+               {"kind", protocol::FailureKindName(why.kind)},
+               {"cause", why.cause},
+               {"step", step},
+               {"detection_s", Elapsed() - (why.mono_s - t0_mono_)},
+               {"epoch", g_.live_epoch},
+               {"members", g_.live_members},
+               {"replacement_pid", *pid},
+               {"healed_at_s", -1}};
+    r.record = goodput_.AddLiveRecovery(r.entry);
+    g_.replacements.push_back(std::move(r));
+    log::Warn(
+        "launch: {} ({}); live recovery: rank(s) {} train on in epoch {}, a replacement for "
+        "rank {} starts in slot {} (pid {})",
+        why.cause, protocol::FailureKindName(why.kind), fmt::join(g_.live_members, ","),
+        g_.live_epoch, rank, slot, *pid);
+  }
+  WriteGoodput(false, 0);
+  return true;
+}
+
+bool Supervisor::LiveKillHung(const Verdict& v) {
+  if (v.rank < 0 || nnodes_ > 1) return false;
+  const int local = v.rank - node_rank_ * o_.nproc_per_node;
+  if (local < 0 || local >= o_.nproc_per_node || g_.pids[local] <= 0) return false;
+  if (std::find(g_.live_members.begin(), g_.live_members.end(), v.rank) == g_.live_members.end()) {
+    return false;
+  }
+  log::Error("launch: {}; killing rank {} only: the others train on without it (live recovery)",
+             v.cause, v.rank);
+  g_.hung[v.rank] = v;
+  ::kill(g_.pids[local], SIGKILL);
+  ::kill(g_.pids[local], SIGCONT);
+  g_.last_progress = Elapsed();  // the hang clock starts again with the recovery
+  return true;
+}
+
+void Supervisor::LiveTick(int gen) {
+  bool members_done = true;
+  for (int rank : g_.live_members) {
+    members_done = members_done && Done(rank - node_rank_ * o_.nproc_per_node);
+  }
+  // Replacements are announced one epoch at a time: every one that is ready, together, and only
+  // once the previous announcement was taken in (a joiner forms exactly the epoch that listed it;
+  // a newer one announced meanwhile would leave it waiting alone).
+  bool announcing = false;
+  for (const Generation::Replacement& r : g_.replacements) {
+    announcing = announcing || (r.announced_epoch >= 0 && !r.healed);
+  }
+  if (!announcing && !members_done) {
+    std::vector<int> members = g_.live_members, joining;
+    for (const Generation::Replacement& r : g_.replacements) {
+      if (r.announced_epoch < 0 && CurrentBeat(gen, r.local)) joining.push_back(Rank(r.local));
+    }
+    if (!joining.empty()) {
+      members.insert(members.end(), joining.begin(), joining.end());
+      LivePublish(gen, members, joining);
+      for (Generation::Replacement& r : g_.replacements) {
+        if (std::find(joining.begin(), joining.end(), Rank(r.local)) != joining.end()) {
+          r.announced_epoch = g_.live_epoch;
+        }
+      }
+      log::Info("launch: the replacement(s) for rank(s) {} are ready; they join in epoch {}",
+                fmt::join(joining, ","), g_.live_epoch);
+    }
+  }
+  for (Generation::Replacement& r : g_.replacements) {
+    if (r.healed) continue;
+    if (members_done && g_.pids[r.local] > 0 &&
+        std::find(g_.cancelled.begin(), g_.cancelled.end(), g_.pids[r.local]) ==
+            g_.cancelled.end()) {
+      // The others finished the run before it could join: nothing is left for it to do.
+      log::Info("launch: the run ended before the replacement for rank {} joined; stopping it",
+                Rank(r.local));
+      g_.cancelled.push_back(g_.pids[r.local]);
+      ::kill(g_.pids[r.local], SIGKILL);
+      r.entry["healed_at_s"] = -1;
+      r.entry["outcome"] = "the run ended before it joined";
+      goodput_.AddLiveRecovery(r.entry, r.record);
+      continue;
+    }
+    const std::optional<protocol::Beat> beat = CurrentBeat(gen, r.local);
+    if (!beat) continue;
+    const int rank = Rank(r.local);
+    if (r.announced_epoch < 0) continue;  // not ready yet, or waiting for its announcement
+    if (beat->live_epoch < r.announced_epoch || beat->healed_bytes <= 0) continue;
+    r.healed = true;
+    r.entry["healed_at_s"] = Elapsed();
+    r.entry["healed_from"] = beat->healed_from;
+    r.entry["healed_bytes"] = beat->healed_bytes;
+    r.entry["transfer_s"] = beat->healed_s;
+    r.entry["joined_epoch"] = r.announced_epoch;
+    r.entry["joined_at_step"] = beat->step;
+    // Steps the others trained while short of this rank (its samples run on the others).
+    r.entry["steps_short_handed"] = beat->step - r.entry["step"].get<int64_t>();
+    goodput_.AddLiveRecovery(r.entry, r.record);
+    log::Info(
+        "launch: rank {} healed from rank {} ({} bytes in {:.3f}s) and trains again at step {}: "
+        "{:.2f}s after its failure, {} step(s) short-handed",
+        rank, beat->healed_from, beat->healed_bytes, beat->healed_s, beat->step,
+        Elapsed() - r.entry["time_s"].get<double>(), r.entry["steps_short_handed"].get<int64_t>());
+    WriteGoodput(false, 0);
+  }
+}
+
+}  // namespace tenax::launch
