@@ -169,8 +169,10 @@ void Goodput::LeadBeat(const Beat& beat, double now, double wall_now) {
     g.last_step = beat.step;
     g.last_step_at = at;
   }
-  g.steps_s = beat.steps_s;
-  g.checkpoint_s = beat.checkpoint_s;
+  // Never backwards: with live recovery the lead may become another process of the same
+  // generation (supervisor_live.cc), whose counters cover less.
+  g.steps_s = std::max(g.steps_s, beat.steps_s);
+  g.checkpoint_s = std::max(g.checkpoint_s, beat.checkpoint_s);
   if (beat.tokens_per_s > 0) tokens_per_s_ = beat.tokens_per_s;
 }
 

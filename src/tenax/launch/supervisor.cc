@@ -270,7 +270,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
       g_.finished[i] = true;
     }
     if (local_stragglers_) stragglers_.Add(i, beat->recent);
-    if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
+    if (i == 0 && !job_.live) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
     if (beat->step == g_.last_step[i]) {
       if (beat->work != g_.last_work[i]) {  // evaluating: progress, but not a step's interval
         g_.last_work[i] = beat->work;
@@ -287,6 +287,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     g_.last_step[i] = beat->step;
     g_.last_progress = Elapsed();
   }
+  if (job_.live) LiveGoodputBeat(gen);
   for (const Straggler& s : stragglers_.Evaluate()) {
     ++straggler_count_;
     const int slot = slots_->SlotOf(s.local);
@@ -538,8 +539,9 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
     auto beat = CurrentBeat(gen, i);
     if (!beat) continue;
     g_.beats[i] = *beat;
-    if (i == 0) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
+    if (i == 0 && !job_.live) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
   }
+  if (job_.live) LiveGoodputBeat(gen);
   goodput_.GenerationEnded(Elapsed(), out.exit_code);
   if (schedule_) {
     if (out.verdict) out.scheduled = schedule_->awaiting();

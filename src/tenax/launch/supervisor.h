@@ -174,6 +174,10 @@ class Supervisor {
   bool LiveKillHung(const Verdict& v);
   void LiveTick(int gen);
   void LivePublish(int gen, std::vector<int> members, std::vector<int> joining);
+  // The goodput split's view of a live generation (g_.beats read): one lead process's step and
+  // checkpoint seconds, followed from poll to poll; when it is gone, another member's (the ranks
+  // train in lockstep, so any member's seconds since the last poll are the group's).
+  void LiveGoodputBeat(int gen);
 
   // Constant after construction.
   const LaunchOptions& o_;
@@ -239,6 +243,10 @@ class Supervisor {
     std::vector<Replacement> replacements;
     std::vector<pid_t> cancelled;  // replacements stopped because the run ended without them
     std::map<int, Verdict> hung;   // rank -> the hang verdict that made the launcher kill it
+    // LiveGoodputBeat: the lead's pid, every process's counters at the last poll, the totals.
+    int lead_pid = -1;
+    std::map<int, std::pair<double, double>> counters;  // pid -> (steps_s, checkpoint_s)
+    double steps_s = 0, checkpoint_s = 0;
   };
   Generation g_ = Generation(1);
 };

@@ -137,6 +137,36 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   return true;
 }
 
+void Supervisor::LiveGoodputBeat(int gen) {
+  int lead = -1;
+  for (int i = 0; i < o_.nproc_per_node; ++i) {
+    if (!CurrentBeat(gen, i)) continue;
+    if (g_.beats[i].pid == g_.lead_pid) {
+      lead = i;
+      break;
+    }
+    if (lead < 0 || g_.beats[i].steps_s > g_.beats[lead].steps_s) lead = i;
+  }
+  if (lead < 0) return;
+  const protocol::Beat& b = g_.beats[lead];
+  if (auto seen = g_.counters.find(b.pid); seen != g_.counters.end()) {
+    g_.steps_s += std::max(0.0, b.steps_s - seen->second.first);
+    g_.checkpoint_s += std::max(0.0, b.checkpoint_s - seen->second.second);
+  } else if (g_.lead_pid < 0) {
+    g_.steps_s = b.steps_s;  // the generation's first poll
+    g_.checkpoint_s = b.checkpoint_s;
+  }
+  g_.lead_pid = b.pid;
+  for (int i = 0; i < o_.nproc_per_node; ++i) {
+    if (g_.beats[i].pid > 0)
+      g_.counters[g_.beats[i].pid] = {g_.beats[i].steps_s, g_.beats[i].checkpoint_s};
+  }
+  protocol::Beat group = b;
+  group.steps_s = g_.steps_s;
+  group.checkpoint_s = g_.checkpoint_s;
+  goodput_.LeadBeat(group, Elapsed(), protocol::WallNow());
+}
+
 bool Supervisor::LiveKillHung(const Verdict& v) {
   if (v.rank < 0 || nnodes_ > 1) return false;
   const int local = v.rank - node_rank_ * o_.nproc_per_node;
@@ -165,7 +195,14 @@ void Supervisor::LiveTick(int gen) {
   for (const Generation::Replacement& r : g_.replacements) {
     announcing = announcing || (r.announced_epoch >= 0 && !r.healed);
   }
-  if (!announcing && !members_done) {
+  // ...and only once every member trains in the current epoch (its beats say so): a member still
+  // on its way into it would read the newer record instead and form that, apart from the others.
+  bool settled = true;
+  for (int rank : g_.live_members) {
+    const std::optional<protocol::Beat> b = CurrentBeat(gen, rank - node_rank_ * o_.nproc_per_node);
+    settled = settled && b && b->live_epoch == g_.live_epoch;
+  }
+  if (!announcing && settled && !members_done) {
     std::vector<int> members = g_.live_members, joining;
     for (const Generation::Replacement& r : g_.replacements) {
       if (r.announced_epoch < 0 && CurrentBeat(gen, r.local)) joining.push_back(Rank(r.local));

@@ -12,6 +12,7 @@
 // re-formed), NCCL, several nodes, a failure during an evaluation or a checkpoint save (the
 // launcher then restarts every rank as in restart mode).
 #include <fmt/format.h>
+#include <signal.h>
 
 #include "tenax/train/trainer_internal.h"
 
@@ -52,6 +53,9 @@ Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
 }
 
 Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL from its own threads: a write to a
+  // rank that just died must fail (and be recovered from), not kill this one with SIGPIPE.
+  ::signal(SIGPIPE, SIG_IGN);
   parallel::LiveGroup::Options o;
   o.store_dir = ctx_.heartbeat_dir;
   o.name = fmt::format("live-g{}", ctx_.generation);
@@ -190,6 +194,7 @@ Status Trainer::LiveSync(const std::optional<protocol::LiveMembership>& next, bo
   TENAX_RETURN_IF_ERROR(live_->Form(*next));
   Status synced = LiveSyncState(*next, has_state);
   if (!synced.ok()) return synced;
+  if (beats_) beats_->SetLiveEpoch(next->epoch);  // the launcher announces joiners only then
   // The group's first member writes metrics.jsonl and TensorBoard (rank 0 unless it is lost): a
   // new lead opens them at the step the group holds, a former one lets go (nothing is pending
   // between steps).

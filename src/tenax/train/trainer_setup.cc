@@ -399,6 +399,7 @@ Status Trainer::SetupLoaders() {
   // Set up: the launcher's clock for this rank's training starts with this beat.
   beats_ =
       std::make_unique<protocol::HeartbeatWriter>(ctx_.heartbeat_dir, env_.rank, ctx_.generation);
+  if (live() && live_->formed()) beats_->SetLiveEpoch(live_->membership().epoch);
   beats_->Ready(progress_.step, set_aside_, run_dir_);
   return Status::Ok();
 }
