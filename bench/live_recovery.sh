@@ -4,9 +4,11 @@
 # over the ranks; once with resilience.mode = "restart" (every failure: stop every rank, resume from
 # the newest checkpoint, redo the steps since) and once with "live" (the others train on, a
 # replacement heals from them), plus an unfailed run. Prints a Markdown table: wall time, the
-# goodput split's effective training ratio, the unfailed run's wall time over the run's (the
-# share of time that was as good as no failure), steps redone, restarts, replacements healed;
-# and writes it as JSON to OUT when given. Effective time, not speed: run it on an idle machine.
+# goodput split's effective training ratio, the effective time measured against the unfailed run
+# (its failure-free computation over the time the run took, both without the start-up and
+# shut-down every run has), `tenax simulate`'s prediction for both recoveries from the costs the
+# runs measured (detection, restart, healing), steps redone, restarts, replacements healed; and
+# writes it as JSON to OUT when given. Effective time, not speed: run it on an idle machine.
 # Usage: bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,24 +53,56 @@ run clean --
 run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
 run live --inject "$live_spec" -- --set resilience.mode=live
 
-python3 - "$work" "$steps" "$kills" "$out" <<'PY'
-import json, sys
-work, steps, kills, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+python3 - "$work" "$steps" "$kills" "$out" "$bin" <<'PY'
+import json, subprocess, sys
+work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 g = {m: json.load(open(f"{work}/{m}/goodput.json")) for m in ("clean", "restart", "live")}
+# The failure-free computation, and what the two runs measured per failure: the inputs of
+# `tenax simulate`, whose prediction is printed beside the measurement.
+duration = g["clean"]["time_s"]["productive"]
+fixed = g["clean"]["wall_s"] - duration  # start-up, evaluation, shut-down: in every run
+live = g["live"]["live_recoveries"]
+measured_in = {
+    "duration_s": duration,
+    "failure_rate_per_node_hour": kills / (4 * duration) * 3600,
+    "checkpoint_s": g["clean"]["time_s"]["checkpoint"] / max(1, steps // 25),
+    "interval_s": duration * 25 / steps,
+    "restart_s": g["restart"]["time_s"]["restart"] / max(1, g["restart"]["restarts"]),
+    "detect_s": sum(r["detection_s"] for r in live) / max(1, len(live)),
+    "heal_s": sum(r["healed_at_s"] - r["time_s"] for r in live if r["healed_at_s"] >= 0)
+              / max(1, sum(1 for r in live if r["healed_at_s"] >= 0)),
+}
+cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
+       "--failure-rate", f"{measured_in['failure_rate_per_node_hour']:.3f}/node-hour",
+       "--duration", f"{duration:.3f}s", "--checkpoint-cost", f"{measured_in['checkpoint_s']:.4f}s",
+       "--interval", f"{measured_in['interval_s']:.3f}s",
+       "--restart-cost", f"{measured_in['restart_s']:.3f}s",
+       "--detect-time", f"{measured_in['detect_s']:.3f}s",
+       "--spares", "16", "--swap-time", "0s", "--repair-time", "1s",  # a process, not a node
+       "--replica-groups", "4", "--heal-time", f"{measured_in['heal_s']:.3f}s",
+       "--runs", "2000", "--json"]
+sim = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+predicted = {"live": sim["effective"], "restart": sim["restart_recovery"]["effective"]}
 rows = []
 print(f"| mode ({steps} steps, {kills} kills, 4 ranks) | wall s | effective ratio (goodput.json) "
-      "| unfailed wall / wall | steps redone | restarts | replacements healed |")
-print("|---|---|---|---|---|---|---|")
+      "| effective, measured | predicted (5th-95th pct) | steps redone | restarts | replacements healed |")
+print("|---|---|---|---|---|---|---|---|")
 for m in ("clean", "restart", "live"):
     j = g[m]
     healed = sum(1 for r in j.get("live_recoveries", []) if r.get("healed_at_s", -1) >= 0)
+    effective = duration / (j["wall_s"] - fixed)  # the failure-free computation over the time it took
+    p = predicted.get(m)
     row = {"mode": m, "wall_s": j["wall_s"], "effective_ratio": j["effective_training_ratio"],
-           "vs_unfailed": g["clean"]["wall_s"] / j["wall_s"], "steps_redone": j["steps_redone"],
+           "effective_measured": effective, "predicted": p, "steps_redone": j["steps_redone"],
            "restarts": j["restarts"], "live_recoveries": len(j.get("live_recoveries", [])),
            "healed": healed, "step": j["step"]}
     rows.append(row)
-    print(f"| {m} | {row['wall_s']:.1f} | {row['effective_ratio']:.3f} | {row['vs_unfailed']:.3f} "
+    pred = f"{p['mean']:.3f} ({p['p05']:.3f}-{p['p95']:.3f})" if p else "-"
+    print(f"| {m} | {row['wall_s']:.1f} | {row['effective_ratio']:.3f} | {effective:.3f} | {pred} "
           f"| {row['steps_redone']} | {row['restarts']} | {healed} |")
+print("measured inputs: " + ", ".join(f"{k} {v:.3f}" for k, v in measured_in.items()))
+print("prediction: " + " ".join(cmd))
 if out:
-    json.dump({"steps": steps, "kills": kills, "ranks": 4, "rows": rows}, open(out, "w"), indent=1)
+    json.dump({"steps": steps, "kills": kills, "ranks": 4, "rows": rows, "inputs": measured_in,
+               "simulate": cmd[1:]}, open(out, "w"), indent=1)
 PY

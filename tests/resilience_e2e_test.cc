@@ -668,10 +668,33 @@ TEST_F(LiveRecoveryE2E, LosingRankZeroMovesTheMetricsToTheNextRank) {
 TEST_F(LiveRecoveryE2E, AHungRankIsKilledAloneAndReplaced) {
   std::string out;
   const nlohmann::json report =
-      Live("hang", "stop:rank=1:step=8,await-join:rank=0:step=12", &out, "--hang-timeout 2");
+      Live("hang", "stop:rank=1:step=8,await-join:rank=0:step=12", &out, "--hang-timeout 4");
   ExpectHealed(report, 1, 7, "hang");
   EXPECT_NE(out.find("killing rank 1 only"), std::string::npos) << out;
   EXPECT_NE(out.find("live epoch 1 formed by ranks 0,2,3"), std::string::npos) << out;
+}
+
+// A checkpoint written while a rank was missing (three files' worth of the group that wrote it)
+// is an ordinary checkpoint: the run resumed from it on all four ranks ends on the same
+// trajectory.
+TEST_F(LiveRecoveryE2E, ACheckpointWrittenShortHandedResumes) {
+  // Killed at step 6's start: the others run step 6 and save it before any step boundary could
+  // take a replacement in.
+  auto r = RunTenax("launch --nproc-per-node 4 --inject crash:rank=2:step=6 -- " +
+                        Ddp("short", "--set resilience.mode=live --set training.stop_at=9"),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(
+      *dir_ / "short/checkpoints/step_00000006/model-rank00000-of-00003.safetensors"))
+      << r.output;
+  r = RunTenax("launch --nproc-per-node 4 -- " + Ddp("short"), dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<double> clean = Losses("clean"), resumed = Losses("short");
+  ASSERT_EQ(resumed.size(), 16u) << r.output;
+  for (size_t i = 0; i < clean.size(); ++i) {
+    EXPECT_NEAR(resumed[i], clean[i], 1e-6 * std::abs(clean[i])) << "step " << i + 1;
+  }
+  EXPECT_EQ(FinalState("short")["data"]["position"], FinalState("clean")["data"]["position"]);
 }
 
 TEST_F(LiveRecoveryE2E, LayoutsItCannotRunAreRefusedBeforeAnyRankTrains) {
