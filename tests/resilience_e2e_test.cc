@@ -653,6 +653,9 @@ TEST_F(LiveRecoveryE2E, KilledReplicaLeavesTheOthersTrainOnAndItsReplacementHeal
   ExpectHealed(report, 2, 5);
   EXPECT_NE(out.find("live epoch 1 formed by ranks 0,1,3"), std::string::npos) << out;
   EXPECT_NE(out.find("received step 9's state from rank"), std::string::npos) << out;
+  const std::string html = ReadFile(*dir_ / "live/report.html");  // the run report shows it too
+  EXPECT_NE(html.find("id=\"live-recoveries\""), std::string::npos);
+  EXPECT_NE(html.find("injected crash (kill) at step 6"), std::string::npos);
   EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
 }
 

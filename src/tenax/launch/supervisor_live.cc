@@ -117,6 +117,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
                {"generation", gen},
                {"rank", rank},
                {"slot", slot},
+               {"host", host_},
                {"kind", protocol::FailureKindName(why.kind)},
                {"cause", why.cause},
                {"step", step},

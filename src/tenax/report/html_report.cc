@@ -246,6 +246,38 @@ std::string ExitFaultTable(const nlohmann::json& s) {
   return out + "</table>\n";
 }
 
+// Live recoveries (resilience.mode = "live", goodput.json live_recoveries): a rank lost while
+// the others trained on, and its replacement's healing; shown only when any.
+std::string LiveRecoveryTable(const nlohmann::json& s) {
+  if (s.empty()) return "";
+  std::string out =
+      std::string(
+          "<h2>Live recoveries</h2>\n<p class=\"sub\">Ranks lost while the others trained on "
+          "with their samples (resilience.mode = \"live\"): no generation ended, nothing was "
+          "reloaded; each replacement copied the state from a live rank.</p>\n"
+          "<table id=\"live-recoveries\">") +
+      kRankEventHeader +
+      "<th>kind</th><th>what happened</th><th>trained on</th><th>healed after (s)</th>"
+      "<th>from rank</th><th>bytes</th><th>steps short-handed</th></tr>\n";
+  for (const auto& x : s) {
+    std::string members;
+    for (const auto& m : x.value("members", nlohmann::json::array())) {
+      members += (members.empty() ? "" : ",") + std::to_string(m.get<int>());
+    }
+    const double healed = Num(x, "healed_at_s", -1);
+    out += "<tr>" + RankEventCells(x) + Td(x.value("kind", std::string())) +
+           Td(x.value("cause", std::string())) + Td(members) +
+           Td(healed >= 0 ? fmt::format("{:.2f}", healed - Num(x, "time_s"))
+                          : x.value("outcome", std::string("not yet")),
+              healed >= 0) +
+           Td(healed >= 0 ? std::to_string(x.value("healed_from", -1)) : "-", true) +
+           Td(healed >= 0 ? std::to_string(x.value("healed_bytes", int64_t{0})) : "-", true) +
+           Td(healed >= 0 ? std::to_string(x.value("steps_short_handed", int64_t{0})) : "-", true) +
+           "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
 std::string SpikeTable(const nlohmann::json& s) {
   if (s.empty()) return "<p class=\"none\">No loss spikes.</p>\n";
   std::string out =
@@ -349,6 +381,7 @@ std::string ReportHtml(const RunData& d, std::vector<ChartFile>* charts) {
     html += "<h2>Stragglers</h2>\n" +
             StragglerTable(d.goodput.value("stragglers", nlohmann::json::array()));
     html += ExitFaultTable(d.goodput.value("exit_faults", nlohmann::json::array()));
+    html += LiveRecoveryTable(d.goodput.value("live_recoveries", nlohmann::json::array()));
   } else {
     html +=
         "<p class=\"none\">No goodput.json: the run was not started by <code>tenax launch</code>"
