@@ -66,10 +66,9 @@ struct TrainJob {
   int64_t total_steps = 0;
   bool async_checkpoints = false;
   bool memory_replicas = false;
-  bool nan_restarts = false;  // training.on_nonfinite = "restart"
-  bool live = false;          // resilience.mode = "live"
-  // The data-parallel layout, for live mode's checks (replicate, shard, tensor, pipeline).
-  int64_t degrees[4] = {1, -1, 1, 1};
+  bool nan_restarts = false;       // training.on_nonfinite = "restart"
+  bool live = false;               // resilience.mode = "live"
+  ParallelismOptions parallelism;  // the layout, for live mode's checks
 };
 Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "train") return std::optional<TrainJob>();
@@ -84,11 +83,7 @@ Result<std::optional<TrainJob>> ReadTrainJob(const std::vector<std::string>& arg
   job.memory_replicas = config.checkpoint.enable && config.checkpoint.memory_replicas;
   job.nan_restarts = config.training.on_nonfinite == "restart";
   job.live = config.resilience.mode == "live";
-  const ParallelismOptions& p = config.parallelism;
-  job.degrees[0] = p.data_parallel_replicate;
-  job.degrees[1] = p.data_parallel_shard;
-  job.degrees[2] = p.tensor_parallel;
-  job.degrees[3] = p.pipeline_parallel;
+  job.parallelism = config.parallelism;
   return std::optional<TrainJob>(job);
 }
 
@@ -221,15 +216,18 @@ Result<int> Launch(const LaunchOptions& o) {
   if (job.live) {
     // The ranks check these too (and what only they know: the device, the model); said here,
     // before any of them starts.
-    const int64_t* d = train->degrees;
+    const ParallelismOptions& p = train->parallelism;
     const int64_t world = o.nproc_per_node;
-    if (d[0] != world || (d[1] != 1 && d[1] != -1) || d[2] != 1 || d[3] != 1) {
+    if (p.data_parallel_replicate != world ||
+        (p.data_parallel_shard != 1 && p.data_parallel_shard != -1) || p.tensor_parallel != 1 ||
+        p.pipeline_parallel != 1) {
       return InvalidArgument(fmt::format(
           "resilience.mode = \"live\" needs every rank a whole replica (DDP): "
           "parallelism.data_parallel_replicate = {} (the world) and data_parallel_shard = "
           "tensor_parallel = pipeline_parallel = 1, not {} / {} / {} / {}; change the layout or "
           "set resilience.mode = \"restart\"",
-          world, d[0], d[1], d[2], d[3]));
+          world, p.data_parallel_replicate, p.data_parallel_shard, p.tensor_parallel,
+          p.pipeline_parallel));
     }
     if (train->async_checkpoints) {
       return InvalidArgument(
@@ -249,13 +247,6 @@ Result<int> Launch(const LaunchOptions& o) {
     shape.restart_budget_per_s = restarts.budget_per_second();
     shape.live = job.live;
     TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(job.faults, shape));
-    for (const protocol::Fault& f : job.faults) {
-      if (job.live && f.kind == protocol::FaultKind::kPoisson) {
-        return InvalidArgument(
-            "--inject poisson is not supported with resilience.mode = \"live\" yet (its clock "
-            "follows restarts); inject crashes at named steps (crash:rank=R:step=S)");
-      }
-    }
   }
   if (etcd && train && train->async_checkpoints) {
     return InvalidArgument(

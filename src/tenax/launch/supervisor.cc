@@ -554,6 +554,19 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   return out;
 }
 
+protocol::Assignment Supervisor::AssignmentOf(int gen, int local) const {
+  protocol::Assignment a;
+  a.rank = Rank(local);
+  a.world = o_.nproc_per_node * nnodes_;
+  a.local_rank = local;
+  a.local_world = o_.nproc_per_node;
+  a.master_addr = g_.master_addr;
+  a.master_port = g_.master_port;
+  a.generation = gen;
+  a.run_elapsed_s = Elapsed();
+  return a;
+}
+
 void Supervisor::StartRanks(const GenerationPlan& plan, Outcome* out) {
   const int n = o_.nproc_per_node;
   const int world = n * plan.nnodes;
@@ -564,16 +577,8 @@ void Supervisor::StartRanks(const GenerationPlan& plan, Outcome* out) {
   g_.master_port = port;
   if (job_.live) LiveStart(plan.generation);
   for (int local = 0; local < n; ++local) {
-    protocol::Assignment a;
-    a.rank = Rank(local);
-    a.world = world;
-    a.local_rank = local;
-    a.local_world = n;
-    a.master_addr = master;
-    a.master_port = port;
-    a.generation = plan.generation;
-    a.run_elapsed_s = Elapsed();
-    Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
+    Result<pid_t> pid =
+        slots_->Assign(local, protocol::AssignmentLine(AssignmentOf(plan.generation, local)));
     if (!pid.ok()) {
       log::Error("launch: {}", pid.status().message());
       Verdict v;

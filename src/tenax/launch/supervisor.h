@@ -127,6 +127,9 @@ class Supervisor {
 
  private:
   int Rank(int local) const { return node_rank_ * o_.nproc_per_node + local; }
+  int Local(int rank) const { return rank - node_rank_ * o_.nproc_per_node; }
+  // Local rank `local`'s assignment in generation `gen`: this generation's store (g_.master_*).
+  protocol::Assignment AssignmentOf(int gen, int local) const;
   Result<pid_t> Spawn(int slot, int read_fd);
   // RunGeneration's parts: give every local rank its assignment (a failure to is the
   // generation's verdict); take the processes that ended as evidence or as done; decide on the

@@ -61,7 +61,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   if (members.empty()) return false;  // nobody holds the state: restart from a checkpoint
   for (int r : dead) {
     // Its work was done: the end of the run, nothing to recover.
-    if (Finished(gen, r - node_rank_ * o_.nproc_per_node)) return false;
+    if (Finished(gen, Local(r))) return false;
   }
   if (std::optional<std::string> no = restarts_.Take(gen, Elapsed())) {
     log::Error("launch: {}; no replacement for rank(s) {}", *no, fmt::join(dead, ","));
@@ -77,7 +77,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
                 pending.end());
   if (members != g_.live_members) LivePublish(gen, members, {});
   for (int rank : dead) {
-    const int local = rank - node_rank_ * o_.nproc_per_node;
+    const int local = Local(rank);
     // The step it had finished: its last beat, read now (the loop's copy may be older).
     const std::optional<protocol::Beat> last = protocol::ReadHeartbeat(hb_dir_, rank);
     const int64_t step = last && last->generation == gen ? last->step : g_.beats[local].step;
@@ -92,15 +92,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     }
     int slot = slots_->SlotOf(local);
     if (protocol::BlamesSlot(why.kind)) slot = slots_->Exclude(slot);
-    protocol::Assignment a;
-    a.rank = rank;
-    a.world = o_.nproc_per_node * nnodes_;
-    a.local_rank = local;
-    a.local_world = o_.nproc_per_node;
-    a.master_addr = g_.master_addr;
-    a.master_port = g_.master_port;
-    a.generation = gen;
-    a.run_elapsed_s = Elapsed();
+    protocol::Assignment a = AssignmentOf(gen, local);
     a.live_join = true;
     Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
     if (!pid.ok()) {
@@ -170,7 +162,7 @@ void Supervisor::LiveGoodputBeat(int gen) {
 
 bool Supervisor::LiveKillHung(const Verdict& v) {
   if (v.rank < 0 || nnodes_ > 1) return false;
-  const int local = v.rank - node_rank_ * o_.nproc_per_node;
+  const int local = Local(v.rank);
   if (local < 0 || local >= o_.nproc_per_node || g_.pids[local] <= 0) return false;
   if (std::find(g_.live_members.begin(), g_.live_members.end(), v.rank) == g_.live_members.end()) {
     return false;
@@ -187,7 +179,7 @@ bool Supervisor::LiveKillHung(const Verdict& v) {
 void Supervisor::LiveTick(int gen) {
   bool members_done = true;
   for (int rank : g_.live_members) {
-    members_done = members_done && Done(rank - node_rank_ * o_.nproc_per_node);
+    members_done = members_done && Done(Local(rank));
   }
   // Replacements are announced one epoch at a time: every one that is ready, together, and only
   // once the previous announcement was taken in (a joiner forms exactly the epoch that listed it;
@@ -200,7 +192,7 @@ void Supervisor::LiveTick(int gen) {
   // on its way into it would read the newer record instead and form that, apart from the others.
   bool settled = true;
   for (int rank : g_.live_members) {
-    const std::optional<protocol::Beat> b = CurrentBeat(gen, rank - node_rank_ * o_.nproc_per_node);
+    const std::optional<protocol::Beat> b = CurrentBeat(gen, Local(rank));
     settled = settled && b && b->live_epoch == g_.live_epoch;
   }
   if (!announcing && settled && !members_done) {

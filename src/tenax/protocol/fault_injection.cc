@@ -210,6 +210,12 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
             ": poisson schedules run under the single-node launcher; on several nodes inject "
             "faults by step or time (crash:rank=R:time=T)");
       }
+      if (job.live) {
+        return InvalidArgument("--inject " + f.text +
+                               ": poisson is not supported with resilience.mode = \"live\" yet "
+                               "(its clock follows restarts); inject crashes at named steps "
+                               "(crash:rank=R:step=S)");
+      }
       if (job.max_restarts < 1) {
         return InvalidArgument("--inject " + f.text +
                                ": every failure of a poisson schedule needs a restart; give "

@@ -3,11 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "tenax/core/fs.h"
 
@@ -79,11 +76,12 @@ Status WriteLiveMembership(const std::string& heartbeat_dir, const LiveMembershi
 }
 
 Result<std::optional<LiveMembership>> ReadLiveMembership(const std::string& heartbeat_dir) {
-  std::ifstream in(LiveMembershipPath(heartbeat_dir));
-  if (!in) return std::optional<LiveMembership>();
-  std::stringstream ss;
-  ss << in.rdbuf();
-  TENAX_ASSIGN_OR_RETURN(LiveMembership m, ParseLiveMembership(ss.str()));
+  Result<std::string> text = LocalFs().ReadFile(LiveMembershipPath(heartbeat_dir));
+  if (!text.ok() && text.status().code() == StatusCode::kNotFound) {
+    return std::optional<LiveMembership>();
+  }
+  if (!text.ok()) return text.status();
+  TENAX_ASSIGN_OR_RETURN(LiveMembership m, ParseLiveMembership(*text));
   return std::optional<LiveMembership>(std::move(m));
 }
 

@@ -178,46 +178,36 @@ double Trainer::InjectIntoLoss(int64_t step, double loss) {
 }
 
 Result<double> Trainer::ForwardBackwardMicroBatches() {
-  if (live()) {
-    // This rank's samples and those of the missing ranks dealt to it (protocol::SlotsRunBy), each
-    // rank's micro-batches scaled as that rank would have: the group's sum divided by the nominal
-    // world (Fsdp) is the gradient of the whole global batch. The cursor moves once the step is
-    // done (progress_), so a retried step reads the same samples.
-    const std::vector<int> slots = protocol::SlotsRunBy(live_->membership(), env_.rank);
-    const int64_t start = progress_.data_position;
-    const int64_t per_micro = t_.local_batch_size * mesh_->dp();
-    double loss_sum = 0;
-    for (int64_t micro = 0; micro < batch_.accum; ++micro) {
-      for (int slot : slots) {
-        data::Batch b = loader_->BatchOf(start + micro * per_micro, slot);
-        const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
-        const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
-        TENAX_ASSIGN_OR_RETURN(double l,
-                               step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
-        loss_sum += l;
-      }
-    }
-    loader_->Seek(start + batch_.accum * per_micro);
-    live_slots_ = static_cast<int>(slots.size());
-    return loss_sum / static_cast<double>(batch_.accum * live_slots_);
-  }
+  // This rank's data-parallel share of the global batch; live, also the shares of the missing
+  // ranks dealt to it (protocol::SlotsRunBy), each scaled as its own rank would have: the group's
+  // sum divided by the nominal world (Fsdp) is the gradient of the whole global batch. The
+  // cursor is read from progress_, which moves once the step is done, so a step run again after
+  // a lost member reads the same samples.
+  const std::vector<int> slots = live() ? protocol::SlotsRunBy(live_->membership(), env_.rank)
+                                        : std::vector<int>{mesh_->dp_index(env_.rank)};
+  const int64_t start = progress_.data_position;
+  const int64_t per_micro = t_.local_batch_size * mesh_->dp();
   double loss_sum = 0;
   for (int64_t micro = 0; micro < batch_.accum; ++micro) {
-    data::Batch b = loader_->Next();
-    const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
-    const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
-    TENAX_ASSIGN_OR_RETURN(double l,
-                           step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
-    loss_sum += l;
+    for (int slot : slots) {
+      data::Batch b = loader_->BatchOf(start + micro * per_micro, slot);
+      const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
+      const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
+      TENAX_ASSIGN_OR_RETURN(double l,
+                             step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
+      loss_sum += l;
+    }
   }
-  return loss_sum / static_cast<double>(batch_.accum);
+  loader_->Seek(start + batch_.accum * per_micro);
+  live_slots_ = static_cast<int>(slots.size());
+  return loss_sum / static_cast<double>(batch_.accum * live_slots_);
 }
 
 double Trainer::MeanOverRanks(double loss) {
   if (!env_.distributed()) return loss;
   // TP and PP ranks agree on the loss already; the mean is over every rank.
-  // Live: this rank's loss stands for the live_slots_ ranks whose samples it ran.
-  at::Tensor l = at::full({1}, live() ? loss * live_slots_ : loss, at::kDouble);
+  // This rank's loss stands for the live_slots_ ranks whose samples it ran (1 but when live).
+  at::Tensor l = at::full({1}, loss * live_slots_, at::kDouble);
   groups_->world().AllReduceSum(l);
   return l.item<double>() / env_.world;
 }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -96,7 +97,10 @@ class Trainer {
   Result<bool> LiveQuorum();  // true: switched to a newer epoch
   Status LiveRecover(int64_t step, const std::string& what);
   Status LiveJoin();
-  Status LiveSync(const std::optional<protocol::LiveMembership>& next, bool has_state);
+  Status LiveSync(const protocol::LiveMembership& next, bool has_state);
+  // The first membership record of this generation after epoch `after` that is `wanted`.
+  Result<protocol::LiveMembership> WaitForLiveRecord(
+      int after, const std::function<bool(const protocol::LiveMembership&)>& wanted);
   Status LiveSyncState(const protocol::LiveMembership& next, bool has_state);
   bool live() const { return live_ != nullptr; }
 
@@ -182,7 +186,7 @@ class Trainer {
   FailureKind failure_kind_ = FailureKind::kSetup;
   bool failure_secondary_ = false;
   double local_loss_ = 0;  // this rank's loss of the current step, before the mean over ranks
-  int live_slots_ = 1;     // live recovery: data-parallel ranks whose samples this rank ran
+  int live_slots_ = 1;     // data-parallel ranks whose samples this rank ran (live: maybe more)
   TrainSummary summary_;
 };
 

@@ -85,19 +85,25 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   return Status::Ok();
 }
 
+Result<protocol::LiveMembership> Trainer::WaitForLiveRecord(
+    int after, const std::function<bool(const protocol::LiveMembership&)>& wanted) {
+  while (true) {
+    TENAX_ASSIGN_OR_RETURN(
+        protocol::LiveMembership m,
+        parallel::WaitForEpochAfter(ctx_.heartbeat_dir, after, kMembershipWaitS, [this] {
+          if (beats_) beats_->Refresh();  // waiting is not a hang
+        }));
+    if (m.generation == ctx_.generation && wanted(m)) return m;
+    after = m.epoch;
+  }
+}
+
 Status Trainer::LiveStep(int64_t step) {
   if (faults_ && faults_->AwaitJoinDue(step)) {
     // --inject await-join: every rank listed again (members or joining) before this step.
-    int after = -1;
-    while (true) {
-      TENAX_ASSIGN_OR_RETURN(
-          protocol::LiveMembership m,
-          parallel::WaitForEpochAfter(ctx_.heartbeat_dir, after, kMembershipWaitS, [this] {
-            if (beats_) beats_->Refresh();
-          }));
-      if (m.generation == ctx_.generation && m.Missing().empty()) break;
-      after = m.epoch;
-    }
+    TENAX_RETURN_IF_ERROR(WaitForLiveRecord(-1, [](const protocol::LiveMembership& m) {
+                            return m.Missing().empty();
+                          }).status());
   }
   while (true) {
     try {
@@ -113,9 +119,7 @@ Status Trainer::LiveStep(int64_t step) {
       if (!switched.ok()) return switched.status();
       if (*switched) continue;
       if (progress_.step >= step) return Status::Ok();  // the newest state was past it already
-      Status st = StepOnce(step);
-      if (beats_) beats_->SetLiveEpoch(live_->membership().epoch);
-      return st;
+      return StepOnce(step);
     } catch (const std::exception& e) {
       if (!protocol::IsPeerLostError(e.what())) throw;
       TENAX_RETURN_IF_ERROR(LiveRecover(step, e.what()));
@@ -131,7 +135,7 @@ Result<bool> Trainer::LiveQuorum() {
   if (seen && seen->generation != ctx_.generation) seen.reset();
   TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> next, live_->NewestEpoch(seen));
   if (!next) return false;
-  TENAX_RETURN_IF_ERROR(LiveSync(next, /*has_state=*/true));
+  TENAX_RETURN_IF_ERROR(LiveSync(*next, /*has_state=*/true));
   return true;
 }
 
@@ -154,11 +158,8 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
   int after = epoch;
   while (true) {
     TENAX_ASSIGN_OR_RETURN(
-        m, parallel::WaitForEpochAfter(ctx_.heartbeat_dir, after, kMembershipWaitS, [this] {
-          if (beats_) beats_->Refresh();
-        }));
+        m, WaitForLiveRecord(after, [](const protocol::LiveMembership&) { return true; }));
     after = m.epoch;
-    if (m.generation != ctx_.generation) continue;
     if (!m.Has(env_.rank)) {
       return Fail(FailureKind::kPeerLost,
                   PeerLost(fmt::format("live epoch {} leaves this rank out (the launcher judged "
@@ -172,7 +173,6 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
     } catch (const std::exception& e) {
       if (!protocol::IsPeerLostError(e.what())) throw;
       st = PeerLost(e.what());
-      live_->Leave();
     }
     if (st.ok()) break;
     if (live_->formed() && st.code() != StatusCode::kPeerLost) return st;
@@ -190,11 +190,10 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
 
 // Forms `next` (this rank a member) and brings every member to the newest state: the progress
 // counters, the loss-spike window, the parameters and the optimizer's moments, in this order.
-Status Trainer::LiveSync(const std::optional<protocol::LiveMembership>& next, bool has_state) {
-  TENAX_RETURN_IF_ERROR(live_->Form(*next));
-  Status synced = LiveSyncState(*next, has_state);
-  if (!synced.ok()) return synced;
-  if (beats_) beats_->SetLiveEpoch(next->epoch);  // the launcher announces joiners only then
+Status Trainer::LiveSync(const protocol::LiveMembership& next, bool has_state) {
+  TENAX_RETURN_IF_ERROR(live_->Form(next));
+  TENAX_RETURN_IF_ERROR(LiveSyncState(next, has_state));
+  if (beats_) beats_->SetLiveEpoch(next.epoch);  // the launcher announces joiners only then
   // The group's first member writes metrics.jsonl and TensorBoard (rank 0 unless it is lost): a
   // new lead opens them at the step the group holds, a former one lets go (nothing is pending
   // between steps).
@@ -248,18 +247,11 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
 
 Status Trainer::LiveJoin() {
   // Listed as joining once the launcher has seen this process ready (its Ready beat).
-  protocol::LiveMembership m;
-  int after = -1;
-  while (true) {
-    TENAX_ASSIGN_OR_RETURN(
-        m, parallel::WaitForEpochAfter(ctx_.heartbeat_dir, after, kMembershipWaitS, [this] {
-          if (beats_) beats_->Refresh();
-        }));
-    if (m.generation == ctx_.generation && m.Joining(env_.rank)) break;
-    after = m.epoch;
-  }
+  TENAX_ASSIGN_OR_RETURN(const protocol::LiveMembership m,
+                         WaitForLiveRecord(-1, [this](const protocol::LiveMembership& r) {
+                           return r.Joining(env_.rank);
+                         }));
   TENAX_RETURN_IF_ERROR(LiveSync(m, /*has_state=*/false));
-  beats_->SetLiveEpoch(m.epoch);
   progress_.batch = batch_;
   TENAX_RETURN_IF_ERROR(checkpointer_->Start(progress_.step));
   beats_->Ready(progress_.step, 0, run_dir_);  // the launcher's record of the healing closes
