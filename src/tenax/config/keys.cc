@@ -257,6 +257,12 @@ std::vector<KeySpec> BuildKeys() {
                 "data-parallel replica leaves, the others keep training its samples, a "
                 "replacement heals from them; docs/resilience.md)"))
       .OneOf({"restart", "live"});
+  add(TENAX_KEY(resilience.sdc_check_interval,
+                "every N steps each data-parallel rank replays another's step and the results "
+                "are compared bit for bit, to find silent data corruption; also at each "
+                "process's second step and at every checkpoint step; 0 = never "
+                "(docs/resilience.md)"))
+      .AtLeast(0);
   return k;
 }
 

@@ -190,6 +190,9 @@ struct ResilienceOptions {
   // samples, and a replacement heals from a live replica (parallel/live_group.h; DDP on CPU
   // ranks under tenax launch, one node, so far).
   std::string mode = "restart";
+  // Every N steps (0: never), each data-parallel rank replays another's step and the digests are
+  // compared bit for bit, to find a rank that computes wrong results (train/sdc_check.h).
+  int64_t sdc_check_interval = 0;
 };
 
 struct Config {

@@ -19,6 +19,7 @@ std::string RunPaths::config() const { return JoinPath(root_, "config.toml"); }
 std::string RunPaths::metrics() const { return JoinPath(root_, "metrics.jsonl"); }
 std::string RunPaths::tensorboard() const { return JoinPath(root_, "tb"); }
 std::string RunPaths::loss_spikes() const { return JoinPath(root_, "loss_spikes.json"); }
+std::string RunPaths::sdc() const { return JoinPath(root_, "sdc.json"); }
 std::string RunPaths::goodput() const { return JoinPath(root_, "goodput.json"); }
 std::string RunPaths::report_html() const { return JoinPath(root_, "report.html"); }
 std::string RunPaths::flight() const { return JoinPath(root_, "flight"); }

@@ -5,6 +5,7 @@
 //   metrics.jsonl      one line per step and evaluation (rank 0)
 //   tb/                TensorBoard events (rank 0)
 //   loss_spikes.json   every loss spike the trainer saw (rank 0)
+//   sdc.json           every silent data corruption a replay found (rank 0; train/sdc_check.h)
 //   goodput.json       the launcher's account of every second
 //   report.html        the run report, its charts as SVG in report/
 //   flight/            flight records and heartbeats of a rank run without a launcher
@@ -37,6 +38,7 @@ class RunPaths {
   std::string metrics() const;
   std::string tensorboard() const;
   std::string loss_spikes() const;
+  std::string sdc() const;
   std::string goodput() const;
   std::string report_html() const;
   std::string flight() const;

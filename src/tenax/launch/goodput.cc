@@ -365,6 +365,7 @@ nlohmann::json Goodput::Report(double now, int exit_code, bool ended) const {
           {"exit_faults", exit_faults_},
           {"live_recoveries", live_recoveries_},
           {"loss_spikes", loss_spikes_},
+          {"sdc", sdc_},
           {"fault_schedule", fault_schedule_},
           {"generations", gens},
           {"segments", segs}};
@@ -426,6 +427,18 @@ std::string Goodput::Summary(const nlohmann::json& r) {
                           l.value("healed_at_s", 0.0) - l.value("time_s", 0.0),
                           l.value("healed_from", -1), l.value("healed_bytes", int64_t{0}))
             : "");
+  }
+  for (const auto& d : r.value("sdc", nlohmann::json::array())) {
+    const int rank = d.value("rank", -1);
+    out += fmt::format(
+        "  silent data corruption at step {}: {} (own {}; replayed by rank {}: {}; by rank {}: "
+        "{})\n",
+        d.value("step", int64_t{0}),
+        rank >= 0 ? fmt::format("rank {} on {} computed wrong results", rank,
+                                d.value("host", std::string("?")))
+                  : std::string("no rank could be named"),
+        d.value("own", std::string()), d.value("replayed_by", -1), d.value("replay", std::string()),
+        d.value("third_by", -1), d.value("third", std::string()));
   }
   for (const auto& s : r.value("loss_spikes", nlohmann::json::array())) {
     out += fmt::format("  loss spike: step {} loss {:.4g} vs median {:.4g} ({})\n",

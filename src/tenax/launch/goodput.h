@@ -75,6 +75,8 @@ class Goodput {
   int AddLiveRecovery(nlohmann::json recovery, int index = -1);
   // The trainer's loss-spike record (<run folder>/loss_spikes.json "spikes"), for the report.
   void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
+  // The trainer's silent-data-corruption record (<run folder>/sdc.json "detections").
+  void SetSdc(nlohmann::json detections) { sdc_ = std::move(detections); }
   // The launch's poisson schedule (FaultSchedule::Report; its times on this launch's clock).
   void SetFaultSchedule(nlohmann::json schedule);
   void SetReplacement(int slot) {
@@ -122,6 +124,7 @@ class Goodput {
   nlohmann::json exit_faults_ = nlohmann::json::array();
   nlohmann::json live_recoveries_ = nlohmann::json::array();
   nlohmann::json loss_spikes_ = nlohmann::json::array();
+  nlohmann::json sdc_ = nlohmann::json::array();
   nlohmann::json fault_schedule_;  // null: none
   double tokens_per_s_ = 0;
   std::string run_dir_;

@@ -134,14 +134,18 @@ std::vector<pid_t> SlotTable::RankPids() const {
   return out;
 }
 
-int SlotTable::Exclude(int slot) {
+int SlotTable::Exclude(int slot, bool at_once) {
   int local = -1;
   for (size_t r = 0; r < rank_slot_.size(); ++r) {
     if (rank_slot_[r] == slot) local = static_cast<int>(r);
   }
   if (local < 0) return slot;
   slots_[slot].failures.push_back(now_());
-  if (quarantined(slot)) {
+  while (at_once && !quarantined(slot)) slots_[slot].failures.push_back(now_());
+  if (at_once) {
+    log::Warn("launch: slot {} computed wrong results (found by replay): quarantined at once",
+              slot);
+  } else if (quarantined(slot)) {
     log::Warn(
         "launch: slot {} failed {} time(s) in the last {:g}s (--quarantine-after {}, "
         "--quarantine-window): quarantined",

@@ -76,7 +76,9 @@ class SlotTable {
   // Records a failure caused by `slot`'s rank and moves the rank to a ready spare in a healthy
   // slot. Returns the slot now holding the rank: a spare's, or `slot` itself when no spare is
   // ready (run in place; also when `slot` is quarantined and nothing else is left).
-  int Exclude(int slot);
+  // `at_once`: the failure is proof enough (silent data corruption found by replay): the slot is
+  // quarantined now, as if it had failed --quarantine-after times.
+  int Exclude(int slot, bool at_once = false);
 
  private:
   struct Slot {

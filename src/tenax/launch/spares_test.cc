@@ -80,6 +80,20 @@ TEST_F(SlotTableTest, AFailedSlotIsExcludedAndBecomesASpare) {
   EXPECT_EQ(t->process(1).local, -1);
 }
 
+// Silent data corruption proven by replay: one failure quarantines (no standby in the slot).
+TEST_F(SlotTableTest, AProvenFaultQuarantinesAtOnce) {
+  auto t = Make(2, 1, 3, 3600);
+  Generation(*t);
+  const int slot = t->SlotOf(1);
+  for (int l = 0; l < 2; ++l) t->Reaped(t->process(t->SlotOf(l)).pid);
+  EXPECT_EQ(t->Exclude(slot, /*at_once=*/true), 2);
+  EXPECT_TRUE(t->quarantined(slot));
+  const size_t before = spawned_.size();
+  Generation(*t);
+  EXPECT_EQ(spawned_.size(), before + 1);  // rank 0's fresh process; none in the quarantined slot
+  EXPECT_EQ(t->process(slot).pid, -1);
+}
+
 TEST_F(SlotTableTest, OnlyRecentFailuresQuarantineAndASlotHeals) {
   auto t = Make(1, 1, 2, 100);  // 2 failures within 100 s quarantine a slot
   Generation(*t);

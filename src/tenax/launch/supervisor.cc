@@ -188,6 +188,14 @@ void Supervisor::Publish(int gen, bool force) {
   if (force || Elapsed() - last_goodput_write_ >= 1.0) WriteGoodput(false, 0);
 }
 
+void Supervisor::ReadTrainerRecords() {
+  if (goodput_.run_dir().empty()) return;
+  Result<std::optional<nlohmann::json>> spikes = report::ReadLossSpikes(goodput_.run_dir());
+  if (spikes.ok() && *spikes) goodput_.SetLossSpikes(std::move(**spikes));
+  Result<std::optional<nlohmann::json>> sdc = report::ReadSdcDetections(goodput_.run_dir());
+  if (sdc.ok() && *sdc) goodput_.SetSdc(std::move(**sdc));
+}
+
 void Supervisor::WriteGoodput(bool ended, int exit_code) {
   if (schedule_) goodput_.SetFaultSchedule(schedule_->Report());
   if (job_.goodput_path.empty()) return;
@@ -731,6 +739,7 @@ Result<int> Supervisor::Run() {
     f.detection_s = g.detection_s;
     f.scheduled = g.scheduled;
     goodput_.AddFailure(f);
+    ReadTrainerRecords();  // a detection the trainer recorded is in goodput.json at once
     WriteGoodput(false, 0);
     if (!protocol::Restartable(v.code)) {
       log::Error(
@@ -747,16 +756,13 @@ Result<int> Supervisor::Run() {
     }
     // A slot is excluded only on evidence that its rank caused the failure.
     if (f.slot >= 0 && protocol::BlamesSlot(v.kind)) {
-      const int moved = slots_->Exclude(f.slot);
+      const int moved = slots_->Exclude(f.slot, protocol::QuarantinesAtOnce(v.kind));
       if (moved != f.slot) goodput_.SetReplacement(moved);
     }
     log::Info("launch: {}: all ranks start again from the newest good checkpoint",
               restarts_.Describe(gen, Elapsed()));
   }
-  if (!goodput_.run_dir().empty()) {  // the trainer's loss-spike record, when it can be read
-    Result<std::optional<nlohmann::json>> spikes = report::ReadLossSpikes(goodput_.run_dir());
-    if (spikes.ok() && *spikes) goodput_.SetLossSpikes(std::move(**spikes));
-  }
+  ReadTrainerRecords();
   // A fault that never fired is an error: the test that asked for it tested nothing.
   const std::vector<protocol::Fault> unfired =
       protocol::UnfiredFaults(job_.faults, protocol::ReadFiredFaults(hb_dir_));

@@ -119,6 +119,9 @@ class Supervisor {
   const std::string& heartbeat_dir() const { return hb_dir_; }
   Goodput& goodput() { return goodput_; }
   void WriteGoodput(bool ended, int exit_code);
+  // The trainer's loss-spike and silent-data-corruption records into goodput.json, when they
+  // can be read.
+  void ReadTrainerRecords();
   // Several nodes: the node agent's channel, passed to every rank started from now on.
   void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
   // The running or last generation's ranks that hung or crashed after they finished (their work

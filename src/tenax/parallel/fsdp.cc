@@ -239,13 +239,27 @@ void Fsdp::BeginStep() {
 }
 
 void Fsdp::BeforeBlock(int64_t layer) {
-  if (!sharded()) return;
-  for (int k : UnitsOfLayer(layer)) EnsureGathered(*units_[static_cast<size_t>(k)]);
-  if (!options_.prefetch) return;
-  for (int k : UnitsOfLayer(layer + 1)) StartGather(*units_[static_cast<size_t>(k)]);
+  if (sharded()) {
+    for (int k : UnitsOfLayer(layer)) EnsureGathered(*units_[static_cast<size_t>(k)]);
+    if (options_.prefetch) {
+      for (int k : UnitsOfLayer(layer + 1)) StartGather(*units_[static_cast<size_t>(k)]);
+    }
+  }
+  if (observer_ == nullptr) return;
+  std::vector<at::Tensor> weights;
+  for (int k : UnitsOfLayer(layer)) {
+    const Unit& u = *units_[static_cast<size_t>(k)];
+    if (sharded()) {
+      weights.insert(weights.end(), u.leaves.begin(), u.leaves.end());
+    } else {
+      for (int i : u.params) weights.push_back(model_.params()[static_cast<size_t>(i)].tensor);
+    }
+  }
+  observer_->OnBlockWeights(layer, weights);
 }
 
 void Fsdp::AfterBlock(int64_t layer, const at::Tensor& output) {
+  if (observer_ != nullptr) observer_->OnBlockOutput(layer, output);
   const std::vector<int>& ks = UnitsOfLayer(layer);
   if (!sharded() || ks.empty() || !options_.reshard_after_forward) return;
   if (output.requires_grad() && at::GradMode::is_enabled()) {
@@ -272,6 +286,12 @@ void Fsdp::OnParamGrad(Unit& u, size_t entry, const at::Tensor& grad) {
   if (++u.grads_seen < static_cast<int>(u.params.size())) return;
   // Every parameter of the block has its gradient: its backward is done.
   u.grads_seen = 0;
+  if (observer_ != nullptr) observer_->OnLocalGradients(u.name, u.bucket);
+  if (replay_) {
+    u.bucket = at::Tensor();
+    DropGrads(u);
+    return;
+  }
   if (!sharded()) {
     u.reductions.push_back(replicate_.AllReduceSumAsync(u.bucket));
     u.bucket = at::Tensor();
@@ -294,10 +314,22 @@ at::Tensor Fsdp::FlatGrads(const Unit& u) const {
   return at::constant_pad_nd(at::cat(grads), {0, u.layout.padded - u.layout.total});
 }
 
+at::Tensor Fsdp::ObservedGrads(const Unit& u) {
+  at::Tensor flat = FlatGrads(u);
+  if (observer_ != nullptr) observer_->OnLocalGradients(u.name, flat);
+  return flat;
+}
+
+void Fsdp::DropGrads(Unit& u) {
+  if (!sharded()) return;  // DDP: .grad stays until ZeroGrad, as after a real step
+  for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();
+  Reshard(u);
+}
+
 void Fsdp::ReduceFromGrads(Unit& u) {
   at::NoGradGuard no_grad;
   if (u.layout.padded == 0) return;
-  u.reductions.push_back(u.comm->ReduceScatterSumAsync(FlatGrads(u)));
+  u.reductions.push_back(u.comm->ReduceScatterSumAsync(ObservedGrads(u)));
   for (auto& leaf : u.leaves) leaf.mutable_grad() = at::Tensor();
 }
 
@@ -319,6 +351,16 @@ void Fsdp::FinishStep() {
   // missing ranks' samples on the others: nominal_size, not size).
   const double scale = 1.0 / (shard_.size() * replicate_.nominal_size());
   Communicator& tp = model_.tp();
+  if (replay_) {
+    // Hooked units showed their buckets during backward; the others now, in the order the
+    // reductions below issue them.
+    for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
+      Unit& u = **it;
+      if (!u.hooked && u.layout.total > 0) ObservedGrads(u);
+      DropGrads(u);
+    }
+    return;
+  }
   if (!sharded()) {
     // DDP: hooked units' buckets are in flight since their backward; the others (the root, or
     // every unit of a pipeline stage) go now, one bucket per unit, all issued before any wait.
@@ -344,7 +386,7 @@ void Fsdp::FinishStep() {
         inflight.push_back({&u, PendingCollective([sum] { return sum; })});
         continue;
       }
-      inflight.push_back({&u, replicate_.AllReduceSumAsync(FlatGrads(u))});
+      inflight.push_back({&u, replicate_.AllReduceSumAsync(ObservedGrads(u))});
     }
     for (auto& [u, pending] : inflight) {
       at::Tensor flat = pending.Wait();

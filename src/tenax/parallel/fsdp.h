@@ -92,6 +92,19 @@ struct FsdpOptions {
   bool reduce_in_backward = true;
 };
 
+// Sees this rank's own computation for silent-data-corruption checks (train/sdc_check.h): the
+// weights each block computes with (gathered, when sharded), the block's output, and every
+// gradient bucket before its reduction, in the order they are reduced. It may change them in
+// place (fault injection). Called on the training thread.
+class ComputeObserver {
+ public:
+  virtual ~ComputeObserver() = default;
+  virtual void OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights) = 0;
+  virtual void OnBlockOutput(int64_t layer, const at::Tensor& output) = 0;
+  // `flat`: unit `unit`'s local gradients (fp32, padded), about to be reduced.
+  virtual void OnLocalGradients(const std::string& unit, const at::Tensor& flat) = 0;
+};
+
 class Fsdp final : public BlockHooks {
  public:
   // `shard` and `replicate`: this rank's groups along the two data axes (size 1 = absent).
@@ -129,6 +142,11 @@ class Fsdp final : public BlockHooks {
   // After a failed collective: forgets the step's buckets and the reductions pending on the lost
   // group (their results are never waited for) and reshards, as at the start of a step.
   void AbandonStep();
+  // Silent-data-corruption checks: the observer (null: none), and replay, in which gradients are
+  // observed and dropped, never reduced (FinishStep leaves none). Every rank of the groups
+  // replays the same steps together: the gathers are still collectives.
+  void SetObserver(ComputeObserver* observer) { observer_ = observer; }
+  void SetReplay(bool replay) { replay_ = replay; }
   void GatherAll();   // every unit gathered (evaluation, checkpoint conversion)
   void ReleaseAll();  // ... and freed again
 
@@ -162,6 +180,8 @@ class Fsdp final : public BlockHooks {
   at::Tensor FlatGrads(const Unit& u) const;  // (padded) the unit's .grad, zeros where absent
   void ReduceFromGrads(Unit& u);              // issue the reduction of the unit's accumulated .grad
   void WaitReduction(Unit& u);
+  at::Tensor ObservedGrads(const Unit& u);  // FlatGrads, shown to the observer
+  void DropGrads(Unit& u);                  // replay: the unit's gradients go nowhere
   const std::vector<int>& UnitsOfLayer(int64_t layer) const;  // empty when not held
 
   // Constant after construction.
@@ -175,6 +195,8 @@ class Fsdp final : public BlockHooks {
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<model::NamedTensor> opt_params_;
   bool in_step_ = false;
+  ComputeObserver* observer_ = nullptr;
+  bool replay_ = false;
 };
 
 }  // namespace tenax::parallel

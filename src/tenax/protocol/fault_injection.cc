@@ -25,7 +25,8 @@ const char* kGrammar =
     "stop:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
-    "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N], await-join:rank=R:step=S; "
+    "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N], await-join:rank=R:step=S, "
+    "sdc:rank=R:step=S[:where=grad|activation|weight]; "
     "each may end in :gen=G or "
     ":gen=all; or poisson:crash=RATE:hang=RATE:nan=RATE[:seed=S] (RATE: N/h, N/min or N/s)";
 
@@ -43,6 +44,7 @@ constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
     {FaultKind::kExitHang, "exit-hang"},
     {FaultKind::kExitCrash, "exit-crash"},
     {FaultKind::kAwaitJoin, "await-join"},
+    {FaultKind::kSdc, "sdc"},
     {FaultKind::kPoisson, "poisson"},
 };
 
@@ -88,6 +90,18 @@ void Say(int rank, const std::string& what) {
 }
 
 }  // namespace
+
+const char* SdcSiteName(SdcSite s) {
+  switch (s) {
+    case SdcSite::kGrad:
+      return "grad";
+    case SdcSite::kActivation:
+      return "activation";
+    case SdcSite::kWeight:
+      return "weight";
+  }
+  return "?";
+}
 
 const char* FaultKindName(FaultKind k) {
   for (const auto& [value, name] : kFaultKinds) {
@@ -150,6 +164,11 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
         f.factor = x;
       } else if (key == "code" && numeric && n > 0 && n < 256) {
         f.code = static_cast<int>(n);
+      } else if (key == "where" && f.kind == FaultKind::kSdc &&
+                 (value == "grad" || value == "activation" || value == "weight")) {
+        f.site = value == "grad"         ? SdcSite::kGrad
+                 : value == "activation" ? SdcSite::kActivation
+                                         : SdcSite::kWeight;
       } else if (key == "gen" && numeric) {
         f.generation = static_cast<int>(n);
       } else if (key == "gen" && value == "all") {
@@ -158,7 +177,7 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
         return InvalidArgument("--inject " + item + ": bad field '" + part +
                                "' (rank=R, step=S >= 1, time=T > 0 (crash), factor=F >= 1 and "
                                "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
-                               "gen=G or gen=all)");
+                               "where=grad|activation|weight (sdc), gen=G or gen=all)");
       }
     }
     const bool rank_optional = f.kind == FaultKind::kCkptFail || f.kind == FaultKind::kCkptCorrupt;
@@ -456,6 +475,21 @@ bool FaultInjector::AwaitJoinDue(int64_t step) {
     }
   }
   return false;
+}
+
+std::optional<SdcSite> FaultInjector::SdcAt(int64_t step) {
+  for (const Fault& f : faults_) {
+    if (f.kind != FaultKind::kSdc || step < f.step) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (recorded_.count(f.index) > 0) return f.site;
+    }
+    Record(f, step);
+    Say(rank_,
+        fmt::format("silent data corruption ({}) from step {} on", SdcSiteName(f.site), step));
+    return f.site;
+  }
+  return std::nullopt;
 }
 
 double FaultInjector::LossFactor(int64_t step) {

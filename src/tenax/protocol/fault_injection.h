@@ -34,6 +34,15 @@
 //                                                  start of step S until every rank is back in
 //                                                  the group (a replacement announced), so a
 //                                                  short test run sees it join
+//         | sdc:rank=R:step=S[:where=grad|activation|weight][:gen=G]
+//                                                  silent data corruption: from step S on,
+//                                                  rank R's device miscomputes one bit, like a
+//                                                  defective unit that keeps failing: a bit of
+//                                                  its first gradient bucket before reduction
+//                                                  (grad, the default), of block 0's output
+//                                                  (activation), or of a block-0 weight it
+//                                                  computes with, stuck at the wrong value
+//                                                  (weight); its replays too (train/sdc_check.h)
 //         | poisson:KIND=RATE[:KIND=RATE...][:seed=S]
 //                                                  failures at random: the launcher draws them
 //                                                  as a Poisson process per KIND (crash: SIGKILL,
@@ -48,6 +57,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -73,8 +83,13 @@ enum class FaultKind {
   kExitHang,
   kExitCrash,
   kAwaitJoin,
+  kSdc,
   kPoisson,
 };
+
+// Where an `sdc` fault corrupts the rank's computation.
+enum class SdcSite { kGrad, kActivation, kWeight };
+const char* SdcSiteName(SdcSite s);
 const char* FaultKindName(FaultKind k);
 
 struct Fault {
@@ -95,6 +110,7 @@ struct Fault {
   };
   Rates rates;
   uint64_t seed = 1;
+  SdcSite site = SdcSite::kGrad;  // sdc
   static constexpr int kEveryGeneration = -1;
 };
 
@@ -162,6 +178,9 @@ class FaultInjector {
   // `await-join` at the start of `step`: true once (recorded as fired); the trainer then waits
   // for the group to be whole again (train/trainer_live.cc).
   bool AwaitJoinDue(int64_t step);
+  // `sdc`: where this rank's computation is corrupted at `step` (from the fault's step on;
+  // recorded as fired the first time), or none.
+  std::optional<SdcSite> SdcAt(int64_t step);
   double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by
   // Checkpoint faults: `ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank
   // (kWritten); `ckpt-corrupt` flips a byte of the largest file in `step_dir` (kCommitted).

@@ -21,9 +21,10 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
       "crash:rank=1:step=8:how=exit:code=3,hang:rank=0:step=5:gen=2,slow:rank=1:factor=2.5,"
       "nan:rank=0:step=4,ckpt-fail:step=9,ckpt-corrupt:step=6,kill-in-ckpt:rank=1:step=3,"
       "spike:rank=1:step=10:gen=all,spike:rank=0:step=11:factor=7,push-loss:rank=3:gen=all,"
-      "stop:rank=1:step=6:gen=1,exit-hang:rank=2,exit-crash:rank=0:code=3");
+      "stop:rank=1:step=6:gen=1,exit-hang:rank=2,exit-crash:rank=0:code=3,"
+      "sdc:rank=2:step=5,sdc:rank=1:step=3:where=activation,sdc:rank=0:step=4:where=weight");
   ASSERT_TRUE(f.ok()) << f.status().message();
-  ASSERT_EQ(f->size(), 13u);
+  ASSERT_EQ(f->size(), 16u);
   const std::vector<Fault>& v = *f;
   EXPECT_EQ(v[0].kind, FaultKind::kCrash);
   EXPECT_EQ(v[0].rank, 1);
@@ -59,15 +60,35 @@ TEST(FaultInjectionTest, ParsesEveryKind) {
   EXPECT_EQ(v[11].generation, 0);
   EXPECT_EQ(v[12].kind, FaultKind::kExitCrash);
   EXPECT_EQ(v[12].code, 3);
+  EXPECT_EQ(v[13].kind, FaultKind::kSdc);
+  EXPECT_EQ(v[13].rank, 2);
+  EXPECT_EQ(v[13].step, 5);
+  EXPECT_EQ(v[13].site, SdcSite::kGrad);  // the default
+  EXPECT_EQ(v[14].site, SdcSite::kActivation);
+  EXPECT_EQ(v[15].site, SdcSite::kWeight);
 }
 
 TEST(FaultInjectionTest, RefusesMalformedSpecs) {
-  for (const std::string bad :
-       {"boom:rank=1", "crash:rank=1", "crash:rank=1:step=2:time=3", "hang:step=3", "stop:rank=1",
-        "slow:rank=0", "spike:rank=0", "spike:rank=0:step=3:factor=1", "nan:rank=0:step=0",
-        "crash:rank=0:step=2:gen=some", "nan:rank=x:step=2", "push-loss:step=3",
-        "push-loss:rank=1:step=3", "exit-hang:step=3", "exit-hang:rank=1:step=3",
-        "exit-crash:rank=1:step=2"}) {
+  for (const std::string bad : {"boom:rank=1",
+                                "crash:rank=1",
+                                "crash:rank=1:step=2:time=3",
+                                "hang:step=3",
+                                "stop:rank=1",
+                                "slow:rank=0",
+                                "spike:rank=0",
+                                "spike:rank=0:step=3:factor=1",
+                                "nan:rank=0:step=0",
+                                "crash:rank=0:step=2:gen=some",
+                                "nan:rank=x:step=2",
+                                "push-loss:step=3",
+                                "push-loss:rank=1:step=3",
+                                "exit-hang:step=3",
+                                "exit-hang:rank=1:step=3",
+                                "exit-crash:rank=1:step=2",
+                                "sdc:rank=1",
+                                "sdc:step=3",
+                                "sdc:rank=1:step=3:where=loss",
+                                "hang:rank=1:step=3:where=grad"}) {
     Result<std::vector<Fault>> f = ParseFaults(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument) << bad;
@@ -180,6 +201,19 @@ TEST(FaultInjectorTest, KeepsOnlyThisRanksFaultsOfThisGenerationAndRecordsWhatFi
   auto gen1 = FaultInjector::Create(Context(dir, spec, 1), 1, nullptr);
   ASSERT_TRUE((*gen1)->PoisonLoss(4));
   EXPECT_EQ(UnfiredFaults(*ParseFaults(spec), ReadFiredFaults(dir.path())).size(), 1u);  // slow
+}
+
+// A defective device: from the fault's step on, every step (recorded as fired once).
+TEST(FaultInjectorTest, SdcActsFromItsStepOnAndIsRecordedOnce) {
+  TempDir dir;
+  auto f = FaultInjector::Create(Context(dir, "sdc:rank=2:step=5:where=weight"), 2, nullptr);
+  ASSERT_TRUE(f.ok() && *f);
+  EXPECT_FALSE((*f)->SdcAt(4).has_value());
+  EXPECT_EQ((*f)->SdcAt(5), SdcSite::kWeight);
+  EXPECT_EQ((*f)->SdcAt(9), SdcSite::kWeight);
+  const std::vector<FiredFault> fired = ReadFiredFaults(dir.path());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].step, 5);
 }
 
 // A poisson schedule with NaNs: every rank, in every generation, poisons the step after the

@@ -22,7 +22,7 @@ constexpr std::array<std::pair<Phase, const char*>, 8> kPhases = {{
     {Phase::kFinish, "finish"},
 }};
 
-constexpr std::array<std::pair<FailureKind, const char*>, 12> kFailureKinds = {{
+constexpr std::array<std::pair<FailureKind, const char*>, 13> kFailureKinds = {{
     {FailureKind::kCrash, "crash"},
     {FailureKind::kCrashInCheckpoint, "crash-in-checkpoint"},
     {FailureKind::kCheckpointWrite, "checkpoint-write"},
@@ -35,6 +35,7 @@ constexpr std::array<std::pair<FailureKind, const char*>, 12> kFailureKinds = {{
     {FailureKind::kCorruptCheckpoint, "corrupt-checkpoint"},
     {FailureKind::kLauncherLost, "launcher-lost"},
     {FailureKind::kPeerLost, "peer-lost"},
+    {FailureKind::kSilentCorruption, "silent-corruption"},
 }};
 
 double ClockSeconds(clockid_t id) {
@@ -175,8 +176,11 @@ std::optional<FailureKind> ParseFailureKind(std::string_view name) {
 
 bool BlamesSlot(FailureKind k) {
   return k == FailureKind::kCrash || k == FailureKind::kCrashInCheckpoint ||
-         k == FailureKind::kHang || k == FailureKind::kStraggler || k == FailureKind::kSetup;
+         k == FailureKind::kHang || k == FailureKind::kStraggler || k == FailureKind::kSetup ||
+         k == FailureKind::kSilentCorruption;
 }
+
+bool QuarantinesAtOnce(FailureKind k) { return k == FailureKind::kSilentCorruption; }
 
 std::string HeartbeatPath(const std::string& dir, int rank) {
   return dir + "/rank-" + std::to_string(rank);

@@ -76,12 +76,16 @@ enum class FailureKind {
   kCorruptCheckpoint,  // a resume skipped committed checkpoints that did not verify
   kLauncherLost,       // the launcher itself died; its successor recorded the gap
   kPeerLost,           // (exit reports only) a consequence of another rank's failure
+  kSilentCorruption,   // a replayed step disagreed: this rank computed wrong results
+                       // (resilience.sdc_check_interval; train/sdc_check.h)
 };
 const char* FailureKindName(FailureKind k);
 std::optional<FailureKind> ParseFailureKind(std::string_view name);
 // Kinds that blame the machine a rank ran on, so its slot may be excluded (a spare takes the
 // rank). Storage, numerics and data are not the machine's fault.
 bool BlamesSlot(FailureKind k);
+// Kinds proven on the machine by replay: its slot is quarantined at once, not after repeats.
+bool QuarantinesAtOnce(FailureKind k);
 
 // Files in the heartbeat folder (TENAX_HEARTBEAT_DIR), one folder per launch on each node.
 std::string HeartbeatPath(const std::string& dir, int rank);     // rank-R

@@ -278,6 +278,31 @@ std::string LiveRecoveryTable(const nlohmann::json& s) {
   return out + "</table>\n";
 }
 
+// Silent data corruption found by replay (resilience.sdc_check_interval, <run>/sdc.json): the
+// step, the rank named and its host, and the three digests that named it; shown only when any.
+std::string SdcTable(const nlohmann::json& s) {
+  if (s.empty()) return "";
+  std::string out =
+      "<h2>Silent data corruption</h2>\n<p class=\"sub\">A replayed step disagreed with the "
+      "rank's own result; a third rank's replay named the faulty one, whose slot was "
+      "quarantined. Training went back to the newest checkpoint, which a check had "
+      "verified.</p>\n<table id=\"sdc\"><tr><th>step</th><th>generation</th><th>rank</th>"
+      "<th>host</th><th>own result</th><th>replay</th><th>third replay</th><th>why</th></tr>\n";
+  for (const auto& x : s) {
+    const int rank = x.value("rank", -1);
+    out +=
+        "<tr>" + Td(std::to_string(x.value("step", int64_t{0})), true) +
+        Td(std::to_string(x.value("generation", 0)), true) +
+        Td(rank >= 0 ? std::to_string(rank) : "undecided", true) +
+        Td(x.value("host", std::string())) + Td(x.value("own", std::string())) +
+        Td(fmt::format("rank {}: {}", x.value("replayed_by", -1),
+                       x.value("replay", std::string()))) +
+        Td(fmt::format("rank {}: {}", x.value("third_by", -1), x.value("third", std::string()))) +
+        Td(x.value("reasoning", std::string())) + "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
 std::string SpikeTable(const nlohmann::json& s) {
   if (s.empty()) return "<p class=\"none\">No loss spikes.</p>\n";
   std::string out =
@@ -387,6 +412,7 @@ std::string ReportHtml(const RunData& d, std::vector<ChartFile>* charts) {
         "<p class=\"none\">No goodput.json: the run was not started by <code>tenax launch</code>"
         ".</p>\n";
   }
+  html += SdcTable(d.sdc);
   html += "<h2>Loss spikes</h2>\n" + SpikeTable(d.loss_spikes);
 
   html += "<h2>Checkpoints</h2>\n";

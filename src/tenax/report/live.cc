@@ -97,6 +97,21 @@ std::string PrometheusText(const nlohmann::json& s) {
       }
     }
   }
+  if (g.contains("sdc") && g["sdc"].is_array() && !g["sdc"].empty()) {
+    e.Family("tenax_silent_corruption_detected", kGauge,
+             "silent data corruption found by replay: 1 per detection, labelled with the step, "
+             "the rank named (-1: undecided), its host and the digests (<run>/sdc.json)");
+    for (const auto& d : g["sdc"]) {
+      e.Sample(
+          "tenax_silent_corruption_detected", 1,
+          fmt::format("step=\"{}\",rank=\"{}\",host=\"{}\",own=\"{}\",replay=\"{}\","
+                      "third=\"{}\"",
+                      d.value("step", int64_t{0}), d.value("rank", -1),
+                      Label(d.value("host", std::string())), Label(d.value("own", std::string())),
+                      Label(d.value("replay", std::string())),
+                      Label(d.value("third", std::string()))));
+    }
+  }
   e.One("tenax_stragglers_total", kCounter, "straggler reports", OptionalNum(s, "stragglers"));
   e.One("tenax_spares_ready", kGauge, "standby processes ready to take a failed slot",
         OptionalNum(s, "spares_ready"));

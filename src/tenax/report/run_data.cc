@@ -143,6 +143,12 @@ Result<RunData> LoadRunData(const std::string& run_dir, const std::string& goodp
   } else if (d.goodput.is_object() && d.goodput.contains("loss_spikes")) {
     d.loss_spikes = d.goodput["loss_spikes"];
   }
+  TENAX_ASSIGN_OR_RETURN(std::optional<nlohmann::json> sdc, ReadSdcDetections(run_dir));
+  if (sdc) {
+    d.sdc = std::move(*sdc);
+  } else if (d.goodput.is_object() && d.goodput.contains("sdc")) {
+    d.sdc = d.goodput["sdc"];
+  }
   if (files.Exists(paths.config())) {
     TENAX_ASSIGN_OR_RETURN(d.config_toml, files.ReadFile(paths.config()));
   }
@@ -189,15 +195,28 @@ nlohmann::json ReadLiveTraining(const std::string& run_dir) {
   return out;
 }
 
-Result<std::optional<nlohmann::json>> ReadLossSpikes(const std::string& run_dir) {
-  const std::string path = RunPaths(run_dir).loss_spikes();
+namespace {
+
+// The list under `key` of the JSON object in `path`: none when the file is absent.
+Result<std::optional<nlohmann::json>> ReadRecordList(const std::string& path,
+                                                     const std::string& key) {
   if (!LocalFs().Exists(path)) return std::optional<nlohmann::json>();
   TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(path));
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object() && j.contains("spikes") && j["spikes"].is_array()) {
-    return std::optional<nlohmann::json>(j["spikes"]);
+  if (j.is_object() && j.contains(key) && j[key].is_array()) {
+    return std::optional<nlohmann::json>(j[key]);
   }
   return std::optional<nlohmann::json>(nlohmann::json::array());
+}
+
+}  // namespace
+
+Result<std::optional<nlohmann::json>> ReadLossSpikes(const std::string& run_dir) {
+  return ReadRecordList(RunPaths(run_dir).loss_spikes(), "spikes");
+}
+
+Result<std::optional<nlohmann::json>> ReadSdcDetections(const std::string& run_dir) {
+  return ReadRecordList(RunPaths(run_dir).sdc(), "detections");
 }
 
 }  // namespace tenax::report

@@ -51,6 +51,7 @@ struct RunData {
   std::vector<EvalPoint> evals;
   nlohmann::json goodput;                                // null when the run has none
   nlohmann::json loss_spikes = nlohmann::json::array();  // loss_spikes.json "spikes"
+  nlohmann::json sdc = nlohmann::json::array();          // sdc.json "detections"
   std::string config_toml;                               // empty when absent
   std::string checkpoint_dir;                            // from config.toml
   std::vector<CheckpointInfo> checkpoints;               // ascending step
@@ -72,6 +73,9 @@ nlohmann::json ReadLiveTraining(const std::string& run_dir);
 // when the file is absent, an error when it is there but cannot be read, an empty array when it
 // holds no such list.
 Result<std::optional<nlohmann::json>> ReadLossSpikes(const std::string& run_dir);
+// The trainer's silent-data-corruption record (<run>/sdc.json "detections", train/sdc_check.h),
+// read the same way.
+Result<std::optional<nlohmann::json>> ReadSdcDetections(const std::string& run_dir);
 
 // The committed checkpoints of `folder` with their commit times, ascending.
 std::vector<CheckpointInfo> ListCheckpoints(const std::string& folder);

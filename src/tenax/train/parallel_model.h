@@ -95,6 +95,9 @@ class ParallelModel final : public StepModel {
   double ClipGradNorm(double max_norm) override;
   void ZeroGrad() override;
   void AbandonStep() override;
+  // Silent-data-corruption checks (train/sdc_check.h): parallel::Fsdp's observer and replay.
+  void SetComputeObserver(parallel::ComputeObserver* observer) { fsdp_->SetObserver(observer); }
+  void SetReplay(bool replay) { fsdp_->SetReplay(replay); }
 
   // Forward only: mean loss of (tokens, targets) (every rank of the TP/PP group gets it).
   Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) override;

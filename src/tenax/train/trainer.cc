@@ -95,6 +95,15 @@ Status Trainer::StepOnce(int64_t step) {
   const auto t0 = Clock::now();
   const parallel::CommStats comm0 = TotalStats(all_groups_);
   const double lr = LearningRate(config_.lr_scheduler, config_.optimizer.lr, step, t_.steps);
+  // A check replays another rank's step first, from the same weights (sdc_check.h).
+  const bool check = SdcDue(step);
+  ComputeDigest replayed;
+  if (check) {
+    TENAX_ASSIGN_OR_RETURN(replayed, SdcReplay(step, 1));
+  }
+  const auto t_own = Clock::now();
+  if (sdc_) sdc_->BeginPass(step);
+  if (check) sdc_->Arm();
   if (flight_) flight_->SetPhase(step, "forward_backward");
   step_model_->BeginStep();
   TENAX_ASSIGN_OR_RETURN(double loss, ForwardBackwardMicroBatches());
@@ -102,6 +111,8 @@ Status Trainer::StepOnce(int64_t step) {
                              Seconds(Clock::now() - t0) - (TotalStats(all_groups_) - comm0).wait_s);
   if (flight_) flight_->SetPhase(step, "gradient_reduction");
   step_model_->FinishStep();  // every gradient reduction of the layout
+  if (check) TENAX_RETURN_IF_ERROR(SdcVerify(step, sdc_->Disarm(loss), replayed));
+  const double own_s = Seconds(Clock::now() - t_own);
   const double grad_norm = step_model_->ClipGradNorm(t_.max_norm);
   local_loss_ = loss = InjectIntoLoss(step, loss);
   loss = MeanOverRanks(loss);
@@ -125,6 +136,7 @@ Status Trainer::StepOnce(int64_t step) {
   progress_.loss_history.assign(spikes_->history().begin(), spikes_->history().end());
 
   const double dt = Seconds(Clock::now() - t0);
+  if (check && sdc_checks_ == 1) SdcLogCost(step, own_s);
   const parallel::CommStats step_delta = TotalStats(all_groups_) - comm0;
   step_comm_ += step_delta;
   train_seconds_ += dt;
@@ -185,6 +197,14 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
   // a lost member reads the same samples.
   const std::vector<int> slots = live() ? protocol::SlotsRunBy(live_->membership(), env_.rank)
                                         : std::vector<int>{mesh_->dp_index(env_.rank)};
+  TENAX_ASSIGN_OR_RETURN(const double loss, RunMicroBatches(slots));
+  const int64_t per_micro = t_.local_batch_size * mesh_->dp();
+  loader_->Seek(progress_.data_position + batch_.accum * per_micro);
+  live_slots_ = static_cast<int>(slots.size());
+  return loss;
+}
+
+Result<double> Trainer::RunMicroBatches(const std::vector<int>& slots) {
   const int64_t start = progress_.data_position;
   const int64_t per_micro = t_.local_batch_size * mesh_->dp();
   double loss_sum = 0;
@@ -198,9 +218,7 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
       loss_sum += l;
     }
   }
-  loader_->Seek(start + batch_.accum * per_micro);
-  live_slots_ = static_cast<int>(slots.size());
-  return loss_sum / static_cast<double>(batch_.accum * live_slots_);
+  return loss_sum / static_cast<double>(batch_.accum * static_cast<int64_t>(slots.size()));
 }
 
 double Trainer::MeanOverRanks(double loss) {

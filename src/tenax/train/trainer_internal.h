@@ -40,6 +40,7 @@
 #include "tenax/train/lr_schedule.h"
 #include "tenax/train/parallel_model.h"
 #include "tenax/train/reporter.h"
+#include "tenax/train/sdc_check.h"
 #include "tenax/train/step_model.h"
 #include "tenax/train/train_checkpoint.h"
 #include "tenax/train/trainer.h"
@@ -104,6 +105,16 @@ class Trainer {
   Status LiveSyncState(const protocol::LiveMembership& next, bool has_state);
   bool live() const { return live_ != nullptr; }
 
+  // Silent-data-corruption checks (resilience.sdc_check_interval, trainer_sdc.cc and
+  // sdc_check.h): the layout they need, whether `step` is checked, one replay of the rank
+  // `distance` places before this one in the ring, and the comparison after the own step (a
+  // mismatch ends the run here, naming the faulty rank, before the update).
+  Status CheckSdcLayout(const parallel::GroupOptions& go);
+  bool SdcDue(int64_t step) const;
+  Result<ComputeDigest> SdcReplay(int64_t step, int distance);
+  Status SdcVerify(int64_t step, const ComputeDigest& own, const ComputeDigest& replay1);
+  void SdcLogCost(int64_t step, double step_s);
+
   Status Step(int64_t step);
   Status StepOnce(int64_t step);
   // Step's parts (trainer.cc says the order): the injected faults (tenax launch --inject) due at
@@ -115,6 +126,9 @@ class Trainer {
   void InjectBeforeGradientReduce(int64_t step, double compute_s);
   double InjectIntoLoss(int64_t step, double loss);
   Result<double> ForwardBackwardMicroBatches();
+  // The micro-batches of the data-parallel `slots` at the current data position: forward and
+  // backward; their mean loss. Neither the cursor nor anything else moves.
+  Result<double> RunMicroBatches(const std::vector<int>& slots);
   double MeanOverRanks(double loss);
   Status FailNonFinite(int64_t step, double loss, double grad_norm);
   Status Evaluate(int64_t step);
@@ -160,6 +174,7 @@ class Trainer {
   std::unique_ptr<protocol::FlightRecorder> flight_;
   std::unique_ptr<protocol::FlightRecorderWatchdog> watchdog_;
   std::unique_ptr<protocol::FaultInjector> faults_;
+  std::unique_ptr<SdcMonitor> sdc_;      // checks on, or an injected sdc fault; null otherwise
   std::unique_ptr<model::Llama> model_;  // the full model, or the shape reference (distributed)
   std::unique_ptr<ParallelModel> parallel_model_;
   std::unique_ptr<SingleProcessModel> single_model_;
@@ -185,8 +200,10 @@ class Trainer {
   parallel::CommStats step_comm_;  // collectives issued inside training steps only
   FailureKind failure_kind_ = FailureKind::kSetup;
   bool failure_secondary_ = false;
-  double local_loss_ = 0;  // this rank's loss of the current step, before the mean over ranks
-  int live_slots_ = 1;     // data-parallel ranks whose samples this rank ran (live: maybe more)
+  double local_loss_ = 0;    // this rank's loss of the current step, before the mean over ranks
+  int live_slots_ = 1;       // data-parallel ranks whose samples this rank ran (live: maybe more)
+  int64_t sdc_checks_ = 0;   // checks passed by this process
+  double sdc_replay_s_ = 0;  // the current check's replay
   TrainSummary summary_;
 };
 

@@ -123,6 +123,7 @@ Status Trainer::SetupGroups() {
       config_.parallelism.collective_timeout_s > 0
           ? static_cast<int64_t>((config_.parallelism.collective_timeout_s + 60) * 1000)
           : int64_t{30} * 60 * 1000);
+  TENAX_RETURN_IF_ERROR(CheckSdcLayout(go));
   if (config_.resilience.mode == "live" && env_.distributed()) {
     TENAX_RETURN_IF_ERROR(CheckLiveLayout(go));
     TENAX_RETURN_IF_ERROR(SetupLiveWorld(go));
@@ -257,6 +258,10 @@ Status Trainer::SetupModel() {
             FormatGiB(static_cast<double>(step_model_->ResidentStateBytes())),
             step_model_->ResidentStateBytes());
   TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
+  if (parallel_model_ && (config_.resilience.sdc_check_interval > 0 || faults_)) {
+    sdc_ = std::make_unique<SdcMonitor>(faults_.get());  // checks, or a fault to play
+    parallel_model_->SetComputeObserver(sdc_.get());
+  }
   return Status::Ok();
 }
 

@@ -1,0 +1,195 @@
+#include "tenax/train/sdc_check.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tenax/core/crc32.h"
+#include "tenax/core/fs.h"
+#include "tenax/core/run_paths.h"
+
+namespace tenax::train {
+namespace {
+
+// The bit an injected fault corrupts in element 0 of `t`: the mantissa's highest, so the value
+// changes by at most half and training goes on (a corrupted exponent would mostly overflow, which
+// the NaN checks already catch: the silent kind is the interesting one).
+int MantissaTopBit(const at::Tensor& t) {
+  switch (t.element_size()) {
+    case 8:
+      return 51;
+    case 4:
+      return 22;
+    default:
+      return t.scalar_type() == at::kHalf ? 9 : 6;  // fp16 : bf16
+  }
+}
+
+// Reads or writes bit `bit` of element 0 in place, through the raw storage: autograd's version
+// counters do not see it, as they would not see a device's fault.
+bool GetBit(const at::Tensor& t, int bit) {
+  uint64_t v = 0;
+  std::memcpy(&v, t.data_ptr(), static_cast<size_t>(t.element_size()));
+  return ((v >> bit) & 1u) != 0;
+}
+void SetBit(const at::Tensor& t, int bit, bool value) {
+  uint64_t v = 0;
+  std::memcpy(&v, t.data_ptr(), static_cast<size_t>(t.element_size()));
+  v = value ? (v | (uint64_t{1} << bit)) : (v & ~(uint64_t{1} << bit));
+  std::memcpy(t.data_ptr(), &v, static_cast<size_t>(t.element_size()));
+}
+
+bool Touchable(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 && t.device().is_cpu() && t.is_contiguous();
+}
+
+}  // namespace
+
+std::string ComputeDigest::ToString() const {
+  return fmt::format("loss {:.17g} grads {:08x}/{}", loss, grads, buckets);
+}
+
+void SdcMonitor::BeginPass(int64_t step) {
+  site_ = faults_ != nullptr ? faults_->SdcAt(step) : std::nullopt;
+  grad_flipped_ = false;
+}
+
+void SdcMonitor::Arm() {
+  armed_ = true;
+  crc_ = 0;
+  buckets_ = 0;
+}
+
+ComputeDigest SdcMonitor::Disarm(double loss) {
+  armed_ = false;
+  return {loss, crc_, buckets_};
+}
+
+void SdcMonitor::OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights) {
+  if (site_ != protocol::SdcSite::kWeight || layer != 0 || weights.empty()) return;
+  const at::Tensor& w = weights.front();
+  if (!Touchable(w)) return;
+  const int bit = MantissaTopBit(w);
+  // Stuck at the opposite of its value when the fault began: applied on every pass, it stays
+  // wrong through the optimizer's updates (a replicated weight) and every new gather (a shard).
+  if (!stuck_bit_) stuck_bit_ = !GetBit(w, bit);
+  SetBit(w, bit, *stuck_bit_);
+}
+
+void SdcMonitor::OnBlockOutput(int64_t layer, const at::Tensor& output) {
+  if (site_ != protocol::SdcSite::kActivation || layer != 0 || !Touchable(output)) return;
+  const int bit = MantissaTopBit(output);
+  SetBit(output, bit, !GetBit(output, bit));
+}
+
+void SdcMonitor::OnLocalGradients(const std::string& /*unit*/, const at::Tensor& flat) {
+  if (site_ == protocol::SdcSite::kGrad && !grad_flipped_ && Touchable(flat)) {
+    const int bit = MantissaTopBit(flat);
+    SetBit(flat, bit, !GetBit(flat, bit));
+    grad_flipped_ = true;
+  }
+  if (!armed_) return;
+  const at::Tensor c = flat.is_contiguous() ? flat : flat.contiguous();
+  const at::Tensor host = c.device().is_cpu() ? c : c.cpu();
+  crc_ = Crc32(host.data_ptr(), static_cast<size_t>(host.nbytes()), crc_);
+  ++buckets_;
+}
+
+std::vector<int> Mismatched(const std::vector<ComputeDigest>& own,
+                            const std::vector<ComputeDigest>& replay1) {
+  std::vector<int> out;
+  const int n = static_cast<int>(own.size());
+  for (int s = 0; s < n; ++s) {
+    if (own[s] != replay1[(s + 1) % n]) out.push_back(s);
+  }
+  return out;
+}
+
+SdcVerdict Judge(const std::vector<ComputeDigest>& own, const std::vector<ComputeDigest>& replay1,
+                 const std::vector<ComputeDigest>& replay2) {
+  SdcVerdict v;
+  const int n = static_cast<int>(own.size());
+  std::vector<std::string> lines;
+  auto name = [&](int r) {
+    if (std::find(v.faulty.begin(), v.faulty.end(), r) == v.faulty.end()) v.faulty.push_back(r);
+  };
+  for (int s : Mismatched(own, replay1)) {
+    const int next = (s + 1) % n, third = (s + 2) % n;
+    const ComputeDigest& t = replay2[third];
+    if (t == own[s] && t != replay1[next]) {
+      name(next);
+      lines.push_back(fmt::format(
+          "rank {}'s step: its own result and rank {}'s replay agree, rank {}'s replay differs", s,
+          third, next));
+    } else if (t == replay1[next] && t != own[s]) {
+      name(s);
+      lines.push_back(fmt::format(
+          "rank {}'s step: the replays of ranks {} and {} agree, its own result differs", s, next,
+          third));
+    } else {
+      lines.push_back(
+          fmt::format("rank {}'s step: its own result, rank {}'s and rank {}'s replays all differ",
+                      s, next, third));
+    }
+  }
+  std::sort(v.faulty.begin(), v.faulty.end());
+  v.reasoning = fmt::format("{}", fmt::join(lines, "; "));
+  return v;
+}
+
+Result<std::vector<SdcRecord>> ReadSdcRecords(const std::string& run_dir) {
+  std::vector<SdcRecord> out;
+  const std::string path = RunPaths(run_dir).sdc();
+  if (!LocalFs().Exists(path)) return out;
+  TENAX_ASSIGN_OR_RETURN(std::string text, LocalFs().ReadFile(path));
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("detections") ||
+      !j["detections"].is_array()) {
+    return DataError(path +
+                     " is not a silent-data-corruption record ({\"detections\": [...]}); move "
+                     "it aside to start the record afresh");
+  }
+  try {
+    for (const auto& d : j["detections"]) {
+      SdcRecord r;
+      r.step = d.at("step").get<int64_t>();
+      r.generation = d.value("generation", 0);
+      r.rank = d.at("rank").get<int>();
+      r.host = d.value("host", "");
+      r.mismatched = d.value("mismatched", std::vector<int>{});
+      r.own = d.value("own", "");
+      r.replay = d.value("replay", "");
+      r.third = d.value("third", "");
+      r.replayed_by = d.value("replayed_by", -1);
+      r.third_by = d.value("third_by", -1);
+      r.reasoning = d.value("reasoning", "");
+      out.push_back(std::move(r));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return DataError(path + ": " + e.what() + "; move it aside to start the record afresh");
+  }
+  return out;
+}
+
+Status AppendSdcRecord(const std::string& run_dir, const SdcRecord& record) {
+  TENAX_ASSIGN_OR_RETURN(std::vector<SdcRecord> all, ReadSdcRecords(run_dir));
+  all.push_back(record);
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& r : all) {
+    list.push_back({{"step", r.step},
+                    {"generation", r.generation},
+                    {"rank", r.rank},
+                    {"host", r.host},
+                    {"mismatched", r.mismatched},
+                    {"own", r.own},
+                    {"replay", r.replay},
+                    {"third", r.third},
+                    {"replayed_by", r.replayed_by},
+                    {"third_by", r.third_by},
+                    {"reasoning", r.reasoning}});
+  }
+  return LocalFs().WriteFileAtomic(RunPaths(run_dir).sdc(),
+                                   nlohmann::json{{"detections", list}}.dump(2) + "\n");
+}
+
+}  // namespace tenax::train

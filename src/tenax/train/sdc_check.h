@@ -1,0 +1,106 @@
+// Silent data corruption found by deterministic replay (resilience.sdc_check_interval = N;
+// docs/resilience.md). A CPU rank's step is a pure function of its weights and its samples, bit
+// for bit, so a second rank that recomputes it from the same weights must get the same bits; a
+// device that miscomputes shows up as a difference.
+//
+// The check, on a check step (every N steps, the run's first step so that its cost is measured
+// at once, and every checkpoint step so that no checkpoint is committed unverified):
+//   1. every data-parallel rank r replays the step of rank r - 1 (mod n): same weights, same
+//      micro-batches, the gradients digested before any reduction and dropped (Fsdp's replay);
+//   2. it runs its own step, digesting its gradients the same way before they are reduced;
+//   3. the digests (loss, CRC-32 of every gradient bucket in reduction order) are all-gathered:
+//      rank s's own digest must equal rank s + 1's replay of it;
+//   4. on a mismatch every rank replays the step of rank r - 2, a third opinion on each pair:
+//      the rank that disagrees with the two others is faulty (Judge).
+// The faulty rank ends with kind silent-corruption, the others as its peers; the launcher
+// quarantines its slot at once and restarts from the newest checkpoint, which a check verified.
+// Cost: one replay (a step's forward and backward, no gradient reduction) per check.
+// Where bitwise equality cannot hold (GPU kernels that are not deterministic) this comparison
+// would need a tolerance; the check is refused there for now (CheckSdcLayout).
+// Non-goals: tensor, pipeline and expert parallelism (the replay of another rank's samples would
+// need its whole TP/PP group to replay with it); live recovery.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tenax/core/status.h"
+#include "tenax/parallel/fsdp.h"
+#include "tenax/protocol/fault_injection.h"
+
+namespace tenax::train {
+
+// What one forward/backward pass computed, reduced to a comparison.
+struct ComputeDigest {
+  double loss = 0;      // the pass's mean loss
+  uint32_t grads = 0;   // CRC-32 over every gradient bucket's bytes, in reduction order
+  int64_t buckets = 0;  // how many buckets it covered
+  bool operator==(const ComputeDigest& o) const {
+    // Bit patterns: a NaN loss equals itself, 0.0 and -0.0 differ, as the devices computed them.
+    return std::memcmp(&loss, &o.loss, sizeof loss) == 0 && grads == o.grads &&
+           buckets == o.buckets;
+  }
+  bool operator!=(const ComputeDigest& o) const { return !(*this == o); }
+  std::string ToString() const;  // "loss 3.2101 grads 1a2b3c4d/9"
+};
+
+// Digests this rank's passes while armed, and plays an injected `sdc` fault (a defective device:
+// it corrupts every pass from the fault's step on, its replays of other ranks included).
+// Thread safety: the training thread only.
+class SdcMonitor final : public parallel::ComputeObserver {
+ public:
+  explicit SdcMonitor(protocol::FaultInjector* faults) : faults_(faults) {}
+
+  // A pass of `step` begins (the own step or a replay): the injected fault's state for it.
+  void BeginPass(int64_t step);
+  void Arm();                         // start digesting
+  ComputeDigest Disarm(double loss);  // the digest since Arm
+
+  void OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights) override;
+  void OnBlockOutput(int64_t layer, const at::Tensor& output) override;
+  void OnLocalGradients(const std::string& unit, const at::Tensor& flat) override;
+
+ private:
+  protocol::FaultInjector* const faults_;  // null: no faults
+  std::optional<protocol::SdcSite> site_;  // the fault acting on this pass
+  bool grad_flipped_ = false;              // this pass's first bucket was corrupted
+  std::optional<bool> stuck_bit_;          // weight: the value the bit is stuck at
+  bool armed_ = false;
+  uint32_t crc_ = 0;
+  int64_t buckets_ = 0;
+};
+
+// Rank s's own digest against rank s + 1's replay of it (every rank's, in rank order): the ranks
+// s whose pair disagrees.
+std::vector<int> Mismatched(const std::vector<ComputeDigest>& own,
+                            const std::vector<ComputeDigest>& replay1);
+
+struct SdcVerdict {
+  std::vector<int> faulty;  // the ranks named (empty: no pair could be decided)
+  std::string reasoning;    // one line per disagreeing pair
+};
+// The third opinion: replay2[(s + 2) % n] is rank s + 2's replay of rank s's step. For each
+// disagreeing pair (s, s + 1): the third agrees with s's own digest -> s + 1 replayed wrongly;
+// with s + 1's replay -> s computed wrongly; with neither -> undecided. Needs n >= 3.
+SdcVerdict Judge(const std::vector<ComputeDigest>& own, const std::vector<ComputeDigest>& replay1,
+                 const std::vector<ComputeDigest>& replay2);
+
+// One detection, as <run_dir>/sdc.json keeps it (goodput.json `sdc`, the report, Prometheus).
+struct SdcRecord {
+  int64_t step = 0;
+  int generation = 0;
+  int rank = -1;  // the faulty rank; -1: undecided
+  std::string host;
+  std::vector<int> mismatched;     // ranks s whose own digest disagreed with its replay
+  std::string own, replay, third;  // rank's own digest, rank + 1's replay, rank + 2's replay
+  int replayed_by = -1, third_by = -1;
+  std::string reasoning;
+};
+Result<std::vector<SdcRecord>> ReadSdcRecords(const std::string& run_dir);  // absent: none
+// Rewrites <run_dir>/sdc.json atomically with `record` appended.
+Status AppendSdcRecord(const std::string& run_dir, const SdcRecord& record);
+
+}  // namespace tenax::train

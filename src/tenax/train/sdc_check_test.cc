@@ -1,0 +1,176 @@
+// The silent-data-corruption check's pieces (sdc_check.h): the verdict over random faulty ranks
+// and ring sizes, the undecided case, the monitor's digests and injected corruption on real
+// tensors, and the record file. The whole check, run by tenax launch on 4 ranks with each kind of
+// injected corruption, is tests/sdc_e2e_test.cc.
+#include "tenax/train/sdc_check.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tenax/core/fs.h"
+#include "tenax/core/run_paths.h"
+#include "tenax/core/temp_dir.h"
+
+namespace tenax::train {
+namespace {
+
+using testing::TempDir;
+
+ComputeDigest D(uint32_t grads, double loss = 2.5) { return {loss, grads, 3}; }
+
+// Digests of one check where rank `faulty` (or none, -1) computes wrong results, as a defective
+// device does: its own step and every replay it runs differ from the truth, each differently.
+struct Check {
+  std::vector<ComputeDigest> own, replay1, replay2;
+};
+Check Simulate(int n, int faulty, bool own_wrong = true, bool replays_wrong = true) {
+  Check c;
+  auto truth = [](int slot) { return D(1000 + static_cast<uint32_t>(slot)); };
+  auto wrong = [](int slot, int round) {
+    return D(5000 + 10 * static_cast<uint32_t>(slot) + round);
+  };
+  for (int r = 0; r < n; ++r) {
+    const int s1 = (r - 1 + n) % n, s2 = (r - 2 + n) % n;
+    c.own.push_back(r == faulty && own_wrong ? wrong(r, 0) : truth(r));
+    c.replay1.push_back(r == faulty && replays_wrong ? wrong(s1, 1) : truth(s1));
+    c.replay2.push_back(r == faulty && replays_wrong ? wrong(s2, 2) : truth(s2));
+  }
+  return c;
+}
+
+TEST(SdcJudge, NamesTheFaultyRankInEveryRandomTrial) {
+  std::mt19937 rng(20261129);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int n = std::uniform_int_distribution<int>(3, 16)(rng);
+    const int faulty = std::uniform_int_distribution<int>(0, n - 1)(rng);
+    const int mode = trial % 3;  // wrong everywhere, only in its own step, only in its replays
+    const Check c = Simulate(n, faulty, mode != 2, mode != 1);
+    EXPECT_FALSE(Mismatched(c.own, c.replay1).empty()) << "trial " << trial;
+    const SdcVerdict v = Judge(c.own, c.replay1, c.replay2);
+    EXPECT_EQ(v.faulty, std::vector<int>{faulty})
+        << "trial " << trial << ": n " << n << ", mode " << mode << ": " << v.reasoning;
+  }
+}
+
+TEST(SdcJudge, AgreeingRanksPassAndThreeWayDisagreementNamesNobody) {
+  const Check clean = Simulate(4, -1);
+  EXPECT_TRUE(Mismatched(clean.own, clean.replay1).empty());
+  Check c = Simulate(3, -1);
+  c.own[0] = D(1);
+  c.replay1[1] = D(2);
+  c.replay2[2] = D(3);
+  EXPECT_EQ(Mismatched(c.own, c.replay1), std::vector<int>{0});
+  const SdcVerdict v = Judge(c.own, c.replay1, c.replay2);
+  EXPECT_TRUE(v.faulty.empty());
+  EXPECT_NE(v.reasoning.find("all differ"), std::string::npos) << v.reasoning;
+}
+
+TEST(SdcDigest, ComparesBitPatterns) {
+  EXPECT_EQ(D(7, std::nan("")), D(7, std::nan("")));
+  EXPECT_NE(D(7, 0.0), D(7, -0.0));
+  EXPECT_NE(D(7), D(8));
+  EXPECT_NE(D(7, 2.5), D(7, 2.5000000000000004));
+}
+
+// The same gradients give the same digest; an armed monitor covers every bucket in order; an
+// injected grad fault flips exactly one bit of the pass's first bucket.
+TEST(SdcMonitor, DigestsBucketsAndPlaysAGradFault) {
+  const at::Tensor a = at::arange(12, at::kFloat).div_(7), b = at::ones({5}, at::kFloat);
+  SdcMonitor m(nullptr);
+  m.BeginPass(1);
+  m.Arm();
+  m.OnLocalGradients("layers.1", a.clone());
+  m.OnLocalGradients("root", b.clone());
+  const ComputeDigest d1 = m.Disarm(1.5);
+  m.BeginPass(1);
+  m.Arm();
+  m.OnLocalGradients("layers.1", a.clone());
+  m.OnLocalGradients("root", b.clone());
+  EXPECT_EQ(m.Disarm(1.5), d1);
+  EXPECT_EQ(d1.buckets, 2);
+  m.Arm();
+  m.OnLocalGradients("root", b.clone());
+  m.OnLocalGradients("layers.1", a.clone());
+  EXPECT_NE(m.Disarm(1.5), d1);  // order matters: the reduction order is part of the digest
+
+  TempDir dir;
+  protocol::RankContext ctx;
+  ctx.supervised = true;
+  ctx.heartbeat_dir = dir.path();
+  ctx.inject = "sdc:rank=0:step=3";
+  auto faults = protocol::FaultInjector::Create(ctx, 0, nullptr);
+  ASSERT_TRUE(faults.ok() && *faults);
+  SdcMonitor bad(faults->get());
+  bad.BeginPass(2);  // before the fault's step: computes correctly
+  bad.Arm();
+  bad.OnLocalGradients("layers.1", a.clone());
+  bad.OnLocalGradients("root", b.clone());
+  EXPECT_EQ(bad.Disarm(1.5), d1);
+  bad.BeginPass(3);
+  bad.Arm();
+  at::Tensor g = a.clone(), h = b.clone();
+  bad.OnLocalGradients("layers.1", g);
+  bad.OnLocalGradients("root", h);
+  EXPECT_NE(bad.Disarm(1.5), d1);
+  const at::Tensor diff = g.view(at::kInt).bitwise_xor(a.view(at::kInt));
+  EXPECT_EQ(diff.ne(0).sum().item<int64_t>(), 1);  // one element ...
+  EXPECT_EQ(diff[0].item<int32_t>(), 1 << 22);     // ... one bit (the mantissa's top)
+  EXPECT_TRUE(h.equal(b));                         // the first bucket only
+}
+
+// A stuck weight bit: forced to the opposite of its first value on every pass, so it stays wrong
+// through updates without toggling back.
+TEST(SdcMonitor, AWeightFaultIsAStuckBit) {
+  TempDir dir;
+  protocol::RankContext ctx;
+  ctx.supervised = true;
+  ctx.heartbeat_dir = dir.path();
+  ctx.inject = "sdc:rank=0:step=1:where=weight";
+  auto faults = protocol::FaultInjector::Create(ctx, 0, nullptr);
+  ASSERT_TRUE(faults.ok() && *faults);
+  SdcMonitor m(faults->get());
+  at::Tensor w = at::full({4}, 1.0f);
+  const at::Tensor clean = w.clone();
+  m.BeginPass(1);
+  m.OnBlockWeights(1, {w});  // another block: untouched
+  EXPECT_TRUE(w.equal(clean));
+  m.OnBlockWeights(0, {w});
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.5f);  // 1.0 with the mantissa's top bit set
+  m.BeginPass(2);
+  m.OnBlockWeights(0, {w});
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.5f);  // stuck, not toggled back
+  w.fill_(1.75f);                             // an update that sets the bit anyway
+  m.OnBlockWeights(0, {w});
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.75f);
+  EXPECT_FLOAT_EQ(w[1].item<float>(), 1.75f);
+}
+
+TEST(SdcRecord, AppendsAndReadsBackAndRefusesAForeignFile) {
+  TempDir dir;
+  EXPECT_TRUE(ReadSdcRecords(dir.path())->empty());
+  SdcRecord r;
+  r.step = 8;
+  r.rank = 2;
+  r.host = "node-7";
+  r.mismatched = {1, 2};
+  r.own = D(5).ToString();
+  r.replayed_by = 3;
+  ASSERT_TRUE(AppendSdcRecord(dir.path(), r).ok());
+  r.step = 12;
+  ASSERT_TRUE(AppendSdcRecord(dir.path(), r).ok());
+  Result<std::vector<SdcRecord>> back = ReadSdcRecords(dir.path());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].step, 8);
+  EXPECT_EQ((*back)[1].step, 12);
+  EXPECT_EQ((*back)[0].host, "node-7");
+  EXPECT_EQ((*back)[0].mismatched, (std::vector<int>{1, 2}));
+  EXPECT_EQ((*back)[0].own, "loss 2.5 grads 00000005/3");
+  ASSERT_TRUE(LocalFs().WriteFileAtomic(RunPaths(dir.path()).sdc(), "[1, 2]").ok());
+  EXPECT_EQ(ReadSdcRecords(dir.path()).status().code(), StatusCode::kDataError);
+  EXPECT_EQ(AppendSdcRecord(dir.path(), r).code(), StatusCode::kDataError);  // never overwritten
+}
+
+}  // namespace
+}  // namespace tenax::train

@@ -1,0 +1,165 @@
+// Silent-data-corruption checks' part of the Trainer (resilience.sdc_check_interval; the method
+// and its limits are in sdc_check.h, the user's view in docs/resilience.md).
+#include <unistd.h>
+
+#include "tenax/train/trainer_internal.h"
+
+namespace tenax::train::trainer_internal {
+namespace {
+
+std::string HostName() {
+  char host[256] = {};
+  return ::gethostname(host, sizeof(host) - 1) == 0 ? host : "?";
+}
+
+// Every rank's digests, in rank order: [rank][k] for the k-th of `mine`.
+std::vector<std::vector<ComputeDigest>> GatherDigests(parallel::Communicator& world,
+                                                      const std::vector<ComputeDigest>& mine) {
+  constexpr int kFields = 3;
+  const int k = static_cast<int>(mine.size());
+  at::Tensor t = at::empty({k * kFields}, at::kDouble);
+  double* p = t.data_ptr<double>();
+  for (int i = 0; i < k; ++i) {
+    p[i * kFields] = mine[i].loss;
+    p[i * kFields + 1] = static_cast<double>(mine[i].grads);
+    p[i * kFields + 2] = static_cast<double>(mine[i].buckets);
+  }
+  const at::Tensor all = world.AllGather(t).contiguous();
+  const double* a = all.data_ptr<double>();
+  std::vector<std::vector<ComputeDigest>> out(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    for (int r = 0; r < world.size(); ++r) {
+      const double* d = a + (r * k + i) * kFields;
+      out[i].push_back({d[0], static_cast<uint32_t>(d[1]), static_cast<int64_t>(d[2])});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
+  if (config_.resilience.sdc_check_interval <= 0) return Status::Ok();
+  std::vector<std::string> needs;
+  if (!env_.distributed() || env_.world < 3) {
+    needs.push_back(fmt::format(
+        "at least 3 data-parallel ranks (two to compare a step, a third to tell which one is "
+        "wrong), not {}",
+        env_.world));
+  }
+  if (mesh_->dp() != env_.world || mesh_->ep() != 1) {
+    needs.push_back(fmt::format(
+        "data parallelism only (DDP, FSDP or HSDP: tensor, pipeline and expert parallelism are "
+        "not supported yet), not {}",
+        mesh_->Describe()));
+  }
+  if (go.backend != parallel::Backend::kGloo) {
+    needs.push_back(
+        "CPU ranks (Gloo), whose steps repeat bit for bit (GPU kernels would need a tolerance: "
+        "not supported yet)");
+  }
+  if (spec_.moe.enabled()) needs.push_back("a dense model (MoE is not supported yet)");
+  if (config_.resilience.mode == "live") needs.push_back("resilience.mode = \"restart\"");
+  if (needs.empty()) return Status::Ok();
+  std::string list;
+  for (const auto& n : needs) list += (list.empty() ? "" : "; ") + n;
+  return InvalidArgument(
+      fmt::format("resilience.sdc_check_interval = {} needs {}; change that or set "
+                  "resilience.sdc_check_interval = 0",
+                  config_.resilience.sdc_check_interval, list));
+}
+
+bool Trainer::SdcDue(int64_t step) const {
+  const int64_t n = config_.resilience.sdc_check_interval;
+  if (n <= 0) return false;
+  // The second step of the process measures the cost at once (the first pays the warm-up); a
+  // checkpoint step is checked before its save, so no committed checkpoint holds state a check
+  // did not see.
+  return step % n == 0 || step == summary_.first_step + 1 ||
+         checkpointer_->Due(step, step == last_step_);
+}
+
+Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
+  const auto t0 = Clock::now();
+  const int n = env_.world;
+  const int slot = mesh_->dp_index((env_.rank - distance + n) % n);
+  if (flight_) flight_->SetPhase(step, "sdc_replay");
+  parallel_model_->SetReplay(true);
+  sdc_->BeginPass(step);
+  sdc_->Arm();
+  step_model_->BeginStep();
+  Result<double> loss = RunMicroBatches({slot});
+  if (loss.ok()) step_model_->FinishStep();  // observes the unreduced gradients, drops them
+  step_model_->AbandonStep();
+  parallel_model_->SetReplay(false);
+  const ComputeDigest d = sdc_->Disarm(loss.ok() ? *loss : 0.0);
+  TENAX_RETURN_IF_ERROR(loss.status());
+  if (distance == 1) sdc_replay_s_ = Seconds(Clock::now() - t0);
+  return d;
+}
+
+Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeDigest& replay1) {
+  parallel::Communicator& world = groups_->world();
+  const auto round1 = GatherDigests(world, {own, replay1});
+  const std::vector<ComputeDigest>&all_own = round1[0], &all_replay1 = round1[1];
+  const std::vector<int> mismatched = Mismatched(all_own, all_replay1);
+  if (mismatched.empty()) {
+    ++sdc_checks_;
+    return Status::Ok();
+  }
+  // A third opinion on every pair: each rank replays the step of the rank two before it. This
+  // step's own gradients are dropped first (it will not be applied), so the replay starts from
+  // none, like the first one.
+  step_model_->AbandonStep();
+  TENAX_ASSIGN_OR_RETURN(const ComputeDigest replay2, SdcReplay(step, 2));
+  const std::vector<ComputeDigest> all_replay2 = GatherDigests(world, {replay2})[0];
+  const SdcVerdict verdict = Judge(all_own, all_replay1, all_replay2);
+  const int n = env_.world;
+  const int named = verdict.faulty.empty() ? -1 : verdict.faulty.front();
+  if (env_.rank == (named >= 0 ? named : 0)) {  // one writer: the faulty rank knows its host
+    for (int r : named >= 0 ? verdict.faulty : std::vector<int>{-1}) {
+      const int s = r >= 0 ? r : mismatched.front();
+      SdcRecord rec;
+      rec.step = step;
+      rec.generation = ctx_.generation;
+      rec.rank = r;
+      rec.host = r == env_.rank ? HostName() : "";
+      rec.mismatched = mismatched;
+      rec.own = all_own[s].ToString();
+      rec.replayed_by = (s + 1) % n;
+      rec.replay = all_replay1[rec.replayed_by].ToString();
+      rec.third_by = (s + 2) % n;
+      rec.third = all_replay2[rec.third_by].ToString();
+      rec.reasoning = verdict.reasoning;
+      Status st = AppendSdcRecord(run_dir_, rec);
+      if (!st.ok()) log::Error("could not record the detection: {}", st.ToString());
+    }
+  }
+  world.Barrier();  // the record is written before anyone exits
+  if (reporter_out_) reporter_out_->Finish();
+  const bool faulty =
+      std::find(verdict.faulty.begin(), verdict.faulty.end(), env_.rank) != verdict.faulty.end();
+  const std::string what =
+      named >= 0 ? fmt::format("rank {} computed wrong results (silent data corruption)",
+                               fmt::join(verdict.faulty, ", "))
+                 : "the replays disagree but no rank could be named";
+  return Fail(FailureKind::kSilentCorruption,
+              Unavailable(fmt::format(
+                  "step {}: {}: {}; exiting so that the launcher quarantines the rank's slot and "
+                  "restarts from the newest checkpoint (every one was verified by a check)",
+                  step, what, verdict.reasoning)),
+              /*secondary=*/!faulty);
+}
+
+void Trainer::SdcLogCost(int64_t step, double step_s) {
+  if (groups_->world().rank() != 0) return;
+  const int64_t n = config_.resilience.sdc_check_interval;
+  const double per_step = sdc_replay_s_ / static_cast<double>(n);
+  log::Info(
+      "silent-data-corruption checks (resilience.sdc_check_interval = {}): step {}'s replay of "
+      "another rank's step took {:.3f}s against {:.3f}s for the step itself: about {:.1f}% "
+      "more time at this interval, plus one replay per checkpoint",
+      n, step, sdc_replay_s_, step_s, step_s > 0 ? 100.0 * per_step / step_s : 0.0);
+}
+
+}  // namespace tenax::train::trainer_internal
