@@ -77,6 +77,7 @@ class Goodput {
   void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
   // The trainer's silent-data-corruption record (<run folder>/sdc.json "detections").
   void SetSdc(nlohmann::json detections) { sdc_ = std::move(detections); }
+  const nlohmann::json& sdc() const { return sdc_; }
   // The launch's poisson schedule (FaultSchedule::Report; its times on this launch's clock).
   void SetFaultSchedule(nlohmann::json schedule);
   void SetReplacement(int slot) {

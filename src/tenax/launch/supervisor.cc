@@ -188,6 +188,16 @@ void Supervisor::Publish(int gen, bool force) {
   if (force || Elapsed() - last_goodput_write_ >= 1.0) WriteGoodput(false, 0);
 }
 
+std::vector<int> Supervisor::SdcNamedRanks(int generation) const {
+  std::vector<int> out;
+  for (const auto& d : goodput_.sdc()) {
+    if (d.value("generation", -1) == generation && d.value("rank", -1) >= 0) {
+      out.push_back(d["rank"].get<int>());
+    }
+  }
+  return out;
+}
+
 void Supervisor::ReadTrainerRecords() {
   if (goodput_.run_dir().empty()) return;
   Result<std::optional<nlohmann::json>> spikes = report::ReadLossSpikes(goodput_.run_dir());
@@ -758,6 +768,15 @@ Result<int> Supervisor::Run() {
     if (f.slot >= 0 && protocol::BlamesSlot(v.kind)) {
       const int moved = slots_->Exclude(f.slot, protocol::QuarantinesAtOnce(v.kind));
       if (moved != f.slot) goodput_.SetReplacement(moved);
+    }
+    // A corruption that crossed a tensor-parallel collective names every rank it reached: each
+    // one's slot is quarantined, not only the one whose report came first.
+    for (int rank :
+         v.kind == FailureKind::kSilentCorruption ? SdcNamedRanks(gen) : std::vector<int>{}) {
+      const int l = Local(rank);
+      if (rank != v.rank && l >= 0 && l < o_.nproc_per_node) {
+        slots_->Exclude(slots_->SlotOf(l), /*at_once=*/true);
+      }
     }
     log::Info("launch: {}: all ranks start again from the newest good checkpoint",
               restarts_.Describe(gen, Elapsed()));

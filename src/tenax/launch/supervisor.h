@@ -122,6 +122,8 @@ class Supervisor {
   // The trainer's loss-spike and silent-data-corruption records into goodput.json, when they
   // can be read.
   void ReadTrainerRecords();
+  // The ranks the trainer's silent-data-corruption record names in `generation`.
+  std::vector<int> SdcNamedRanks(int generation) const;
   // Several nodes: the node agent's channel, passed to every rank started from now on.
   void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
   // The running or last generation's ranks that hung or crashed after they finished (their work

@@ -324,6 +324,40 @@ TEST(Live, PrometheusTextFollowsTheFormatRules) {
   EXPECT_NE(testing::ParsePrometheus("# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\na 2\n", &bad), "");
 }
 
+// A silent-data-corruption detection (goodput.json `sdc`, <run>/sdc.json): a table in the report
+// and one labelled sample in the metrics, with the rank, host, step and digests.
+TEST(Live, SilentDataCorruptionIsInTheReportAndTheMetrics) {
+  const nlohmann::json sdc = nlohmann::json::parse(R"([{"step": 8, "generation": 0, "rank": 2,
+      "host": "node7", "mismatched": [1, 2], "own": "loss 3.2 grads 6dcaffe6/3",
+      "replay": "loss 3.2 grads 6f58af98/3", "third": "loss 3.2 grads 6f58af98/3",
+      "replayed_by": 3, "third_by": 0, "reasoning": "rank 2's step: the replays agree"}])");
+  nlohmann::json s = Status(60);
+  s["goodput"]["sdc"] = sdc;
+  std::map<std::string, testing::PromFamily> f;
+  const std::string text = PrometheusText(s);
+  ASSERT_EQ(testing::ParsePrometheus(text, &f), "") << text;
+  EXPECT_EQ(testing::PromValue(f, "tenax_silent_corruption_detected",
+                               {{"step", "8"},
+                                {"rank", "2"},
+                                {"host", "node7"},
+                                {"own", "loss 3.2 grads 6dcaffe6/3"},
+                                {"replay", "loss 3.2 grads 6f58af98/3"},
+                                {"third", "loss 3.2 grads 6f58af98/3"}}),
+            1)
+      << text;
+  EXPECT_EQ(PrometheusText(Status(60)).find("tenax_silent_corruption"), std::string::npos);
+
+  TempDir dir;
+  MakeRun(dir);
+  dir.Write("sdc.json", nlohmann::json{{"detections", sdc}}.dump());
+  auto r = WriteReport(dir.path());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::string html = *LocalFs().ReadFile(r->html_path);
+  EXPECT_NE(html.find("<table id=\"sdc\">"), std::string::npos);
+  EXPECT_NE(html.find("rank 3: loss 3.2 grads 6f58af98/3"), std::string::npos);
+  EXPECT_NE(html.find("node7"), std::string::npos);
+}
+
 TEST(Live, ServesThePageTheStatusAndTheMetricsOnLoopback) {
   nlohmann::json status = Status(10);
   auto server = HttpServer::Start(

@@ -95,26 +95,42 @@ void SdcMonitor::OnLocalGradients(const std::string& /*unit*/, const at::Tensor&
   ++buckets_;
 }
 
-std::vector<int> Mismatched(const std::vector<ComputeDigest>& own,
+std::vector<std::vector<int>> Rings(int dp, int copies) {
+  std::vector<std::vector<int>> rings(static_cast<size_t>(copies));
+  for (int c = 0; c < copies; ++c) {
+    for (int d = 0; d < dp; ++d) rings[c].push_back(d * copies + c);
+  }
+  return rings;
+}
+
+namespace {
+// The rank `k` places after `rank` in `ring`.
+int After(const std::vector<int>& ring, int rank, int k) {
+  const int n = static_cast<int>(ring.size());
+  const int i = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
+  return ring[(i + k) % n];
+}
+}  // namespace
+
+std::vector<int> Mismatched(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
                             const std::vector<ComputeDigest>& replay1) {
   std::vector<int> out;
-  const int n = static_cast<int>(own.size());
-  for (int s = 0; s < n; ++s) {
-    if (own[s] != replay1[(s + 1) % n]) out.push_back(s);
+  for (int s : ring) {
+    if (own[s] != replay1[After(ring, s, 1)]) out.push_back(s);
   }
   return out;
 }
 
-SdcVerdict Judge(const std::vector<ComputeDigest>& own, const std::vector<ComputeDigest>& replay1,
+SdcVerdict Judge(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
+                 const std::vector<ComputeDigest>& replay1,
                  const std::vector<ComputeDigest>& replay2) {
   SdcVerdict v;
-  const int n = static_cast<int>(own.size());
   std::vector<std::string> lines;
   auto name = [&](int r) {
     if (std::find(v.faulty.begin(), v.faulty.end(), r) == v.faulty.end()) v.faulty.push_back(r);
   };
-  for (int s : Mismatched(own, replay1)) {
-    const int next = (s + 1) % n, third = (s + 2) % n;
+  for (int s : Mismatched(ring, own, replay1)) {
+    const int next = After(ring, s, 1), third = After(ring, s, 2);
     const ComputeDigest& t = replay2[third];
     if (t == own[s] && t != replay1[next]) {
       name(next);

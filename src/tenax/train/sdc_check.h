@@ -14,11 +14,15 @@
 //      the rank that disagrees with the two others is faulty (Judge).
 // The faulty rank ends with kind silent-corruption, the others as its peers; the launcher
 // quarantines its slot at once and restarts from the newest checkpoint, which a check verified.
+// Tensor and pipeline parallelism: a whole TP/PP group replays the same data-parallel slot
+// together, and each position in the group has its own ring over the data-parallel index
+// (Rings). A corruption that reaches a TP collective or the next pipeline stage spreads to the
+// ranks it reaches, and the check names every one of them (all are quarantined); one confined
+// to a rank's own gradients names that rank alone.
 // Cost: one replay (a step's forward and backward, no gradient reduction) per check.
 // Where bitwise equality cannot hold (GPU kernels that are not deterministic) this comparison
 // would need a tolerance; the check is refused there for now (CheckSdcLayout).
-// Non-goals: tensor, pipeline and expert parallelism (the replay of another rank's samples would
-// need its whole TP/PP group to replay with it); live recovery.
+// Non-goals: expert parallelism (its all-to-all mixes the ranks' samples), MoE, live recovery.
 #pragma once
 
 #include <cstdint>
@@ -73,19 +77,24 @@ class SdcMonitor final : public parallel::ComputeObserver {
   int64_t buckets_ = 0;
 };
 
-// Rank s's own digest against rank s + 1's replay of it (every rank's, in rank order): the ranks
-// s whose pair disagrees.
-std::vector<int> Mismatched(const std::vector<ComputeDigest>& own,
+// A ring: the ranks that replay each other's steps, in order (ring[i + 1] replays ring[i]'s step,
+// ring[i + 2] gives the third opinion). Under tensor or pipeline parallelism each position in the
+// TP/PP group has its own ring over the data-parallel index (Rings). Digests are indexed by rank.
+std::vector<std::vector<int>> Rings(int dp, int copies);  // rank = dp_index * copies + c
+
+// The ranks of `ring` whose own digest disagrees with the next one's replay of it.
+std::vector<int> Mismatched(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
                             const std::vector<ComputeDigest>& replay1);
 
 struct SdcVerdict {
   std::vector<int> faulty;  // the ranks named (empty: no pair could be decided)
   std::string reasoning;    // one line per disagreeing pair
 };
-// The third opinion: replay2[(s + 2) % n] is rank s + 2's replay of rank s's step. For each
-// disagreeing pair (s, s + 1): the third agrees with s's own digest -> s + 1 replayed wrongly;
-// with s + 1's replay -> s computed wrongly; with neither -> undecided. Needs n >= 3.
-SdcVerdict Judge(const std::vector<ComputeDigest>& own, const std::vector<ComputeDigest>& replay1,
+// The third opinion: replay2 of the rank two places on is its replay of s's step. For each
+// disagreeing pair (s, next): the third agrees with s's own digest -> next replayed wrongly; with
+// next's replay -> s computed wrongly; with neither -> undecided. Needs rings of 3 or more.
+SdcVerdict Judge(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
+                 const std::vector<ComputeDigest>& replay1,
                  const std::vector<ComputeDigest>& replay2);
 
 // One detection, as <run_dir>/sdc.json keeps it (goodput.json `sdc`, the report, Prometheus).

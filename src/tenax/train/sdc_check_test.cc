@@ -46,8 +46,9 @@ TEST(SdcJudge, NamesTheFaultyRankInEveryRandomTrial) {
     const int faulty = std::uniform_int_distribution<int>(0, n - 1)(rng);
     const int mode = trial % 3;  // wrong everywhere, only in its own step, only in its replays
     const Check c = Simulate(n, faulty, mode != 2, mode != 1);
-    EXPECT_FALSE(Mismatched(c.own, c.replay1).empty()) << "trial " << trial;
-    const SdcVerdict v = Judge(c.own, c.replay1, c.replay2);
+    const std::vector<int> ring = Rings(n, 1)[0];
+    EXPECT_FALSE(Mismatched(ring, c.own, c.replay1).empty()) << "trial " << trial;
+    const SdcVerdict v = Judge(ring, c.own, c.replay1, c.replay2);
     EXPECT_EQ(v.faulty, std::vector<int>{faulty})
         << "trial " << trial << ": n " << n << ", mode " << mode << ": " << v.reasoning;
   }
@@ -55,15 +56,40 @@ TEST(SdcJudge, NamesTheFaultyRankInEveryRandomTrial) {
 
 TEST(SdcJudge, AgreeingRanksPassAndThreeWayDisagreementNamesNobody) {
   const Check clean = Simulate(4, -1);
-  EXPECT_TRUE(Mismatched(clean.own, clean.replay1).empty());
+  EXPECT_TRUE(Mismatched(Rings(4, 1)[0], clean.own, clean.replay1).empty());
   Check c = Simulate(3, -1);
   c.own[0] = D(1);
   c.replay1[1] = D(2);
   c.replay2[2] = D(3);
-  EXPECT_EQ(Mismatched(c.own, c.replay1), std::vector<int>{0});
-  const SdcVerdict v = Judge(c.own, c.replay1, c.replay2);
+  const std::vector<int> ring = Rings(3, 1)[0];
+  EXPECT_EQ(Mismatched(ring, c.own, c.replay1), std::vector<int>{0});
+  const SdcVerdict v = Judge(ring, c.own, c.replay1, c.replay2);
   EXPECT_TRUE(v.faulty.empty());
   EXPECT_NE(v.reasoning.find("all differ"), std::string::npos) << v.reasoning;
+}
+
+// Under TP or PP each position of the TP/PP group has its own ring over the data-parallel index
+// (rank = dp_index x copies + c): a faulty rank is named within its ring, by rank.
+TEST(SdcJudge, EachTensorParallelPositionHasItsOwnRing) {
+  const std::vector<std::vector<int>> rings = Rings(3, 2);
+  ASSERT_EQ(rings.size(), 2u);
+  EXPECT_EQ(rings[0], (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(rings[1], (std::vector<int>{1, 3, 5}));
+  // Rank 3 (dp index 1, TP rank 1) is faulty; ring 1 replays 1 -> 3 -> 5 -> 1.
+  std::vector<ComputeDigest> own, replay1, replay2;
+  for (int r = 0; r < 6; ++r) {
+    own.push_back(D(100 + r));
+    replay1.push_back(D(100 + (r + 4) % 6));  // the rank two before: the one before in the ring
+    replay2.push_back(D(100 + (r + 2) % 6));
+  }
+  own[3] = D(1);
+  replay1[3] = D(2);
+  replay2[3] = D(3);
+  EXPECT_TRUE(Mismatched(rings[0], own, replay1).empty());
+  EXPECT_EQ(Mismatched(rings[1], own, replay1), (std::vector<int>{1, 3}));
+  const SdcVerdict v = Judge(rings[1], own, replay1, replay2);
+  EXPECT_EQ(v.faulty, std::vector<int>{3}) << v.reasoning;
+  EXPECT_NE(v.reasoning.find("rank 5"), std::string::npos) << v.reasoning;
 }
 
 TEST(SdcDigest, ComparesBitPatterns) {

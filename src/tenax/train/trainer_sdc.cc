@@ -41,17 +41,14 @@ std::vector<std::vector<ComputeDigest>> GatherDigests(parallel::Communicator& wo
 Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
   if (config_.resilience.sdc_check_interval <= 0) return Status::Ok();
   std::vector<std::string> needs;
-  if (!env_.distributed() || env_.world < 3) {
+  if (!env_.distributed() || mesh_->dp() < 3) {
     needs.push_back(fmt::format(
         "at least 3 data-parallel ranks (two to compare a step, a third to tell which one is "
-        "wrong), not {}",
-        env_.world));
+        "wrong), not {} ({})",
+        mesh_->dp(), env_.distributed() ? mesh_->Describe() : "one process"));
   }
-  if (mesh_->dp() != env_.world || mesh_->ep() != 1) {
-    needs.push_back(fmt::format(
-        "data parallelism only (DDP, FSDP or HSDP: tensor, pipeline and expert parallelism are "
-        "not supported yet), not {}",
-        mesh_->Describe()));
+  if (mesh_->ep() != 1) {
+    needs.push_back("no expert parallelism (its all-to-all mixes the ranks' samples)");
   }
   if (go.backend != parallel::Backend::kGloo) {
     needs.push_back(
@@ -81,8 +78,8 @@ bool Trainer::SdcDue(int64_t step) const {
 
 Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
   const auto t0 = Clock::now();
-  const int n = env_.world;
-  const int slot = mesh_->dp_index((env_.rank - distance + n) % n);
+  const int dp = mesh_->dp();
+  const int slot = (mesh_->dp_index(env_.rank) - distance % dp + dp) % dp;
   if (flight_) flight_->SetPhase(step, "sdc_replay");
   parallel_model_->SetReplay(true);
   sdc_->BeginPass(step);
@@ -102,7 +99,11 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
   parallel::Communicator& world = groups_->world();
   const auto round1 = GatherDigests(world, {own, replay1});
   const std::vector<ComputeDigest>&all_own = round1[0], &all_replay1 = round1[1];
-  const std::vector<int> mismatched = Mismatched(all_own, all_replay1);
+  const std::vector<std::vector<int>> rings = Rings(mesh_->dp(), env_.world / mesh_->dp());
+  std::vector<int> mismatched;
+  for (const auto& ring : rings) {
+    for (int s : Mismatched(ring, all_own, all_replay1)) mismatched.push_back(s);
+  }
   if (mismatched.empty()) {
     ++sdc_checks_;
     return Status::Ok();
@@ -113,42 +114,51 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
   step_model_->AbandonStep();
   TENAX_ASSIGN_OR_RETURN(const ComputeDigest replay2, SdcReplay(step, 2));
   const std::vector<ComputeDigest> all_replay2 = GatherDigests(world, {replay2})[0];
-  const SdcVerdict verdict = Judge(all_own, all_replay1, all_replay2);
-  const int n = env_.world;
-  const int named = verdict.faulty.empty() ? -1 : verdict.faulty.front();
-  if (env_.rank == (named >= 0 ? named : 0)) {  // one writer: the faulty rank knows its host
-    for (int r : named >= 0 ? verdict.faulty : std::vector<int>{-1}) {
+  std::vector<int> faulty;
+  std::vector<std::string> reasons;
+  for (const auto& ring : rings) {
+    const SdcVerdict v = Judge(ring, all_own, all_replay1, all_replay2);
+    faulty.insert(faulty.end(), v.faulty.begin(), v.faulty.end());
+    if (!v.reasoning.empty()) reasons.push_back(v.reasoning);
+  }
+  std::sort(faulty.begin(), faulty.end());
+  const std::string reasoning = fmt::format("{}", fmt::join(reasons, "; "));
+  // Each named rank appends its own record (it knows its host), one after the other; rank 0
+  // writes the record of an undecided check.
+  for (int r : faulty.empty() ? std::vector<int>{-1} : faulty) {
+    if (env_.rank == std::max(r, 0)) {
       const int s = r >= 0 ? r : mismatched.front();
+      const std::vector<int>& ring = rings[static_cast<size_t>(s) % rings.size()];
+      const int n = static_cast<int>(ring.size()), i = s / static_cast<int>(rings.size());
       SdcRecord rec;
       rec.step = step;
       rec.generation = ctx_.generation;
       rec.rank = r;
-      rec.host = r == env_.rank ? HostName() : "";
+      rec.host = r >= 0 ? HostName() : "";
       rec.mismatched = mismatched;
       rec.own = all_own[s].ToString();
-      rec.replayed_by = (s + 1) % n;
+      rec.replayed_by = ring[(i + 1) % n];
       rec.replay = all_replay1[rec.replayed_by].ToString();
-      rec.third_by = (s + 2) % n;
+      rec.third_by = ring[(i + 2) % n];
       rec.third = all_replay2[rec.third_by].ToString();
-      rec.reasoning = verdict.reasoning;
+      rec.reasoning = reasoning;
       Status st = AppendSdcRecord(run_dir_, rec);
       if (!st.ok()) log::Error("could not record the detection: {}", st.ToString());
     }
+    world.Barrier();  // written before the next one reads the file, and before anyone exits
   }
-  world.Barrier();  // the record is written before anyone exits
   if (reporter_out_) reporter_out_->Finish();
-  const bool faulty =
-      std::find(verdict.faulty.begin(), verdict.faulty.end(), env_.rank) != verdict.faulty.end();
+  const bool named = std::find(faulty.begin(), faulty.end(), env_.rank) != faulty.end();
   const std::string what =
-      named >= 0 ? fmt::format("rank {} computed wrong results (silent data corruption)",
-                               fmt::join(verdict.faulty, ", "))
-                 : "the replays disagree but no rank could be named";
+      !faulty.empty() ? fmt::format("rank {} computed wrong results (silent data corruption)",
+                                    fmt::join(faulty, ", "))
+                      : "the replays disagree but no rank could be named";
   return Fail(FailureKind::kSilentCorruption,
               Unavailable(fmt::format(
-                  "step {}: {}: {}; exiting so that the launcher quarantines the rank's slot and "
+                  "step {}: {}: {}; exiting so that the launcher quarantines the faulty slot and "
                   "restarts from the newest checkpoint (every one was verified by a check)",
-                  step, what, verdict.reasoning)),
-              /*secondary=*/!faulty);
+                  step, what, reasoning)),
+              /*secondary=*/!named);
 }
 
 void Trainer::SdcLogCost(int64_t step, double step_s) {
