@@ -90,7 +90,7 @@ echo "sdc: overhead, $steps steps x $rounds rounds" >&2
 big() {  # train args of the overhead runs: name, interval
   echo "train --defaults --set data.source=synthetic --set model.dim=512 --set model.n_layers=8" \
        "--set model.n_heads=8 --set model.n_kv_heads=4 --set model.ffn_hidden_dim=1536" \
-       "--set model.vocab_size=4000 --set data.synthetic.vocab_size=4000" \
+       "--set model.vocab_size=4000 --set data.synthetic.vocab_size=4000 --set data.synthetic.order=1" \
        "--set training.seq_len=128 --set training.local_batch_size=1" \
        "--set data.synthetic.train_tokens=$((steps * 4 * 130 + 100000))" \
        "--set metrics.eval_interval=0 --set metrics.progress=never --set checkpoint.enable=false" \
@@ -108,7 +108,7 @@ for r in $(seq 1 "$rounds"); do
     python3 - "$work/$name" "$n" "$r" "$work/$name.log" >> "$work/overhead.jsonl" <<'PY'
 import json, re, sys
 run, n, r, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"loss"' in l]
+steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"step_time_s"' in l]
 m = re.search(r"took ([0-9.]+)s against ([0-9.]+)s for the step itself: about ([0-9.]+)%", open(log).read())
 print(json.dumps({"interval": n, "round": r, "steps": len(steps),
                   "train_s": sum(s["step_time_s"] for s in steps),

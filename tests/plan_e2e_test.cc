@@ -88,6 +88,48 @@ TEST(PlanE2E, FailureRateAddsTimeToTrain) {
   EXPECT_NEAR(t["with_failures"]["mtbf_s"].get<double>() / 3600, 54.0 * 24 / 419, 1e-6);
 }
 
+// Silent-data-corruption checks: plan counts one replay (the step less its exposed data-parallel
+// traffic and optimizer) per interval in the days and prints the setting to run; simulate takes
+// the measured share and counts the replays as lost time.
+TEST(PlanE2E, SdcChecksAreCountedInThePlanAndTheSimulation) {
+  TempDir dir;
+  const std::string plan = std::string(k405bOn16k) + " --tokens 15.6T --top 1 --json";
+  auto r = RunTenax(plan, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto plain = ParseJson(r)["layouts"][0];
+  r = RunTenax(plan + " --sdc-check-interval 50", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto checked = ParseJson(r)["layouts"][0];
+  EXPECT_EQ(checked["step_s"], plain["step_s"]);
+  const double overhead = checked["sdc_overhead"].get<double>();
+  EXPECT_GT(overhead, 0.5 / 50);  // most of a step is the replayed compute
+  EXPECT_LT(overhead, 1.0 / 50);  // but not its gradient reduction or optimizer
+  EXPECT_NEAR(checked["training"]["days"].get<double>(),
+              plain["training"]["days"].get<double>() * (1 + overhead), 1e-9);
+  r = RunTenax(std::string(k405bOn16k) + " --top 1 --sdc-check-interval 50", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--set resilience.sdc_check_interval=50"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("silent-data-corruption checks every 50 steps"), std::string::npos);
+  EXPECT_NE(RunTenax(plan + " --sdc-check-interval -1", dir.path()).exit_code, 0);
+
+  const std::string sim =
+      "simulate --gpus 1024 --failure-rate 0.001/node-hour --checkpoint-cost 10s "
+      "--restart-cost 5m --spares 4 --duration 10d --runs 50 --seed 3 --json";
+  r = RunTenax(sim, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const double effective = ParseJson(r)["effective"]["mean"].get<double>();
+  r = RunTenax(sim + " --sdc-overhead 2%", dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_DOUBLE_EQ(j["sdc_overhead"].get<double>(), 0.02);
+  EXPECT_EQ(j["duration_s"].get<double>(), 10 * 86400.0);  // the useful computation
+  EXPECT_LT(j["effective"]["mean"].get<double>(), effective / 1.02 + 0.005);
+  EXPECT_GT(j["effective"]["mean"].get<double>(), effective / 1.02 - 0.005);
+  r = RunTenax(sim + " --sdc-overhead lots", dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--sdc-overhead lots is not a share"), std::string::npos) << r.output;
+}
+
 TEST(PlanE2E, FailureRateAloneGivesTheDalyInterval) {
   TempDir dir;
   auto r = RunTenax(std::string(k405bOn16k) +

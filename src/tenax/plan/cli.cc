@@ -91,6 +91,9 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
                    "memory_bound, fp8_matmul, collective_nvlink, allreduce_nvlink, "
                    "collective_network, comm_interference");
   plan->add_option("--out", p->out, "with --calibrate: write the fitted profile here");
+  plan->add_option("--sdc-check-interval", p->sdc_check_interval,
+                   "steps between silent-data-corruption checks (resilience.sdc_check_interval): "
+                   "their replays are counted in the training time (default 0: none)");
   plan->add_option("--from-run", p->from_run,
                    "a finished run folder of tenax launch: its measured step, checkpoint, "
                    "detection and restart costs against the failure model's prediction, and a "
@@ -131,6 +134,9 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
   sim->add_option("--heal-time", s->heal_time,
                   "live recovery: a replacement node's copy of the state from a live peer and "
                   "its joining, e.g. 2m (default 2m)");
+  sim->add_option("--sdc-overhead", s->sdc_overhead,
+                  "silent-data-corruption checks' cost as a share of the computation, e.g. 7.5% "
+                  "(what tenax train prints at start, or tenax plan --sdc-check-interval)");
   sim->add_option("--runs", s->runs, "simulated jobs (default 1000)");
   sim->add_option("--seed", s->seed, "random seed (default 1)");
   sim->add_option("--price-per-gpu-hour", s->price_per_gpu_hour, "dollars per GPU-hour");

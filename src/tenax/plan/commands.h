@@ -49,8 +49,9 @@ struct PlanFlags {
   std::vector<std::string> calibrate;
   std::string fit = "matmul";
   std::string out;
-  std::string command_line;  // for the calibrated profile's header
-  std::string from_run;      // a run folder: --from-run (from_run.h)
+  std::string command_line;        // for the calibrated profile's header
+  std::string from_run;            // a run folder: --from-run (from_run.h)
+  int64_t sdc_check_interval = 0;  // silent-data-corruption checks: their cost in the times
 };
 
 struct SimulateFlags {
@@ -69,6 +70,7 @@ struct SimulateFlags {
   std::string interval = "auto";
   std::string duration;
   int64_t replica_groups = 0;  // live recovery (simulate.h); 0: restart recovery
+  std::string sdc_overhead;    // silent-data-corruption checks' cost, e.g. 7.5% (0: none)
   std::string heal_time = "2m";
   int64_t runs = 1000;
   uint64_t seed = 1;

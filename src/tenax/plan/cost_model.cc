@@ -738,4 +738,13 @@ StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const La
   return EstimateStepTime(w, hw, l, EstimateMicroBatch(w, hw, MicroBatchShapeOf(l)));
 }
 
+double SdcReplaySeconds(const StepTime& t) {
+  return std::max(0.0, t.step - t.dp_exposed - t.optimizer);
+}
+
+double SdcOverhead(const StepTime& t, int64_t interval) {
+  if (interval <= 0 || !(t.step > 0)) return 0;
+  return SdcReplaySeconds(t) / (static_cast<double>(interval) * t.step);
+}
+
 }  // namespace tenax::plan

@@ -101,6 +101,14 @@ struct StepTime {
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l,
                           const MicroBatchCost& mb);
 
+// Silent-data-corruption checks (resilience.sdc_check_interval, train/sdc_check.h): a check
+// replays one data-parallel rank's step on another, forward and backward with the gathers, no
+// gradient reduction and no optimizer: the step less its exposed data-parallel traffic and the
+// optimizer. The overhead at `interval` (0: none) is one replay per `interval` steps, as a
+// fraction of the training time (the checks at checkpoints come on top: one replay each).
+double SdcReplaySeconds(const StepTime& t);
+double SdcOverhead(const StepTime& t, int64_t interval);
+
 // The pipeline part of EstimateStepTime alone (split, stage times, compute, bubble): a lower bound
 // of the step that the search uses to skip layouts that cannot enter its top k.
 void EstimatePipeline(const Workload& w, const Layout& l, const MicroBatchCost& mb, StepTime* s);

@@ -285,6 +285,12 @@ Status RunPlan(const PlanFlags& f) {
   report.gpus = f.gpus;
   report.search = &result;
   report.price_per_gpu_hour = f.price_per_gpu_hour;
+  if (f.sdc_check_interval < 0) {
+    return InvalidArgument(
+        fmt::format("--sdc-check-interval {} is invalid: give the steps between checks (0: none)",
+                    f.sdc_check_interval));
+  }
+  report.sdc_check_interval = f.sdc_check_interval;
   if (!f.tokens.empty()) {
     TENAX_ASSIGN_OR_RETURN(report.tokens, ParseCount(f.tokens, "--tokens"));
   }

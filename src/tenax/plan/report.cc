@@ -46,8 +46,9 @@ std::string DropSummary(const SearchResult& s) {
 
 std::optional<TrainingEstimate> Training(const PlanReport& r, const Candidate& c) {
   if (!r.tokens) return std::nullopt;
-  return EstimateTraining(*r.tokens, c.time.tokens_per_s_per_gpu, r.gpus, r.price_per_gpu_hour,
-                          r.failures);
+  return EstimateTraining(
+      *r.tokens, c.time.tokens_per_s_per_gpu / (1 + SdcOverhead(c.time, r.sdc_check_interval)),
+      r.gpus, r.price_per_gpu_hour, r.failures);
 }
 
 // How to run `c` with tenax train: the launch command and the TOML fragment.
@@ -66,6 +67,9 @@ std::string RunCommandText(const PlanReport& r, const Candidate& c) {
                   r.config_arg.empty() ? "--config YOUR.toml" : r.config_arg);
   std::vector<std::string> sets = r.model_sets;
   sets.insert(sets.end(), ts.sets.begin(), ts.sets.end());
+  if (r.sdc_check_interval > 0) {
+    sets.push_back(fmt::format("resilience.sdc_check_interval={}", r.sdc_check_interval));
+  }
   for (const std::string& set : sets) out += " \\\n      --set " + set;
   out += "\n  or in the config:\n";
   std::string line;
@@ -179,6 +183,15 @@ std::string PlanText(const PlanReport& r) {
     out += RunCommandText(r, best);
   }
   if (r.unrunnable != nullptr) out += UnrunnableText(r, best);
+  if (r.sdc_check_interval > 0) {
+    out += fmt::format(
+        "  silent-data-corruption checks every {} steps (resilience.sdc_check_interval): a replay "
+        "of {} per check (#1's step less its exposed data-parallel traffic and optimizer), "
+        "+{:.1f}% training time{}; one more replay per checkpoint\n",
+        r.sdc_check_interval, FormatDuration(SdcReplaySeconds(best.time)),
+        100 * SdcOverhead(best.time, r.sdc_check_interval),
+        r.tokens ? " (in the days and cost above)" : "");
+  }
   if (r.failures && !r.tokens) {
     const FailureSummary f = SummarizeFailures(*r.failures, r.gpus);
     out += fmt::format(
@@ -236,6 +249,8 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
         {"set",
          ts.runnable ? nlohmann::json(TenaxTrainSettings(w, l).sets) : nlohmann::json::array()}}},
       {"step_s", t.step},
+      {"sdc_check_interval", r.sdc_check_interval},
+      {"sdc_overhead", SdcOverhead(t, r.sdc_check_interval)},
       {"tokens_per_s", t.tokens_per_s_per_gpu * static_cast<double>(r.gpus)},
       {"tokens_per_s_per_gpu", t.tokens_per_s_per_gpu},
       {"tflops_per_gpu", t.tflops_per_gpu},

@@ -34,6 +34,8 @@ struct PlanReport {
   // "--config YOUR.toml" plus model.* --set words.
   std::string config_arg;
   std::vector<std::string> model_sets;
+  // resilience.sdc_check_interval (0: no checks): their replays lengthen the training time.
+  int64_t sdc_check_interval = 0;
 };
 
 std::string PlanText(const PlanReport& r);

@@ -2,7 +2,9 @@
 // closed-form numbers (Young, Daly) it should agree with.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -18,6 +20,27 @@ namespace {
 nlohmann::json SummaryJson(const Summary& s) {
   return {{"mean", s.mean}, {"stddev", s.stddev}, {"ci95", {s.ci_low, s.ci_high}},
           {"p05", s.p05},   {"p50", s.p50},       {"p95", s.p95}};
+}
+
+// --sdc-overhead: "7.5%" or 0.075; the share of the computation the checks' replays add.
+Result<double> ParseShare(const std::string& text, const char* flag) {
+  if (text.empty()) return 0.0;
+  std::string t = text;
+  const bool percent = !t.empty() && t.back() == '%';
+  if (percent) t.pop_back();
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || !std::isfinite(v) || v < 0) {
+    return InvalidArgument(
+        fmt::format("{} {} is not a share: give e.g. 7.5% or 0.075", flag, text));
+  }
+  return percent ? v / 100 : v;
+}
+
+void Scale(Summary* s, double k) {
+  for (double* v : {&s->mean, &s->stddev, &s->ci_low, &s->ci_high, &s->p05, &s->p50, &s->p95}) {
+    *v *= k;
+  }
 }
 
 std::string Line(const char* what, const Summary& s, bool as_duration) {
@@ -62,6 +85,11 @@ Status RunSimulate(const SimulateFlags& f) {
   c.replica_groups = f.replica_groups;
   TENAX_ASSIGN_OR_RETURN(c.heal_time, ParseDuration(f.heal_time, "--heal-time"));
   c.runs = f.runs;
+  // Silent-data-corruption checks: their replays lengthen the computation, and count as time
+  // lost in the effective training time (duration below stays the useful computation).
+  TENAX_ASSIGN_OR_RETURN(const double sdc, ParseShare(f.sdc_overhead, "--sdc-overhead"));
+  const double useful = c.duration;
+  c.duration *= 1 + sdc;
   c.seed = f.seed;
   const double mtbf = JobMtbfSeconds(c.rate, c.nodes());
   const double young = YoungInterval(c.checkpoint_cost, mtbf);
@@ -79,12 +107,14 @@ Status RunSimulate(const SimulateFlags& f) {
   }
   if (!std::isfinite(c.interval)) c.interval = c.duration;  // no failures: one checkpoint at most
   TENAX_ASSIGN_OR_RETURN(SimulationResult r, Simulate(c));
+  Scale(&r.efficiency, 1 / (1 + sdc));
   // Live recovery is printed beside restart recovery of the same job.
   std::optional<SimulationResult> restart_only;
   if (c.replica_groups > 0) {
     SimulationConfig rc = c;
     rc.replica_groups = 0;
     TENAX_ASSIGN_OR_RETURN(restart_only, Simulate(rc));
+    Scale(&restart_only->efficiency, 1 / (1 + sdc));
   }
 
   // Daly's closed form for the same job; a failure costs the restart plus the swap (or, without
@@ -95,7 +125,7 @@ Status RunSimulate(const SimulateFlags& f) {
       DalyExpectedWallTime(c.duration, c.interval, c.checkpoint_cost, restart, mtbf);
   const double gpu_hour_price = f.price_per_gpu_hour;
   const double gpus = static_cast<double>(c.gpus);
-  const double lost_cost = (r.wall.mean - c.duration) / kHour * gpus * gpu_hour_price;
+  const double lost_cost = (r.wall.mean - useful) / kHour * gpus * gpu_hour_price;
   if (f.json) {
     nlohmann::json j = {
         {"gpus", c.gpus},
@@ -107,7 +137,8 @@ Status RunSimulate(const SimulateFlags& f) {
         {"interval_source", interval_source},
         {"young_interval_s", young},
         {"daly_interval_s", daly},
-        {"duration_s", c.duration},
+        {"duration_s", useful},
+        {"sdc_overhead", sdc},
         {"runs", c.runs},
         {"seed", c.seed},
         {"wall_s", SummaryJson(r.wall)},
@@ -158,7 +189,11 @@ Status RunSimulate(const SimulateFlags& f) {
   out += Line("waiting for repairs", r.waiting, true);
   if (c.replica_groups > 0) out += Line("short-handed", r.short_handed, true);
   out += fmt::format("  observed MTBF          {:>10}\n", FormatDuration(r.observed_mtbf));
-  out += fmt::format("  time lost              {:>10}", FormatDuration(r.wall.mean - c.duration));
+  if (sdc > 0) {
+    out += fmt::format("  silent-data-corruption checks {:.1f}%: {} of replays\n", 100 * sdc,
+                       FormatDuration(useful * sdc));
+  }
+  out += fmt::format("  time lost              {:>10}", FormatDuration(r.wall.mean - useful));
   if (gpu_hour_price > 0) {
     out += fmt::format(" = {} of {} at ${}/GPU-hour", FormatMoney(lost_cost),
                        FormatMoney(r.wall.mean / kHour * gpus * gpu_hour_price), gpu_hour_price);
@@ -175,7 +210,7 @@ Status RunSimulate(const SimulateFlags& f) {
       "\n\nDaly (2006) closed form for the same job{}: {} expected wall-clock, {:.1f}% "
       "effective\n",
       c.replica_groups > 0 ? " with restart recovery" : "", FormatDuration(analytic),
-      100 * c.duration / analytic);
+      100 * useful / analytic);
   std::printf("%s", out.c_str());
   return Status::Ok();
 }
