@@ -1,6 +1,6 @@
 // Silent data corruption found by replay (resilience.sdc_check_interval, train/sdc_check.h), run
 // by `tenax launch` as a user would, with a defective device played by `--inject sdc:...` in each
-// of its three places (a gradient bucket, an activation, a stuck weight bit), under DDP, FSDP and
+// of its three places (a gradient bucket, an activation, a weight), under DDP, FSDP and
 // tensor parallelism. Each run must: detect the corruption at the first check after it began
 // (within sdc_check_interval steps), name the right rank in sdc.json, goodput.json and the
 // report, quarantine its slot (a spare takes the rank), and end with weights bit-identical to an
@@ -146,11 +146,13 @@ TEST_F(SdcE2E, ChecksChangeNothingAndPrintTheirCost) {
 
 TEST_F(SdcE2E, DdpGradientCorruption) { Corrupt("ddp", "grad", 2, 6, {2}); }
 TEST_F(SdcE2E, DdpActivationCorruption) { Corrupt("ddp", "activation", 0, 9, {0}); }
-TEST_F(SdcE2E, DdpStuckWeightBit) { Corrupt("ddp", "weight", 3, 3, {3}); }
+// A corrupted weight stays corrupted in the rank's memory.
+TEST_F(SdcE2E, DdpCorruptedWeight) { Corrupt("ddp", "weight", 3, 3, {3}); }
 TEST_F(SdcE2E, FsdpGradientCorruption) { Corrupt("fsdp", "grad", 1, 11, {1}); }
 TEST_F(SdcE2E, FsdpActivationCorruption) { Corrupt("fsdp", "activation", 2, 3, {2}); }
-// Sharded: the stuck bit is in the rank's gathered copy, re-applied after every gather.
-TEST_F(SdcE2E, FsdpStuckWeightBit) { Corrupt("fsdp", "weight", 0, 6, {0}); }
+// Sharded: the rank's gathered copy is corrupted on every gather, from step 1 (a step no check
+// sees: its wrong update reaches every replica, yet the next check still finds the rank).
+TEST_F(SdcE2E, FsdpCorruptedGatheredWeight) { Corrupt("fsdp", "weight", 0, 1, {0}); }
 
 // Tensor parallelism: a corrupted gradient bucket stays on its rank; a corrupted activation
 // crosses the TP all-reduce, so both ranks of the TP group compute wrongly, both are named and

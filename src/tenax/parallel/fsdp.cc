@@ -44,6 +44,7 @@ FlatLayout MakeFlatLayout(const std::vector<model::NamedTensor>& params, int sha
 
 struct Fsdp::Unit {
   std::string name;              // "root", "layers.<i>" or "layers.<i>.experts"
+  int64_t layer = -1;            // the block's layer; -1 for the root
   Communicator* comm = nullptr;  // the group sharding this unit
   std::vector<int> params;       // model params() indices, in params() order
   FlatLayout layout;
@@ -89,6 +90,7 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, Fs
       it = unit_by_layer.emplace(std::pair{layer, experts}, static_cast<int>(units_.size())).first;
       units_.push_back(std::make_unique<Unit>());
       units_.back()->name = fmt::format(experts ? "layers.{}.experts" : "layers.{}", layer);
+      units_.back()->layer = layer;
       units_.back()->comm = experts ? expert_shard_ : &shard_;
       units_of_layer_[static_cast<size_t>(layer)].push_back(it->second);
     }
@@ -217,6 +219,9 @@ void Fsdp::EnsureGathered(Unit& u) {
   if (u.layout.padded > 0) {
     StartGather(u);
     u.gather.Wait();  // u.full holds the gathered parameters
+    if (observer_ != nullptr && u.layer >= 0) {
+      observer_->OnBlockWeights(u.layer, u.leaves, /*gathered=*/true);
+    }
   }
   u.gathered = true;
 }
@@ -245,17 +250,14 @@ void Fsdp::BeforeBlock(int64_t layer) {
       for (int k : UnitsOfLayer(layer + 1)) StartGather(*units_[static_cast<size_t>(k)]);
     }
   }
-  if (observer_ == nullptr) return;
+  if (observer_ == nullptr || sharded()) return;  // sharded: shown once gathered
   std::vector<at::Tensor> weights;
   for (int k : UnitsOfLayer(layer)) {
-    const Unit& u = *units_[static_cast<size_t>(k)];
-    if (sharded()) {
-      weights.insert(weights.end(), u.leaves.begin(), u.leaves.end());
-    } else {
-      for (int i : u.params) weights.push_back(model_.params()[static_cast<size_t>(i)].tensor);
+    for (int i : units_[static_cast<size_t>(k)]->params) {
+      weights.push_back(model_.params()[static_cast<size_t>(i)].tensor);
     }
   }
-  observer_->OnBlockWeights(layer, weights);
+  observer_->OnBlockWeights(layer, weights, /*gathered=*/false);
 }
 
 void Fsdp::AfterBlock(int64_t layer, const at::Tensor& output) {

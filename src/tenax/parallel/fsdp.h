@@ -93,13 +93,17 @@ struct FsdpOptions {
 };
 
 // Sees this rank's own computation for silent-data-corruption checks (train/sdc_check.h): the
-// weights each block computes with (gathered, when sharded), the block's output, and every
-// gradient bucket before its reduction, in the order they are reduced. It may change them in
-// place (fault injection). Called on the training thread.
+// weights each block computes with, the block's output, and every gradient bucket before its
+// reduction, in the order they are reduced. It may change them in place (fault injection).
+// Called on the training thread.
 class ComputeObserver {
  public:
   virtual ~ComputeObserver() = default;
-  virtual void OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights) = 0;
+  // `gathered` (sharded): a copy of the block's unit just gathered, which nothing keeps beyond
+  // its use (shown once per gather); otherwise (DDP) the rank's own parameters, the same tensors
+  // every pass (shown before each forward of the block).
+  virtual void OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights,
+                              bool gathered) = 0;
   virtual void OnBlockOutput(int64_t layer, const at::Tensor& output) = 0;
   // `flat`: unit `unit`'s local gradients (fp32, padded), about to be reduced.
   virtual void OnLocalGradients(const std::string& unit, const at::Tensor& flat) = 0;

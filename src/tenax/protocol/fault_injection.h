@@ -41,8 +41,9 @@
 //                                                  its first gradient bucket before reduction
 //                                                  (grad, the default), of block 0's output
 //                                                  (activation), or of a block-0 weight it
-//                                                  computes with, stuck at the wrong value
-//                                                  (weight); its replays too (train/sdc_check.h)
+//                                                  computes with (weight: its own parameters
+//                                                  once, for good; a gathered copy on every
+//                                                  gather); its replays too (sdc_check.h)
 //         | poisson:KIND=RATE[:KIND=RATE...][:seed=S]
 //                                                  failures at random: the launcher draws them
 //                                                  as a Poisson process per KIND (crash: SIGKILL,

@@ -65,15 +65,18 @@ ComputeDigest SdcMonitor::Disarm(double loss) {
   return {loss, crc_, buckets_};
 }
 
-void SdcMonitor::OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights) {
+void SdcMonitor::OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights,
+                                bool gathered) {
   if (site_ != protocol::SdcSite::kWeight || layer != 0 || weights.empty()) return;
   const at::Tensor& w = weights.front();
   if (!Touchable(w)) return;
+  // The rank's own parameters (DDP) are flipped once: the memory stays wrong, the optimizer
+  // updates the wrong value like any other. A gathered copy (FSDP) is rebuilt from the shards
+  // each time: the defective device flips it again on every gather.
+  if (!gathered && weight_flipped_) return;
   const int bit = MantissaTopBit(w);
-  // Stuck at the opposite of its value when the fault began: applied on every pass, it stays
-  // wrong through the optimizer's updates (a replicated weight) and every new gather (a shard).
-  if (!stuck_bit_) stuck_bit_ = !GetBit(w, bit);
-  SetBit(w, bit, *stuck_bit_);
+  SetBit(w, bit, !GetBit(w, bit));
+  weight_flipped_ = true;
 }
 
 void SdcMonitor::OnBlockOutput(int64_t layer, const at::Tensor& output) {

@@ -63,7 +63,8 @@ class SdcMonitor final : public parallel::ComputeObserver {
   void Arm();                         // start digesting
   ComputeDigest Disarm(double loss);  // the digest since Arm
 
-  void OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights) override;
+  void OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights,
+                      bool gathered) override;
   void OnBlockOutput(int64_t layer, const at::Tensor& output) override;
   void OnLocalGradients(const std::string& unit, const at::Tensor& flat) override;
 
@@ -71,7 +72,7 @@ class SdcMonitor final : public parallel::ComputeObserver {
   protocol::FaultInjector* const faults_;  // null: no faults
   std::optional<protocol::SdcSite> site_;  // the fault acting on this pass
   bool grad_flipped_ = false;              // this pass's first bucket was corrupted
-  std::optional<bool> stuck_bit_;          // weight: the value the bit is stuck at
+  bool weight_flipped_ = false;            // weight: the rank's own parameters were corrupted
   bool armed_ = false;
   uint32_t crc_ = 0;
   int64_t buckets_ = 0;

@@ -19,6 +19,16 @@ using testing::TempDir;
 
 ComputeDigest D(uint32_t grads, double loss = 2.5) { return {loss, grads, 3}; }
 
+// Rank 0's fault injector for `spec` (null when it has none), recording into `dir`.
+std::unique_ptr<protocol::FaultInjector> Injector(const TempDir& dir, const std::string& spec) {
+  protocol::RankContext ctx;
+  ctx.supervised = true;
+  ctx.heartbeat_dir = dir.path();
+  ctx.inject = spec;
+  auto f = protocol::FaultInjector::Create(ctx, 0, nullptr);
+  return f.ok() ? std::move(*f) : nullptr;
+}
+
 // Digests of one check where rank `faulty` (or none, -1) computes wrong results, as a defective
 // device does: its own step and every replay it runs differ from the truth, each differently.
 struct Check {
@@ -121,13 +131,9 @@ TEST(SdcMonitor, DigestsBucketsAndPlaysAGradFault) {
   EXPECT_NE(m.Disarm(1.5), d1);  // order matters: the reduction order is part of the digest
 
   TempDir dir;
-  protocol::RankContext ctx;
-  ctx.supervised = true;
-  ctx.heartbeat_dir = dir.path();
-  ctx.inject = "sdc:rank=0:step=3";
-  auto faults = protocol::FaultInjector::Create(ctx, 0, nullptr);
-  ASSERT_TRUE(faults.ok() && *faults);
-  SdcMonitor bad(faults->get());
+  const auto faults = Injector(dir, "sdc:rank=0:step=3");
+  ASSERT_NE(faults, nullptr);
+  SdcMonitor bad(faults.get());
   bad.BeginPass(2);  // before the fault's step: computes correctly
   bad.Arm();
   bad.OnLocalGradients("layers.1", a.clone());
@@ -145,31 +151,34 @@ TEST(SdcMonitor, DigestsBucketsAndPlaysAGradFault) {
   EXPECT_TRUE(h.equal(b));                         // the first bucket only
 }
 
-// A stuck weight bit: forced to the opposite of its first value on every pass, so it stays wrong
-// through updates without toggling back.
-TEST(SdcMonitor, AWeightFaultIsAStuckBit) {
+// A weight fault: the rank's own parameters (DDP) flip once and stay flipped (corrupted memory,
+// updated like any other value); a freshly gathered copy (FSDP) flips on every gather.
+TEST(SdcMonitor, AWeightFaultCorruptsMemoryOnceAndEveryGather) {
   TempDir dir;
-  protocol::RankContext ctx;
-  ctx.supervised = true;
-  ctx.heartbeat_dir = dir.path();
-  ctx.inject = "sdc:rank=0:step=1:where=weight";
-  auto faults = protocol::FaultInjector::Create(ctx, 0, nullptr);
-  ASSERT_TRUE(faults.ok() && *faults);
-  SdcMonitor m(faults->get());
+  const auto faults = Injector(dir, "sdc:rank=0:step=2:where=weight");
+  ASSERT_NE(faults, nullptr);
+  SdcMonitor own(faults.get());
   at::Tensor w = at::full({4}, 1.0f);
-  const at::Tensor clean = w.clone();
-  m.BeginPass(1);
-  m.OnBlockWeights(1, {w});  // another block: untouched
-  EXPECT_TRUE(w.equal(clean));
-  m.OnBlockWeights(0, {w});
-  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.5f);  // 1.0 with the mantissa's top bit set
-  m.BeginPass(2);
-  m.OnBlockWeights(0, {w});
-  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.5f);  // stuck, not toggled back
-  w.fill_(1.75f);                             // an update that sets the bit anyway
-  m.OnBlockWeights(0, {w});
-  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.75f);
-  EXPECT_FLOAT_EQ(w[1].item<float>(), 1.75f);
+  own.BeginPass(1);  // before the fault's step
+  own.OnBlockWeights(0, {w}, /*gathered=*/false);
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.0f);
+  own.BeginPass(2);
+  own.OnBlockWeights(1, {w}, false);  // another block: untouched
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.0f);
+  own.OnBlockWeights(0, {w}, false);
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.5f);  // 1.0 with the mantissa's top bit flipped
+  EXPECT_FLOAT_EQ(w[1].item<float>(), 1.0f);  // one element
+  own.BeginPass(3);
+  own.OnBlockWeights(0, {w}, false);
+  EXPECT_FLOAT_EQ(w[0].item<float>(), 1.5f);  // not flipped back
+
+  SdcMonitor gathering(faults.get());
+  gathering.BeginPass(3);
+  for (int gather = 0; gather < 3; ++gather) {
+    at::Tensor copy = at::full({4}, 0.75f);  // the clean shards, gathered again
+    gathering.OnBlockWeights(0, {copy}, /*gathered=*/true);
+    EXPECT_FLOAT_EQ(copy[0].item<float>(), 0.5f) << "gather " << gather;  // 0.75 flipped
+  }
 }
 
 TEST(SdcRecord, AppendsAndReadsBackAndRefusesAForeignFile) {

@@ -153,11 +153,15 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
       !faulty.empty() ? fmt::format("rank {} computed wrong results (silent data corruption)",
                                     fmt::join(faulty, ", "))
                       : "the replays disagree but no rank could be named";
+  // The named ranks say why; the others only that they stop with them.
+  const bool explain = named || (faulty.empty() && env_.rank == 0);
   return Fail(FailureKind::kSilentCorruption,
-              Unavailable(fmt::format(
-                  "step {}: {}: {}; exiting so that the launcher quarantines the faulty slot and "
-                  "restarts from the newest checkpoint (every one was verified by a check)",
-                  step, what, reasoning)),
+              Unavailable(explain ? fmt::format("step {}: {}: {}; exiting so that the launcher "
+                                                "quarantines the faulty slot and restarts from "
+                                                "the newest checkpoint (every one was verified "
+                                                "by a check)",
+                                                step, what, reasoning)
+                                  : fmt::format("step {}: {}; stopping with it", step, what)),
               /*secondary=*/!named);
 }
 
