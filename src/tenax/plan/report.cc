@@ -67,9 +67,6 @@ std::string RunCommandText(const PlanReport& r, const Candidate& c) {
                   r.config_arg.empty() ? "--config YOUR.toml" : r.config_arg);
   std::vector<std::string> sets = r.model_sets;
   sets.insert(sets.end(), ts.sets.begin(), ts.sets.end());
-  if (r.sdc_check_interval > 0) {
-    sets.push_back(fmt::format("resilience.sdc_check_interval={}", r.sdc_check_interval));
-  }
   for (const std::string& set : sets) out += " \\\n      --set " + set;
   out += "\n  or in the config:\n";
   std::string line;
@@ -187,7 +184,8 @@ std::string PlanText(const PlanReport& r) {
     out += fmt::format(
         "  silent-data-corruption checks every {} steps (resilience.sdc_check_interval): a replay "
         "of {} per check (#1's step less its exposed data-parallel traffic and optimizer), "
-        "+{:.1f}% training time{}; one more replay per checkpoint\n",
+        "+{:.1f}% training time{}; one more replay per checkpoint. tenax train checks CPU "
+        "ranks only so far (with NCCL the setting is refused: docs/resilience.md)\n",
         r.sdc_check_interval, FormatDuration(SdcReplaySeconds(best.time)),
         100 * SdcOverhead(best.time, r.sdc_check_interval),
         r.tokens ? " (in the days and cost above)" : "");
