@@ -188,24 +188,6 @@ void Supervisor::Publish(int gen, bool force) {
   if (force || Elapsed() - last_goodput_write_ >= 1.0) WriteGoodput(false, 0);
 }
 
-std::vector<int> Supervisor::SdcNamedRanks(int generation) const {
-  std::vector<int> out;
-  for (const auto& d : goodput_.sdc()) {
-    if (d.value("generation", -1) == generation && d.value("rank", -1) >= 0) {
-      out.push_back(d["rank"].get<int>());
-    }
-  }
-  return out;
-}
-
-void Supervisor::ReadTrainerRecords() {
-  if (goodput_.run_dir().empty()) return;
-  Result<std::optional<nlohmann::json>> spikes = report::ReadLossSpikes(goodput_.run_dir());
-  if (spikes.ok() && *spikes) goodput_.SetLossSpikes(std::move(**spikes));
-  Result<std::optional<nlohmann::json>> sdc = report::ReadSdcDetections(goodput_.run_dir());
-  if (sdc.ok() && *sdc) goodput_.SetSdc(std::move(**sdc));
-}
-
 void Supervisor::WriteGoodput(bool ended, int exit_code) {
   if (schedule_) goodput_.SetFaultSchedule(schedule_->Report());
   if (job_.goodput_path.empty()) return;

@@ -45,11 +45,9 @@ Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
   if (spec_.moe.enabled()) needs.push_back("a dense model (MoE is not supported yet)");
   if (config_.checkpoint.async) needs.push_back("checkpoint.async = false");
   if (needs.empty()) return Status::Ok();
-  std::string list;
-  for (const auto& n : needs) list += (list.empty() ? "" : "; ") + n;
   return InvalidArgument(fmt::format(
       "resilience.mode = \"live\" needs {}; change that or set resilience.mode = \"restart\"",
-      list));
+      fmt::join(needs, "; ")));
 }
 
 Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {

@@ -58,12 +58,10 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
   if (spec_.moe.enabled()) needs.push_back("a dense model (MoE is not supported yet)");
   if (config_.resilience.mode == "live") needs.push_back("resilience.mode = \"restart\"");
   if (needs.empty()) return Status::Ok();
-  std::string list;
-  for (const auto& n : needs) list += (list.empty() ? "" : "; ") + n;
   return InvalidArgument(
       fmt::format("resilience.sdc_check_interval = {} needs {}; change that or set "
                   "resilience.sdc_check_interval = 0",
-                  config_.resilience.sdc_check_interval, list));
+                  config_.resilience.sdc_check_interval, fmt::join(needs, "; ")));
 }
 
 bool Trainer::SdcDue(int64_t step) const {
