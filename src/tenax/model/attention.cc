@@ -12,6 +12,32 @@
 #include "tenax/model/fused_layers.h"
 
 namespace tenax::model {
+
+at::Tensor GroupQueries(const at::Tensor& q, int64_t n_kv) {
+  const int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = q.size(3);
+  return q.view({b, t, n_kv, h / n_kv, d})
+      .permute({0, 2, 1, 3, 4})
+      .reshape({b * n_kv, t * h / n_kv, d});
+}
+
+at::Tensor GroupKeys(const at::Tensor& k) {
+  const int64_t b = k.size(0), t = k.size(1), n_kv = k.size(2), d = k.size(3);
+  return k.permute({0, 2, 1, 3}).reshape({b * n_kv, t, d});
+}
+
+at::Tensor UngroupOutput(const at::Tensor& o, int64_t b, int64_t t, int64_t h, int64_t n_kv) {
+  const int64_t d = o.size(-1);
+  return o.view({b, n_kv, t, h / n_kv, d}).permute({0, 2, 1, 3, 4}).reshape({b, t, h, d});
+}
+
+at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& device,
+                      int64_t first) {
+  const auto opt = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor pos =
+      at::arange(first, first + rows, opt).repeat_interleave(g).unsqueeze(1);  // (rows*G, 1)
+  return at::arange(cols, opt).unsqueeze(0).gt(pos);                           // (rows*G, cols)
+}
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -29,38 +55,6 @@ at::Tensor RepeatKv(const at::Tensor& x, int64_t h) {
   const int64_t b = x.size(0), t = x.size(1), n_kv = x.size(2), d = x.size(3);
   if (h == n_kv) return x;
   return x.unsqueeze(3).expand({b, t, n_kv, h / n_kv, d}).reshape({b, t, h, d});
-}
-
-// q (B, T, H, D) -> (B*K, T*G, D), rows ordered (t, g): a block of query positions [t0, t1) is
-// the contiguous row range [t0*G, t1*G) of every kv head's slab.
-at::Tensor GroupQueries(const at::Tensor& q, int64_t n_kv) {
-  const int64_t b = q.size(0), t = q.size(1), h = q.size(2), d = q.size(3);
-  return q.view({b, t, n_kv, h / n_kv, d})
-      .permute({0, 2, 1, 3, 4})
-      .reshape({b * n_kv, t * h / n_kv, d});
-}
-
-// k (B, T, K, D) -> (B*K, T, D)
-at::Tensor GroupKeys(const at::Tensor& k) {
-  const int64_t b = k.size(0), t = k.size(1), n_kv = k.size(2), d = k.size(3);
-  return k.permute({0, 2, 1, 3}).reshape({b * n_kv, t, d});
-}
-
-// (B*K, T*G, D) -> (B, T, H, D)
-at::Tensor UngroupOutput(const at::Tensor& o, int64_t b, int64_t t, int64_t h, int64_t n_kv) {
-  const int64_t d = o.size(-1);
-  return o.view({b, n_kv, t, h / n_kv, d}).permute({0, 2, 1, 3, 4}).reshape({b, t, h, d});
-}
-
-// True where key column c lies after the query of row r (rows ordered (t, g), G per position):
-// (rows*G, cols), for a block of queries at positions first..first+rows-1 and keys from 0 (the
-// same position as the first query when `first` is 0, as in BlockScores).
-at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& device,
-                      int64_t first = 0) {
-  const auto opt = at::TensorOptions().dtype(at::kLong).device(device);
-  const at::Tensor pos =
-      at::arange(first, first + rows, opt).repeat_interleave(g).unsqueeze(1);  // (rows*G, 1)
-  return at::arange(cols, opt).unsqueeze(0).gt(pos);                           // (rows*G, cols)
 }
 
 // The scaled scores of query block qb (BK, len*G, D) against key block kb (BK, cols, D), in the

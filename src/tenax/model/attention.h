@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace tenax::model {
 
@@ -34,6 +35,12 @@ inline constexpr int64_t kBlockwiseMinSeq = 512;
 
 // softmax(q k^T / sqrt(D) + causal mask) v, per query head, with the path chosen as above.
 at::Tensor CausalGqaAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// An attention of the shapes above that a layer may be given instead of CausalGqaAttention:
+// context parallelism's ring attention (parallel/context_parallel.h), whose queries and keys are
+// one rank's part of the sequence. Empty: CausalGqaAttention.
+using AttentionFn =
+    std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
 
 // The plain path, kept as the reference: K and V expanded to H heads (copies), the (B, H, T, T)
 // scores, a bool mask, masked_fill and softmax (what tenax ran before issue 17 on libtorch 1.13).
@@ -52,5 +59,18 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
 // function (no double backward). Deterministic: blocks are visited in a fixed order.
 at::Tensor BlockwiseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               int64_t block = kAttentionBlock);
+
+// ---- The grouped layout the grouped, blockwise and ring paths compute in. ----
+// q (B, T, H, D) -> (B*K, T*G, D), rows ordered (t, g): the queries of one kv head in one slab, so
+// a block of query positions [t0, t1) is the contiguous row range [t0*G, t1*G).
+at::Tensor GroupQueries(const at::Tensor& q, int64_t n_kv);
+// k or v (B, T, K, D) -> (B*K, T, D)
+at::Tensor GroupKeys(const at::Tensor& k);
+// (B*K, T*G, D) -> (B, T, H, D)
+at::Tensor UngroupOutput(const at::Tensor& o, int64_t b, int64_t t, int64_t h, int64_t n_kv);
+// (rows*G, cols) bool, true where key column c lies after the query of row r (rows ordered
+// (t, g)), for queries at positions first..first+rows-1 and keys from position 0.
+at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& device,
+                      int64_t first = 0);
 
 }  // namespace tenax::model

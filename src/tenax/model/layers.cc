@@ -58,14 +58,14 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
 
 at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
                      const at::Tensor& wv, const at::Tensor& wo, int64_t n_heads,
-                     int64_t n_kv_heads, const RopeTable& rope) {
+                     int64_t n_kv_heads, const RopeTable& rope, const AttentionFn& attend) {
   const int64_t b = x.size(0), t = x.size(1);
   const int64_t d = wq.size(0) / n_heads;
   at::Tensor q = ApplyRope(Linear(x, wq).view({b, t, n_heads, d}), rope);     // (B, T, H, D)
   at::Tensor k = ApplyRope(Linear(x, wk).view({b, t, n_kv_heads, d}), rope);  // (B, T, K, D)
   at::Tensor v = Linear(x, wv).view({b, t, n_kv_heads, d});                   // (B, T, K, D)
   // K and V stay at K heads: the path (fused, grouped, blockwise) is chosen in one place.
-  at::Tensor y = CausalGqaAttention(q, k, v);  // (B, T, H, D)
+  at::Tensor y = attend ? attend(q, k, v) : CausalGqaAttention(q, k, v);  // (B, T, H, D)
   return Linear(y.reshape({b, t, n_heads * d}), wo);
 }
 

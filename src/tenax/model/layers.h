@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "tenax/config/model_spec.h"
+#include "tenax/model/attention.h"
 
 namespace tenax::model {
 
@@ -38,10 +39,12 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTable& rope);
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
 // x (B, T, C) -> (B, T, C). wq (H*D, C), wk and wv (K*D, C), wo (C, H*D). Grouped-query: each kv
-// head serves H/K consecutive query heads.
+// head serves H/K consecutive query heads. `rope` holds row t for the token at x's position t
+// (its global position's angles under context parallelism); `attend` replaces
+// CausalGqaAttention when given (attention.h).
 at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
                      const at::Tensor& wv, const at::Tensor& wo, int64_t n_heads,
-                     int64_t n_kv_heads, const RopeTable& rope);
+                     int64_t n_kv_heads, const RopeTable& rope, const AttentionFn& attend = {});
 
 // SwiGLU: w2(silu(w1 x) * w3 x). w1, w3 (F, C), w2 (C, F).
 at::Tensor FeedForward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,

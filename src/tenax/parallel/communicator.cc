@@ -213,6 +213,36 @@ class C10dCommunicator final : public Communicator {
     });
   }
 
+  PendingCollective ExchangeAsync(const at::Tensor& send, int to, at::Tensor recv, int from,
+                                  int tag) override {
+    TENAX_CHECK(recv.is_contiguous());
+    at::Tensor out = OnDevice(send), in = OnDevice(recv);
+    std::vector<at::Tensor> sv{out}, rv{in};
+    stats_.p2p_bytes += static_cast<int64_t>(send.nbytes() + recv.nbytes());
+    stats_.calls += 2;
+    std::vector<std::pair<Work, uint64_t>> works;
+    if (group_->supportsCoalescing()) {  // NCCL: one group, so that no send waits for its recv
+      works.push_back(Issue("send_recv", send.nbytes() + recv.nbytes(), [&] {
+        group_->startCoalescing();
+        group_->recv(rv, from, tag);
+        group_->send(sv, to, tag);
+        return group_->endCoalescing();
+      }));
+    } else {
+      works.push_back(Issue("recv", recv.nbytes(), [&] { return group_->recv(rv, from, tag); }));
+      works.push_back(Issue("send", send.nbytes(), [&] { return group_->send(sv, to, tag); }));
+    }
+    // `out` stays referenced until the send is waited for.
+    return PendingCollective([this, works, out, in, recv]() mutable {
+      for (const auto& [work, id] : works) {
+        Wait(work);
+        Waited(id);
+      }
+      Restore(recv, in);
+      return recv;
+    });
+  }
+
   void Abort() override { group_->abort(); }
 
  private:

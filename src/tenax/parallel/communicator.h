@@ -139,6 +139,24 @@ class Communicator {
     AllReduceSum(t);
     return PendingCollective([t] { return t; });
   }
+  // One step of a ring shift (context parallelism's keys and values): sends `send` to group
+  // rank `to` and receives `recv` (contiguous; its shape and dtype are what `to`'s peer sends)
+  // from `from`, both at once; Wait returns `recv`. Every rank of the ring issues its exchanges
+  // in the same order. c10d groups run it non-blocking: NCCL coalesces the send and the receive
+  // into one group (a ring of blocking sends would deadlock), Gloo posts both. This default
+  // blocks, rank 0 sending first and the others receiving first, which serialises a ring but
+  // cannot deadlock it.
+  virtual PendingCollective ExchangeAsync(const at::Tensor& send, int to, at::Tensor recv, int from,
+                                          int tag = 0) {
+    if (rank() == 0) {
+      Send(send, to, tag);
+      Recv(recv, from, tag);
+    } else {
+      Recv(recv, from, tag);
+      Send(send, to, tag);
+    }
+    return PendingCollective([recv] { return recv; });
+  }
   // Ends this group's collectives in flight and any later ones with an error (NCCL: aborts its
   // communicators, so a rank stuck in one can exit). For a rank that is going down after a
   // timeout or a peer's failure. May be called from another thread than the one using it.

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "tenax/core/check.h"
+#include "tenax/parallel/context_parallel.h"
 
 namespace tenax::parallel {
 namespace {
@@ -103,7 +104,27 @@ void ShardedLlama::SetActivationCheckpoint(const std::string& mode) {
   checkpoint_every_ = mode == "full" ? 1 : mode == "selective" ? 2 : 0;
 }
 
+void ShardedLlama::SetContextParallel(Communicator* cp) {
+  if (cp == nullptr || cp->size() == 1) return;
+  cp_ = cp;
+  attend_ = [cp](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+    return RingAttention(q, k, v, *cp);
+  };
+}
+
 const model::RopeTable& ShardedLlama::Rope(int64_t seq_len) {
+  if (cp_ != nullptr) {
+    // The local tokens stand for positions scattered over the full sequence: a row per local
+    // position, at its global position's angles. Rebuilt when the local length changes.
+    if (seq_len != rope_len_) {
+      const int n = cp_->size();
+      const model::RopeTable full = model::MakeRopeTable(spec_, seq_len * n, device_);
+      const at::Tensor pos = ContextPositions(seq_len * n, cp_->rank(), n, device_);
+      rope_ = {full.cos.index_select(0, pos), full.sin.index_select(0, pos)};
+      rope_len_ = seq_len;
+    }
+    return rope_;
+  }
   if (seq_len > rope_len_) {
     rope_ = model::MakeRopeTable(spec_, seq_len, device_);
     rope_len_ = seq_len;
@@ -125,7 +146,7 @@ at::Tensor ShardedLlama::Block(int64_t layer, const at::Tensor& h) {
   // The rope table covers the full sequence: h holds T / tp positions of it.
   if (!spec_.moe.IsMoeLayer(layer)) {
     TensorParallelLayer l{p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8)};
-    return TensorParallelBlock(spec_, l, tp_, h, rope_);
+    return TensorParallelBlock(spec_, l, tp_, h, rope_, attend_);
   }
   TensorParallelLayer attention;  // the attention half's fields only
   attention.attention_norm = p(0);
@@ -133,7 +154,7 @@ at::Tensor ShardedLlama::Block(int64_t layer, const at::Tensor& h) {
   attention.wk = p(2);
   attention.wv = p(3);
   attention.wo = p(4);
-  const at::Tensor r = TensorParallelAttentionResidual(spec_, attention, tp_, h, rope_);
+  const at::Tensor r = TensorParallelAttentionResidual(spec_, attention, tp_, h, rope_, attend_);
   model::MoeWeights w;
   w.router = p(6);
   w.first_expert = own_.expert_begin;

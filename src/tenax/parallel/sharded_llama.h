@@ -16,7 +16,10 @@
 // the experts [expert_begin, expert_end) (parallel/expert_parallel.h ships tokens to the others).
 //
 // Contract: the ranks of the TP group call every method in the same order with equal shapes.
-// Non-goals: vocabulary-parallel embedding/output (replicated over TP), context parallelism.
+// Context parallelism (SetContextParallel, parallel/context_parallel.h): the tokens given are
+// this rank's part of each sequence (ContextShard's layout); RoPE rotates each by its global
+// position and attention is ring attention over the CP group. The loss is the local tokens' mean.
+// Non-goals: vocabulary-parallel embedding/output (replicated over TP).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -80,6 +83,9 @@ class ShardedLlama final : public StageModel {
   // dense model.
   model::MoeState* moe() { return moe_.get(); }
   void SetHooks(BlockHooks* hooks) { hooks_ = hooks; }
+  // Context parallelism over `cp` (outlives this object; a group of one rank: off). Before the
+  // first forward.
+  void SetContextParallel(Communicator* cp);
 
   at::Tensor Embed(const at::Tensor& tokens, at::ScalarType compute_dtype) override;
   at::Tensor Blocks(const at::Tensor& h, int64_t begin, int64_t end) override;
@@ -110,9 +116,11 @@ class ShardedLlama final : public StageModel {
 
   std::vector<model::NamedTensor> params_;
   std::unique_ptr<model::MoeState> moe_;  // MoE models only
-  model::RopeTable rope_;                 // cached for the longest sequence seen
+  model::RopeTable rope_;  // cached for the longest sequence seen (the local one under CP)
   int64_t rope_len_ = 0;
-  int checkpoint_every_ = 0;  // recompute block i when (i + 1) % this == 0; 0: never
+  Communicator* cp_ = nullptr;  // context parallelism, when set and of more than one rank
+  model::AttentionFn attend_;   // ring attention over cp_; empty: the default attention
+  int checkpoint_every_ = 0;    // recompute block i when (i + 1) % this == 0; 0: never
   BlockHooks* hooks_ = nullptr;
 };
 
