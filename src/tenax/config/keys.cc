@@ -196,6 +196,10 @@ std::vector<KeySpec> BuildKeys() {
   add(TENAX_KEY(parallelism.tensor_parallel, "tensor-parallel degree (with sequence parallelism)"))
       .Above(0);
   add(TENAX_KEY(parallelism.pipeline_parallel, "pipeline stages")).Above(0);
+  add(TENAX_KEY(parallelism.context_parallel,
+                "context-parallel degree: every sequence split over this many ranks (ring "
+                "attention; docs/parallelism.md)"))
+      .Above(0);
   add(TENAX_KEY(parallelism.pipeline_schedule, "the pipeline schedule"))
       .OneOf({"gpipe", "1f1b", "interleaved_1f1b"});
   add(TENAX_KEY(parallelism.virtual_stages, "interleaved_1f1b: stages per pipeline rank")).Above(0);

@@ -133,6 +133,9 @@ struct ParallelismOptions {
   int64_t data_parallel_shard = -1;     // FSDP / ZeRO-3 shards
   int64_t tensor_parallel = 1;
   int64_t pipeline_parallel = 1;
+  // Every sequence split over this many ranks (ring attention, parallel/context_parallel.h):
+  // rank r holds chunks r and 2N-1-r of 2N, so causal work is balanced.
+  int64_t context_parallel = 1;
   // Experts of MoE layers split over this many ranks, borrowed from data_parallel_shard (each
   // group of expert_parallel consecutive shard ranks holds every expert once; expert weights are
   // FSDP-sharded over the remaining data_parallel_shard / expert_parallel ranks).

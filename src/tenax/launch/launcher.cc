@@ -220,14 +220,14 @@ Result<int> Launch(const LaunchOptions& o) {
     const int64_t world = o.nproc_per_node;
     if (p.data_parallel_replicate != world ||
         (p.data_parallel_shard != 1 && p.data_parallel_shard != -1) || p.tensor_parallel != 1 ||
-        p.pipeline_parallel != 1) {
+        p.pipeline_parallel != 1 || p.context_parallel != 1) {
       return InvalidArgument(fmt::format(
           "resilience.mode = \"live\" needs every rank a whole replica (DDP): "
           "parallelism.data_parallel_replicate = {} (the world) and data_parallel_shard = "
-          "tensor_parallel = pipeline_parallel = 1, not {} / {} / {} / {}; change the layout or "
-          "set resilience.mode = \"restart\"",
+          "tensor_parallel = pipeline_parallel = context_parallel = 1, not {} / {} / {} / {} / "
+          "{}; change the layout or set resilience.mode = \"restart\"",
           world, p.data_parallel_replicate, p.data_parallel_shard, p.tensor_parallel,
-          p.pipeline_parallel));
+          p.pipeline_parallel, p.context_parallel));
     }
     if (train->async_checkpoints) {
       return InvalidArgument(

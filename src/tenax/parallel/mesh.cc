@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "tenax/parallel/context_layout.h"
+
 namespace tenax::parallel {
 
 const char* AxisName(Axis a) {
@@ -12,6 +14,8 @@ const char* AxisName(Axis a) {
       return "data_parallel_shard";
     case Axis::kPipeline:
       return "pipeline_parallel";
+    case Axis::kContext:
+      return "context_parallel";
     case Axis::kTensor:
       return "tensor_parallel";
   }
@@ -23,22 +27,26 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
   Mesh m;
   m.world_ = world;
   const int64_t rep = o.data_parallel_replicate, tp = o.tensor_parallel, pp = o.pipeline_parallel;
+  const int64_t cp = o.context_parallel;
+  // The context factor is named only when it is in use, so the messages of the other layouts
+  // stay as they were.
+  const std::string cp_factor = cp > 1 ? fmt::format(" * context_parallel({})", cp) : "";
   int64_t shard = o.data_parallel_shard;
   if (shard == -1) {
-    if (world % (rep * tp * pp) != 0) {
+    if (world % (rep * tp * pp * cp) != 0) {
       return InvalidArgument(fmt::format(
           "cannot infer data_parallel_shard: world size {} is not divisible by "
-          "data_parallel_replicate({}) * tensor_parallel({}) * pipeline_parallel({}) = {}",
-          world, rep, tp, pp, rep * tp * pp));
+          "data_parallel_replicate({}) * tensor_parallel({}) * pipeline_parallel({}){} = {}",
+          world, rep, tp, pp, cp_factor, rep * tp * pp * cp));
     }
-    shard = world / (rep * tp * pp);
+    shard = world / (rep * tp * pp * cp);
   }
-  if (rep * shard * tp * pp != world) {
+  if (rep * shard * tp * pp * cp != world) {
     return InvalidArgument(fmt::format(
         "[parallelism] data_parallel_replicate({}) * data_parallel_shard({}) * "
-        "tensor_parallel({}) * pipeline_parallel({}) = {} != world size {}; make the product equal "
-        "the number of ranks (data_parallel_shard = -1 takes whatever is left)",
-        rep, shard, tp, pp, rep * shard * tp * pp, world));
+        "tensor_parallel({}) * pipeline_parallel({}){} = {} != world size {}; make the product "
+        "equal the number of ranks (data_parallel_shard = -1 takes whatever is left)",
+        rep, shard, tp, pp, cp_factor, rep * shard * tp * pp * cp, world));
   }
   std::vector<std::string> problems;
   if (model.n_heads % tp != 0) {
@@ -54,7 +62,12 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
         fmt::format("model.ffn_hidden_dim ({}) is not divisible by tensor_parallel ({})",
                     model.ffn_hidden_dim, tp));
   }
-  if (tp > 1 && training.seq_len % tp != 0) {
+  if (cp > 1) {
+    for (std::string& p : ContextParallelProblems(model, cp, tp, training.seq_len)) {
+      problems.push_back(std::move(p));
+    }
+  }
+  if (tp > 1 && cp == 1 && training.seq_len % tp != 0) {
     problems.push_back(fmt::format(
         "training.seq_len ({}) is not divisible by tensor_parallel ({}) (sequence parallelism "
         "splits the sequence across the tensor-parallel ranks)",
@@ -109,21 +122,26 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
   }
   if (!problems.empty()) {
     std::string msg =
-        fmt::format("the parallel layout {} x {} x {} x {}{} does not fit:", rep, shard, pp, tp,
+        fmt::format("the parallel layout {} x {} x {} x {}{}{} does not fit:", rep, shard, pp, tp,
+                    cp > 1 ? fmt::format(" (context_parallel {})", cp) : "",
                     ep > 1 ? fmt::format(" (expert_parallel {})", ep) : "");
     for (const auto& p : problems) msg += "\n  - " + p;
     return InvalidArgument(msg);
   }
   m.degrees_ = {static_cast<int>(rep), static_cast<int>(shard), static_cast<int>(pp),
-                static_cast<int>(tp)};
+                static_cast<int>(cp), static_cast<int>(tp)};
   m.ep_ = static_cast<int>(ep);
   return m;
 }
 
-int Mesh::coord(int rank, Axis a) const {
+int Mesh::Stride(Axis a) const {
   int stride = 1;
-  for (int i = 3; i > static_cast<int>(a); --i) stride *= degrees_[i];
-  return (rank / stride) % degrees_[static_cast<int>(a)];
+  for (int i = kNumAxes - 1; i > static_cast<int>(a); --i) stride *= degrees_[i];
+  return stride;
+}
+
+int Mesh::coord(int rank, Axis a) const {
+  return (rank / Stride(a)) % degrees_[static_cast<int>(a)];
 }
 
 int Mesh::dp_index(int rank) const {
@@ -131,17 +149,25 @@ int Mesh::dp_index(int rank) const {
 }
 
 std::vector<int> Mesh::GroupOf(int rank, Axis a) const {
-  int stride = 1;
-  for (int i = 3; i > static_cast<int>(a); --i) stride *= degrees_[i];
+  const int stride = Stride(a);
   const int base = rank - coord(rank, a) * stride;
   std::vector<int> ranks;
   for (int k = 0; k < degree(a); ++k) ranks.push_back(base + k * stride);
   return ranks;
 }
 
+std::vector<int> Mesh::ShardGroupOf(int rank) const {
+  std::vector<int> ranks;
+  for (int s : GroupOf(rank, Axis::kShard)) {
+    for (int c : GroupOf(s, Axis::kContext)) ranks.push_back(c);
+  }
+  return ranks;
+}
+
 std::string Mesh::Describe() const {
-  return fmt::format("dp_replicate {} x dp_shard {} x pp {} x tp {}{}", degrees_[0], degrees_[1],
-                     degrees_[2], degrees_[3],
+  return fmt::format("dp_replicate {} x dp_shard {} x pp {}{} x tp {}{}", degrees_[0], degrees_[1],
+                     degrees_[2], degrees_[3] > 1 ? fmt::format(" x cp {}", degrees_[3]) : "",
+                     degrees_[4],
                      ep_ > 1 ? fmt::format(" (expert_parallel {} within dp_shard)", ep_) : "");
 }
 

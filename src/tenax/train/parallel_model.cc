@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "tenax/core/check.h"
+#include "tenax/parallel/context_parallel.h"
 #include "tenax/parallel/gradients.h"
 
 namespace tenax::train {
@@ -66,6 +67,8 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   for (const auto& sp : m->model_->shard_specs()) m->full_shapes_.push_back(shapes.at(sp.name));
   // 3. Activation checkpointing.
   m->model_->SetActivationCheckpoint(options.activation_checkpoint);
+  // 3c. Context parallelism.
+  m->model_->SetContextParallel(g.cp);
   if (p > 1) {
     parallel::PipelineOptions po;
     TENAX_ASSIGN_OR_RETURN(po.schedule, parallel::ParseScheduleKind(options.pipeline_schedule));
@@ -107,14 +110,29 @@ Result<double> ParallelModel::ForwardBackward(const at::Tensor& tokens, const at
     moe->aux_grad_scale = pipeline_ ? 1.0 / pipeline_microbatches_ : 1.0 / micro_batches;
   }
   micro_batches_ = micro_batches;
+  const at::Tensor x = LocalTokens(tokens), y = LocalTokens(targets);
   if (pipeline_) {
     // The executor back-propagates each step at scale 1; FinishStep applies 1 / micro_batches.
-    TENAX_ASSIGN_OR_RETURN(parallel::PipelineStepResult r, pipeline_->Step(tokens, targets));
-    return r.loss;
+    TENAX_ASSIGN_OR_RETURN(parallel::PipelineStepResult r, pipeline_->Step(x, y));
+    return ContextMean(r.loss);
   }
-  at::Tensor loss = model_->Loss(tokens, targets, compute_dtype_);
+  at::Tensor loss = model_->Loss(x, y, compute_dtype_);
   (loss / static_cast<double>(micro_batches)).backward();
-  return loss.item<double>();
+  return ContextMean(loss.item<double>());
+}
+
+at::Tensor ParallelModel::LocalTokens(const at::Tensor& x) const {
+  if (groups_.cp == nullptr || groups_.cp->size() == 1) return x;
+  return parallel::ContextShard(x, groups_.cp->rank(), groups_.cp->size());
+}
+
+double ParallelModel::ContextMean(double loss) const {
+  if (groups_.cp == nullptr || groups_.cp->size() == 1) return loss;
+  // Every rank holds as many tokens of each sequence, so the mean of the means is the
+  // sequence's mean.
+  at::Tensor t = at::full({1}, loss, at::kDouble);
+  groups_.cp->AllReduceSum(t);
+  return t.item<double>() / groups_.cp->size();
 }
 
 void ParallelModel::FinishStep() {
@@ -186,8 +204,12 @@ void ParallelModel::AbandonStep() {
 Result<double> ParallelModel::EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) {
   at::NoGradGuard no_grad;
   fsdp_->BeginStep();
-  if (pipeline_) return pipeline_->EvalLoss(tokens, targets);
-  return model_->Loss(tokens, targets, compute_dtype_).item<double>();
+  const at::Tensor x = LocalTokens(tokens), y = LocalTokens(targets);
+  if (pipeline_) {
+    TENAX_ASSIGN_OR_RETURN(const double loss, pipeline_->EvalLoss(x, y));
+    return ContextMean(loss);
+  }
+  return ContextMean(model_->Loss(x, y, compute_dtype_).item<double>());
 }
 
 void ParallelModel::EndEval() { fsdp_->ReleaseAll(); }

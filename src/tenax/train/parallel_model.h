@@ -11,6 +11,12 @@
 //                        group is made of data-parallel ranks of the same TP and PP coordinates
 //                        (torchtitan borrows it from dp_shard too), so what it splits is the
 //                        local layer; before FSDP, which must see the experts this rank keeps.
+//   3c. context parallel  ShardedLlama's ring attention and RoPE positions over the CP group;
+//                        ForwardBackward and EvalLoss cut each sequence into this rank's two
+//                        chunks (parallel/context_parallel.h) and average the loss over the
+//                        group. FSDP's shard group spans data_parallel_shard x context, so
+//                        parameters are sharded over both and the gradients of the CP ranks
+//                        (each of its own tokens) are summed like data-parallel ones.
 //   4. data parallel     Fsdp over what remains (per-block units; DDP when the shard degree is
 //                        1); last, because it shards the local tensors steps 1-3b produced. The
 //                        experts form units of their own, sharded over the shard ranks that hold
@@ -50,6 +56,9 @@ struct ParallelGroups {  // this rank's group along each mesh axis (size 1 when 
   parallel::Communicator* shard = nullptr;
   parallel::Communicator* pp = nullptr;
   parallel::Communicator* tp = nullptr;
+  // Context parallelism (null or one rank: off). `shard` then spans data_parallel_shard x
+  // context (mesh.h's ShardGroupOf): FSDP shards over both, and sums their gradients.
+  parallel::Communicator* cp = nullptr;
   // Expert parallelism (null when expert_parallel = 1): the expert-parallel group and the shard
   // ranks holding the same experts (mesh.h).
   parallel::Communicator* ep = nullptr;
@@ -85,7 +94,7 @@ class ParallelModel final : public StepModel {
 
   void BeginStep() override;
   // One micro-batch (B, T) of this data-parallel rank: forward and backward; returns its mean
-  // loss (every rank of the TP/PP group gets the same number). Gradients are scaled by
+  // loss (every rank of the TP/PP/CP group gets the same number). Gradients are scaled by
   // 1 / micro_batches so the step's gradient is the mean over them.
   Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
                                  int micro_batches) override;
@@ -117,6 +126,10 @@ class ParallelModel final : public StepModel {
  private:
   ParallelModel() = default;
   bool Writes(int param) const;  // does this rank write parameter `param`'s pieces?
+  // Context parallelism: this rank's part of every sequence of x (B, T), and the mean of a loss
+  // over the CP group (both the identity without it).
+  at::Tensor LocalTokens(const at::Tensor& x) const;
+  double ContextMean(double loss) const;
   // Pieces of `values`, a tensor laid out like optimizer parameter `opt_name`, named
   // "<prefix><param>" (the parameters this rank writes).
   void AppendPieces(const std::string& prefix, const std::string& opt_name,

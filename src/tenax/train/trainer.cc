@@ -397,6 +397,11 @@ Status Trainer::Finish() {
     log::Info("stopped at step {} of {} (training.stop_at); run again to continue", last_step_,
               t_.steps);
   }
+  if (env_.distributed()) {  // every rank's: context and pipeline ranks differ from rank 0's
+    const int64_t peak = PeakMemoryBytes(device_);
+    log::Info("peak memory of this rank: {} ({} bytes)", FormatGiB(static_cast<double>(peak)),
+              peak);
+  }
   const double tokens_run = static_cast<double>(tokens_per_step_ * steps_timed_);
   summary_.tokens_per_s = train_seconds_ > 0 ? tokens_run / train_seconds_ : 0;
   summary_.flops_per_s = summary_.tokens_per_s * flops_.total();

@@ -168,7 +168,9 @@ class Trainer {
   std::string run_dir_, ckpt_dir_, config_toml_;
   std::unique_ptr<parallel::LiveGroup> live_;  // live recovery only; outlives its proxies below
   std::unique_ptr<parallel::ProcessGroups> groups_;
+  // shard_group_ spans data_parallel_shard x context (mesh.h's ShardGroupOf).
   std::unique_ptr<parallel::Communicator> shard_group_, replicate_group_, tp_group_, pp_group_;
+  std::unique_ptr<parallel::Communicator> cp_group_;                   // context parallelism
   std::unique_ptr<parallel::Communicator> ep_group_, ep_shard_group_;  // expert_parallel > 1
   std::vector<const parallel::Communicator*> all_groups_;
   std::unique_ptr<protocol::FlightRecorder> flight_;

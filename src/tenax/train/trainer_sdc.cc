@@ -50,6 +50,11 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
   if (mesh_->ep() != 1) {
     needs.push_back("no expert parallelism (its all-to-all mixes the ranks' samples)");
   }
+  if (mesh_->degree(parallel::Axis::kContext) != 1) {
+    needs.push_back(
+        "no context parallelism (a replay of one rank's part of a sequence needs its whole "
+        "context-parallel group)");
+  }
   if (go.backend != parallel::Backend::kGloo) {
     needs.push_back(
         "CPU ranks (Gloo), whose steps repeat bit for bit (GPU kernels would need a tolerance: "

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <tuple>
 
 #include "tenax/core/crc32.h"
 #include "tenax/train/trainer_internal.h"
@@ -135,17 +136,21 @@ Status Trainer::SetupGroups() {
     TENAX_ASSIGN_OR_RETURN(*out, groups_->NewGroup(name, mesh.GroupOf(env_.rank, axis)));
     return Status::Ok();
   };
-  TENAX_RETURN_IF_ERROR(group("dp_shard", parallel::Axis::kShard, &shard_group_));
+  // FSDP's shard group spans the context axis too (mesh.h); without context parallelism it is
+  // the shard axis's group.
+  TENAX_ASSIGN_OR_RETURN(shard_group_, groups_->NewGroup("dp_shard", mesh.ShardGroupOf(env_.rank)));
   TENAX_RETURN_IF_ERROR(group("dp_replicate", parallel::Axis::kReplicate, &replicate_group_));
   TENAX_RETURN_IF_ERROR(group("tp", parallel::Axis::kTensor, &tp_group_));
   TENAX_RETURN_IF_ERROR(group("pp", parallel::Axis::kPipeline, &pp_group_));
+  TENAX_RETURN_IF_ERROR(group("cp", parallel::Axis::kContext, &cp_group_));
   if (mesh.ep() > 1) {  // expert parallelism within dp_shard (parallel/mesh.h)
     TENAX_ASSIGN_OR_RETURN(ep_group_, groups_->NewGroup("ep", mesh.ExpertGroupOf(env_.rank)));
     TENAX_ASSIGN_OR_RETURN(ep_shard_group_,
                            groups_->NewGroup("ep_shard", mesh.ExpertShardGroupOf(env_.rank)));
   }
-  all_groups_ = {&groups_->world(), shard_group_.get(), replicate_group_.get(), tp_group_.get(),
-                 pp_group_.get(),   ep_group_.get(),    ep_shard_group_.get()};
+  all_groups_ = {&groups_->world(), shard_group_.get(),   replicate_group_.get(),
+                 tp_group_.get(),   pp_group_.get(),      cp_group_.get(),
+                 ep_group_.get(),   ep_shard_group_.get()};
   if (!env_.distributed()) return Status::Ok();
   // Named after what started it: the environment variables alone look like torchrun's.
   log::Info("rank {} of {} (started by {}), layout {}, {} on {}", env_.rank, env_.world,
@@ -179,16 +184,16 @@ Status Trainer::SetupGroups() {
     std::_Exit(protocol::ToInt(protocol::ExitCode::kCollectiveTimeout));
   };
   watchdog_ = std::make_unique<protocol::FlightRecorderWatchdog>(*flight_, LocalFs(), wo);
-  const std::pair<parallel::Communicator*, parallel::Axis> recorded[] = {
-      {shard_group_.get(), parallel::Axis::kShard},
-      {replicate_group_.get(), parallel::Axis::kReplicate},
-      {tp_group_.get(), parallel::Axis::kTensor},
-      {pp_group_.get(), parallel::Axis::kPipeline}};
-  const char* names[] = {"dp_shard", "dp_replicate", "tp", "pp"};
+  const std::tuple<parallel::Communicator*, const char*, std::vector<int>> recorded[] = {
+      {shard_group_.get(), "dp_shard", mesh.ShardGroupOf(env_.rank)},
+      {replicate_group_.get(), "dp_replicate", mesh.GroupOf(env_.rank, parallel::Axis::kReplicate)},
+      {tp_group_.get(), "tp", mesh.GroupOf(env_.rank, parallel::Axis::kTensor)},
+      {pp_group_.get(), "pp", mesh.GroupOf(env_.rank, parallel::Axis::kPipeline)},
+      {cp_group_.get(), "cp", mesh.GroupOf(env_.rank, parallel::Axis::kContext)}};
   groups_->world().SetFlightRecorder(flight_.get(), "world");
-  for (size_t i = 0; i < 4; ++i) {
-    recorded[i].first->SetFlightRecorder(flight_.get(), names[i]);
-    flight_->RegisterGroup(names[i], mesh.GroupOf(env_.rank, recorded[i].second));
+  for (const auto& [comm, name, ranks] : recorded) {
+    comm->SetFlightRecorder(flight_.get(), name);
+    flight_->RegisterGroup(name, ranks);
   }
   if (ep_group_) {
     ep_group_->SetFlightRecorder(flight_.get(), "ep");
@@ -207,9 +212,9 @@ Status Trainer::SetupModel() {
   if (env_.distributed()) {
     // This rank's part of the model under the layout (train/parallel_model.h); the full model
     // then only serves as the shape reference (its tensors are released).
-    ParallelGroups pg{&groups_->world(),    replicate_group_.get(), shard_group_.get(),
-                      pp_group_.get(),      tp_group_.get(),        ep_group_.get(),
-                      ep_shard_group_.get()};
+    ParallelGroups pg{&groups_->world(), replicate_group_.get(), shard_group_.get(),
+                      pp_group_.get(),   tp_group_.get(),        cp_group_.get(),
+                      ep_group_.get(),   ep_shard_group_.get()};
     TENAX_ASSIGN_OR_RETURN(parallel_model_,
                            ParallelModel::Create(spec_, model_->params(), pg, config_.parallelism,
                                                  device_.device, device_.compute_dtype, live()));
@@ -231,6 +236,7 @@ Status Trainer::SetupModel() {
                        {"data_parallel_shard", mesh.degree(parallel::Axis::kShard)},
                        {"tensor_parallel", mesh.degree(parallel::Axis::kTensor)},
                        {"pipeline_parallel", mesh.degree(parallel::Axis::kPipeline)},
+                       {"context_parallel", mesh.degree(parallel::Axis::kContext)},
                        {"expert_parallel", mesh.ep()},
                        {"sharding", parallel_model_ ? "rank-pieces" : "none"}},
                       /*tokenizer=*/std::nullopt,
