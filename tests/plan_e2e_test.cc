@@ -319,6 +319,50 @@ TEST(PlanE2E, PlannedSettingsRunWithTenaxTrain) {
       << r.output;
 }
 
+// Context parallelism as tenax runs it (ring attention): a plan fixed to cp 2 is runnable, its
+// --set words train on 2 ranks with the sequence split in two; a long-context search may choose
+// it, and with the default all-gather model it says what tenax would need.
+TEST(PlanE2E, PlannedContextParallelismRunsWithTenaxTrain) {
+  TempDir dir;
+  WriteFile(dir / "long.toml",
+            "[job]\nname = \"planned_cp\"\n[model]\npreset = \"debug-tiny\"\n"
+            "[data]\nsource = \"synthetic\"\n[data.synthetic]\nvocab_size = 32\norder = 1\n"
+            "train_tokens = 20000\nval_tokens = 4000\n"
+            "[training]\nsteps = 2\nseq_len = 512\nlocal_batch_size = 2\ndevice = \"cpu\"\n"
+            "[metrics]\neval_tokens = 1024\ntensorboard = false\n[checkpoint]\nenable = false\n");
+  auto r = RunTenax(
+      "plan --model long.toml --gpus 2 --gpu h100-sxm --fix cp=2 --cp-attention ring --top 1 "
+      "--json",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json l = ParseJson(r)["layouts"][0];
+  EXPECT_EQ(l["cp"], 2);
+  EXPECT_TRUE(l["tenax_train"]["runnable"].get<bool>()) << l.dump();
+  std::string sets;
+  for (const auto& s : l["tenax_train"]["set"]) sets += " --set " + s.get<std::string>();
+  EXPECT_NE(sets.find("parallelism.context_parallel=2"), std::string::npos) << sets;
+  r = RunTenax("launch --nproc-per-node 2 -- train --config long.toml" + sets +
+                   " --set training.mixed_precision=fp32",
+               dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("x pp 1 x cp 2 x tp 1"), std::string::npos) << r.output;
+  // 128K tokens of context on 8 H100s: the fastest runnable layout splits the sequence.
+  r = RunTenax(
+      "plan --model llama3-8b --gpus 8 --gpu h100-sxm --seq-len 131072 "
+      "--global-batch-tokens 1Mi --cp-attention ring --top 1 --json",
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json best = ParseJson(r)["layouts"][0];
+  EXPECT_GT(best["cp"].get<int>(), 1) << best.dump();
+  EXPECT_TRUE(best["tenax_train"]["runnable"].get<bool>()) << best.dump();
+  r = RunTenax("plan --model long.toml --gpus 2 --gpu h100-sxm --fix cp=2 --top 1 --json --all",
+               dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json ag = ParseJson(r)["layouts"][0]["tenax_train"];
+  EXPECT_FALSE(ag["runnable"].get<bool>());
+  EXPECT_NE(ag["missing"].dump().find("--cp-attention ring"), std::string::npos) << ag.dump();
+}
+
 TEST(PlanE2E, ProfilesAreFoundBesideTheExecutableFromAnyFolder) {
   TempDir dir;  // no configs/ here, and no TENAX_SOURCE_DIR: only /proc/self/exe can find them
   auto r = RunCommand("env -u TENAX_SOURCE_DIR '" + TenaxBinary() +

@@ -43,7 +43,12 @@ enum Missing : uint32_t {
 
 uint32_t MissingFeatures(const Workload& w, const Layout& l) {
   uint32_t m = 0;
-  if (l.cp > 1) m |= kContextParallel;
+  // tenax's context parallelism is ring attention (parallel/context_parallel.h) on dense
+  // models, each rank holding 2 chunks of seq_len / (2 cp), each split again over tp.
+  if (l.cp > 1 && (w.sw.cp_attention != CpAttention::kRing || w.model.moe.enabled() ||
+                   w.seq_len % (2 * l.cp * l.tp) != 0)) {
+    m |= kContextParallel;
+  }
   if (l.fp8) m |= kFp8;
   if (l.shard() > 1 && !l.reshard) m |= kDistributedOptimizer;
   if (*TenaxActivationCheckpoint(l.recompute) == '\0') m |= kRecompute;
@@ -74,7 +79,17 @@ TrainSupport TenaxTrainSupport(const Workload& w, const Layout& l) {
   auto lacks = [&](Missing bit, std::string what) {
     if (m & bit) s.missing.push_back(std::move(what));
   };
-  lacks(kContextParallel, "context parallelism");
+  if (m & kContextParallel) {
+    s.missing.push_back(
+        w.sw.cp_attention != CpAttention::kRing
+            ? std::string("context parallelism as all-gather attention (tenax's is ring "
+                          "attention: --cp-attention ring)")
+        : w.model.moe.enabled()
+            ? std::string("context parallelism with a mixture-of-experts model")
+            : fmt::format("context parallelism with seq_len ({}) not divisible by 2 x cp x tp "
+                          "({})",
+                          w.seq_len, 2 * l.cp * l.tp));
+  }
   lacks(kFp8, "fp8 matmuls");
   lacks(kDistributedOptimizer, "the distributed optimizer (ZeRO-1/2) apart from FSDP");
   // Items with numbers in them are formatted only when their bit is set.
@@ -113,6 +128,7 @@ TrainSettings TenaxTrainSettings(const Workload& w, const Layout& l) {
   set("parallelism.data_parallel_shard", num(l.dp_shard));
   set("parallelism.tensor_parallel", num(l.tp));
   set("parallelism.pipeline_parallel", num(l.pp));
+  if (l.cp > 1) set("parallelism.context_parallel", num(l.cp));
   if (l.pp > 1) {
     // 1F1B keeps one micro-batch per stage in flight, so it needs m >= pp; GPipe does not.
     const char* schedule = l.vpp > 1                 ? "interleaved_1f1b"

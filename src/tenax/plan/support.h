@@ -5,10 +5,12 @@
 // FSDP (resharding after forward) and HSDP; tensor parallelism with sequence parallelism;
 // pipeline parallelism with gpipe / 1F1B / interleaved 1F1B and layers split evenly over
 // pp x virtual stages; activation checkpointing none, "selective" (every second block: the
-// planner's `alternate`) and full; bf16; SDPA flash attention; eager kernels; Llama layers.
-// It does not support context parallelism, fp8, the distributed optimizer (ZeRO-1/2) apart from
-// FSDP, Megatron's or torchtitan's per-op selective recomputation, uneven pipeline splits,
-// dropout, GPT-style layers, fused kernels, or tensor-parallel communication overlap.
+// planner's `alternate`) and full; bf16; SDPA flash attention; eager kernels; Llama layers;
+// context parallelism as ring attention (--cp-attention ring) on dense models, with seq_len
+// divisible by 2 x cp x tp.
+// It does not support all-gather context parallelism, fp8, the distributed optimizer (ZeRO-1/2)
+// apart from FSDP, Megatron's or torchtitan's per-op selective recomputation, uneven pipeline
+// splits, dropout, GPT-style layers, fused kernels, or tensor-parallel communication overlap.
 #pragma once
 
 #include <string>
