@@ -143,7 +143,8 @@ at::Tensor ShardedLlama::Block(int64_t layer, const at::Tensor& h) {
   const auto& idx = layer_index_[static_cast<size_t>(layer)];
   TENAX_CHECK_MSG(!idx.empty(), fmt::format("this rank does not hold layer {}", layer).c_str());
   auto p = [&](size_t k) { return params_[static_cast<size_t>(idx[k])].tensor; };
-  // The rope table covers the full sequence: h holds T / tp positions of it.
+  // The rope table covers the sequence (this rank's part of it under context parallelism): h
+  // holds 1 / tp of its positions.
   if (!spec_.moe.IsMoeLayer(layer)) {
     TensorParallelLayer l{p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8)};
     return TensorParallelBlock(spec_, l, tp_, h, rope_, attend_);
