@@ -1,7 +1,8 @@
 // Context parallelism in `tenax train`, run through `tenax launch` as a user would: CP 2 and 4
-// alone and with FSDP, DDP, TP and PP (and activation recomputation) against the single-rank run
-// with the same global batch; resuming across CP degrees (2 -> 4 -> 1) continues the same
-// trajectory; layouts CP cannot take are refused before any rank trains.
+// alone and with FSDP, DDP, HSDP, TP and PP (and activation recomputation, and TP x PP together)
+// against the single-rank run with the same global batch; resuming across CP degrees
+// (2 -> 4 -> 1) continues the same trajectory; layouts CP cannot take are refused before any rank
+// trains.
 //
 // Data: the synthetic source of order 3 (each token depends on the three before it), so that
 // attention across the chunks matters. Tolerance 2e-5 on losses of ~3 nats over 20 AdamW steps:
@@ -131,6 +132,23 @@ TEST_F(ContextParallelE2E, WithPipelineMatchesSingleRank) {
                 "--set parallelism.context_parallel=2 --set parallelism.pipeline_parallel=2 "
                 "--set parallelism.data_parallel_shard=1 --set parallelism.microbatches=2",
                 "dp_replicate 1 x dp_shard 1 x pp 2 x cp 2 x tp 1");
+}
+
+// Every axis at once on 8 ranks: CP 2 inside TP 2 inside PP 2, and HSDP (2 replicas of 2 shards)
+// around CP 2.
+TEST_F(ContextParallelE2E, WithTensorAndPipelineParallelMatchesSingleRank) {
+  ExpectMatches(8, "cp2_tp2_pp2", 4,
+                "--set parallelism.context_parallel=2 --set parallelism.tensor_parallel=2 "
+                "--set parallelism.pipeline_parallel=2 --set parallelism.data_parallel_shard=1 "
+                "--set parallelism.microbatches=2",
+                "dp_replicate 1 x dp_shard 1 x pp 2 x cp 2 x tp 2");
+}
+
+TEST_F(ContextParallelE2E, WithHsdpMatchesSingleRank) {
+  ExpectMatches(8, "cp2_hsdp", 1,
+                "--set parallelism.context_parallel=2 --set parallelism.data_parallel_replicate=2 "
+                "--set parallelism.data_parallel_shard=2",
+                "dp_replicate 2 x dp_shard 2 x pp 1 x cp 2 x tp 1");
 }
 
 // Saved under CP 2, resumed under CP 4, then on one rank: the uninterrupted run's losses.
