@@ -40,14 +40,6 @@ std::string Args(const TempDir& dir, const std::string& name, int local_batch, i
          " --set training.steps=" + std::to_string(steps) + " " + extra;
 }
 
-std::vector<double> Read(const std::string& metrics, const char* key) {
-  std::vector<double> out;
-  for (const auto& j : ReadJsonl(metrics)) {
-    if (j.contains(key)) out.push_back(j[key].get<double>());
-  }
-  return out;
-}
-
 void ExpectSame(const std::vector<double>& a, const std::vector<double>& b, const char* what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   double worst = 0;
@@ -65,8 +57,8 @@ class ContextParallelE2E : public ::testing::Test {
     dir_ = new TempDir();
     auto r = RunTenax(Args(*dir_, "single", 4, 20), dir_->path());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    losses_ = Read(*dir_ / "single/metrics.jsonl", "loss");
-    val_losses_ = Read(*dir_ / "single/metrics.jsonl", "val_loss");
+    losses_ = ReadMetric(*dir_ / "single/metrics.jsonl", "loss");
+    val_losses_ = ReadMetric(*dir_ / "single/metrics.jsonl", "val_loss");
     ASSERT_EQ(losses_.size(), 20u);
     ASSERT_EQ(val_losses_.size(), 2u);
   }
@@ -80,8 +72,9 @@ class ContextParallelE2E : public ::testing::Test {
                       dir_->path());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find(describe), std::string::npos) << r.output;
-    ExpectSame(Read(*dir_ / (name + "/metrics.jsonl"), "loss"), losses_, "step");
-    ExpectSame(Read(*dir_ / (name + "/metrics.jsonl"), "val_loss"), val_losses_, "evaluation");
+    ExpectSame(ReadMetric(*dir_ / (name + "/metrics.jsonl"), "loss"), losses_, "step");
+    ExpectSame(ReadMetric(*dir_ / (name + "/metrics.jsonl"), "val_loss"), val_losses_,
+               "evaluation");
   }
 
   static TempDir* dir_;
@@ -168,7 +161,7 @@ TEST_F(ContextParallelE2E, ResumesAcrossContextParallelDegrees) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_NE(one.output.find("step_00000015"), std::string::npos) << one.output;
   // metrics.jsonl holds every step once, from the three runs.
-  ExpectSame(Read(*dir_ / "cp_resume/metrics.jsonl", "loss"), losses_, "step");
+  ExpectSame(ReadMetric(*dir_ / "cp_resume/metrics.jsonl", "loss"), losses_, "step");
 }
 
 TEST_F(ContextParallelE2E, LayoutsItCannotTakeAreRefusedBeforeTraining) {

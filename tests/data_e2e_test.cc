@@ -43,13 +43,7 @@ std::string TrainArgs(const TempDir& dir, const std::string& name, const std::st
          name + " --set job.dump_folder=" + dir.path() + " " + extra;
 }
 
-std::vector<double> Losses(const std::string& metrics) {
-  std::vector<double> out;
-  for (const nlohmann::json& r : ReadJsonl(metrics)) {
-    if (r.contains("loss")) out.push_back(r["loss"].get<double>());
-  }
-  return out;
-}
+std::vector<double> Losses(const std::string& metrics) { return ReadMetric(metrics, "loss"); }
 
 std::vector<uint32_t> Tokens(const std::string& shard) {
   Result<data::ShardReader> r = data::ShardReader::Open(shard);

@@ -41,13 +41,7 @@ std::string Launch(int ranks, const std::string& args) {
   return ranks == 1 ? args : "launch --nproc-per-node " + std::to_string(ranks) + " -- " + args;
 }
 
-std::vector<double> Losses(const std::string& metrics) {
-  std::vector<double> out;
-  for (const auto& j : ReadJsonl(metrics)) {
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
+std::vector<double> Losses(const std::string& metrics) { return ReadMetric(metrics, "loss"); }
 
 // Steps 11..20 of `full` against a resumed run's losses; returns the largest difference.
 double ExpectSameTail(const std::vector<double>& full, const std::vector<double>& resumed) {

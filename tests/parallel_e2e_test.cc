@@ -40,13 +40,7 @@ std::string Args(const TempDir& dir, const std::string& name, int local_batch, i
          " --set training.steps=" + std::to_string(steps) + " " + extra;
 }
 
-std::vector<double> Losses(const std::string& metrics) {
-  std::vector<double> out;
-  for (const auto& j : ReadJsonl(metrics)) {
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
+std::vector<double> Losses(const std::string& metrics) { return ReadMetric(metrics, "loss"); }
 
 void ExpectSameLosses(const std::vector<double>& a, const std::vector<double>& b) {
   ASSERT_EQ(a.size(), b.size());

@@ -590,11 +590,7 @@ class LiveRecoveryE2E : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::vector<double> Losses(const std::string& run) {
-    std::vector<double> out;
-    for (const auto& j : ReadJsonl(*dir_ / (run + "/metrics.jsonl"))) {
-      if (j.contains("loss")) out.push_back(j["loss"].get<double>());
-    }
-    return out;
+    return ReadMetric(*dir_ / (run + "/metrics.jsonl"), "loss");
   }
   static nlohmann::json FinalState(const std::string& run) {
     return nlohmann::json::parse(

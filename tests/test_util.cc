@@ -166,6 +166,14 @@ std::vector<nlohmann::json> ReadJsonl(const std::string& path) {
   return out;
 }
 
+std::vector<double> ReadMetric(const std::string& metrics_jsonl, const std::string& key) {
+  std::vector<double> out;
+  for (const auto& j : ReadJsonl(metrics_jsonl)) {
+    if (j.contains(key)) out.push_back(j[key].get<double>());
+  }
+  return out;
+}
+
 std::string HttpGet(int port, const std::string& path) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

@@ -77,6 +77,9 @@ std::vector<std::string> Words(const std::string& line);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
 std::vector<nlohmann::json> ReadJsonl(const std::string& path);
+// The values of `key` in a metrics.jsonl, in order, from the records that carry it ("loss": one
+// per logged step; "val_loss": one per evaluation).
+std::vector<double> ReadMetric(const std::string& metrics_jsonl, const std::string& key);
 // The whole HTTP/1.0 answer (status line, headers, body) of GET `path` on 127.0.0.1:`port`;
 // empty when nothing listens there.
 std::string HttpGet(int port, const std::string& path);

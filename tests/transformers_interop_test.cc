@@ -248,11 +248,7 @@ void ExpectImportsWithTheSameLogits(const Saved& s, uint64_t seed, bool train_af
             resume + model_keys,
         dir.path());
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    std::vector<double> losses;
-    for (const json& j : testing::ReadJsonl(dir / (name + "/metrics.jsonl"))) {
-      if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
-    }
-    return std::make_pair(r.output, losses);
+    return std::make_pair(r.output, testing::ReadMetric(dir / (name + "/metrics.jsonl"), "loss"));
   };
   const auto [output, continued] = train("continued", dir / "ckpt/step_00000000");
   EXPECT_NE(output.find("holds weights only"), std::string::npos) << output;
