@@ -10,6 +10,8 @@
 //  - FSDP over a one-rank NCCL group (flat units, gathers into the unit buffer, fp32
 //    reduce-scatter) against the same model without FSDP: within a few ulps in fp32 parameters
 //    (atomics in CUDA's backward), within bf16's rounding with bf16 parameters;
+//  - ring attention's blocks (context parallelism) on CUDA tensors, two processes on the GPU in a
+//    Gloo ring, against the plain attention over the whole sequence in fp64;
 //  - a checkpoint written on the GPU by `tenax train` resumes on the GPU with the state it saved
 //    bit for bit, and loads on the CPU and back unchanged.
 #include <ATen/ATen.h>
@@ -27,9 +29,11 @@
 
 #include "tenax/core/net.h"
 #include "tenax/core/temp_dir.h"
+#include "tenax/model/attention.h"
 #include "tenax/model/llama.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/parallel/communicator.h"
+#include "tenax/parallel/context_parallel.h"
 #include "tenax/parallel/fsdp.h"
 #include "tenax/parallel/sharded_llama.h"
 #include "tenax/parallel/testing.h"
@@ -308,6 +312,57 @@ TEST(Gpu, FsdpOnOneNcclRankEqualsNoFsdpInFp32) {
 TEST(Gpu, FsdpOnOneNcclRankWithBf16ParametersStaysWithinBf16Rounding) {
   TENAX_REQUIRE_GPU();
   ExpectFsdpMatches(at::kBFloat16, 3e-2);
+}
+
+// Ring attention's blocks (at:: ops, context_parallel.h) on CUDA tensors: two processes on the
+// one GPU form a Gloo ring (one GPU cannot hold two NCCL ranks; ExchangeAsync stages the keys
+// through the host), and each rank's output and gradients are compared with the plain attention
+// over the whole sequence in fp64 on the CPU. fp32: the blocks sum in another order (1e-5
+// relative); bf16: within bf16's rounding of the inputs and the block products (3e-2).
+void CheckRingOnGpu(parallel::Communicator& cp, at::ScalarType dtype, double tol) {
+  const int r = cp.rank(), n = cp.size();
+  constexpr int64_t kB = 2, kT = 1024, kH = 8, kK = 2, kD = 64;
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  const auto opt = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q = at::randn({kB, kT, kH, kD}, gen, opt),
+                   k = at::randn({kB, kT, kK, kD}, gen, opt);
+  const at::Tensor v = at::randn({kB, kT, kK, kD}, gen, opt),
+                   w = at::randn({kB, kT, kH, kD}, gen, opt);
+  at::Tensor qf = q.clone().set_requires_grad(true), kf = k.clone().set_requires_grad(true);
+  at::Tensor vf = v.clone().set_requires_grad(true);
+  const at::Tensor ref = model::ReferenceAttention(qf, kf, vf);
+  (ref * w).sum().backward();
+  auto local = [&](const at::Tensor& t) {
+    return parallel::ContextShard(t, r, n).to(kGpu, dtype).set_requires_grad(true);
+  };
+  at::Tensor ql = local(q), kl = local(k), vl = local(v);
+  const at::Tensor out = parallel::RingAttention(ql, kl, vl, cp);
+  (out * parallel::ContextShard(w, r, n).to(kGpu, dtype)).sum().backward();
+  const std::pair<const char*, std::pair<at::Tensor, at::Tensor>> checks[] = {
+      {"output", {out, ref}},
+      {"dq", {ql.grad(), qf.grad()}},
+      {"dk", {kl.grad(), kf.grad()}},
+      {"dv", {vl.grad(), vf.grad()}}};
+  for (const auto& [what, pair] : checks) {
+    const double err = RelativeError(pair.first.to(at::kCPU, at::kDouble),
+                                     parallel::ContextShard(pair.second, r, n));
+    EXPECT_LE(err, tol) << what << " (" << c10::toString(dtype) << ") on rank " << r;
+  }
+}
+
+TEST(GpuWorker, DISABLED_RingAttention) {
+  auto env = parallel::ReadDistEnv();
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  auto groups = parallel::ProcessGroups::Connect(*env, std::chrono::seconds(60));
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  CheckRingOnGpu((*groups)->world(), at::kFloat, 1e-5);
+  CheckRingOnGpu((*groups)->world(), at::kBFloat16, 3e-2);
+}
+
+TEST(Gpu, RingAttentionOnTheGpuMatchesTheFullAttention) {
+  TENAX_REQUIRE_GPU();
+  auto codes = parallel::testing::RunRanks(2, "GpuWorker.DISABLED_RingAttention");
+  for (size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
 // `tenax train` on the GPU: 4 steps straight, and the same run stopped after its step-2
