@@ -42,13 +42,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-void CheckShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  TENAX_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes());
-  TENAX_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3));
-  TENAX_CHECK_MSG(k.size(2) > 0 && q.size(2) % k.size(2) == 0,
-                  "attention: query heads must be a multiple of kv heads");
-}
-
 // k or v (B, T, K, D) -> (B, T, H, D): each kv head repeated for its H / K query heads (what the
 // grouped and blockwise paths avoid).
 at::Tensor RepeatKv(const at::Tensor& x, int64_t h) {
@@ -57,23 +50,58 @@ at::Tensor RepeatKv(const at::Tensor& x, int64_t h) {
   return x.unsqueeze(3).expand({b, t, n_kv, h / n_kv, d}).reshape({b, t, h, d});
 }
 
-// The scaled scores of query block qb (BK, len*G, D) against key block kb (BK, cols, D), in the
-// statistics dtype: (BK, len*G, cols). `diagonal`: the blocks start at the same position, so the
-// keys after each query are masked (`mask` is the full block's, narrowed for a short last block).
-// Forward and backward compute them alike, so the backward's probabilities are the forward's.
-at::Tensor BlockScores(const at::Tensor& qb, const at::Tensor& kb, double scale,
-                       at::ScalarType stats, bool diagonal, const at::Tensor& mask) {
-  at::Tensor s = at::bmm(qb, kb.transpose(1, 2)).to(stats).mul_(scale);
-  if (diagonal) s.masked_fill_(mask.narrow(0, 0, s.size(1)).narrow(1, 0, s.size(2)), -kInf);
+}  // namespace
+
+void CheckAttentionShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  TENAX_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes());
+  TENAX_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3));
+  TENAX_CHECK_MSG(k.size(2) > 0 && q.size(2) % k.size(2) == 0,
+                  "attention: query heads must be a multiple of kv heads");
+}
+
+FlashBlocks::FlashBlocks(const at::Tensor& qg, int64_t groups, int64_t block)
+    : scale_(1.0 / std::sqrt(static_cast<double>(qg.size(2)))),
+      dtype_(qg.scalar_type()),
+      stats_(StatsDtype(dtype_)),
+      mask_(CausalMask(block, block, groups, qg.device())) {}
+
+at::Tensor FlashBlocks::Scores(const at::Tensor& qb, const at::Tensor& kb, bool diagonal) const {
+  at::Tensor s = at::bmm(qb, kb.transpose(1, 2)).to(stats_).mul_(scale_);
+  if (diagonal) s.masked_fill_(mask_.narrow(0, 0, s.size(1)).narrow(1, 0, s.size(2)), -kInf);
   return s;
 }
 
-// FlashAttention-2 (Dao 2023, algorithms 1 and 2) with at:: ops on blocks. q (BK, T*G, D),
-// k and v (BK, T, D), all contiguous; returns (BK, T*G, D). Query block i holds positions
-// [i*bs, min((i+1)*bs, T)); it meets key blocks 0..i, only block i straddles the diagonal (the
-// same mask for every i, narrowed for a short last block). Every row's first key block (block 0)
-// has at least one unmasked key, so the running max is finite from the first block on and no
-// row ever computes exp(-inf - -inf).
+void FlashBlocks::Accumulate(const at::Tensor& qb, const at::Tensor& kb, const at::Tensor& vb,
+                             bool diagonal, at::Tensor m, at::Tensor l, at::Tensor acc) const {
+  at::Tensor s = Scores(qb, kb, diagonal);  // (BK, rows, cols)
+  const at::Tensor m_new = at::maximum(m, std::get<0>(s.max(2, true)));
+  const at::Tensor p = s.sub_(m_new).exp_();
+  const at::Tensor corr = (m - m_new).exp_();  // 0 on a row's first pair (m = -inf)
+  l.mul_(corr).add_(p.sum(2, true));
+  acc.mul_(corr).add_(at::bmm(p.to(dtype_), vb).to(stats_));
+  m.copy_(m_new);
+}
+
+void FlashBlocks::AccumulateGrads(const at::Tensor& qb, const at::Tensor& kb, const at::Tensor& vb,
+                                  const at::Tensor& dob, const at::Tensor& lse,
+                                  const at::Tensor& delta, bool diagonal, at::Tensor dq,
+                                  at::Tensor dk, at::Tensor dv) const {
+  at::Tensor s = Scores(qb, kb, diagonal);
+  const at::Tensor p = s.sub_(lse).exp_();  // the forward's probabilities
+  dv.add_(at::bmm(p.to(dtype_).transpose(1, 2), dob).to(stats_));
+  at::Tensor dp = at::bmm(dob, vb.transpose(1, 2)).to(stats_);           // (BK, rows, cols)
+  const at::Tensor ds = p.mul_(dp.sub_(delta)).mul_(scale_).to(dtype_);  // dS * scale
+  dq.add_(at::bmm(ds, kb).to(stats_));
+  dk.add_(at::bmm(ds.transpose(1, 2), qb).to(stats_));
+}
+
+namespace {
+
+// FlashAttention-2 with at:: ops on blocks (FlashBlocks). q (BK, T*G, D), k and v (BK, T, D),
+// all contiguous; returns (BK, T*G, D). Query block i holds positions [i*bs, min((i+1)*bs, T));
+// it meets key blocks 0..i, only block i straddles the diagonal (the same mask for every i,
+// narrowed for a short last block). Every row's first key block (block 0) has at least one
+// unmasked key, so the running max is finite from the first block on.
 // Block size (kAttentionBlock = 128): bench/attention blockwise at B=8 H=8 K=4 T=1024 D=64, one
 // thread, two interleaved sweeps under load 6-7 (2026-11-25), median ms fp32 / bf16: block 32
 // 2264 2127 / 2043 1458; 64 2900 3283 / 1349 1318; 128 2180 1762 / 1234 1010; 256 2433 2865 /
@@ -83,34 +111,20 @@ at::Tensor BlockScores(const at::Tensor& qb, const at::Tensor& kb, double scale,
 struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, int64_t g, int64_t bs) {
-    const int64_t bk = q.size(0), t = k.size(1), d = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    const auto dtype = q.scalar_type();
-    const auto stats = StatsDtype(dtype);
-    const at::Tensor mask = CausalMask(std::min(bs, t), std::min(bs, t), g, q.device());
-    at::Tensor out = at::empty_like(q);                                    // (BK, T*G, D)
-    at::Tensor lse = at::empty({bk, t * g, 1}, q.options().dtype(stats));  // (BK, T*G, 1)
+    const int64_t bk = q.size(0), t = k.size(1);
+    const FlashBlocks fb(q, g, std::min(bs, t));
+    at::Tensor out = at::empty_like(q);                                         // (BK, T*G, D)
+    at::Tensor lse = at::empty({bk, t * g, 1}, q.options().dtype(fb.stats()));  // (BK, T*G, 1)
     for (int64_t i0 = 0; i0 < t; i0 += bs) {
       const int64_t len = std::min(bs, t - i0);
       const at::Tensor qb = q.narrow(1, i0 * g, len * g);  // (BK, len*G, D)
-      at::Tensor m, l, acc;  // (BK, len*G, 1), (BK, len*G, 1), (BK, len*G, D) in stats dtype
+      // The rows' running max m, sum l and weighted values acc, in the statistics dtype.
+      at::Tensor m = at::full({bk, len * g, 1}, -kInf, q.options().dtype(fb.stats()));
+      at::Tensor l = at::zeros_like(m);
+      at::Tensor acc = at::zeros(qb.sizes(), q.options().dtype(fb.stats()));
       for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
         const int64_t cols = std::min(bs, t - j0);
-        const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
-        at::Tensor s = BlockScores(qb, kb, scale, stats, j0 == i0, mask);  // (BK, len*G, cols)
-        const at::Tensor bmax = std::get<0>(s.max(2, true));
-        const at::Tensor m_new = m.defined() ? at::maximum(m, bmax) : bmax;
-        at::Tensor p = s.sub_(m_new).exp_();
-        const at::Tensor pv = at::bmm(p.to(dtype), vb).to(stats);
-        if (!m.defined()) {
-          l = p.sum(2, true);
-          acc = pv;
-        } else {
-          const at::Tensor corr = (m - m_new).exp_();
-          l = l.mul_(corr).add_(p.sum(2, true));
-          acc = acc.mul_(corr).add_(pv);
-        }
-        m = m_new;
+        fb.Accumulate(qb, k.narrow(1, j0, cols), v.narrow(1, j0, cols), j0 == i0, m, l, acc);
       }
       out.narrow(1, i0 * g, len * g).copy_(acc.div_(l));
       lse.narrow(1, i0 * g, len * g).copy_(l.log_().add_(m));
@@ -126,47 +140,33 @@ struct BlockwiseCausal : public torch::autograd::Function<BlockwiseCausal> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
     const int64_t g = ctx->saved_data["g"].toInt(), bs = ctx->saved_data["bs"].toInt();
-    const int64_t t = k.size(1), d = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    const auto dtype = q.scalar_type();
-    const auto stats = StatsDtype(dtype);
+    const int64_t t = k.size(1);
+    const FlashBlocks fb(q, g, std::min(bs, t));
     const at::Tensor dout = grads[0].contiguous();  // (BK, T*G, D)
     // delta_r = sum_d dO_rd O_rd = sum_c P_rc dP_rc: the softmax backward's row term.
-    const at::Tensor delta = (dout.to(stats) * out.to(stats)).sum(2, true);  // (BK, T*G, 1)
-    const at::Tensor mask = CausalMask(std::min(bs, t), std::min(bs, t), g, q.device());
-    at::Tensor dq = at::empty(q.sizes(), q.options().dtype(stats));
-    at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(stats));
-    at::Tensor dv = at::zeros(v.sizes(), v.options().dtype(stats));
+    const at::Tensor delta = (dout.to(fb.stats()) * out.to(fb.stats())).sum(2, true);
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(fb.stats()));
+    at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(fb.stats()));
+    at::Tensor dv = at::zeros(v.sizes(), v.options().dtype(fb.stats()));
     for (int64_t i0 = 0; i0 < t; i0 += bs) {
       const int64_t len = std::min(bs, t - i0);
-      const at::Tensor qb = q.narrow(1, i0 * g, len * g), dob = dout.narrow(1, i0 * g, len * g);
-      const at::Tensor lb = lse.narrow(1, i0 * g, len * g), db = delta.narrow(1, i0 * g, len * g);
-      at::Tensor dqb = dq.narrow(1, i0 * g, len * g);
+      const int64_t row0 = i0 * g, rows = len * g;
       for (int64_t j0 = 0; j0 <= i0; j0 += bs) {
         const int64_t cols = std::min(bs, t - j0);
-        const at::Tensor kb = k.narrow(1, j0, cols), vb = v.narrow(1, j0, cols);
-        at::Tensor s = BlockScores(qb, kb, scale, stats, j0 == i0, mask);  // (BK, len*G, cols)
-        const at::Tensor p = s.sub_(lb).exp_();  // the forward's probabilities
-        dv.narrow(1, j0, cols).add_(at::bmm(p.to(dtype).transpose(1, 2), dob).to(stats));
-        at::Tensor dp = at::bmm(dob, vb.transpose(1, 2)).to(stats);        // (BK, len*G, cols)
-        const at::Tensor dsc = p.mul_(dp.sub_(db)).mul_(scale).to(dtype);  // dS * scale
-        const at::Tensor dq_part = at::bmm(dsc, kb);
-        if (j0 == 0) {
-          dqb.copy_(dq_part);
-        } else {
-          dqb.add_(dq_part.to(stats));
-        }
-        dk.narrow(1, j0, cols).add_(at::bmm(dsc.transpose(1, 2), qb).to(stats));
+        fb.AccumulateGrads(q.narrow(1, row0, rows), k.narrow(1, j0, cols), v.narrow(1, j0, cols),
+                           dout.narrow(1, row0, rows), lse.narrow(1, row0, rows),
+                           delta.narrow(1, row0, rows), j0 == i0, dq.narrow(1, row0, rows),
+                           dk.narrow(1, j0, cols), dv.narrow(1, j0, cols));
       }
     }
-    return {dq.to(dtype), dk.to(dtype), dv.to(dtype), at::Tensor(), at::Tensor()};
+    return {dq.to(fb.dtype()), dk.to(fb.dtype()), dv.to(fb.dtype()), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  CheckShapes(q, k, v);
+  CheckAttentionShapes(q, k, v);
   const int64_t t = q.size(1), h = q.size(2), d = q.size(3);
   const at::Tensor qt = q.transpose(1, 2);
   const at::Tensor kt = RepeatKv(k, h).transpose(1, 2), vt = RepeatKv(v, h).transpose(1, 2);
@@ -179,7 +179,7 @@ at::Tensor ReferenceAttention(const at::Tensor& q, const at::Tensor& k, const at
 
 at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             int64_t query_block) {
-  CheckShapes(q, k, v);
+  CheckAttentionShapes(q, k, v);
   TENAX_CHECK(query_block > 0);
   const int64_t b = q.size(0), t = q.size(1), h = q.size(2), n_kv = k.size(2), d = q.size(3);
   const int64_t g = h / n_kv;
@@ -208,7 +208,7 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
 
 at::Tensor BlockwiseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               int64_t block) {
-  CheckShapes(q, k, v);
+  CheckAttentionShapes(q, k, v);
   TENAX_CHECK(block > 0);
   const int64_t b = q.size(0), t = q.size(1), h = q.size(2), n_kv = k.size(2);
   const at::Tensor o =
@@ -217,7 +217,7 @@ at::Tensor BlockwiseAttention(const at::Tensor& q, const at::Tensor& k, const at
 }
 
 at::Tensor CausalGqaAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  CheckShapes(q, k, v);
+  CheckAttentionShapes(q, k, v);
 #if TENAX_TORCH_AT_LEAST(2, 5)
   // enable_gqa maps query head h to kv head h / G, the layout above.
   return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),

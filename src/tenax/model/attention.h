@@ -60,6 +60,9 @@ at::Tensor GroupedAttention(const at::Tensor& q, const at::Tensor& k, const at::
 at::Tensor BlockwiseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               int64_t block = kAttentionBlock);
 
+// q (B, T, H, D), k and v (B, T, K, D), the same B, T and D, H a multiple of K (TENAX_CHECK).
+void CheckAttentionShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
 // ---- The grouped layout the grouped, blockwise and ring paths compute in. ----
 // q (B, T, H, D) -> (B*K, T*G, D), rows ordered (t, g): the queries of one kv head in one slab, so
 // a block of query positions [t0, t1) is the contiguous row range [t0*G, t1*G).
@@ -72,5 +75,40 @@ at::Tensor UngroupOutput(const at::Tensor& o, int64_t b, int64_t t, int64_t h, i
 // (t, g)), for queries at positions first..first+rows-1 and keys from position 0.
 at::Tensor CausalMask(int64_t rows, int64_t cols, int64_t g, const at::Device& device,
                       int64_t first = 0);
+
+// One block pair of FlashAttention-2 (Dao 2023, algorithms 1 and 2) in the grouped layout, the
+// work that BlockwiseAttention and context parallelism's ring attention share: query rows qb
+// (B*K, rows, D) against keys kb and values vb (B*K, cols, D). A `diagonal` pair starts its
+// queries and keys at the same position, so the keys after each query are masked. Statistics and
+// accumulators are in StatsDtype (fp32; fp64 for fp64), the matmuls in the input dtype. The
+// forward and the backward compute the scores alike, so the backward's probabilities are the
+// forward's.
+class FlashBlocks {
+ public:
+  // qg: the grouped queries (B*K, T*G, D); `block` query positions and keys per diagonal pair.
+  FlashBlocks(const at::Tensor& qg, int64_t groups, int64_t block);
+  // Scaled scores (B*K, rows, cols) in the statistics dtype, masked on a diagonal pair.
+  at::Tensor Scores(const at::Tensor& qb, const at::Tensor& kb, bool diagonal) const;
+  // Forward: folds the pair into the rows' running max m, sum l (B*K, rows, 1) and weighted values
+  // acc (B*K, rows, D), updated in place (views are fine). Start: m = -inf, l = acc = 0. Every
+  // row must see at least one key of its first pair (true of causal attention's key block 0 and
+  // of every diagonal pair), so the running max is finite from then on.
+  void Accumulate(const at::Tensor& qb, const at::Tensor& kb, const at::Tensor& vb, bool diagonal,
+                  at::Tensor m, at::Tensor l, at::Tensor acc) const;
+  // Backward: adds the pair's gradients into dq (B*K, rows, D), dk and dv (B*K, cols, D), given
+  // the output gradient dob and the rows' saved logsumexp and delta = sum_d dO O (B*K, rows, 1).
+  void AccumulateGrads(const at::Tensor& qb, const at::Tensor& kb, const at::Tensor& vb,
+                       const at::Tensor& dob, const at::Tensor& lse, const at::Tensor& delta,
+                       bool diagonal, at::Tensor dq, at::Tensor dk, at::Tensor dv) const;
+
+  double scale() const { return scale_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::ScalarType stats() const { return stats_; }
+
+ private:
+  double scale_ = 1;
+  at::ScalarType dtype_ = at::kFloat, stats_ = at::kFloat;
+  at::Tensor mask_;  // (block*G, block): a diagonal pair's, narrowed for a short one
+};
 
 }  // namespace tenax::model

@@ -8,7 +8,6 @@
 
 #include "tenax/core/check.h"
 #include "tenax/model/attention.h"
-#include "tenax/model/fused_layers.h"
 
 namespace tenax::parallel {
 namespace {
@@ -45,21 +44,17 @@ std::vector<ChunkPair> PairsOf(int r, int owner, int n) {
 
 // The geometry shared by forward and backward, in the grouped layout (model/attention.h):
 // q rows (BK, L*G, D) ordered (t, g), keys (BK, L, D); a chunk is c = L / 2 positions, split
-// into sub-blocks of bs positions so that no (c*G x c) score matrix is ever held.
+// into sub-blocks of bs positions so that no (c*G x c) score matrix is ever held. Each sub-block
+// pair is FlashAttention-2's, computed by model::FlashBlocks as BlockwiseAttention's are.
 struct Geometry {
   int64_t g = 1, c = 0, bs = model::kAttentionBlock;
-  double scale = 1;
-  at::ScalarType dtype = at::kFloat, stats = at::kFloat;
-  at::Tensor mask;  // (bs*G, bs): the diagonal sub-blocks' causal mask, narrowed for short ones
+  model::FlashBlocks blocks;
 
-  Geometry(const at::Tensor& qg, const at::Tensor& kg, int64_t groups) : g(groups) {
-    c = kg.size(1) / 2;
-    bs = std::min<int64_t>(bs, c);
-    scale = 1.0 / std::sqrt(static_cast<double>(qg.size(2)));
-    dtype = qg.scalar_type();
-    stats = model::StatsDtype(dtype);
-    mask = model::CausalMask(bs, bs, g, qg.device());
-  }
+  Geometry(const at::Tensor& qg, const at::Tensor& kg, int64_t groups)
+      : g(groups),
+        c(kg.size(1) / 2),
+        bs(std::min<int64_t>(model::kAttentionBlock, c)),
+        blocks(qg, groups, bs) {}
   // Calls f(q_row0, rows, key0, cols, diagonal) for every sub-block pair of `pair` that is not
   // masked entirely: query rows [q_row0, + rows) and keys [key0, + cols) of the local tensors.
   template <class F>
@@ -72,12 +67,6 @@ struct Geometry {
           pair.diagonal && j0 == i0);
       }
     }
-  }
-  // Scaled scores (BK, rows, cols) in the statistics dtype, masked on a diagonal sub-block.
-  at::Tensor Scores(const at::Tensor& qb, const at::Tensor& kb, bool masked) const {
-    at::Tensor s = at::bmm(qb, kb.transpose(1, 2)).to(stats).mul_(scale);
-    if (masked) s.masked_fill_(mask.narrow(0, 0, s.size(1)).narrow(1, 0, s.size(2)), -kInf);
-    return s;
   }
 };
 
@@ -93,10 +82,11 @@ struct RingCausal : public torch::autograd::Function<RingCausal> {
     Communicator& cp = *reinterpret_cast<Communicator*>(comm);
     const int n = cp.size(), r = cp.rank();
     const Geometry geo(q, k, g);
+    const at::ScalarType stats = geo.blocks.stats(), dtype = geo.blocks.dtype();
     // Running softmax of every query row: max m, sum l, weighted values acc (fp32).
-    at::Tensor m = at::full({q.size(0), q.size(1), 1}, -kInf, q.options().dtype(geo.stats));
+    at::Tensor m = at::full({q.size(0), q.size(1), 1}, -kInf, q.options().dtype(stats));
     at::Tensor l = at::zeros_like(m);
-    at::Tensor acc = at::zeros(q.sizes(), q.options().dtype(geo.stats));
+    at::Tensor acc = at::zeros(q.sizes(), q.options().dtype(stats));
     at::Tensor kv = at::stack({k, v});  // (2, BK, L, D): one message per hop
     for (int s = 0; s < n; ++s) {
       PendingCollective next;
@@ -105,24 +95,16 @@ struct RingCausal : public torch::autograd::Function<RingCausal> {
       }
       const at::Tensor ks = kv[0], vs = kv[1];
       for (const ChunkPair& pair : PairsOf(r, (r - s + n) % n, n)) {
-        geo.ForEachBlock(pair, [&](int64_t row0, int64_t rows, int64_t key0, int64_t cols,
-                                   bool masked) {
-          at::Tensor s_blk = geo.Scores(q.narrow(1, row0, rows), ks.narrow(1, key0, cols), masked);
-          at::Tensor mb = m.narrow(1, row0, rows), lb = l.narrow(1, row0, rows);
-          at::Tensor ab = acc.narrow(1, row0, rows);
-          // Every row of a block sees at least one key (a diagonal block's row sees its own
-          // position), so the new max is finite and exp(m - m_new) is 0 for a first block.
-          const at::Tensor m_new = at::maximum(mb, std::get<0>(s_blk.max(2, true)));
-          const at::Tensor p = s_blk.sub_(m_new).exp_();
-          const at::Tensor corr = (mb - m_new).exp_();
-          lb.mul_(corr).add_(p.sum(2, true));
-          ab.mul_(corr).add_(at::bmm(p.to(geo.dtype), vs.narrow(1, key0, cols)).to(geo.stats));
-          mb.copy_(m_new);
-        });
+        geo.ForEachBlock(
+            pair, [&](int64_t row0, int64_t rows, int64_t key0, int64_t cols, bool masked) {
+              geo.blocks.Accumulate(q.narrow(1, row0, rows), ks.narrow(1, key0, cols),
+                                    vs.narrow(1, key0, cols), masked, m.narrow(1, row0, rows),
+                                    l.narrow(1, row0, rows), acc.narrow(1, row0, rows));
+            });
       }
       if (next.pending()) kv = next.Wait();
     }
-    const at::Tensor out = acc.div_(l).to(geo.dtype);
+    const at::Tensor out = acc.div_(l).to(dtype);
     const at::Tensor lse = l.log_().add_(m);  // (BK, L*G, 1)
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["g"] = g;
@@ -136,10 +118,11 @@ struct RingCausal : public torch::autograd::Function<RingCausal> {
     Communicator& cp = CommFrom(ctx);
     const int n = cp.size(), r = cp.rank();
     const Geometry geo(q, k, ctx->saved_data["g"].toInt());
+    const at::ScalarType stats = geo.blocks.stats(), dtype = geo.blocks.dtype();
     const at::Tensor dout = grads[0].contiguous();  // (BK, L*G, D)
     // delta_r = sum_d dO_rd O_rd: the softmax backward's row term (FlashAttention-2).
-    const at::Tensor delta = (dout.to(geo.stats) * out.to(geo.stats)).sum(2, true);
-    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(geo.stats));
+    const at::Tensor delta = (dout.to(stats) * out.to(stats)).sum(2, true);
+    at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(stats));
     at::Tensor kv = at::stack({k, v});
     // The gradient of the keys held at step s travels with them: received from the rank that
     // held them before (its sum so far), this rank's share added, sent on to the next.
@@ -150,22 +133,16 @@ struct RingCausal : public torch::autograd::Function<RingCausal> {
         next = cp.ExchangeAsync(kv, (r + 1) % n, at::empty_like(kv), (r - 1 + n) % n, kKvTag);
       }
       const at::Tensor ks = kv[0], vs = kv[1];
-      at::Tensor part = at::zeros(kv.sizes(), kv.options().dtype(geo.stats));  // (dk, dv)
+      at::Tensor part = at::zeros(kv.sizes(), kv.options().dtype(stats));  // (dk, dv)
       at::Tensor dks = part[0], dvs = part[1];
       for (const ChunkPair& pair : PairsOf(r, (r - s + n) % n, n)) {
         geo.ForEachBlock(
             pair, [&](int64_t row0, int64_t rows, int64_t key0, int64_t cols, bool masked) {
-              const at::Tensor qb = q.narrow(1, row0, rows), dob = dout.narrow(1, row0, rows);
-              const at::Tensor kb = ks.narrow(1, key0, cols), vb = vs.narrow(1, key0, cols);
-              at::Tensor s_blk = geo.Scores(qb, kb, masked);
-              const at::Tensor p = s_blk.sub_(lse.narrow(1, row0, rows)).exp_();  // the forward's
-              dvs.narrow(1, key0, cols)
-                  .add_(at::bmm(p.to(geo.dtype).transpose(1, 2), dob).to(geo.stats));
-              at::Tensor dp = at::bmm(dob, vb.transpose(1, 2)).to(geo.stats);
-              const at::Tensor ds =
-                  p.mul_(dp.sub_(delta.narrow(1, row0, rows))).mul_(geo.scale).to(geo.dtype);
-              dq.narrow(1, row0, rows).add_(at::bmm(ds, kb).to(geo.stats));
-              dks.narrow(1, key0, cols).add_(at::bmm(ds.transpose(1, 2), qb).to(geo.stats));
+              geo.blocks.AccumulateGrads(q.narrow(1, row0, rows), ks.narrow(1, key0, cols),
+                                         vs.narrow(1, key0, cols), dout.narrow(1, row0, rows),
+                                         lse.narrow(1, row0, rows), delta.narrow(1, row0, rows),
+                                         masked, dq.narrow(1, row0, rows),
+                                         dks.narrow(1, key0, cols), dvs.narrow(1, key0, cols));
             });
       }
       if (incoming.pending()) part.add_(incoming.Wait());
@@ -175,8 +152,7 @@ struct RingCausal : public torch::autograd::Function<RingCausal> {
       if (next.pending()) kv = next.Wait();
     }
     const at::Tensor dkv = incoming.Wait();
-    return {dq.to(geo.dtype), dkv[0].to(geo.dtype), dkv[1].to(geo.dtype), at::Tensor(),
-            at::Tensor()};
+    return {dq.to(dtype), dkv[0].to(dtype), dkv[1].to(dtype), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -215,10 +191,7 @@ at::Tensor ContextUnshard(const std::vector<at::Tensor>& shards) {
 at::Tensor RingAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          Communicator& cp) {
   if (cp.size() == 1) return model::CausalGqaAttention(q, k, v);
-  TENAX_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes());
-  TENAX_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3));
-  TENAX_CHECK_MSG(k.size(2) > 0 && q.size(2) % k.size(2) == 0,
-                  "attention: query heads must be a multiple of kv heads");
+  model::CheckAttentionShapes(q, k, v);
   TENAX_CHECK_MSG(q.size(1) % 2 == 0, "ring attention: the local sequence holds two chunks");
   const int64_t b = q.size(0), t = q.size(1), h = q.size(2), n_kv = k.size(2);
   const at::Tensor o =
