@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
 
 #include <algorithm>
 #include <chrono>
+#include <unordered_map>
 #include <utility>
 
 #include "tenax/core/check.h"
@@ -20,6 +24,142 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+using torch::autograd::Edge;
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+// What a split backward's W needs from its I (zbv, dualpipev; pipeline_schedule.h). The I pass
+// computes only the stage input's gradient: autograd skips every branch that leads only to
+// parameters, so the weight-gradient GEMMs do not run. Before it, each node where a parameter's
+// branch leaves the input's path (the matmul of a linear layer, the product of a norm's weight)
+// gets a hook that keeps the gradient arriving at it; W then runs autograd from those nodes, one
+// group at a time, to their parameters only, which computes the weight gradients alone
+// (torch.distributed.pipelining's stage_backward_input / stage_backward_weight do the same).
+struct WeightGroup {
+  std::shared_ptr<Node> node;            // where the parameters' branch leaves the input path
+  std::shared_ptr<variable_list> grads;  // the gradients that reached it in the I pass
+  torch::autograd::edge_list params;     // the parameters' gradient edges below it
+  std::vector<size_t> param_index;       // into model.params(), in the order of `params`
+};
+struct DeferredWeights {
+  at::Tensor root, root_grad;  // the output whose graph W walks (kept alive until W); stage 0:
+                               // the whole backward runs in W, from root with root_grad
+  std::vector<WeightGroup> groups;
+};
+
+// Keeps the first gradients a node receives.
+struct KeepGradients : torch::autograd::FunctionPreHook {
+  explicit KeepGradients(std::shared_ptr<variable_list> into) : into_(std::move(into)) {}
+  variable_list operator()(const variable_list& grads) override {
+    if (into_->empty()) *into_ = grads;
+    return grads;
+  }
+  std::shared_ptr<variable_list> into_;
+};
+
+// The weight groups of the graph below `root` whose stage input is the leaf `input`, for the
+// parameters params[i], i in `owned` (see WeightGroup).
+std::vector<WeightGroup> FindWeightGroups(const at::Tensor& root, const at::Tensor& input,
+                                          const std::vector<model::NamedTensor>& params,
+                                          const std::vector<size_t>& owned) {
+  std::unordered_map<Node*, size_t> param_of;  // a parameter's gradient accumulator -> index
+  for (size_t i : owned) {
+    const at::Tensor& t = params[i].tensor;
+    if (t.requires_grad()) param_of[torch::autograd::impl::grad_accumulator(t).get()] = i;
+  }
+  const Node* input_node = torch::autograd::impl::grad_accumulator(input).get();
+  // Whether a node leads to the input (bit 1) and to a parameter (bit 2), post-order.
+  std::unordered_map<Node*, uint8_t> reach;
+  std::vector<std::pair<Node*, size_t>> stack;
+  Node* top = root.grad_fn().get();
+  TENAX_CHECK(top != nullptr);
+  stack.push_back({top, 0});
+  reach[top] = 0;
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->num_outputs()) {
+      Node* child = node->next_edge(next++).function.get();
+      if (child != nullptr && reach.emplace(child, 0).second) stack.push_back({child, 0});
+      continue;
+    }
+    uint8_t r = node == input_node ? 1 : param_of.count(node) ? 2 : 0;
+    for (const Edge& e : node->next_edges()) {
+      if (e.function) r |= reach[e.function.get()];
+    }
+    reach[node] = r;
+    stack.pop_back();
+  }
+  std::vector<WeightGroup> groups;
+  for (const auto& [node, r] : reach) {
+    if (!(r & 1) || node == input_node) continue;
+    WeightGroup g;
+    std::vector<Node*> todo;
+    for (const Edge& e : node->next_edges()) {
+      if (e.function && reach[e.function.get()] == 2) todo.push_back(e.function.get());
+    }
+    if (todo.empty()) continue;
+    // The parameters below the branches that leave the input path here.
+    std::unordered_map<Node*, bool> seen;
+    while (!todo.empty()) {
+      Node* n = todo.back();
+      todo.pop_back();
+      if (!seen.emplace(n, true).second) continue;
+      if (auto it = param_of.find(n); it != param_of.end()) {
+        g.params.push_back(torch::autograd::impl::gradient_edge(params[it->second].tensor));
+        g.param_index.push_back(it->second);
+      }
+      for (const Edge& e : n->next_edges()) {
+        if (e.function && reach[e.function.get()] == 2) todo.push_back(e.function.get());
+      }
+    }
+    g.node = node->getptr();
+    g.grads = std::make_shared<variable_list>();
+    node->add_pre_hook(std::make_unique<KeepGradients>(g.grads));
+    groups.push_back(std::move(g));
+  }
+  // A fixed order (the graph's sequence numbers: the order of the forward) so that every run and
+  // every rank accumulates the weight gradients alike.
+  std::sort(groups.begin(), groups.end(), [](const WeightGroup& a, const WeightGroup& b) {
+    return a.node->sequence_nr() > b.node->sequence_nr();
+  });
+  return groups;
+}
+
+void AccumulateInto(at::Tensor& param, const at::Tensor& g) {
+  if (!g.defined()) return;
+  at::Tensor& grad = param.mutable_grad();
+  if (grad.defined()) {
+    grad.add_(g);
+  } else {
+    grad = g.detach().clone();
+  }
+}
+
+// A split backward's W: the weight gradients of each group, accumulated into .grad.
+void RunWeightGradients(DeferredWeights& d, std::vector<model::NamedTensor>& params) {
+  TENAX_CHECK(d.root.defined());
+  if (d.root_grad.defined()) {  // stage 0: the whole backward
+    torch::autograd::backward({d.root}, {d.root_grad});
+    return;
+  }
+  for (WeightGroup& g : d.groups) {
+    torch::autograd::edge_list roots;
+    variable_list grads;
+    for (size_t k = 0; k < g.grads->size(); ++k) {
+      if ((*g.grads)[k].defined()) {
+        roots.emplace_back(g.node, static_cast<uint32_t>(k));
+        grads.push_back((*g.grads)[k]);
+      }
+    }
+    if (roots.empty() || g.params.empty()) continue;
+    variable_list dw = torch::autograd::Engine::get_default_engine().execute(
+        roots, grads, /*keep_graph=*/true, /*create_graph=*/false, /*accumulate_grad=*/false,
+        g.params);
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < dw.size(); ++i) AccumulateInto(params[g.param_index[i]].tensor, dw[i]);
+  }
+}
+
 }  // namespace
 
 // Everything one step allocates, indexed by Slot(kind, micro-batch, chunk) of this rank.
@@ -31,7 +171,8 @@ struct PipelineExecutor::StepState {
                                     // the last stage; kept with its graph until the backward
   std::vector<at::Tensor> inbox;    // [slot of consumer] received or handed-over tensor
   std::vector<at::Tensor> outbox;   // [slot of producer] tensor waiting for its Send
-  at::Tensor loss_sum;              // () fp64, last stage only
+  std::vector<DeferredWeights> deferred;  // [slot of F] between a split backward's I and W
+  at::Tensor loss_sum;                    // () fp64, last stage only
   int in_flight = 0;
   StepTimeline timeline;
   int64_t rows = 0, seq = 0;  // micro-batch shape (B / m, T)
@@ -39,6 +180,7 @@ struct PipelineExecutor::StepState {
 
 namespace {
 
+// B, I and W of a (micro-batch, chunk) share one slot: the gradient's.
 size_t Slot(const PipelinePlan& plan, ActionKind kind, int mb, int chunk) {
   const int m = plan.microbatches, v = plan.virtual_stages;
   return static_cast<size_t>(((kind == ActionKind::kForward ? 0 : 1) * m + mb) * v + chunk);
@@ -140,20 +282,40 @@ void PipelineExecutor::RunCompute(StepState& st, const Action& a) {
   }
 
   const size_t b = Slot(plan_, ActionKind::kBackward, a.microbatch, a.chunk);
+  if (a.kind == ActionKind::kBackwardWeight) {
+    RunWeightGradients(st.deferred[f], model_.params());
+    st.deferred[f] = DeferredWeights();
+    --st.in_flight;
+    return;
+  }
   at::Tensor out = std::move(st.outputs[f]);
   TENAX_CHECK(out.defined());
-  if (stage == S - 1) {
-    // Each micro-batch's loss is a mean over its B / m * T tokens; dividing by m makes the sum of
-    // the micro-batch gradients the gradient of the full batch's mean.
-    torch::autograd::backward({out / static_cast<double>(m)});
+  // Each micro-batch's loss is a mean over its B / m * T tokens; dividing by m makes the sum of
+  // the micro-batch gradients the gradient of the full batch's mean.
+  at::Tensor root = stage == S - 1 ? out / static_cast<double>(m) : out;
+  at::Tensor root_grad = stage == S - 1 ? at::ones_like(root) : std::move(st.inbox[b]);
+  TENAX_CHECK(root_grad.defined());  // dL/d(output) (B / m, T, C) from the next stage
+  const bool split = a.kind == ActionKind::kBackwardInput;
+  if (split && stage == 0) {
+    // Nothing waits for stage 0's input gradient: its whole backward is weight gradients.
+    st.deferred[f] = {root, root_grad, {}};
+    return;
+  }
+  at::Tensor g;  // dL/d(input) (B / m, T, C), stages > 0
+  if (!split) {
+    torch::autograd::backward({root}, {root_grad});
+    if (stage > 0) g = std::move(st.inputs[f]).grad();
   } else {
-    at::Tensor grad = std::move(st.inbox[b]);  // dL/d(output) (B / m, T, C)
-    TENAX_CHECK(grad.defined());
-    torch::autograd::backward({out}, {grad});
+    at::Tensor input = std::move(st.inputs[f]);
+    DeferredWeights d{root, at::Tensor(), FindWeightGroups(root, input, model_.params(), owned_)};
+    variable_list gi = torch::autograd::Engine::get_default_engine().execute(
+        {torch::autograd::impl::gradient_edge(root)}, {root_grad}, /*keep_graph=*/true,
+        /*create_graph=*/false, /*accumulate_grad=*/false,
+        {torch::autograd::impl::gradient_edge(input)});
+    g = gi[0];
+    st.deferred[f] = std::move(d);
   }
   if (stage > 0) {
-    at::Tensor input = std::move(st.inputs[f]);
-    at::Tensor g = input.grad();  // (B / m, T, C)
     TENAX_CHECK(g.defined());
     const int prev = plan_.RankOf(stage - 1);
     if (prev == me) {
@@ -162,7 +324,7 @@ void PipelineExecutor::RunCompute(StepState& st, const Action& a) {
       st.outbox[b] = g;
     }
   }
-  --st.in_flight;
+  if (!split) --st.in_flight;
 }
 
 void PipelineExecutor::RunStep(StepState& st) {
@@ -261,6 +423,7 @@ Result<PipelineStepResult> PipelineExecutor::Step(const at::Tensor& tokens,
   st.outputs.resize(slots);
   st.inbox.resize(slots);
   st.outbox.resize(slots);
+  st.deferred.resize(slots);
   st.rows = tokens.size(0) / m;
   st.seq = tokens.size(1);
   PipelineStepResult result;

@@ -13,9 +13,16 @@ Result<ScheduleKind> ParseScheduleKind(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::kGPipe;
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "interleaved_1f1b") return ScheduleKind::kInterleaved1F1B;
-  return InvalidArgument(fmt::format(
-      "unknown pipeline_schedule \"{}\"; expected \"gpipe\", \"1f1b\" or \"interleaved_1f1b\"",
-      name));
+  if (name == "zbv") return ScheduleKind::kZBV;
+  if (name == "dualpipev") return ScheduleKind::kDualPipeV;
+  return InvalidArgument(
+      fmt::format("unknown pipeline_schedule \"{}\"; expected \"gpipe\", \"1f1b\", "
+                  "\"interleaved_1f1b\", \"zbv\" or \"dualpipev\"",
+                  name));
+}
+
+bool IsVShaped(ScheduleKind kind) {
+  return kind == ScheduleKind::kZBV || kind == ScheduleKind::kDualPipeV;
 }
 
 const char* ScheduleName(ScheduleKind kind) {
@@ -26,18 +33,25 @@ const char* ScheduleName(ScheduleKind kind) {
       return "1f1b";
     case ScheduleKind::kInterleaved1F1B:
       return "interleaved_1f1b";
+    case ScheduleKind::kZBV:
+      return "zbv";
+    case ScheduleKind::kDualPipeV:
+      return "dualpipev";
   }
   return "?";
 }
 
 std::string ToString(const Action& a) {
-  return fmt::format("{}{}c{}", a.kind == ActionKind::kForward ? 'F' : 'B', a.microbatch, a.chunk);
+  static constexpr char kLetter[] = {'F', 'B', 'I', 'W'};
+  return fmt::format("{}{}c{}", kLetter[static_cast<int>(a.kind)], a.microbatch, a.chunk);
 }
 
 namespace {
 
 Action F(int mb, int chunk) { return {ActionKind::kForward, mb, chunk}; }
 Action B(int mb, int chunk) { return {ActionKind::kBackward, mb, chunk}; }
+Action I(int mb, int chunk) { return {ActionKind::kBackwardInput, mb, chunk}; }
+Action W(int mb, int chunk) { return {ActionKind::kBackwardWeight, mb, chunk}; }
 
 std::vector<Action> GPipeRank(int m) {
   std::vector<Action> out;
@@ -86,6 +100,123 @@ std::vector<Action> InterleavedRank(int p, int m, int v, int r) {
   return out;
 }
 
+// One rank's list under construction for the V schedules: the next micro-batch of each pass and
+// chunk, and the split backwards whose W is still owed, oldest first.
+struct VRank {
+  std::vector<Action> out;
+  int next_f[2] = {0, 0}, next_b[2] = {0, 0};
+  std::vector<Action> owed;  // I's without their W yet
+
+  void Forward(int c) { out.push_back(F(next_f[c]++, c)); }
+  // The next backward of chunk c: whole, or input-only with its W owed.
+  void Backward(int c, bool split) {
+    const int mb = next_b[c]++;
+    out.push_back(split ? I(mb, c) : B(mb, c));
+    if (split) owed.push_back(W(mb, c));
+  }
+  bool Owes(int c) const {
+    return std::any_of(owed.begin(), owed.end(), [&](const Action& a) { return a.chunk == c; });
+  }
+  // The oldest owed W (of chunk c, or of any chunk when c < 0).
+  void Weight(int c = -1) {
+    auto it = std::find_if(owed.begin(), owed.end(),
+                           [&](const Action& a) { return c < 0 || a.chunk == c; });
+    TENAX_CHECK(it != owed.end());
+    out.push_back(*it);
+    owed.erase(it);
+  }
+};
+
+// ZB-V (Qi et al. 2024, section 6, the schedule of their figure 8) on rank r of p, m >= 2p
+// micro-batches; chunk 0 is stage r, chunk 1 stage 2p - 1 - r. Stage 0 and the loss stage are
+// on rank 0, so every rank starts forwarding at once and its chunk-1 backwards return from the
+// loss early. Phases:
+//   1. 2(p - r) - 1 forwards of chunk 0 (the deeper the rank, the fewer it can start alone);
+//   2. r times: forward chunk 1, forward chunk 0;
+//   3. p - r times: forward chunk 1, whole backward chunk 1 (the V's turn comes back at once);
+//   4. steady: until chunk 1 has run all m forwards, forward chunk 0 (while any is left), whole
+//      backward chunk 0, forward chunk 1, whole backward chunk 1;
+//   5. cool-down: r times I chunk 0, I chunk 1 (their W owed); p - r times I chunk 0 and an owed
+//      W of chunk 0; then the owed W's of chunk 1, then of chunk 0.
+// The W's of phase 5 fill the cool-down's wait for the gradients coming back down the V.
+std::vector<Action> ZbvRank(int p, int m, int r) {
+  VRank v;
+  for (int i = 0; i < 2 * (p - r) - 1; ++i) v.Forward(0);
+  for (int i = 0; i < r; ++i) {
+    v.Forward(1);
+    v.Forward(0);
+  }
+  for (int i = 0; i < p - r; ++i) {
+    v.Forward(1);
+    v.Backward(1, false);
+  }
+  while (v.next_f[1] < m) {
+    if (v.next_f[0] < m) v.Forward(0);
+    v.Backward(0, false);
+    v.Forward(1);
+    v.Backward(1, false);
+  }
+  for (int i = 0; i < r; ++i) {
+    v.Backward(0, true);
+    v.Backward(1, true);
+  }
+  for (int i = 0; i < p - r; ++i) {
+    v.Backward(0, true);
+    v.Weight(0);
+  }
+  while (v.Owes(1)) v.Weight(1);
+  while (v.Owes(0)) v.Weight(0);
+  return std::move(v.out);
+}
+
+// DualPipeV (DeepSeek-V3's DualPipe cut in half along its symmetry, so that no stage is held
+// twice) on rank r of p, m >= 2p micro-batches, chunk 0 stage r, chunk 1 stage 2p - 1 - r:
+//   1. 2(p - r - 1) forwards of chunk 0;
+//   2. r + 1 times: forward chunk 0, forward chunk 1;
+//   3. p - r - 1 times: whole backward chunk 1, forward chunk 1;
+//   4. m - 2p + r + 1 times: the pairs (forward chunk 0 & backward chunk 1) and (forward chunk 1 &
+//      backward chunk 0), whole backwards: the steady state, a forward and a backward of the
+//      other chunk in every pair;
+//   5. p - r - 1 times: backward chunk 1, then the pair (forward chunk 1 & backward chunk 0);
+//   6. r + 1 times: backward chunk 1, backward chunk 0, input-only from the middle iteration on
+//      ((r + 1) / 2; on odd ranks from its chunk-1 backward, on even ones from its chunk-0 one);
+//   7. p - r - 1 times: the oldest owed W, then an input-only backward of chunk 0;
+//   8. the r + 1 owed W's left, oldest first.
+std::vector<Action> DualPipeVRank(int p, int m, int r) {
+  VRank v;
+  for (int i = 0; i < 2 * (p - r - 1); ++i) v.Forward(0);
+  for (int i = 0; i < r + 1; ++i) {
+    v.Forward(0);
+    v.Forward(1);
+  }
+  for (int i = 0; i < p - r - 1; ++i) {
+    v.Backward(1, false);
+    v.Forward(1);
+  }
+  for (int i = 0; i < m - 2 * p + r + 1; ++i) {
+    v.Forward(0);
+    v.Backward(1, false);
+    v.Forward(1);
+    v.Backward(0, false);
+  }
+  for (int i = 0; i < p - r - 1; ++i) {
+    v.Backward(1, false);
+    v.Forward(1);
+    v.Backward(0, false);
+  }
+  const int middle = (r + 1) / 2;
+  for (int i = 0; i < r + 1; ++i) {
+    v.Backward(1, i > middle || (i == middle && r % 2 == 1));
+    v.Backward(0, i >= middle);
+  }
+  for (int i = 0; i < p - r - 1; ++i) {
+    v.Weight();
+    v.Backward(0, true);
+  }
+  while (!v.owed.empty()) v.Weight();
+  return std::move(v.out);
+}
+
 }  // namespace
 
 Result<PipelinePlan> BuildSchedule(ScheduleKind kind, int p, int m, int v) {
@@ -95,10 +226,24 @@ Result<PipelinePlan> BuildSchedule(ScheduleKind kind, int p, int m, int v) {
         "pipeline_parallel ({}), microbatches ({}) and virtual_stages ({}) must all be >= 1", p, m,
         v));
   }
-  if (v > 1 && kind != ScheduleKind::kInterleaved1F1B) {
+  if (IsVShaped(kind)) {
+    if (v != 2) {
+      return InvalidArgument(fmt::format(
+          "pipeline_schedule = \"{}\" places two model stages on every rank (a V: rank r holds "
+          "stages r and 2 x pipeline_parallel - 1 - r); set virtual_stages = 2 (it is {})",
+          name, v));
+    }
+    if (m < 2 * p) {
+      return InvalidArgument(fmt::format(
+          "microbatches ({}) < 2 x pipeline_parallel ({}): the {} schedule needs two micro-batches "
+          "per rank to fill its V; raise microbatches to {} or more, or use \"1f1b\"",
+          m, p, name, 2 * p));
+    }
+  } else if (v > 1 && kind != ScheduleKind::kInterleaved1F1B) {
     return InvalidArgument(fmt::format(
-        "virtual_stages = {} needs pipeline_schedule = \"interleaved_1f1b\" (it is \"{}\")", v,
-        name));
+        "virtual_stages = {} needs pipeline_schedule = \"interleaved_1f1b\", \"zbv\" or "
+        "\"dualpipev\" (it is \"{}\")",
+        v, name));
   }
   if (kind == ScheduleKind::k1F1B && m < p) {
     return InvalidArgument(fmt::format(
@@ -117,6 +262,7 @@ Result<PipelinePlan> BuildSchedule(ScheduleKind kind, int p, int m, int v) {
   plan.ranks = p;
   plan.microbatches = m;
   plan.virtual_stages = v;
+  plan.v_shape = IsVShaped(kind);
   for (int r = 0; r < p; ++r) {
     switch (kind) {
       case ScheduleKind::kGPipe:
@@ -128,9 +274,35 @@ Result<PipelinePlan> BuildSchedule(ScheduleKind kind, int p, int m, int v) {
       case ScheduleKind::kInterleaved1F1B:
         plan.actions.push_back(InterleavedRank(p, m, v, r));
         break;
+      case ScheduleKind::kZBV:
+        plan.actions.push_back(ZbvRank(p, m, r));
+        break;
+      case ScheduleKind::kDualPipeV:
+        plan.actions.push_back(DualPipeVRank(p, m, r));
+        break;
     }
   }
   return plan;
+}
+
+// The V schedules' bubble under F = I = W = u per chunk (B = 2u), from their simulated timelines
+// (pipeline_schedule_test checks these over a grid; they hold for every m >= 2p and every rank):
+// zbv leaves each rank idle 3(p - 1)u and dualpipev (2p - 3)u for p >= 2, of a busy 6mu (two
+// chunks, m micro-batches, F + I + W each). zbv's is interleaved_1f1b's at v = 2 with 2p chunks'
+// activations held instead of 3p - 1; dualpipev's about a third of 1f1b's.
+double BubbleFraction(ScheduleKind kind, int p, int m, int v) {
+  switch (kind) {
+    case ScheduleKind::kGPipe:
+    case ScheduleKind::k1F1B:
+      return (p - 1.0) / m;
+    case ScheduleKind::kInterleaved1F1B:
+      return (p - 1.0) / (v * m);
+    case ScheduleKind::kZBV:
+      return 3.0 * (p - 1) / (6.0 * m);
+    case ScheduleKind::kDualPipeV:
+      return p == 1 ? 0.0 : (2.0 * p - 3) / (6.0 * m);
+  }
+  return 0;
 }
 
 Result<std::vector<LayerRange>> SplitLayers(int64_t n_layers, int p, int v) {
@@ -166,30 +338,41 @@ Result<Simulation> Run(const PipelinePlan& plan, CostFn cost, double message) {
   // A malformed plan (duplicate or missing action) would otherwise look like a deadlock or
   // silently double-count; name it precisely instead.
   for (int r = 0; r < p; ++r) {
-    std::vector<int> seen(static_cast<size_t>(2 * m * v), 0);
+    // seen[pass][mb * v + chunk]: forward, input gradient (B or I), weight-only (W).
+    std::vector<std::vector<int>> seen(3, std::vector<int>(static_cast<size_t>(m * v), 0));
+    std::vector<char> split(static_cast<size_t>(m * v), 0);
     for (const Action& a : plan.actions[r]) {
       if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v) {
         return InvalidArgument(fmt::format("rank {}: action {} is out of range (m = {}, v = {})", r,
                                            ToString(a), m, v));
       }
-      const int k = (a.kind == ActionKind::kForward ? 0 : m * v) + a.microbatch * v + a.chunk;
-      if (seen[static_cast<size_t>(k)]++ > 0) {
+      const size_t k = static_cast<size_t>(a.microbatch * v + a.chunk);
+      if (seen[static_cast<size_t>(PassOf(a.kind))][k]++ > 0) {
         return InvalidArgument(fmt::format("rank {}: action {} appears twice", r, ToString(a)));
       }
+      if (a.kind == ActionKind::kBackwardInput) split[k] = 1;
     }
-    if (plan.actions[r].size() != seen.size()) {
-      return InvalidArgument(
-          fmt::format("rank {} has {} actions, expected {} (one forward and "
-                      "one backward per micro-batch and chunk)",
-                      r, plan.actions[r].size(), seen.size()));
+    for (size_t k = 0; k < split.size(); ++k) {
+      const Action a{ActionKind::kForward, static_cast<int>(k) / v, static_cast<int>(k) % v};
+      if (!seen[0][k] || !seen[1][k] || seen[2][k] != split[k]) {
+        return InvalidArgument(fmt::format(
+            "rank {} has {} actions, but micro-batch {} chunk {} lacks {} (expected one forward "
+            "and one backward, or an input-gradient I and its weight-gradient W, per micro-batch "
+            "and chunk)",
+            r, plan.actions[r].size(), a.microbatch, a.chunk,
+            !seen[0][k]   ? "its forward"
+            : !seen[1][k] ? "its backward"
+            : split[k]    ? "its W"
+                          : "its I"));
+      }
     }
   }
 
-  // Finish time of (kind, stage, micro-batch); negative = not run yet.
+  // Finish time of (pass, stage, micro-batch); negative = not run yet.
   auto key = [&](ActionKind k, int stage, int mb) {
-    return (static_cast<size_t>(k == ActionKind::kForward ? 0 : 1) * S + stage) * m + mb;
+    return (static_cast<size_t>(PassOf(k)) * S + stage) * m + mb;
   };
-  std::vector<double> finish(static_cast<size_t>(2 * S * m), -1.0);
+  std::vector<double> finish(static_cast<size_t>(3 * S * m), -1.0);
   Simulation sim;
   sim.busy.assign(p, 0.0);
   sim.idle.assign(p, 0.0);
@@ -217,9 +400,11 @@ Result<Simulation> Run(const PipelinePlan& plan, CostFn cost, double message) {
         };
         if (a.kind == ActionKind::kForward) {
           if (stage > 0) need(ActionKind::kForward, stage - 1);
+        } else if (a.kind == ActionKind::kBackwardWeight) {
+          need(ActionKind::kBackwardInput, stage);
         } else {
           need(ActionKind::kForward, stage);
-          if (stage < S - 1) need(ActionKind::kBackward, stage + 1);
+          if (stage < S - 1) need(ActionKind::kBackward, stage + 1);  // its B or its I
         }
         if (!runnable) break;
         const double c = cost(r, next[r]);
@@ -227,7 +412,10 @@ Result<Simulation> Run(const PipelinePlan& plan, CostFn cost, double message) {
         free_at[r] = ready + c;
         sim.busy[r] += c;
         sim.timeline[r].push_back({a, stage, ready, ready + c});
-        in_flight[r] += a.kind == ActionKind::kForward ? 1 : -1;
+        // Held from the forward until its weight gradients are done (B or W).
+        in_flight[r] += a.kind == ActionKind::kForward         ? 1
+                        : a.kind == ActionKind::kBackwardInput ? 0
+                                                               : -1;
         sim.peak_in_flight[r] = std::max(sim.peak_in_flight[r], in_flight[r]);
         ++next[r];
         progress = true;
@@ -255,7 +443,17 @@ Result<Simulation> Simulate(const PipelinePlan& plan, const ActionCosts& costs) 
   return Run(
       plan,
       [&](int r, size_t i) {
-        return plan.actions[r][i].kind == ActionKind::kForward ? costs.forward : costs.backward;
+        switch (plan.actions[r][i].kind) {
+          case ActionKind::kForward:
+            return costs.forward;
+          case ActionKind::kBackward:
+            return costs.backward;
+          case ActionKind::kBackwardInput:
+            return costs.backward_input;
+          case ActionKind::kBackwardWeight:
+            return costs.backward_weight;
+        }
+        return costs.backward;
       },
       costs.message);
 }
@@ -322,11 +520,23 @@ Result<std::vector<std::vector<ProgramStep>>> BuildPrograms(const PipelinePlan& 
     int rank;
     ProgramStep step;
   };
+  // The kind of each (rank, micro-batch, chunk)'s gradient pass (B or I): what a received
+  // gradient is consumed by.
+  const int v = plan.virtual_stages;
+  std::vector<ActionKind> grad_kind(static_cast<size_t>(plan.ranks * m * v), ActionKind::kBackward);
+  for (int q = 0; q < plan.ranks; ++q) {
+    for (const Action& a : plan.actions[static_cast<size_t>(q)]) {
+      if (a.kind == ActionKind::kBackwardInput) {
+        grad_kind[static_cast<size_t>((q * m + a.microbatch) * v + a.chunk)] = a.kind;
+      }
+    }
+  }
   std::vector<Keyed> keyed;
   for (int q = 0; q < plan.ranks; ++q) {
     for (const TimedAction& ta : order.timeline[static_cast<size_t>(q)]) {
       const Action& a = ta.action;
       keyed.push_back({ta.start, 1, 0, 0, 0, q, {StepType::kCompute, a, ta.stage, -1, 0}});
+      if (a.kind == ActionKind::kBackwardWeight) continue;  // sends nothing
       const bool fwd = a.kind == ActionKind::kForward;
       const int to_stage = fwd ? ta.stage + 1 : ta.stage - 1;
       if (to_stage < 0 || to_stage >= S) continue;
@@ -334,7 +544,10 @@ Result<std::vector<std::vector<ProgramStep>>> BuildPrograms(const PipelinePlan& 
       if (to == q) continue;  // hand-over between chunks of one rank: no message
       const int dir = fwd ? 0 : 1;
       const int tag = (dir * S + ta.stage) * m + a.microbatch;
-      const Action consumer{a.kind, a.microbatch, plan.ChunkOf(to_stage)};
+      const int to_chunk = plan.ChunkOf(to_stage);
+      const Action consumer{
+          fwd ? a.kind : grad_kind[static_cast<size_t>((to * m + a.microbatch) * v + to_chunk)],
+          a.microbatch, to_chunk};
       keyed.push_back(
           {ta.end, 0, dir, ta.stage, a.microbatch, q, {StepType::kSend, a, ta.stage, to, tag}});
       keyed.push_back({ta.end,
@@ -363,12 +576,12 @@ Status CheckRendezvous(const PipelinePlan& plan,
   if (static_cast<int>(programs.size()) != p) {
     return InvalidArgument(fmt::format("{} programs for {} ranks", programs.size(), p));
   }
-  // done[kind][stage][mb]: the action ran. arrived[kind][stage][mb]: the consuming action's input
-  // (activation for a forward, output gradient for a backward) is on its rank.
+  // done[pass][stage][mb]: the action ran. arrived[pass][stage][mb]: the consuming action's input
+  // (activation for a forward, output gradient for a B or I) is on its rank.
   auto idx = [&](ActionKind k, int stage, int mb) {
-    return (static_cast<size_t>(k == ActionKind::kForward ? 0 : 1) * S + stage) * m + mb;
+    return (static_cast<size_t>(PassOf(k)) * S + stage) * m + mb;
   };
-  std::vector<char> done(static_cast<size_t>(2 * S * m), 0), arrived(done.size(), 0);
+  std::vector<char> done(static_cast<size_t>(3 * S * m), 0), arrived(done.size(), 0);
   std::vector<size_t> pc(static_cast<size_t>(p), 0);
   auto at_end = [&](int r) { return pc[r] >= programs[r].size(); };
   bool progress = true;
@@ -378,6 +591,15 @@ Status CheckRendezvous(const PipelinePlan& plan,
       while (!at_end(r)) {
         const ProgramStep& s = programs[r][pc[r]];
         const Action& a = s.action;
+        if (s.type == StepType::kCompute && a.kind == ActionKind::kBackwardWeight) {
+          if (!done[idx(ActionKind::kBackwardInput, s.stage, a.microbatch)]) {
+            return InvalidArgument(fmt::format("rank {} runs {} before its I", r, ToString(s)));
+          }
+          done[idx(a.kind, s.stage, a.microbatch)] = 1;
+          ++pc[r];
+          progress = true;
+          continue;
+        }
         if (s.type == StepType::kCompute) {
           const bool fwd = a.kind == ActionKind::kForward;
           const bool needs_input = fwd ? s.stage > 0 : s.stage < S - 1;
@@ -427,8 +649,17 @@ Status CheckRendezvous(const PipelinePlan& plan,
     return InvalidArgument(fmt::format("{} programs (p = {}, m = {}, v = {}) deadlock:{}",
                                        ScheduleName(plan.kind), p, m, plan.virtual_stages, stuck));
   }
-  for (size_t i = 0; i < done.size(); ++i) {
+  // Every forward and every B or I ran (the first two passes), and every W the plan holds.
+  for (size_t i = 0; i < static_cast<size_t>(2 * S * m); ++i) {
     if (!done[i]) return InvalidArgument("programs leave an action unrun");
+  }
+  for (int r = 0; r < p; ++r) {
+    for (const Action& a : plan.actions[static_cast<size_t>(r)]) {
+      if (a.kind == ActionKind::kBackwardWeight &&
+          !done[idx(a.kind, plan.StageOf(r, a.chunk), a.microbatch)]) {
+        return InvalidArgument(fmt::format("programs leave rank {}'s {} unrun", r, ToString(a)));
+      }
+    }
   }
   return Status::Ok();
 }

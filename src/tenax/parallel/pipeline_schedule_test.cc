@@ -23,16 +23,13 @@ std::string Join(const std::vector<Action>& actions) {
   return s;
 }
 
-double Formula(ScheduleKind kind, int p, int m, int v) {
-  return kind == ScheduleKind::kInterleaved1F1B ? (p - 1.0) / (v * m) : (p - 1.0) / m;
-}
-
 struct GridCase {
   ScheduleKind kind;
   int p, m, v;
 };
 
-// Every layout the schedules accept for p in {1,2,3,4,8}, m in {1..16 (selected)}, v in {1..4}.
+// Every layout the schedules accept for p in {1,2,3,4,8}, m in {1..24 (selected)}, v in {1..4}
+// (v = 2 for the V schedules).
 std::vector<GridCase> ValidGrid() {
   std::vector<GridCase> out;
   for (int p : {1, 2, 3, 4, 8}) {
@@ -41,6 +38,10 @@ std::vector<GridCase> ValidGrid() {
       if (m >= p) out.push_back({ScheduleKind::k1F1B, p, m, 1});
       if (m % p == 0) {
         for (int v : {1, 2, 3, 4}) out.push_back({ScheduleKind::kInterleaved1F1B, p, m, v});
+      }
+      if (m >= 2 * p) {
+        out.push_back({ScheduleKind::kZBV, p, m, 2});
+        out.push_back({ScheduleKind::kDualPipeV, p, m, 2});
       }
     }
   }
@@ -54,7 +55,8 @@ TEST(PipelineSchedule, BubbleFractionMatchesClosedForm) {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     auto sim = Simulate(*plan);
     ASSERT_TRUE(sim.ok()) << sim.status().ToString();
-    const double want = Formula(g.kind, g.p, g.m, g.v);
+    // Default costs: F 1, B 2, I and W 1 each (the V schedules' formulas assume F = I = W).
+    const double want = BubbleFraction(g.kind, g.p, g.m, g.v);
     for (int r = 0; r < g.p; ++r) {
       EXPECT_NEAR(sim->bubble_fraction(r), want, 1e-9)
           << ScheduleName(g.kind) << " p=" << g.p << " m=" << g.m << " v=" << g.v << " rank " << r;
@@ -62,7 +64,7 @@ TEST(PipelineSchedule, BubbleFractionMatchesClosedForm) {
     }
     ++checked;
   }
-  EXPECT_GT(checked, 100);
+  EXPECT_GT(checked, 150);
 }
 
 TEST(PipelineSchedule, BubbleTableForTheReport) {
@@ -75,14 +77,18 @@ TEST(PipelineSchedule, BubbleTableForTheReport) {
                                                  {ScheduleKind::k1F1B, 4, 8, 1},
                                                  {ScheduleKind::kInterleaved1F1B, 4, 4, 2},
                                                  {ScheduleKind::kInterleaved1F1B, 4, 8, 2},
-                                                 {ScheduleKind::kInterleaved1F1B, 4, 8, 4}}) {
+                                                 {ScheduleKind::kInterleaved1F1B, 4, 8, 4},
+                                                 {ScheduleKind::kZBV, 4, 8, 2},
+                                                 {ScheduleKind::kZBV, 4, 16, 2},
+                                                 {ScheduleKind::kDualPipeV, 4, 8, 2},
+                                                 {ScheduleKind::kDualPipeV, 4, 16, 2}}) {
     auto plan = BuildSchedule(g.kind, g.p, g.m, g.v);
     ASSERT_TRUE(plan.ok());
     auto sim = Simulate(*plan);
     ASSERT_TRUE(sim.ok());
     std::printf("%-17s %2d %3d %2d  %-10.6f %-10.6f\n", ScheduleName(g.kind), g.p, g.m, g.v,
-                sim->bubble_fraction(0), Formula(g.kind, g.p, g.m, g.v));
-    EXPECT_NEAR(sim->bubble_fraction(0), Formula(g.kind, g.p, g.m, g.v), 1e-9);
+                sim->bubble_fraction(0), BubbleFraction(g.kind, g.p, g.m, g.v));
+    EXPECT_NEAR(sim->bubble_fraction(0), BubbleFraction(g.kind, g.p, g.m, g.v), 1e-9);
   }
 }
 
@@ -119,6 +125,23 @@ TEST(PipelineSchedule, ActivationsHeld) {
   }
 }
 
+// The V schedules, in chunks (each half a stage of 1f1b on the same layers): zbv holds 2p on
+// every rank (1f1b's p stages), dualpipev one chunk more.
+TEST(PipelineSchedule, ActivationsHeldByTheVSchedules) {
+  for (int p : {1, 2, 3, 4, 8}) {
+    for (int m : {2 * p, 2 * p + 1, 4 * p}) {
+      auto zbv = Simulate(*BuildSchedule(ScheduleKind::kZBV, p, m, 2));
+      auto dpv = Simulate(*BuildSchedule(ScheduleKind::kDualPipeV, p, m, 2));
+      ASSERT_TRUE(zbv.ok() && dpv.ok());
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(zbv->peak_in_flight[r], 2 * p) << "zbv p=" << p << " m=" << m << " rank " << r;
+        EXPECT_EQ(dpv->peak_in_flight[r], 2 * p + 1)
+            << "dualpipev p=" << p << " m=" << m << " rank " << r;
+      }
+    }
+  }
+}
+
 TEST(PipelineSchedule, KnownOrders) {
   auto ofob = BuildSchedule(ScheduleKind::k1F1B, 2, 4);
   ASSERT_TRUE(ofob.ok());
@@ -138,6 +161,32 @@ TEST(PipelineSchedule, KnownOrders) {
   EXPECT_EQ(il->StageOf(1, 1), 3);
   EXPECT_EQ(il->RankOf(3), 1);
   EXPECT_EQ(il->ChunkOf(3), 1);
+  // ZB-V for p = 2, m = 4 (rank 0 holds stages 0 and 3, rank 1 stages 1 and 2): rank 0 warms
+  // up with 2p - 1 = 3 forwards of chunk 0, rank 1 defers the W of one chunk-0 and one chunk-1
+  // backward into the cool-down.
+  auto zbv = BuildSchedule(ScheduleKind::kZBV, 2, 4, 2);
+  ASSERT_TRUE(zbv.ok());
+  EXPECT_EQ(Join(zbv->actions[0]),
+            "F0c0 F1c0 F2c0 F0c1 B0c1 F1c1 B1c1 F3c0 B0c0 F2c1 B2c1 B1c0 F3c1 B3c1 I2c0 W2c0 I3c0 "
+            "W3c0");
+  EXPECT_EQ(Join(zbv->actions[1]),
+            "F0c0 F0c1 F1c0 F1c1 B0c1 F2c0 B0c0 F2c1 B1c1 F3c0 B1c0 F3c1 B2c1 I2c0 I3c1 I3c0 W2c0 "
+            "W3c1 W3c0");
+  EXPECT_EQ(zbv->StageOf(0, 1), 3);
+  EXPECT_EQ(zbv->StageOf(1, 1), 2);
+  EXPECT_EQ(zbv->RankOf(3), 0);
+  EXPECT_EQ(zbv->RankOf(2), 1);
+  EXPECT_EQ(zbv->ChunkOf(2), 1);
+  // DualPipeV for p = 2, m = 4: rank 1 (the V's turn) runs two steady steps of pairs (F2c0 B0c1,
+  // F2c1 B0c0, ...); the last backwards are input-only, their W's at the end.
+  auto dpv = BuildSchedule(ScheduleKind::kDualPipeV, 2, 4, 2);
+  ASSERT_TRUE(dpv.ok());
+  EXPECT_EQ(Join(dpv->actions[0]),
+            "F0c0 F1c0 F2c0 F0c1 B0c1 F1c1 F3c0 B1c1 F2c1 B0c0 B2c1 F3c1 B1c0 B3c1 I2c0 W2c0 I3c0 "
+            "W3c0");
+  EXPECT_EQ(Join(dpv->actions[1]),
+            "F0c0 F0c1 F1c0 F1c1 F2c0 B0c1 F2c1 B0c0 F3c0 B1c1 F3c1 B1c0 B2c1 B2c0 I3c1 I3c0 W3c1 "
+            "W3c0");
 }
 
 TEST(PipelineSchedule, DeadlockFreeGridAndTimelineRespectsDependencies) {
@@ -145,20 +194,23 @@ TEST(PipelineSchedule, DeadlockFreeGridAndTimelineRespectsDependencies) {
     auto plan = BuildSchedule(g.kind, g.p, g.m, g.v);
     ASSERT_TRUE(plan.ok());
     // Non-uniform costs too: deadlock freedom must not depend on the cost model.
-    for (ActionCosts costs : {ActionCosts{1, 2}, ActionCosts{1, 1}, ActionCosts{3, 1}}) {
+    for (ActionCosts costs : {ActionCosts{1, 2}, ActionCosts{1, 1}, ActionCosts{3, 1},
+                              ActionCosts{1, 2, 0, 0.5, 1.5}}) {
       auto sim = Simulate(*plan, costs);
       ASSERT_TRUE(sim.ok()) << ScheduleName(g.kind) << " p=" << g.p << " m=" << g.m << " v=" << g.v
                             << ": " << sim.status().ToString();
       // Independent check of the event times: every dependency finished before its consumer.
       const int S = plan->num_stages();
       std::vector<double> fwd_end(static_cast<size_t>(S * g.m)),
-          bwd_end(static_cast<size_t>(S * g.m));
+          bwd_end(static_cast<size_t>(S * g.m)), w_end(static_cast<size_t>(S * g.m));
       for (int r = 0; r < g.p; ++r) {
         double prev_end = 0;
         for (const TimedAction& t : sim->timeline[r]) {
           EXPECT_GE(t.start, prev_end);  // one action at a time per rank
           prev_end = t.end;
-          auto& table = t.action.kind == ActionKind::kForward ? fwd_end : bwd_end;
+          auto& table = t.action.kind == ActionKind::kForward          ? fwd_end
+                        : t.action.kind == ActionKind::kBackwardWeight ? w_end
+                                                                       : bwd_end;
           table[static_cast<size_t>(t.stage * g.m + t.action.microbatch)] = t.end;
         }
       }
@@ -170,6 +222,8 @@ TEST(PipelineSchedule, DeadlockFreeGridAndTimelineRespectsDependencies) {
             if (t.stage > 0) {
               EXPECT_GE(t.start, fwd_end[i - m]);
             }
+          } else if (t.action.kind == ActionKind::kBackwardWeight) {
+            EXPECT_GE(t.start, bwd_end[i]);  // after its I
           } else {
             EXPECT_GE(t.start, fwd_end[i]);
             if (t.stage < S - 1) {
@@ -202,6 +256,20 @@ TEST(PipelineSchedule, SimulatorReportsDeadlockAndMalformedPlans) {
   auto d = Simulate(dup);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("appears twice"), std::string::npos);
+
+  // A split backward needs both halves, the W after the I.
+  PipelinePlan no_w = *plan;
+  no_w.actions[0].back().kind = ActionKind::kBackwardInput;
+  auto nw = Simulate(no_w);
+  ASSERT_FALSE(nw.ok());
+  EXPECT_NE(nw.status().message().find("micro-batch 1 chunk 0 lacks its W"), std::string::npos)
+      << nw.status().message();
+  PipelinePlan w_first = no_w;
+  w_first.actions[0].insert(w_first.actions[0].end() - 1, {ActionKind::kBackwardWeight, 1, 0});
+  auto wf = Simulate(w_first);
+  ASSERT_FALSE(wf.ok());
+  EXPECT_NE(wf.status().message().find("deadlocks: rank 0 at W1c0"), std::string::npos)
+      << wf.status().message();
 }
 
 // The executor's programs complete even if every Send waits for its Recv (NCCL's semantics),
@@ -232,9 +300,18 @@ TEST(PipelineSchedule, ProgramsAreDeadlockFreeUnderRendezvous) {
       }
       messages += send_tags.size();
     }
-    // 2 (S - 1) m boundary crossings, all between ranks when p > 1, none when p == 1.
-    const size_t crossings = static_cast<size_t>(2 * (plan->num_stages() - 1) * g.m);
-    EXPECT_EQ(messages, g.p > 1 ? crossings : 0u);
+    // Two messages (activation and gradient) per micro-batch for every stage boundary between
+    // two ranks: all S - 1 boundaries when p > 1, except the turn of a V (stages p - 1 and p on
+    // rank p - 1); none when p == 1.
+    size_t crossings = 0;
+    for (int s = 0; s + 1 < plan->num_stages(); ++s) {
+      if (plan->RankOf(s) != plan->RankOf(s + 1)) crossings += static_cast<size_t>(2 * g.m);
+    }
+    EXPECT_EQ(crossings, g.p == 1 ? 0u
+                         : IsVShaped(g.kind)
+                             ? static_cast<size_t>(2 * (2 * g.p - 2) * g.m)
+                             : static_cast<size_t>(2 * (plan->num_stages() - 1) * g.m));
+    EXPECT_EQ(messages, crossings);
   }
 }
 
@@ -300,7 +377,19 @@ TEST(PipelineSchedule, InvalidLayoutsNameTheirFactors) {
   EXPECT_EQ((*ok)[3].begin, 6);
   EXPECT_EQ((*ok)[3].end, 8);
 
+  auto flat = BuildSchedule(ScheduleKind::kZBV, 2, 4, 1);
+  ASSERT_FALSE(flat.ok());
+  EXPECT_NE(flat.status().message().find("set virtual_stages = 2 (it is 1)"), std::string::npos)
+      << flat.status().message();
+  auto short_v = BuildSchedule(ScheduleKind::kDualPipeV, 4, 6, 2);
+  ASSERT_FALSE(short_v.ok());
+  EXPECT_NE(short_v.status().message().find("microbatches (6) < 2 x pipeline_parallel (4)"),
+            std::string::npos)
+      << short_v.status().message();
+
   EXPECT_EQ(*ParseScheduleKind("interleaved_1f1b"), ScheduleKind::kInterleaved1F1B);
+  EXPECT_EQ(*ParseScheduleKind("zbv"), ScheduleKind::kZBV);
+  EXPECT_EQ(*ParseScheduleKind("dualpipev"), ScheduleKind::kDualPipeV);
   auto unknown = ParseScheduleKind("zero_bubble");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("zero_bubble"), std::string::npos);

@@ -79,10 +79,40 @@ void RunCase(Communicator& comm, const Case& c) {
   opt.schedule = c.schedule;
   opt.microbatches = c.microbatches;
   opt.virtual_stages = c.virtual_stages;
+  // A split backward: its I leaves the weight gradients of its chunk's layers as they were, its
+  // W changes them (the weight-gradient GEMMs really are deferred, not done twice or early).
+  PipelineExecutor* executor = nullptr;
+  std::vector<double> chunk_grad(2, 0.0);  // [chunk] sum of |grad| over its layers' weights
+  int split_checked = 0;
+  auto layer_grad_sum = [&](int chunk) {
+    const LayerRange& lr = executor->chunk_layers()[static_cast<size_t>(chunk)];
+    double sum = 0;
+    for (const auto& t : model.params()) {
+      if (t.name.rfind("layers.", 0) != 0 || !t.tensor.grad().defined()) continue;
+      const int64_t layer = std::stoll(t.name.substr(7));
+      if (lr.begin <= layer && layer < lr.end) sum += t.tensor.grad().abs().sum().item<double>();
+    }
+    return sum;
+  };
+  if (IsVShaped(c.schedule)) {
+    opt.on_action = [&](const Action& a) {
+      const double now = layer_grad_sum(a.chunk);
+      const int stage = executor->plan().StageOf(comm.rank(), a.chunk);
+      if (a.kind == ActionKind::kBackwardInput && stage > 0) {
+        EXPECT_EQ(now, chunk_grad[static_cast<size_t>(a.chunk)]) << ToString(a);
+        ++split_checked;
+      }
+      if (a.kind == ActionKind::kBackwardWeight) {
+        EXPECT_NE(now, chunk_grad[static_cast<size_t>(a.chunk)]) << ToString(a);
+      }
+      chunk_grad[static_cast<size_t>(a.chunk)] = now;
+    };
+  }
   LlamaStage stage(model);
   auto ex = PipelineExecutor::Create(stage, comm, opt);
   ASSERT_TRUE(ex.ok()) << ex.status().ToString();
   PipelineExecutor& pipe = **ex;
+  executor = &pipe;
 
   auto sim = Simulate(pipe.plan());
   ASSERT_TRUE(sim.ok());
@@ -95,6 +125,17 @@ void RunCase(Communicator& comm, const Case& c) {
     const std::vector<Action>& planned = pipe.plan().actions[static_cast<size_t>(comm.rank())];
     EXPECT_TRUE(ComputeOrder(res->timeline) == planned) << "executed order differs from plan";
     EXPECT_EQ(res->timeline.peak_in_flight, sim->peak_in_flight[comm.rank()]);
+  }
+  if (IsVShaped(c.schedule) && comm.size() > 1) {
+    // Every rank but the first runs input-only backwards of stages > 0 (rank 0's are those of
+    // stage 0, which nothing waits for, and of the last stage in the steady state, whole).
+    int planned = 0;
+    for (const Action& a : pipe.plan().actions[static_cast<size_t>(comm.rank())]) {
+      planned +=
+          a.kind == ActionKind::kBackwardInput && pipe.plan().StageOf(comm.rank(), a.chunk) > 0;
+    }
+    EXPECT_EQ(split_checked, planned * c.steps);
+    if (comm.rank() > 0) EXPECT_GT(planned, 0);
   }
 
   const auto& params = model.params();
@@ -148,12 +189,18 @@ TEST(PipelineWorker, DISABLED_MatchesSingleProcess) {
                       {K::k1F1B, 4, 1, 4, 4, false, 1},
                       {K::kInterleaved1F1B, 4, 2, 4, 8, false, 1},
                       {K::kInterleaved1F1B, 2, 2, 4, 4, false, 1},  // m == p: forwards first
-                      {K::k1F1B, 2, 1, 4, 4, true, 2}};
+                      {K::k1F1B, 2, 1, 4, 4, true, 2},
+                      {K::kZBV, 4, 2, 4, 8, false, 1},
+                      {K::kDualPipeV, 4, 2, 4, 8, false, 1},
+                      {K::kZBV, 6, 2, 4, 6, true, 2}};
   const Case four[] = {{K::kGPipe, 4, 1, 4, 4, false, 1},
                        {K::k1F1B, 8, 1, 4, 8, false, 1},
                        {K::kInterleaved1F1B, 4, 2, 8, 8, false, 1},
                        {K::kInterleaved1F1B, 8, 2, 8, 8, false, 1},
-                       {K::k1F1B, 4, 1, 4, 4, true, 2}};
+                       {K::k1F1B, 4, 1, 4, 4, true, 2},
+                       {K::kZBV, 8, 2, 8, 8, false, 1},
+                       {K::kDualPipeV, 8, 2, 8, 8, false, 1},
+                       {K::kDualPipeV, 9, 2, 8, 9, true, 2}};
   ASSERT_TRUE(world.size() == 2 || world.size() == 4);
   if (world.size() == 2) {
     for (const Case& c : two) RunCase(world, c);
@@ -179,6 +226,21 @@ TEST(PipelineWorker, DISABLED_MatchesSingleProcess) {
     const auto& layers = (*ex)->chunk_layers();
     ASSERT_EQ(layers.size(), 2u);
     EXPECT_EQ(layers[1].begin, world.rank() == 0 ? 2 : 3);
+
+    // The V: rank 0 holds stages 0 and 3 (layers 0 and 3, the embedding and the head), rank 1
+    // stages 1 and 2.
+    opt.schedule = ScheduleKind::kZBV;
+    opt.microbatches = 4;
+    auto zbv = PipelineExecutor::Create(stage, world, opt);
+    ASSERT_TRUE(zbv.ok()) << zbv.status().ToString();
+    EXPECT_EQ((*zbv)->OwningRanks("tok_embeddings.weight"), std::vector<int>{0});
+    EXPECT_EQ((*zbv)->OwningRanks("layers.3.attention.wq.weight"), std::vector<int>{0});
+    EXPECT_EQ((*zbv)->OwningRanks("layers.2.ffn_norm.weight"), std::vector<int>{1});
+    EXPECT_EQ((*zbv)->OwningRanks("output.weight"), std::vector<int>{0});
+    const auto& v_layers = (*zbv)->chunk_layers();
+    ASSERT_EQ(v_layers.size(), 2u);
+    EXPECT_EQ(v_layers[0].begin, world.rank() == 0 ? 0 : 1);
+    EXPECT_EQ(v_layers[1].begin, world.rank() == 0 ? 3 : 2);
   }
   world.Barrier();
 }
@@ -271,7 +333,11 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
                                                    {K::k1F1B, 4, 1},
                                                    {K::k1F1B, 8, 1},
                                                    {K::kInterleaved1F1B, 4, 2},
-                                                   {K::kInterleaved1F1B, 8, 2}}) {
+                                                   {K::kInterleaved1F1B, 8, 2},
+                                                   {K::kZBV, 8, 2},
+                                                   {K::kZBV, 16, 2},
+                                                   {K::kDualPipeV, 8, 2},
+                                                   {K::kDualPipeV, 16, 2}}) {
     SCOPED_TRACE(std::string(ScheduleName(c.schedule)) + " m=" + std::to_string(c.m) +
                  " v=" + std::to_string(c.v));
     const ModelSpec spec = testing::SmallLlamaSpec(8, false);
@@ -286,22 +352,24 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
     const int v = c.v;
     opt.on_action = [&inject, v](const Action& a) {
       if (!inject) return;
-      const int ms = (a.kind == ActionKind::kForward ? 50 : 100) / v;
+      // A split backward's halves, I and W, each half a whole one (F = I = W: the V schedules'
+      // formulas assume it).
+      const int ms = (a.kind == ActionKind::kBackward ? 100 : 50) / v;
       std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     };
     LlamaStage stage(model);
     auto ex = PipelineExecutor::Create(stage, world, opt);
     ASSERT_TRUE(ex.ok()) << ex.status().ToString();
     const PipelinePlan& plan = (*ex)->plan();
-    const double formula =
-        c.schedule == K::kInterleaved1F1B ? (p - 1.0) / (c.v * c.m) : (p - 1.0) / c.m;
+    const double formula = BubbleFraction(c.schedule, p, c.m, c.v);
     auto sim = Simulate(plan);
     ASSERT_TRUE(sim.ok());
     EXPECT_NEAR(sim->bubble_fraction(me), formula, 1e-9);
     ASSERT_TRUE((*ex)->Step(tokens, targets).ok());  // warm-up: allocator, rope table, sockets
     inject = true;
 
-    const int n = 2 * c.m * c.v;
+    size_t n = 0;  // the most actions of a rank (a split backward is two)
+    for (const auto& list : plan.actions) n = std::max(n, list.size());
     at::Tensor best_idle, best_durations;  // (p), (p, n): from the step with least mean idle
     for (int rep = 0; rep < 3; ++rep) {
       auto res = (*ex)->Step(tokens, targets);
@@ -309,7 +377,7 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
       EXPECT_TRUE(ComputeOrder(res->timeline) == plan.actions[static_cast<size_t>(me)]);
       at::Tensor idle = at::zeros({p}, at::kDouble);
       idle[me].fill_(res->timeline.idle_fraction());
-      at::Tensor durations = at::zeros({p, n}, at::kDouble);
+      at::Tensor durations = at::zeros({p, static_cast<int64_t>(n)}, at::kDouble);
       int i = 0;
       for (const TimelineEvent& e : res->timeline.events) {
         if (e.type == StepType::kCompute) durations[me][i++].fill_(e.end_s - e.start_s);
@@ -323,8 +391,9 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
     }
     std::vector<std::vector<double>> dv(static_cast<size_t>(p));
     for (int r = 0; r < p; ++r) {
-      for (int i = 0; i < n; ++i) {
-        dv[static_cast<size_t>(r)].push_back(best_durations[r][i].item<double>());
+      for (size_t i = 0; i < plan.actions[static_cast<size_t>(r)].size(); ++i) {
+        dv[static_cast<size_t>(r)].push_back(
+            best_durations[r][static_cast<int64_t>(i)].item<double>());
       }
     }
     auto replay = SimulateWithDurations(plan, dv, latency);
@@ -362,6 +431,15 @@ TEST(Pipeline, FourRanksIdleFractionMatchesSchedule) {
 TEST(Pipeline, SingleRankInterleavedMatchesSingleProcess) {
   auto comm = MakeLocalCommunicator();
   RunCase(*comm, {ScheduleKind::kInterleaved1F1B, 2, 2, 4, 4, true, 1});
+  EXPECT_EQ(comm->stats().p2p_bytes, 0);
+}
+
+// The split backward on one rank (both stages of the V on it): every I computes only its input's
+// gradient and every W the weight gradients it left, which together are the whole backward's.
+TEST(Pipeline, SingleRankVSchedulesMatchSingleProcess) {
+  auto comm = MakeLocalCommunicator();
+  RunCase(*comm, {ScheduleKind::kZBV, 2, 2, 4, 4, true, 1});
+  RunCase(*comm, {ScheduleKind::kDualPipeV, 3, 2, 4, 6, false, 2});
   EXPECT_EQ(comm->stats().p2p_bytes, 0);
 }
 
