@@ -200,9 +200,14 @@ std::vector<KeySpec> BuildKeys() {
                 "context-parallel degree: every sequence split over this many ranks (ring "
                 "attention; docs/parallelism.md)"))
       .Above(0);
-  add(TENAX_KEY(parallelism.pipeline_schedule, "the pipeline schedule"))
-      .OneOf({"gpipe", "1f1b", "interleaved_1f1b"});
-  add(TENAX_KEY(parallelism.virtual_stages, "interleaved_1f1b: stages per pipeline rank")).Above(0);
+  add(TENAX_KEY(parallelism.pipeline_schedule,
+                "the pipeline schedule (zbv, dualpipev: zero-bubble, split backward, V-shaped "
+                "placement; docs/parallelism.md)"))
+      .OneOf({"gpipe", "1f1b", "interleaved_1f1b", "zbv", "dualpipev"});
+  add(TENAX_KEY(parallelism.virtual_stages,
+                "model stages per pipeline rank: any with interleaved_1f1b, 2 with zbv and "
+                "dualpipev"))
+      .Above(0);
   add(TENAX_KEY(parallelism.microbatches, "pipeline micro-batches per local batch")).Above(0);
   add(TENAX_KEY(parallelism.expert_parallel,
                 "expert-parallel degree: ranks borrowed from data_parallel_shard that split the "

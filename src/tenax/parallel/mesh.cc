@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "tenax/parallel/context_layout.h"
+#include "tenax/parallel/pipeline_schedule.h"
 
 namespace tenax::parallel {
 
@@ -79,23 +80,15 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
         "model.n_layers ({}) is not divisible by pipeline_parallel ({}) * virtual_stages ({}) = {}",
         model.n_layers, pp, o.virtual_stages, stages));
   }
-  if (o.virtual_stages > 1 && o.pipeline_schedule != "interleaved_1f1b") {
-    problems.push_back(
-        fmt::format("virtual_stages = {} needs pipeline_schedule = "
-                    "\"interleaved_1f1b\" (it is \"{}\")",
-                    o.virtual_stages, o.pipeline_schedule));
-  }
-  if (pp > 1 && o.pipeline_schedule != "gpipe" && o.microbatches < pp) {
-    problems.push_back(fmt::format(
-        "microbatches ({}) < pipeline_parallel ({}): the {} schedule needs at least one "
-        "micro-batch per stage in flight",
-        o.microbatches, pp, o.pipeline_schedule));
-  }
-  if (o.pipeline_schedule == "interleaved_1f1b" && pp > 1 && o.microbatches % pp != 0) {
-    problems.push_back(fmt::format(
-        "microbatches ({}) is not a multiple of pipeline_parallel ({}), which interleaved 1F1B "
-        "requires",
-        o.microbatches, pp));
+  // The schedule's own conditions (virtual stages, enough micro-batches), in its own words.
+  if (pp > 1 || o.virtual_stages > 1) {
+    Result<ScheduleKind> kind = ParseScheduleKind(o.pipeline_schedule);
+    const Status st =
+        kind.ok() ? BuildSchedule(*kind, static_cast<int>(pp), static_cast<int>(o.microbatches),
+                                  static_cast<int>(o.virtual_stages))
+                        .status()
+                  : kind.status();
+    if (!st.ok()) problems.push_back(st.message());
   }
   if (training.local_batch_size % o.microbatches != 0) {
     problems.push_back(

@@ -1,8 +1,10 @@
 // Pipeline-parallel execution of a StageModel (stage_model.h): the layers are split evenly into p *
 // v model stages (stage 0 also embeds the tokens, the last stage also runs the head and the loss),
-// rank r of the pipeline group runs chunks c = 0..v-1 holding stages c * p + r, and one Step runs a
+// rank r of the pipeline group runs chunks c = 0..v-1 holding the stages the plan places there
+// (c * p + r, or r and 2p - 1 - r in the V of zbv and dualpipev), and one Step runs a
 // PipelinePlan (pipeline_schedule.h) over m micro-batches of a (B, T) batch, passing activations
-// forward and their gradients backward with blocking Send/Recv.
+// forward and their gradients backward with blocking Send/Recv. A split backward's I computes
+// only the stage input's gradient and its W the weight gradients (pipeline.cc, WeightGroup).
 //
 // The stage model may hold the whole model (LlamaStage, in tests: only the parameters of the
 // rank's own stages then get gradients, owned_params()) or only the rank's stages

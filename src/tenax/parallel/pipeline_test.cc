@@ -342,7 +342,7 @@ TEST(PipelineWorker, DISABLED_IdleFraction) {
                  " v=" + std::to_string(c.v));
     const ModelSpec spec = testing::SmallLlamaSpec(8, false);
     model::Llama model(spec, 7, at::Device(at::kCPU));
-    auto [tokens, targets] = Batch(8, spec.vocab_size, 11);
+    auto [tokens, targets] = Batch(std::max(8, c.m), spec.vocab_size, 11);  // B % m == 0
     bool inject = false;
     PipelineOptions opt;
     opt.schedule = c.schedule;

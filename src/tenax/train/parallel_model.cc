@@ -37,16 +37,23 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   parallel::Ownership own = parallel::Ownership::All(spec);
   const int p = g.pp->size(), r = g.pp->rank();
   if (p > 1) {
+    // The schedule places the stages (c * p + r, or the V of zbv and dualpipev): this rank holds
+    // the layers of its stages, the embedding with stage 0 and the head with the last.
     const int v = static_cast<int>(options.virtual_stages);
+    TENAX_ASSIGN_OR_RETURN(parallel::ScheduleKind kind,
+                           parallel::ParseScheduleKind(options.pipeline_schedule));
+    TENAX_ASSIGN_OR_RETURN(
+        parallel::PipelinePlan plan,
+        parallel::BuildSchedule(kind, p, static_cast<int>(options.microbatches), v));
     TENAX_ASSIGN_OR_RETURN(std::vector<parallel::LayerRange> stages,
                            parallel::SplitLayers(spec.n_layers, p, v));
     own.layers.assign(static_cast<size_t>(spec.n_layers), false);
     for (int c = 0; c < v; ++c) {
-      const parallel::LayerRange& lr = stages[static_cast<size_t>(c * p + r)];  // stage c*p + r
+      const parallel::LayerRange& lr = stages[static_cast<size_t>(plan.StageOf(r, c))];
       for (int64_t l = lr.begin; l < lr.end; ++l) own.layers[static_cast<size_t>(l)] = true;
     }
-    own.embed = r == 0;
-    own.head = r == p - 1;
+    own.embed = plan.RankOf(0) == r;
+    own.head = plan.RankOf(plan.num_stages() - 1) == r;
   }
   // 3b. (before the model is built, so that only the held experts are copied) This rank's
   // experts.
