@@ -111,6 +111,19 @@ class C10dCommunicator final : public Communicator {
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
+  PendingCollective SendAsync(const at::Tensor& t, int peer, int tag) override {
+    at::Tensor x = OnDevice(t);
+    std::vector<at::Tensor> v{x};
+    auto [work, id] = Issue("send", t.nbytes(), [&] { return group_->send(v, peer, tag); });
+    stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
+    ++stats_.calls;
+    // `x` stays referenced until the send is waited for.
+    return PendingCollective([this, work = work, id = id, x]() mutable {
+      Wait(work);
+      Waited(id);
+      return x;
+    });
+  }
   void Recv(at::Tensor& t, int peer, int tag) override {
     TENAX_CHECK(t.is_contiguous());
     at::Tensor x = OnDevice(t);

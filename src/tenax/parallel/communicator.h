@@ -139,6 +139,13 @@ class Communicator {
     AllReduceSum(t);
     return PendingCollective([t] { return t; });
   }
+  // Send without waiting for it: Wait blocks until `t` may be reused (the peer has it, or the
+  // transport holds a copy). Sends and receives still pair up in the order each rank issues them.
+  // This default blocks.
+  virtual PendingCollective SendAsync(const at::Tensor& t, int peer, int tag = 0) {
+    Send(t, peer, tag);
+    return PendingCollective([t] { return t; });
+  }
   // One step of a ring shift (context parallelism's keys and values): sends `send` to group
   // rank `to` and receives `recv` (contiguous; its shape and dtype are what `to`'s peer sends)
   // from `from`, both at once; Wait returns `recv`. Every rank of the ring issues its exchanges

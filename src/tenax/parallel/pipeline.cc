@@ -331,6 +331,7 @@ void PipelineExecutor::RunStep(StepState& st) {
   const at::TensorOptions act =
       at::TensorOptions().dtype(options_.compute_dtype).device(model_.device());
   const Clock::time_point t0 = Clock::now();
+  std::vector<PendingCollective> sends;  // waited for at the end of the step
   for (const ProgramStep& e : program_) {
     TimelineEvent rec{e.type, e.action, e.stage, 0, 0};
     const Clock::time_point start = Clock::now();
@@ -342,7 +343,9 @@ void PipelineExecutor::RunStep(StepState& st) {
       case StepType::kSend: {
         at::Tensor& t = st.outbox[Slot(plan_, e.action.kind, e.action.microbatch, e.action.chunk)];
         TENAX_CHECK(t.defined());  // the ordering rule guarantees the producer ran
-        comm_.Send(t, e.peer, e.tag);
+        // Not waited for here: a blocking send would hold this rank until its peer reaches the
+        // matching receive, which the program may place after that peer's next compute.
+        sends.push_back(comm_.SendAsync(t, e.peer, e.tag));
         t = at::Tensor();
         break;
       }
@@ -372,6 +375,7 @@ void PipelineExecutor::RunStep(StepState& st) {
     }
     st.timeline.events.push_back(rec);
   }
+  for (PendingCollective& s : sends) s.Wait();
   TENAX_CHECK(st.in_flight == 0);
   if (options_.barrier_for_timing) comm_.Barrier();
   st.timeline.step_s = Seconds(t0, Clock::now());

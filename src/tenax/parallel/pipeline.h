@@ -12,9 +12,9 @@
 // projection is owned by the first and the last stage; Step sums its two halves so both ranks
 // hold the full gradient.
 //
-// Non-goals: activation memory beyond what the schedule holds, overlapping
-// communication with compute (sends and receives block; BuildPrograms in pipeline_schedule.h
-// orders them so that they cannot deadlock).
+// Non-goals: activation memory beyond what the schedule holds, overlapping receives with compute
+// (a receive blocks; sends are issued without waiting and waited for at the end of the step;
+// BuildPrograms in pipeline_schedule.h orders them so that they cannot deadlock).
 //
 // Cross-process contract: every rank of `comm` calls Step with tensors of the same shape, in the
 // same order; the executor issues the same Send/Recv pairs and one Broadcast per step on all
