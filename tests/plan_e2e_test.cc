@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "tenax/plan/failure.h"
 #include "test_util.h"
@@ -322,6 +323,46 @@ TEST(PlanE2E, PlannedSettingsRunWithTenaxTrain) {
 // Context parallelism as tenax runs it (ring attention): a plan fixed to cp 2 is runnable, its
 // --set words train on 2 ranks with the sequence split in two; a long-context search may choose
 // it, and with the default all-gather model it says what tenax would need.
+// The zero-bubble schedules are ranked beside 1F1B, and one the planner prints runs as printed.
+TEST(PlanE2E, PlannedZeroBubblePipelineRunsWithTenaxTrain) {
+  TempDir dir;
+  WriteFile(dir / "pp.toml",
+            "[job]\nname = \"planned_zbv\"\n[model]\npreset = \"debug-tiny\"\nn_layers = 4\n"
+            "[data]\nsource = \"synthetic\"\n[data.synthetic]\nvocab_size = 32\norder = 1\n"
+            "train_tokens = 20000\nval_tokens = 4000\n"
+            "[training]\nsteps = 2\nseq_len = 32\nlocal_batch_size = 8\ndevice = \"cpu\"\n"
+            "[metrics]\neval_tokens = 1024\ntensorboard = false\n[checkpoint]\nenable = false\n");
+  auto r = RunTenax("plan --model pp.toml --gpus 2 --gpu h100-sxm --fix pp=2,vpp=2 --top 40 --json",
+                    dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json plan = ParseJson(r);
+  std::map<std::string, int> schedules;
+  nlohmann::json pick;
+  for (const auto& l : plan["layouts"]) {
+    const std::string s = l["pipeline_schedule"].get<std::string>();
+    ++schedules[s];
+    if (pick.is_null() && (s == "zbv" || s == "dualpipev") &&
+        l["tenax_train"]["runnable"].get<bool>()) {
+      pick = l;
+    }
+  }
+  EXPECT_GT(schedules["zbv"], 0) << r.output;
+  EXPECT_GT(schedules["dualpipev"], 0) << r.output;
+  ASSERT_FALSE(pick.is_null()) << r.output;
+  std::string sets;
+  for (const auto& s : pick["tenax_train"]["set"]) sets += " --set " + s.get<std::string>();
+  EXPECT_NE(
+      sets.find("parallelism.pipeline_schedule=" + pick["pipeline_schedule"].get<std::string>()),
+      std::string::npos)
+      << sets;
+  EXPECT_NE(sets.find("parallelism.virtual_stages=2"), std::string::npos) << sets;
+  r = RunTenax("launch --nproc-per-node 2 -- train --config pp.toml" + sets +
+                   " --set training.mixed_precision=fp32",
+               dir.path());
+  ASSERT_EQ(r.exit_code, 0) << sets << "\n" << r.output;
+  EXPECT_NE(r.output.find("x pp 2 x tp 1"), std::string::npos) << r.output;
+}
+
 TEST(PlanE2E, PlannedContextParallelismRunsWithTenaxTrain) {
   TempDir dir;
   WriteFile(dir / "long.toml",

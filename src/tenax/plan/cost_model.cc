@@ -611,6 +611,13 @@ void EstimatePipeline(const Workload& w, const Layout& l, const MicroBatchCost& 
   // fill and drain shrink by v (Narayanan et al. 2021: bubble (p - 1) / (v m) of equal stages).
   s->compute = m * s->stage;
   s->bubble = (sum - s->stage) / v;
+  // The V schedules (two chunks per rank, split backward; parallel/pipeline_schedule.h's
+  // BubbleFraction under F = I = W): zbv's bubble is interleaving's at v = 2, dualpipev's
+  // (2p - 3) / (6 (p - 1)) of 1F1B's.
+  if (l.schedule == PipeSchedule::kDualPipeV && l.pp > 1) {
+    const double p = static_cast<double>(l.pp);
+    s->bubble = (sum - s->stage) * (2 * p - 3) / (6 * (p - 1));
+  }
 }
 
 StepTime EstimateStepTime(const Workload& w, const HardwareProfile& hw, const Layout& l,

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "tenax/plan/kernels.h"
+#include "tenax/plan/memory_model.h"
 #include "tenax/plan/testing.h"
 
 namespace tenax::plan {
@@ -235,6 +236,44 @@ TEST(CostModel, TensorParallelOverlapIsASoftwareOption) {
   EXPECT_NEAR(one16, 15 * 10e-6 + 15.0 / 16 * 8192.0 * 16384 * 2 / (8 * 50e9 * 0.85), 1e-12);
   EXPECT_NEAR(t16.tp_comm, 8 * one16, 1e-12);
   EXPECT_GT(one16, one);
+}
+
+// The zero-bubble schedules as built (parallel/pipeline_schedule.h's BubbleFraction under
+// F = I = W): zbv's bubble is interleaving's at v = 2, dualpipev's (2p - 3) / (6 (p - 1)) of
+// 1F1B's; zbv holds 1F1B's 2p chunks where interleaving holds up to 3p - 1, dualpipev one more.
+TEST(CostModel, ZeroBubbleSchedulesAsBuilt) {
+  const HardwareProfile hw = H100();
+  int64_t ignored = 0;
+  ModelSpec m = *LoadPlanModel("llama3-405b", &ignored);
+  m.n_layers = 128;
+  const Workload w = *MakeWorkload(m, 8192, 2048 * 8192, Kernels::kFused);
+  Layout l;
+  l.tp = 8;
+  l.pp = 16;
+  l.vpp = 2;
+  l.dp_shard = 64;
+  l.micro_batches = 32;
+  l.recompute = Recompute::kFull;
+  const StepTime one = [&] {
+    Layout flat = l;
+    flat.vpp = 1;
+    return EstimateStepTime(w, hw, flat);
+  }();
+  const StepTime interleaved = EstimateStepTime(w, hw, l);
+  l.schedule = PipeSchedule::kZbv;
+  const StepTime zbv = EstimateStepTime(w, hw, l);
+  const double zbv_memory = EstimateMemory(w, hw, l).total();
+  l.schedule = PipeSchedule::kDualPipeV;
+  const StepTime dpv = EstimateStepTime(w, hw, l);
+  const double dpv_memory = EstimateMemory(w, hw, l).total();
+  EXPECT_NEAR(zbv.bubble, interleaved.bubble, 1e-12);
+  EXPECT_NEAR(zbv.bubble, one.bubble / 2, 1e-9 * one.bubble);
+  EXPECT_NEAR(dpv.bubble, one.bubble * (2 * 16 - 3) / (6.0 * 15), 1e-9 * one.bubble);
+  Layout il = l;
+  il.schedule = PipeSchedule::k1F1B;
+  EXPECT_LT(zbv_memory, EstimateMemory(w, hw, il).total());
+  EXPECT_GT(dpv_memory, zbv_memory);
+  EXPECT_EQ(LayoutName(l), "tp8 pp16v2 dualpipev fsdp64 mbs1x32 ac=full bf16");
 }
 
 // The pipeline bug: with 128 layers on 16 stages (8 each) the output layer and loss sit on

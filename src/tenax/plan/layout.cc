@@ -24,11 +24,24 @@ const char* RecomputeName(Recompute r) {
   return "?";
 }
 
+const char* PipeScheduleName(PipeSchedule s) {
+  switch (s) {
+    case PipeSchedule::k1F1B:
+      return "1f1b";
+    case PipeSchedule::kZbv:
+      return "zbv";
+    case PipeSchedule::kDualPipeV:
+      return "dualpipev";
+  }
+  return "?";
+}
+
 std::string LayoutName(const Layout& l) {
   std::string s = fmt::format("tp{}", l.tp);
   if (l.cp > 1) s += fmt::format(" cp{}", l.cp);
   s += fmt::format(" pp{}", l.pp);
   if (l.vpp > 1) s += fmt::format("v{}", l.vpp);
+  if (l.schedule != PipeSchedule::k1F1B) s += fmt::format(" {}", PipeScheduleName(l.schedule));
   if (l.first_layers > 0 || l.last_layers > 0) {
     s += fmt::format(" split{}/{}", l.first_layers, l.last_layers);
   }

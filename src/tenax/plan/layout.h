@@ -33,11 +33,18 @@ constexpr Recompute kAllRecompute[] = {Recompute::kNone, Recompute::kSelective, 
                                        Recompute::kAlternate, Recompute::kFull};
 const char* RecomputeName(Recompute r);
 
+// The pipeline schedule (parallel/pipeline_schedule.h): k1F1B covers 1f1b and, with vpp > 1,
+// interleaved_1f1b (and gpipe when there are fewer micro-batches than stages); the zero-bubble
+// schedules take vpp = 2 and micro_batches >= 2 pp.
+enum class PipeSchedule { k1F1B, kZbv, kDualPipeV };
+const char* PipeScheduleName(PipeSchedule s);  // "1f1b", "zbv", "dualpipev"
+
 struct Layout {
-  int64_t tp = 1;            // tensor parallel (with sequence parallel on the norms)
-  int64_t cp = 1;            // context parallel: each GPU holds seq_len / cp of every sequence
-  int64_t pp = 1;            // pipeline stages
-  int64_t vpp = 1;           // virtual stages per pipeline rank (interleaved 1F1B when > 1)
+  int64_t tp = 1;   // tensor parallel (with sequence parallel on the norms)
+  int64_t cp = 1;   // context parallel: each GPU holds seq_len / cp of every sequence
+  int64_t pp = 1;   // pipeline stages
+  int64_t vpp = 1;  // virtual stages per pipeline rank (interleaved 1F1B when > 1)
+  PipeSchedule schedule = PipeSchedule::k1F1B;  // zbv and dualpipev: vpp = 2
   int64_t dp_replicate = 1;  // data-parallel replicas (HSDP's outer axis; plain DDP when shard=1)
   int64_t dp_shard = 1;      // FSDP shards parameters, gradients and optimizer state this wide
   // Mixture of experts: each MoE layer's routed experts split over `ep` of the dp_shard ranks

@@ -134,6 +134,11 @@ MemoryBreakdown EstimateMemory(const Workload& w, const HardwareProfile& hw, con
     int64_t sets = 0;
     if (l.pp == 1) {
       sets = L;  // one micro-batch at a time; gradient accumulation frees it after backward
+    } else if (l.schedule != PipeSchedule::k1F1B) {
+      // zbv holds 2 pp chunks (1F1B's pp stages) on every rank, dualpipev one chunk more
+      // (pipeline_schedule_test's ActivationsHeldByTheVSchedules).
+      const int64_t chunks = 2 * l.pp + (l.schedule == PipeSchedule::kDualPipeV ? 1 : 0);
+      sets = std::min(l.micro_batches * l.vpp, chunks) * chunk_layers;
     } else if (l.vpp == 1) {
       // 1F1B: stage i holds pp - i micro-batches before its first backward.
       const int64_t held = first ? l.pp : last ? 1 : l.pp - 1;

@@ -225,6 +225,7 @@ Status RunPlan(const PlanFlags& f) {
   SearchOptions o;
   o.gpus = f.gpus;
   o.top_k = f.top;
+  o.zero_bubble = true;  // zbv and dualpipev run in tenax train: rank them beside 1F1B
   if (!f.fix.empty()) {
     TENAX_ASSIGN_OR_RETURN(o.fix, ParseLayoutConstraints(f.fix));
   }

@@ -231,6 +231,7 @@ nlohmann::json LayoutJson(const PlanReport& r, const Candidate& c) {
       {"cp", l.cp},
       {"pp", l.pp},
       {"vpp", l.vpp},
+      {"pipeline_schedule", PipeScheduleName(l.schedule)},
       {"dp_replicate", l.dp_replicate},
       {"dp_shard", l.dp_shard},
       {"ep", l.ep},

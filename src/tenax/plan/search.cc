@@ -364,6 +364,14 @@ Result<SearchResult> SearchLayouts(const Workload& w, const HardwareProfile& hw,
                         l.last_layers = last;
                         l.ep = ep;
                         Consider(w, hw, o, l, footprint, emb, &r, &best);
+                        // The same layout under the zero-bubble schedules, where they run.
+                        if (o.zero_bubble && v == 2 && first == 0 && last == 0 &&
+                            micro_batches >= 2 * pp && m.n_layers % (2 * pp) == 0) {
+                          for (PipeSchedule sch : {PipeSchedule::kZbv, PipeSchedule::kDualPipeV}) {
+                            l.schedule = sch;
+                            Consider(w, hw, o, l, footprint, emb, &r, &best);
+                          }
+                        }
                       }
                     }
                   }

@@ -38,6 +38,9 @@ struct SearchOptions {
   // `reject_reason` (`tenax plan` keeps the layouts tenax train can run, support.h).
   std::function<bool(const Layout&)> accept;
   std::string reject_reason = "rejected";
+  // Also try the zero-bubble schedules (zbv, dualpipev) where they can run: v = 2, an even split,
+  // micro-batches >= 2 pp. Off for the validation rows, which run as their authors did.
+  bool zero_bubble = false;
 };
 
 // The reason recorded for layouts that were costed but exceed the GPU's memory.

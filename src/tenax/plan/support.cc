@@ -57,7 +57,9 @@ uint32_t MissingFeatures(const Workload& w, const Layout& l) {
     m |= kUnevenSplit;
   }
   if (l.tp > 1 && w.seq_len % l.tp != 0) m |= kSeqNotDivisibleByTp;
-  if (l.vpp > 1 && l.micro_batches % l.pp != 0) m |= kInterleavedMicroBatches;
+  if (l.vpp > 1 && l.schedule == PipeSchedule::k1F1B && l.micro_batches % l.pp != 0) {
+    m |= kInterleavedMicroBatches;
+  }
   const Software& sw = w.sw;
   if (sw.attention != AttentionKind::kFlash2) m |= kAttention;
   if (sw.kernels != Kernels::kEager) m |= kFusedKernels;
@@ -131,9 +133,10 @@ TrainSettings TenaxTrainSettings(const Workload& w, const Layout& l) {
   if (l.cp > 1) set("parallelism.context_parallel", num(l.cp));
   if (l.pp > 1) {
     // 1F1B keeps one micro-batch per stage in flight, so it needs m >= pp; GPipe does not.
-    const char* schedule = l.vpp > 1                 ? "interleaved_1f1b"
-                           : l.micro_batches >= l.pp ? "1f1b"
-                                                     : "gpipe";
+    const char* schedule = l.schedule != PipeSchedule::k1F1B ? PipeScheduleName(l.schedule)
+                           : l.vpp > 1                       ? "interleaved_1f1b"
+                           : l.micro_batches >= l.pp         ? "1f1b"
+                                                             : "gpipe";
     set("parallelism.pipeline_schedule", fmt::format("\"{}\"", schedule));
     set("parallelism.virtual_stages", num(l.vpp));
     set("parallelism.microbatches", num(l.micro_batches));
