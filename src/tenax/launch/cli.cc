@@ -84,6 +84,15 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
   launch->add_flag("--replace-stragglers", o->replace_stragglers,
                    "treat a straggler as a failure: a spare slot takes its rank (one node), or "
                    "a spare node its node (several nodes)");
+  launch->add_flag("--drain-bad-nodes", o->drain_bad_nodes,
+                   "under Slurm: drain the nodes tenax stops trusting (lost, replaced as "
+                   "stragglers) with the reason, so the scheduler does not hand them out again");
+  launch->add_option("--min-spares", o->min_spares,
+                     "under Slurm: when a failure leaves fewer spare nodes than this, submit "
+                     "--spare-job for each missing one (default 0: never)");
+  launch->add_option("--spare-job", o->spare_job,
+                     "the sbatch script that starts one spare agent for this job "
+                     "(deploy/slurm/tenax-spare.sbatch)");
   launch->add_option("command", o->args, "the tenax command to run, after --");
 
   commands.Add(launch, [o, max_restarts, budget]() -> Result<int> {

@@ -20,6 +20,7 @@
 #include "tenax/launch/child_watch.h"
 #include "tenax/launch/node_agent.h"
 #include "tenax/launch/restart_policy.h"
+#include "tenax/launch/scheduler.h"
 #include "tenax/launch/supervisor.h"
 #include "tenax/protocol/fault_injection.h"
 
@@ -154,6 +155,11 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
     return InvalidArgument(
         fmt::format("--straggler-steps {} is invalid: must be >= 1", o.straggler_steps));
   }
+  if ((o.drain_bad_nodes || o.min_spares > 0 || !o.spare_job.empty()) && !etcd) {
+    return InvalidArgument(
+        "--drain-bad-nodes, --min-spares and --spare-job act on the nodes of a job whose agents "
+        "meet in etcd: add --rdzv etcd://HOST:PORT (deploy/slurm/ starts one)");
+  }
   if (o.metrics_port < 0 || o.metrics_port > 65535) {
     return InvalidArgument(
         fmt::format("--metrics-port {} is invalid: must be a TCP port (1..65535), or 0 for none",
@@ -162,8 +168,19 @@ Status ValidateLaunchOptions(const LaunchOptions& o) {
   return Status::Ok();
 }
 
+SchedulerOptions SchedulerOptionsOf(const LaunchOptions& o) {
+  SchedulerOptions s;
+  s.drain = o.drain_bad_nodes;
+  s.min_spares = o.min_spares;
+  s.spare_job = o.spare_job;
+  s.job_id = o.job_id;
+  return s;
+}
+
 Result<int> Launch(const LaunchOptions& o) {
   TENAX_RETURN_IF_ERROR(ValidateLaunchOptions(o));
+  TENAX_RETURN_IF_ERROR(
+      CheckSchedulerOptions(SchedulerOptionsOf(o), SchedulerEnv::FromEnvironment()));
   std::string host = "127.0.0.1";
   int fixed_port = 0;
   const bool etcd = o.rdzv.rfind("etcd://", 0) == 0;

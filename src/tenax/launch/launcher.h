@@ -62,10 +62,19 @@ struct LaunchOptions {
   double straggler_factor = 1.5;           // compute time over the median of the other ranks ...
   int straggler_steps = 3;                 // ... for this many consecutive steps: a straggler
   bool replace_stragglers = false;         // treat a straggler as a failure of its slot
+  // The scheduler (etcd only; scheduler.h): drain the Slurm nodes tenax stops trusting (lost,
+  // replaced as stragglers), and keep `min_spares` spare nodes by submitting `spare_job`.
+  bool drain_bad_nodes = false;
+  int min_spares = 0;
+  std::string spare_job;
 };
 
 // Every flag's value is finite and in range (names the flag and the allowed values).
 Status ValidateLaunchOptions(const LaunchOptions& options);
+
+// The scheduler's part of the flags (scheduler.h).
+struct SchedulerOptions;
+SchedulerOptions SchedulerOptionsOf(const LaunchOptions& options);
 
 // Returns the job's exit code: 0 when every rank succeeded, else the failure's code (128 +
 // signal for a rank killed by a signal; docs/exit_codes.md). A request that cannot work is an

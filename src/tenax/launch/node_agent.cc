@@ -96,6 +96,13 @@ Result<std::optional<int>> NodeAgent::Start() {
   info_.address = a_.address.empty() ? DefaultAddress(host_) : a_.address;
   info_.pid = static_cast<int>(::getpid());
   info_.nproc = o_.nproc_per_node;
+  const SchedulerEnv where = SchedulerEnv::FromEnvironment();
+  info_.scheduler_node = where.node;
+  info_.scheduler_job = where.job;
+  info_.spare_request = where.spare_request;
+  if (o_.drain_bad_nodes || o_.min_spares > 0) {
+    scheduler_ = std::make_unique<SchedulerActions>(SchedulerOptionsOf(o_));
+  }
   // The job's fixed facts: the first agent writes them, the others must agree.
   TENAX_RETURN_IF_ERROR(etcd_->PutIfAbsent(keys_.secret(), RandomHex(32)).status());
   TENAX_RETURN_IF_ERROR(etcd_->PutIfAbsent(keys_.nnodes(), std::to_string(o_.nnodes)).status());
@@ -149,6 +156,8 @@ Result<std::optional<int>> NodeAgent::Start() {
   supervisor_->SetRemoteHangHook(
       [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
   TENAX_RETURN_IF_ERROR(Register());
+  // Who ran where, kept after this agent is gone (the node to drain once it is lost).
+  TENAX_RETURN_IF_ERROR(etcd_->Put(keys_.member(info_.id), info_.ToJson().dump()).status());
   TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse now, etcd_->GetPrefix(keys_.root()));
   TENAX_ASSIGN_OR_RETURN(
       watcher_, etcd::EtcdWatcher::Start(

@@ -22,6 +22,7 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
   nlohmann::json report =
       JobGoodput(*history, WallNow(), code, ended, host_, static_cast<int>(::getpid()));
   report["job_id"] = a_.job_id;
+  if (scheduler_) report["scheduler"] = SchedulerRecords();
   Status st = LocalFs().WriteFileAtomic(job_.goodput_path, report.dump(2) + "\n");
   if (!st.ok()) log::Warn("launch: could not write {}: {}", job_.goodput_path, st.message());
   if (ended) log::Info("launch: {}", Goodput::Summary(report));

@@ -9,6 +9,8 @@
 //   node_agent_checkpoints.cc  checkpoint files between nodes (etcd and the agent's view around
 //                              CheckpointMirror): resume preparation, replicas
 //   node_agent_goodput.cc      goodput.json from etcd, and the failure each generation ended by
+//   node_agent_scheduler.cc    the scheduler (scheduler.h): draining the nodes tenax stops trusting
+//                              and keeping --min-spares spare nodes
 // plus the small helpers those files share. The parts with one job each, tested alone, are their
 // own classes: AgentView (agent_view.h: etcd's events and the running generation, under its
 // lock), StragglerJudge (straggler_judge.h), CheckpointMirror (checkpoint_mirror.h), and the
@@ -38,6 +40,7 @@
 #include "tenax/launch/node_agent.h"
 #include "tenax/launch/rendezvous.h"
 #include "tenax/launch/restart_policy.h"
+#include "tenax/launch/scheduler.h"
 #include "tenax/launch/straggler_judge.h"
 #include "tenax/launch/supervisor.h"
 #include "tenax/protocol/agent_channel.h"
@@ -150,6 +153,14 @@ class NodeAgent {
   std::optional<std::string> JudgeStragglers(int64_t g, const rdzv::Plan& plan,
                                              StragglerJudge* judge);
   void WriteGoodput(bool ended, int code);
+  // The scheduler (node_agent_scheduler.cc). Drains the node of agent `id` (its members/ record
+  // names it) once for the job, with `why`; no-op without --drain-bad-nodes.
+  void DrainNode(int64_t g, const std::string& id, const std::string& why);
+  // The planner of g (which wrote its plan): when failures left fewer spare nodes than
+  // --min-spares, counting the requests still on their way, asks for the missing ones.
+  void KeepSparePool(int64_t g, const rdzv::Plan& plan, const std::set<std::string>& alive);
+  // goodput.json's "scheduler" section: the drained nodes and the spare requests.
+  nlohmann::json SchedulerRecords();
   double WallNow() const { return protocol::WallNow(); }
 
   // The members keep the order they had when this class was private to node_agent.cc: the
@@ -174,6 +185,8 @@ class NodeAgent {
   std::unique_ptr<protocol::AgentChannelServer> channel_;
   // This node's checkpoint files for peers and its replicas of theirs; none without checkpoints.
   std::unique_ptr<CheckpointMirror> mirror_;
+  // The scheduler's commands (--drain-bad-nodes, --min-spares); null when neither is asked for.
+  std::unique_ptr<SchedulerActions> scheduler_;
   std::string secret_;
   rdzv::AgentInfo info_;
   double job_start_unix_ = 0;

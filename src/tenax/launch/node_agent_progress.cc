@@ -113,6 +113,7 @@ std::optional<std::string> NodeAgent::JudgeStragglers(int64_t g, const rdzv::Pla
   });
   (void)Retry(
       [&] { return etcd_->Put(keys_.failure(g, "straggler-" + f->agent), f->ToJson().dump()); });
+  DrainNode(g, f->agent, "straggler replaced in generation " + std::to_string(g) + ": " + f->cause);
   if (Status st = Advance(g, f->code, f->cause); !st.ok()) log::Warn("launch: {}", st.message());
   return fmt::format("node {} straggles and is replaced (--replace-stragglers)", f->node_rank);
 }

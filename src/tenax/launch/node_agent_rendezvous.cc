@@ -76,7 +76,13 @@ Status NodeAgent::RecordLost(int64_t g, const rdzv::Plan& plan, const std::set<s
                              return etcd_->PutIfAbsent(keys_.failure(g, "lost-" + id),
                                                        f.ToJson().dump());
                            }));
-    if (first) log::Error("launch: {}", f.cause);
+    if (first) {
+      log::Error("launch: {}", f.cause);
+      DrainNode(g, id,
+                fmt::format("node lost in generation {}: its agent stopped renewing its etcd "
+                            "lease (killed, stopped, or cut off)",
+                            g));
+    }
   }
   return Advance(g, 137, fmt::format("{} node(s) lost", lost.size()));
 }
@@ -190,7 +196,8 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
             rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr,
                            IdsUnder(*slow, keys_.slow_agents()));
         if (!made) return false;
-        (void)etcd_->PutIfAbsent(keys_.plan(g), made->ToJson().dump());
+        Result<bool> wrote = etcd_->PutIfAbsent(keys_.plan(g), made->ToJson().dump());
+        if (wrote.ok() && *wrote) KeepSparePool(g, *made, alive);
         return false;  // read it back on the next turn (another planner may have won)
       },
       a_.nodes_timeout_s + 3600);

@@ -21,8 +21,12 @@ std::string Keys::commit(int64_t step) const { return commits() + fmt::format("{
 std::string Keys::dropped(int64_t step) const { return drops() + fmt::format("{:012d}", step); }
 
 nlohmann::json AgentInfo::ToJson() const {
-  return {{"id", id},   {"host", host},   {"address", address},
-          {"pid", pid}, {"nproc", nproc}, {"file_port", file_port}};
+  nlohmann::json j = {{"id", id},   {"host", host},   {"address", address},
+                      {"pid", pid}, {"nproc", nproc}, {"file_port", file_port}};
+  if (!scheduler_node.empty()) j["scheduler_node"] = scheduler_node;
+  if (!scheduler_job.empty()) j["scheduler_job"] = scheduler_job;
+  if (!spare_request.empty()) j["spare_request"] = spare_request;
+  return j;
 }
 
 Result<AgentInfo> AgentInfo::FromJson(const std::string& text) {
@@ -34,6 +38,9 @@ Result<AgentInfo> AgentInfo::FromJson(const std::string& text) {
   a.file_port = j.value("file_port", 0);
   a.pid = j.value("pid", 0);
   a.nproc = j.value("nproc", 0);
+  a.scheduler_node = j.value("scheduler_node", std::string());
+  a.scheduler_job = j.value("scheduler_job", std::string());
+  a.spare_request = j.value("spare_request", std::string());
   return a;
 }
 

@@ -9,6 +9,13 @@
 //   generation               the current generation G (decimal); bumped by compare-and-swap by
 //                            any agent that sees a failure, so exactly one bump per failure wins
 //   agents/<id>              one per live agent (attached to its lease): host, address, file port
+//   members/<id>             the same record, kept after the agent is gone: who ran where (its
+//                            Slurm node, to drain it once it is lost)
+//   drained/<id>             an agent whose node was drained in the scheduler (--drain-bad-nodes):
+//                            the node, the generation and the reason; put once (the drainer)
+//   spare_requests/<r>       a spare node asked of the scheduler (--min-spares): the generation,
+//                            when, and the scheduler's job id once it answered; an agent started by
+//                            it names <r> in its record (spare_request)
 //   gen/<G>/join/<id>        an agent ready to take part in G (attached to its lease); its
 //                            create_revision orders agents (earliest first)
 //   gen/<G>/plan             node rank -> agent for G, and the spares; written once (put if
@@ -92,6 +99,12 @@ class Keys {
   std::string exit_fault(int64_t g, int rank) const {
     return exit_faults(g) + std::to_string(rank);
   }
+  std::string members() const { return root_ + "members/"; }
+  std::string member(const std::string& id) const { return members() + id; }
+  std::string drains() const { return root_ + "drained/"; }
+  std::string drained(const std::string& id) const { return drains() + id; }
+  std::string spare_requests() const { return root_ + "spare_requests/"; }
+  std::string spare_request(const std::string& r) const { return spare_requests() + r; }
   std::string slow_agents() const { return root_ + "slow/"; }
   std::string slow_agent(const std::string& id) const { return slow_agents() + id; }
 
@@ -106,6 +119,10 @@ struct AgentInfo {
   int file_port = 0;    // its checkpoint file / replica server
   int pid = 0;
   int nproc = 0;
+  // Where the scheduler runs it (scheduler.h, SchedulerEnv); empty outside Slurm.
+  std::string scheduler_node;  // its Slurm node (SLURMD_NODENAME)
+  std::string scheduler_job;   // its allocation (SLURM_JOB_ID)
+  std::string spare_request;   // the spare request that started it (spare_requests/<r>)
   nlohmann::json ToJson() const;
   static Result<AgentInfo> FromJson(const std::string& text);
 };
