@@ -32,22 +32,11 @@ constexpr int kSteps = 40;
 constexpr char kHeldAtStep12[] = " --inject hang:rank=2:step=12";
 
 std::string Train(const std::string& dump, const std::string& name) {
-  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
-         "--set training.seq_len=32 --set data.synthetic.train_tokens=80000 "
-         "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
-         "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "
-         "--set metrics.eval_interval=1000 --set metrics.progress=never --set optimizer.lr=3e-3 "
-         "--set checkpoint.interval=4 --set training.steps=" +
-         std::to_string(kSteps) +
-         " --set training.local_batch_size=2 --set job.dump_folder=" + dump +
-         " --set job.name=" + name;
+  return MultiNodeTrain(dump, name, kSteps);
 }
 
-std::string Shard(const std::string& dir, const std::string& run, int shard) {
-  char name[160];
-  std::snprintf(name, sizeof(name), "/%s/checkpoints/step_%08d/model-rank%05d-of-00004.safetensors",
-                run.c_str(), kSteps, shard);
-  return ReadFile(dir + name);
+std::string Shard(const std::string& dump, const std::string& run, int shard) {
+  return MultiNodeShard(dump, run, kSteps, shard);
 }
 
 // Removes the RAM folders in /dev/shm whose agent was killed (their lock died with it), as the

@@ -191,4 +191,23 @@ std::string HttpGet(int port, const std::string& path) {
   return out;
 }
 
+std::string MultiNodeTrain(const std::string& dump, const std::string& name, int steps) {
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
+         "--set training.seq_len=32 --set data.synthetic.train_tokens=80000 "
+         "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
+         "--set data.synthetic.order=1 --set metrics.eval_tokens=1024 "
+         "--set metrics.eval_interval=1000 --set metrics.progress=never --set optimizer.lr=3e-3 "
+         "--set checkpoint.interval=4 --set training.steps=" +
+         std::to_string(steps) +
+         " --set training.local_batch_size=2 --set job.dump_folder=" + dump +
+         " --set job.name=" + name;
+}
+
+std::string MultiNodeShard(const std::string& dump, const std::string& run, int step, int shard) {
+  char name[160];
+  std::snprintf(name, sizeof(name), "/%s/checkpoints/step_%08d/model-rank%05d-of-00004.safetensors",
+                run.c_str(), step, shard);
+  return ReadFile(dump + name);
+}
+
 }  // namespace tenax::testing

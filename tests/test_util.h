@@ -74,6 +74,14 @@ bool Alive(pid_t pid);
 // Splits a command line on spaces (no quoting): test arguments never contain spaces.
 std::vector<std::string> Words(const std::string& line);
 
+// The multi-node tests' run (multinode_e2e_test, slurm_e2e_test): debug-tiny on a synthetic
+// order-1 Markov source, 4 ranks' local batch 2, a checkpoint every 4 steps, `steps` steps; the
+// `train ...` arguments with job.dump_folder `dump` and job.name `name`.
+std::string MultiNodeTrain(const std::string& dump, const std::string& name, int steps);
+// Rank `shard`'s model file of such a run's checkpoint at `step`, in `dump`/`run` (empty if
+// missing): the final weights two runs must agree on bit for bit.
+std::string MultiNodeShard(const std::string& dump, const std::string& run, int step, int shard);
+
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& text);
 std::vector<nlohmann::json> ReadJsonl(const std::string& path);
