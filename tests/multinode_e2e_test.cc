@@ -287,6 +287,35 @@ TEST_F(MultiNode, AKilledNodeIsReplacedByTheSpare) {
               report["failures"][0]["recovery_s"].get<double>());
 }
 
+// A node whose ranks keep failing: rank 2 (node 1's first) crashes in generation 0 and again in
+// generation 1, after node 1's agent kept its node rank. With --quarantine-after 2 (the default)
+// the planner of generation 2 quarantines that node: the spare takes node rank 1, the culprit
+// waits as a spare of last resort, and the job ends with the reference's weights.
+TEST_F(MultiNode, ANodeThatKeepsFailingIsQuarantined) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  launch::rdzv::Plan plan;
+  auto agents =
+      StartJob(*etcd, "repeat", " --inject crash:rank=2:step=10,crash:rank=2:step=22:gen=1", &plan);
+  const int culprit = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(culprit, 0) << AllOutput(agents);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    EXPECT_EQ(agents[i]->Wait(300), 0) << "host " << i << "\n" << AllOutput(agents);
+  }
+  ExpectSameWeights("repeat", reference);
+  const launch::rdzv::Plan second = WaitPlan(*etcd, "repeat", 1);
+  EXPECT_EQ(second.nodes[1], plan.nodes[1]) << "node 1 kept its holder after the first crash";
+  const launch::rdzv::Plan third = WaitPlan(*etcd, "repeat", 2);
+  EXPECT_EQ(HostOf(agents, third.nodes[1]), 2) << "the spare took node 1\n" << AllOutput(agents);
+  EXPECT_NE(third.NodeRankOf(plan.nodes[1]), 1);
+  const nlohmann::json report = Goodput("repeat");
+  ASSERT_EQ(report["quarantined_nodes"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["quarantined_nodes"][0]["agent"], plan.nodes[1]);
+  EXPECT_EQ(report["quarantined_nodes"][0]["failed_generations"], nlohmann::json({1, 0}));
+  EXPECT_NE(AllOutput(agents).find("quarantined: its node was the culprit of 2 failures"),
+            std::string::npos);
+}
+
 // A whole node computes slowly (both its ranks, so its own launcher sees nothing odd): node 0's
 // agent finds it among every rank of the job from the progress the agents publish, and
 // --replace-stragglers puts the spare node in its place (the slow node becomes a spare of last

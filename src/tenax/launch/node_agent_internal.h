@@ -126,6 +126,10 @@ class NodeAgent {
   // After g failed: the next generation, or the job's end.
   Status Advance(int64_t g, int code, const std::string& why);
   Status RecordLost(int64_t g, const rdzv::Plan& plan, const std::set<std::string>& lost);
+  // The planner of g: the agents that --quarantine-after of the generations before g named as
+  // their failure's culprit within --quarantine-window (a node that keeps failing), each
+  // recorded under quarantined/<id> and drained once; they are placed only as a last resort.
+  std::set<std::string> RepeatOffenders(int64_t g);
   Status Commit(int64_t generation, int64_t step, const nlohmann::json& manifest);
   // Before this node's ranks resume (CheckpointMirror::Prepare): its checkpoint folder holds
   // exactly the job's commits (a commit etcd does not know is moved aside) and the newest one

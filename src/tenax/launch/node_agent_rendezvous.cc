@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "tenax/core/log.h"
+#include "tenax/launch/job_history.h"
 #include "tenax/launch/node_agent_internal.h"
 
 namespace tenax::launch::agent_internal {
@@ -85,6 +86,43 @@ Status NodeAgent::RecordLost(int64_t g, const rdzv::Plan& plan, const std::set<s
     }
   }
   return Advance(g, 137, fmt::format("{} node(s) lost", lost.size()));
+}
+
+std::set<std::string> NodeAgent::RepeatOffenders(int64_t g) {
+  // Culprits of the recent generations' failures, from every node's evidence (FirstFailure:
+  // a node whose ranks only lost their peers is never one).
+  std::map<std::string, std::vector<int64_t>> named;  // agent -> the generations it failed
+  std::map<std::string, rdzv::FailureReport> last;
+  const double since = WallNow() - o_.quarantine_window_s;
+  for (int64_t past = g - 1; past >= 0 && past >= g - 64; --past) {
+    Result<std::vector<rdzv::FailureReport>> reports = ReadFailureReports(*etcd_, keys_, past);
+    if (!reports.ok()) continue;
+    const std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(*reports);
+    if (!first || first->agent.empty() || first->wall_s < since) continue;
+    named[first->agent].push_back(past);
+    if (last.count(first->agent) == 0) last[first->agent] = *first;
+  }
+  Result<etcd::RangeResponse> already = etcd_->GetPrefix(keys_.quarantined());
+  std::set<std::string> out =
+      already.ok() ? IdsUnder(*already, keys_.quarantined()) : std::set<std::string>();
+  for (const auto& [id, gens] : named) {
+    if (static_cast<int>(gens.size()) < o_.quarantine_after || out.count(id) > 0) continue;
+    const std::string why = fmt::format(
+        "quarantined: its node was the culprit of {} failures within --quarantine-window {:g}s "
+        "(generations {}; the last: {})",
+        gens.size(), o_.quarantine_window_s, fmt::join(gens, ", "), last[id].cause);
+    const nlohmann::json record = {
+        {"generation", g}, {"failed_generations", gens}, {"reason", why}, {"time_unix", WallNow()}};
+    Result<bool> first =
+        Retry([&] { return etcd_->PutIfAbsent(keys_.quarantined(id), record.dump()); });
+    if (first.ok() && *first) {
+      log::Error("launch: generation {}: agent {} {}; it is a spare of last resort from now on", g,
+                 id, why);
+      DrainNode(g, id, why);
+    }
+    out.insert(id);
+  }
+  return out;
 }
 
 Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json& manifest) {
@@ -192,9 +230,10 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
         if (joined.empty() || joined.front() != info_.id || !all_joined) return false;
         Result<etcd::RangeResponse> slow = etcd_->GetPrefix(keys_.slow_agents());
         if (!slow.ok()) return false;
+        std::set<std::string> last_resort = IdsUnder(*slow, keys_.slow_agents());
+        for (const std::string& id : RepeatOffenders(g)) last_resort.insert(id);
         std::optional<rdzv::Plan> made =
-            rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr,
-                           IdsUnder(*slow, keys_.slow_agents()));
+            rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr, last_resort);
         if (!made) return false;
         Result<bool> wrote = etcd_->PutIfAbsent(keys_.plan(g), made->ToJson().dump());
         if (wrote.ok() && *wrote) KeepSparePool(g, *made, alive);

@@ -9,6 +9,8 @@
 //   generation               the current generation G (decimal); bumped by compare-and-swap by
 //                            any agent that sees a failure, so exactly one bump per failure wins
 //   agents/<id>              one per live agent (attached to its lease): host, address, file port
+//   quarantined/<id>         an agent whose node was the culprit of --quarantine-after failures
+//                            within --quarantine-window: a spare of last resort from then on
 //   members/<id>             the same record, kept after the agent is gone: who ran where (its
 //                            Slurm node, to drain it once it is lost)
 //   drained/<id>             an agent whose node was drained in the scheduler (--drain-bad-nodes):
@@ -99,6 +101,8 @@ class Keys {
   std::string exit_fault(int64_t g, int rank) const {
     return exit_faults(g) + std::to_string(rank);
   }
+  std::string quarantined() const { return root_ + "quarantined/"; }
+  std::string quarantined(const std::string& id) const { return quarantined() + id; }
   std::string members() const { return root_ + "members/"; }
   std::string member(const std::string& id) const { return members() + id; }
   std::string drains() const { return root_ + "drained/"; }
