@@ -161,8 +161,10 @@ class NodeAgent {
   // names it) once for the job, with `why`; no-op without --drain-bad-nodes.
   void DrainNode(int64_t g, const std::string& id, const std::string& why);
   // The planner of g (which wrote its plan): when failures left fewer spare nodes than
-  // --min-spares, counting the requests still on their way, asks for the missing ones.
-  void KeepSparePool(int64_t g, const rdzv::Plan& plan, const std::set<std::string>& alive);
+  // --min-spares, counting the requests still on their way, asks for the missing ones. Agents in
+  // `last_resort` (slow, quarantined) are no spares for this count.
+  void KeepSparePool(int64_t g, const rdzv::Plan& plan, const std::set<std::string>& alive,
+                     const std::set<std::string>& last_resort);
   // goodput.json's "scheduler" section: the drained nodes and the spare requests.
   nlohmann::json SchedulerRecords();
   double WallNow() const { return protocol::WallNow(); }

@@ -236,7 +236,7 @@ Result<std::optional<rdzv::Plan>> NodeAgent::Rendezvous(int64_t g) {
             rdzv::MakePlan(g, o_.nnodes, joined, have_previous ? &previous : nullptr, last_resort);
         if (!made) return false;
         Result<bool> wrote = etcd_->PutIfAbsent(keys_.plan(g), made->ToJson().dump());
-        if (wrote.ok() && *wrote) KeepSparePool(g, *made, alive);
+        if (wrote.ok() && *wrote) KeepSparePool(g, *made, alive, last_resort);
         return false;  // read it back on the next turn (another planner may have won)
       },
       a_.nodes_timeout_s + 3600);

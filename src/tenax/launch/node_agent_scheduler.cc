@@ -28,12 +28,14 @@ void NodeAgent::DrainNode(int64_t g, const std::string& id, const std::string& w
   if (first.ok() && *first) scheduler_->Drain(member->scheduler_node, reason);
 }
 
-void NodeAgent::KeepSparePool(int64_t g, const rdzv::Plan& plan,
-                              const std::set<std::string>& alive) {
+void NodeAgent::KeepSparePool(int64_t g, const rdzv::Plan& plan, const std::set<std::string>& alive,
+                              const std::set<std::string>& last_resort) {
   // The allocation brings the first spares; tenax replaces those failures use up.
   if (!scheduler_ || o_.min_spares <= 0 || g == 0) return;
   int spares = 0;
-  for (const std::string& id : alive) spares += plan.NodeRankOf(id) < 0 ? 1 : 0;
+  for (const std::string& id : alive) {
+    spares += plan.NodeRankOf(id) < 0 && last_resort.count(id) == 0 ? 1 : 0;
+  }
   Result<etcd::RangeResponse> requests = etcd_->GetPrefix(keys_.spare_requests());
   Result<etcd::RangeResponse> members = etcd_->GetPrefix(keys_.members());
   if (!requests.ok() || !members.ok()) return;
