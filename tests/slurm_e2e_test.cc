@@ -134,7 +134,9 @@ TEST_F(Slurm, AKilledNodeIsReplacedDrainedAndItsSpareReplenished) {
   const std::string out = dir_ / "job.out";
   auto job = slurm_->Sbatch(
       "--output=" + out + " " + Recipe("tenax.sbatch"),
-      Exports("job", "TENAX_LAUNCH_ARGS='--inject hang:rank=2:step=12,stop:rank=0:step=30:gen=1'"),
+      Exports("job",
+              "TENAX_DRAIN=1 TENAX_MIN_SPARES=1 "
+              "TENAX_LAUNCH_ARGS='--inject hang:rank=2:step=12,stop:rank=0:step=30:gen=1'"),
       dir_.path());
   ASSERT_TRUE(job.ok()) << job.status().message();
   const std::string held = "injected fault: hang at step 12 ";

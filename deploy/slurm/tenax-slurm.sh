@@ -13,8 +13,9 @@
 #                      (default: the allocation's node count minus TENAX_SPARES)
 #   TENAX_SPARES       spare nodes in the allocation when TENAX_NNODES is not given (default 1)
 #   TENAX_MIN_SPARES   keep this many spare nodes: when failures leave fewer, each missing one is
-#                      asked of Slurm as a tenax-spare.sbatch job (default: TENAX_SPARES; 0: never)
-#   TENAX_DRAIN        1 (default): drain the nodes tenax stops trusting; 0: leave them
+#                      asked of Slurm as a tenax-spare.sbatch job (default 0: never)
+#   TENAX_DRAIN        1: drain the nodes tenax stops trusting (needs Slurm operator rights);
+#                      0 (default): leave them
 #   TENAX_ETCD         host:port[,host:port...] of an existing etcd (then also TENAX_ETCD_CA,
 #                      TENAX_ETCD_CERT, TENAX_ETCD_KEY for TLS); default: the job starts its own
 #   TENAX_ETCD_MEMBERS members of the job's own etcd, on the allocation's first nodes (default: 3
@@ -47,7 +48,7 @@ tenax_settings() {
   command -v "$TENAX" >/dev/null || tenax_die "TENAX=$TENAX is not an executable; set TENAX to the tenax binary's path (on storage every node sees)"
   export TENAX_NPROC=${TENAX_NPROC:-${SLURM_GPUS_ON_NODE:-1}}
   export TENAX_ETCD_PORT=${TENAX_ETCD_PORT:-23790}
-  export TENAX_DRAIN=${TENAX_DRAIN:-1}
+  export TENAX_DRAIN=${TENAX_DRAIN:-0}
   export TENAX_STATE_ROOT=${TENAX_STATE_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}/tenax-slurm}
 }
 
