@@ -201,6 +201,12 @@ Result<int> NodeAgent::Run() {
         Result<rdzv::Plan> p = rdzv::Plan::FromJson((**plan).value);
         if (p.ok() && p->NodeRankOf(info_.id) == 0) WriteGoodput(true, stop->code);
       }
+      // Every agent's log ends with how the job ended (the other paths to the end say it too).
+      if (stop->code == 0) {
+        log::Info("launch: job {} finished on every node", a_.job_id);
+      } else {
+        log::Info("launch: job {} stopped (exit code {}): {}", a_.job_id, stop->code, stop->reason);
+      }
       return stop->code;
     }
     TENAX_ASSIGN_OR_RETURN(const int64_t g, CurrentGeneration());
