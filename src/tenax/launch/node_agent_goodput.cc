@@ -26,12 +26,7 @@ void NodeAgent::WriteGoodput(bool ended, int code) {
   // Nodes that kept failing (RepeatOffenders): spares of last resort since.
   report["quarantined_nodes"] = nlohmann::json::array();
   if (Result<etcd::RangeResponse> q = etcd_->GetPrefix(keys_.quarantined()); q.ok()) {
-    for (const etcd::KeyValue& kv : q->kvs) {
-      nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
-      if (!j.is_object()) continue;
-      j["agent"] = kv.key.substr(keys_.quarantined().size());
-      report["quarantined_nodes"].push_back(j);
-    }
+    report["quarantined_nodes"] = RecordsUnder(*q, keys_.quarantined(), "agent");
   }
   Status st = LocalFs().WriteFileAtomic(job_.goodput_path, report.dump(2) + "\n");
   if (!st.ok()) log::Warn("launch: could not write {}: {}", job_.goodput_path, st.message());

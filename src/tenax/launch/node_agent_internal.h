@@ -62,6 +62,21 @@ inline std::set<std::string> IdsUnder(const etcd::RangeResponse& r, const std::s
   return ids;
 }
 
+// The JSON-object records of `r` (keys under `prefix`), each with its key's last component added
+// as `id_field` (drained/, spare_requests/, quarantined/ for goodput.json); unreadable ones left
+// out.
+inline nlohmann::json RecordsUnder(const etcd::RangeResponse& r, const std::string& prefix,
+                                   const std::string& id_field) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const etcd::KeyValue& kv : r.kvs) {
+    nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
+    if (!j.is_object()) continue;
+    j[id_field] = kv.key.substr(prefix.size());
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 // The readable agents/<id> records of `r`, by agent id.
 inline std::map<std::string, rdzv::AgentInfo> AgentRecords(const etcd::RangeResponse& r) {
   std::map<std::string, rdzv::AgentInfo> agents;

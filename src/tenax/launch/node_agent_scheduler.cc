@@ -85,19 +85,13 @@ nlohmann::json NodeAgent::SchedulerRecords() {
   Result<etcd::RangeResponse> requests = etcd_->GetPrefix(keys_.spare_requests());
   Result<etcd::RangeResponse> members = etcd_->GetPrefix(keys_.members());
   if (!drained.ok() || !requests.ok() || !members.ok()) return out;
-  for (const etcd::KeyValue& kv : drained->kvs) {
-    const nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
-    if (j.is_object()) out["drained"].push_back(j);
-  }
+  out["drained"] = RecordsUnder(*drained, keys_.drains(), "agent");
+  out["spare_requests"] = RecordsUnder(*requests, keys_.spare_requests(), "request");
   const std::map<std::string, rdzv::AgentInfo> who = AgentRecords(*members);
-  for (const etcd::KeyValue& kv : requests->kvs) {
-    nlohmann::json j = nlohmann::json::parse(kv.value, nullptr, false);
-    if (!j.is_object()) continue;
-    j["request"] = kv.key.substr(keys_.spare_requests().size());
+  for (nlohmann::json& j : out["spare_requests"]) {
     for (const auto& [id, m] : who) {
       if (m.spare_request == j["request"]) j["joined_agent"] = id;
     }
-    out["spare_requests"].push_back(j);
   }
   return out;
 }
