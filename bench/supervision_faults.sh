@@ -9,7 +9,11 @@
 #                after training starts one random rank is aborted, segfaulted or killed; counts
 #                the runs that finish with exit 0, no restart, and that rank's live recovery
 #                recorded (healed, or the run ended before its replacement could join).
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|all] [N]   (default: all 50)
+#   heal:        N live runs where a random rank crashes at a random step and its first
+#                replacement fails while healing (--inject heal-fail, at a random point, killed
+#                or stopped); counts the runs that finish with exit 0, no restart, the first
+#                replacement discarded and the second one healed.
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|heal|all] [N]   (default: all 50)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
 set -uo pipefail
@@ -127,12 +131,36 @@ live() {
   [ "$ok" -eq "$runs" ]
 }
 
+heal() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local rank=$((RANDOM % 4)) step=$((5 + RANDOM % 30)) at how name="heal$i"
+    case $((RANDOM % 2)) in 0) at=form ;; 1) at=transfer ;; esac
+    case $((RANDOM % 2)) in 0) how=kill ;; 1) how=stop ;; esac
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 4 --hang-timeout 4 \
+      --inject "crash:rank=$rank:step=$step,heal-fail:rank=$rank:at=$at:how=$how" -- \
+      $(train "$name") --set training.steps=400 --set parallelism.data_parallel_replicate=4 \
+      --set parallelism.data_parallel_shard=1 --set resilience.mode=live \
+      > "$work/$name.log" 2>&1
+    local code=$? got
+    got=$(json "$work/$name/goodput.json" "'%d %d %s %s' % (len(j['generations']), len(j['live_recoveries']), j['live_recoveries'][0].get('outcome', 'open').startswith('discarded while healing'), j['live_recoveries'][-1]['healed_at_s'] >= 0)")
+    if [ "$code" = 0 ] && [ "$got" = "1 2 True True" ]; then ok=$((ok + 1)); verdict=ok; else
+      verdict="WRONG (exit $code; generations, recoveries, first discarded, second healed: $got)"; fi
+    echo "heal run $i: rank $rank at step $step, replacement fails at=$at how=$how -> $verdict"
+    rm -rf "${work:?}/$name"
+  done
+  echo "heal: $ok of $runs discarded the failed replacement, healed the next and never restarted"
+  [ "$ok" -eq "$runs" ]
+}
+
 status=0
 case "$what" in
   attribution) attribution || status=1 ;;
   orphans) orphans || status=1 ;;
   live) live || status=1 ;;
-  all) attribution || status=1; orphans || status=1; live || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|all] [N]" >&2; exit 2 ;;
+  heal) heal || status=1 ;;
+  all) attribution || status=1; orphans || status=1; live || status=1; heal || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|live|heal|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

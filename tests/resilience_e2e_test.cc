@@ -346,6 +346,12 @@ TEST_F(ResilienceE2E, StatusFileLivePageAndMetricsDuringARun) {
   });
   const nlohmann::json first = seen;
   const std::string metrics1 = HttpGet(port, "/metrics");
+  // What the checkpoint folder held just after the scrape, for a failure's message.
+  std::string listing;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(*dir_ / "monitored/checkpoints", ec)) {
+    listing += e.path().filename().string() + " ";
+  }
   const std::string page = HttpGet(port, "/");
   const bool second_seen = first_seen && wait([&](const nlohmann::json& j) {
                              return j["step"].get<int64_t>() >= first["step"].get<int64_t>() + 3 &&
@@ -385,7 +391,9 @@ TEST_F(ResilienceE2E, StatusFileLivePageAndMetricsDuringARun) {
         "tenax_tokens_per_second", "tenax_model_flops_per_second", "tenax_memory_peak_bytes",
         "tenax_seconds_since_last_checkpoint", "tenax_last_checkpoint_step",
         "tenax_effective_training_ratio"}) {
-    EXPECT_FALSE(std::isnan(PromValue(a, name))) << name << "\n" << metrics1;
+    EXPECT_FALSE(std::isnan(PromValue(a, name)))
+        << name << "\n"
+        << metrics1 << "\nstatus file: " << first.dump(2) << "\ncheckpoints: " << listing;
   }
   EXPECT_FALSE(std::isnan(PromValue(a, "tenax_goodput_seconds", {{"bucket", "productive"}})));
   EXPECT_GE(PromValue(a, "tenax_last_checkpoint_step"), 10);
@@ -671,6 +679,52 @@ TEST_F(LiveRecoveryE2E, AHungRankIsKilledAloneAndReplaced) {
   ExpectHealed(report, 1, 7, "hang");
   EXPECT_NE(out.find("killing rank 1 only"), std::string::npos) << out;
   EXPECT_NE(out.find("live epoch 1 formed by ranks 0,2,3"), std::string::npos) << out;
+}
+
+// A replacement lost while it heals (killed before it connects to the group that takes it in,
+// killed inside the state transfer, or stopped there so that the hang check kills it) is
+// discarded: its record says so, the others train on without it, and the next replacement heals.
+// The first await-join holds the group until the first replacement is announced, the second
+// until the next one is.
+TEST_F(LiveRecoveryE2E, AReplacementLostWhileHealingIsDiscardedAndTheNextOneHeals) {
+  struct Case {
+    std::string name, heal_fail, flags, second_kind;
+  };
+  for (const Case& c : {Case{"heal-form", "at=form", "", "crash"},
+                        Case{"heal-transfer", "at=transfer", "", "crash"},
+                        Case{"heal-stop", "at=transfer:how=stop", "--hang-timeout 4", "hang"}}) {
+    SCOPED_TRACE(c.name);
+    std::string out;
+    const nlohmann::json report = Live(c.name,
+                                       "crash:rank=2:step=6,heal-fail:rank=2:" + c.heal_fail +
+                                           ",await-join:rank=0:step=9,await-join:rank=0:step=12",
+                                       &out, c.flags);
+    EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+    EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+    ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2) << out;
+    const auto& lost = report["live_recoveries"][0];
+    const auto& healed = report["live_recoveries"][1];
+    EXPECT_EQ(lost["rank"], 2);
+    EXPECT_EQ(lost["step"], 5);
+    EXPECT_EQ(lost["healed_at_s"], -1);
+    EXPECT_NE(lost["outcome"].get<std::string>().find(
+                  c.second_kind == "hang" ? "discarded while healing: it was killed for a hang"
+                                          : "discarded while healing: it was killed by signal 9"),
+              std::string::npos)
+        << lost.dump(2);
+    EXPECT_GE(lost["steps_short_handed"].get<int64_t>(), 1);
+    EXPECT_EQ(healed["rank"], 2);
+    EXPECT_EQ(healed["kind"], c.second_kind) << healed.dump(2);
+    EXPECT_EQ(healed["epoch"], 3);  // 1: without rank 2, 2: its first replacement, 3: without
+    EXPECT_EQ(healed["members"].size(), 3u);
+    EXPECT_EQ(healed["joined_epoch"], 4);
+    EXPECT_GT(healed["healed_bytes"].get<int64_t>(), 100000);
+    EXPECT_EQ(healed["step"].get<int64_t>(),
+              lost["step"].get<int64_t>() + lost["steps_short_handed"].get<int64_t>());
+    EXPECT_NE(out.find("the replacement for rank 2 is discarded while healing"), std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
+  }
 }
 
 // A checkpoint written while a rank was missing (three files' worth of the group that wrote it)

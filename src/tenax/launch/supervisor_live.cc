@@ -67,12 +67,36 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     log::Error("launch: {}; no replacement for rank(s) {}", *no, fmt::join(dead, ","));
     return false;
   }
-  // Replacements that were still on their way in and are among the dead are given up.
+  // The step the members hold now: what a replacement that dies before healing had not caught
+  // up with (it holds no step of its own).
+  int64_t group_step = -1;
+  for (int r : members) {
+    const std::optional<protocol::Beat> b = protocol::ReadHeartbeat(hb_dir_, r);
+    if (b && b->generation == gen) group_step = std::max(group_step, b->step);
+  }
+  // Replacements that were still on their way in and are among the dead are given up: their
+  // records say so (the short-handed steps so far are theirs), a new one follows.
+  std::vector<int> unhealed;
   auto& pending = g_.replacements;
+  for (Generation::Replacement& r : pending) {
+    const int rank = Rank(r.local);
+    if (r.healed || std::find(dead.begin(), dead.end(), rank) == dead.end()) continue;
+    unhealed.push_back(rank);
+    const auto hung = g_.hung.find(rank);
+    const std::string reason = hung != g_.hung.end()
+                                   ? "it was killed for a hang (" + hung->second.cause + ")"
+                                   : "it " + how[rank];
+    r.entry["outcome"] = "discarded while healing: " + reason;
+    r.entry["discarded_at_s"] = Elapsed();
+    r.entry["steps_short_handed"] =
+        std::max<int64_t>(0, group_step - r.entry["step"].get<int64_t>());
+    goodput_.AddLiveRecovery(r.entry, r.record);
+    log::Warn("launch: the replacement for rank {} is discarded while healing: {}", rank, reason);
+  }
   pending.erase(std::remove_if(pending.begin(), pending.end(),
                                [&](const Generation::Replacement& r) {
-                                 return !r.healed && std::find(dead.begin(), dead.end(),
-                                                               Rank(r.local)) != dead.end();
+                                 return !r.healed && std::find(unhealed.begin(), unhealed.end(),
+                                                               Rank(r.local)) != unhealed.end();
                                }),
                 pending.end());
   if (members != g_.live_members) LivePublish(gen, members, {});
@@ -80,7 +104,8 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     const int local = Local(rank);
     // The step it had finished: its last beat, read now (the loop's copy may be older).
     const std::optional<protocol::Beat> last = protocol::ReadHeartbeat(hb_dir_, rank);
-    const int64_t step = last && last->generation == gen ? last->step : g_.beats[local].step;
+    int64_t step = last && last->generation == gen ? last->step : g_.beats[local].step;
+    if (std::find(unhealed.begin(), unhealed.end(), rank) != unhealed.end()) step = group_step;
     // Killed by the launcher for a hang (LiveKillHung): the hang is the failure, not the kill.
     Verdict why = v;
     if (auto h = g_.hung.find(rank); h != g_.hung.end()) {

@@ -1,11 +1,13 @@
 #include "tenax/parallel/live_group.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "tenax/core/check.h"
@@ -39,6 +41,7 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
   const int rank = static_cast<int>(me - m.members.begin());
   const std::string path =
       fmt::format("{}/{}-epoch-{}", options_.store_dir, options_.name, m.epoch);
+  TENAX_RETURN_IF_ERROR(AwaitCheckIns(m, path));
   GroupOptions o = options_.group;
   // One member alone still gets a real group: the code path stays the same.
   o.c10d_for_one_rank = true;
@@ -46,6 +49,38 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
                          ConnectFileStoreGroup(path, rank, static_cast<int>(m.members.size()), o));
   membership_ = m;
   return Status::Ok();
+}
+
+Status LiveGroup::AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path) {
+  auto in = [&](int slot) { return fmt::format("{}.in-{}", path, slot); };
+  {
+    std::ofstream mark(in(options_.slot));
+    if (!mark) return IoError("cannot write " + in(options_.slot));
+  }
+  const auto t0 = Clock::now();
+  auto pause = std::chrono::milliseconds(1);
+  while (true) {
+    bool all = true;
+    std::error_code ec;
+    for (int slot : m.members) all = all && std::filesystem::exists(in(slot), ec);
+    if (all) return Status::Ok();
+    Result<std::optional<protocol::LiveMembership>> now =
+        protocol::ReadLiveMembership(options_.store_dir);
+    if (!now.ok()) return now.status();
+    if (*now && (*now)->generation == m.generation && (*now)->epoch > m.epoch) {
+      return PeerLost(fmt::format(
+          "live epoch {} was superseded by epoch {} before all of its members ({}) checked in",
+          m.epoch, (*now)->epoch, fmt::join(m.members, ",")));
+    }
+    if (Since(t0) * 1000 > static_cast<double>(options_.group.timeout.count())) {
+      return PeerLost(fmt::format("live epoch {}: not every member of {} checked in within {}s",
+                                  m.epoch, fmt::join(m.members, ","),
+                                  options_.group.timeout.count() / 1000));
+    }
+    if (options_.on_wait) options_.on_wait();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
 }
 
 void LiveGroup::Leave() { comm_.reset(); }
@@ -187,10 +222,14 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
   // Everyone takes part in the broadcasts (collectives); members already at the step receive the
   // bytes they hold.
   uint32_t crc = 0;
-  for (const at::Tensor& t : state) {
+  const bool receiving = std::find(report.receivers.begin(), report.receivers.end(),
+                                   options_.slot) != report.receivers.end();
+  for (size_t i = 0; i < state.size(); ++i) {
+    const at::Tensor& t = state[i];
     TENAX_CHECK_MSG(t.is_contiguous() && t.device().is_cpu(), "LiveGroup::Sync: CPU tensors");
     at::Tensor x = t;
     c.Broadcast(x, source);
+    if (receiving && options_.on_received) options_.on_received(i);
     crc = Crc32(x.data_ptr(), x.nbytes(), crc);
     report.bytes += static_cast<int64_t>(x.nbytes());
   }

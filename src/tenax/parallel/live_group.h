@@ -4,6 +4,9 @@
 //               (protocol/live_membership.h); each epoch's group forms through a store file of
 //               its own (<store_dir>/epoch-E), so it never depends on a member's process (the
 //               job's TCP store lives in rank 0) and a rank of an older epoch cannot join it.
+//               Before connecting, every member checks in (a file beside the store) and waits
+//               for the others; a newer epoch in the record meanwhile (one of them died on its
+//               way in) ends the wait at once, instead of the group's connect timeout.
 //   Failure     a collective that throws (a member died or was killed) makes the member Leave():
 //               dropping the group closes its connections, so the members still blocked on it
 //               fail too instead of waiting for the timeout; then it forms the next epoch.
@@ -24,6 +27,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +55,11 @@ class LiveGroup {
     int slot = 0;               // this process's nominal data-parallel rank
     int world = 1;              // the nominal data-parallel world (slots 0 .. world - 1)
     GroupOptions group;         // backend and the forming / per-collective timeout
+    // Runs between polls while Form waits for the other members (a rank refreshes its
+    // heartbeat there, so waiting is not a hang).
+    std::function<void()> on_wait;
+    // Runs on a member receiving state in Sync, after its i-th tensor arrived (fault injection).
+    std::function<void(size_t i)> on_received;
   };
   explicit LiveGroup(Options options);
   ~LiveGroup();
@@ -58,6 +67,8 @@ class LiveGroup {
   LiveGroup& operator=(const LiveGroup&) = delete;
 
   // Forms the group of `m` (this slot must be a member): blocks until every member formed it.
+  // PeerLost when the record moves past `m` (same generation, newer epoch) before every member
+  // checked in: the launcher dropped one of them, its next epoch decides.
   Status Form(const protocol::LiveMembership& m);
   // Drops the group after a failed collective (or before a newer epoch): closes its connections.
   void Leave();
@@ -88,6 +99,9 @@ class LiveGroup {
   Result<LiveSyncReport> Sync(const std::vector<at::Tensor>& state, int64_t step, bool has_state);
 
  private:
+  // Form's first half: marks this member in (<path>.in-<slot>) and waits for every member's mark.
+  Status AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path);
+
   const Options options_;
   protocol::LiveMembership membership_;
   std::unique_ptr<Communicator> comm_;  // null: not formed

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -232,6 +233,73 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
       EXPECT_EQ(r["epochs"], nlohmann::json::array({0, 1, 2}));
     }
   }
+}
+
+// A member that dies on its way into an epoch (before it connects): the others wait at the
+// check-in, not in the group's connect, and the launcher's next epoch without it ends the wait at
+// once; they form that one. With nobody deciding, the wait ends at the group's timeout.
+TEST(LiveGroup, AnEpochWhoseMemberNeverArrivesIsLeftForTheNextOne) {
+  tenax::testing::TempDir dir;
+  LiveMembership e1;
+  e1.epoch = 1;
+  e1.world = 3;
+  e1.members = {0, 1, 2};
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
+  LiveMembership e2 = e1;
+  e2.epoch = 2;
+  e2.members = {0, 1};
+  // One element per thread: slots 0 and 1.
+  std::array<std::string, 2> first;
+  std::array<double, 2> sums{};
+  std::array<int, 2> waits{};
+  auto member = [&](int slot) {
+    LiveGroup::Options o;
+    o.store_dir = dir.path();
+    o.slot = slot;
+    o.world = 3;
+    o.group.timeout = std::chrono::seconds(60);
+    o.on_wait = [&waits, slot] { ++waits[slot]; };
+    LiveGroup g(o);
+    const Status st = g.Form(e1);
+    first[slot] = st.ok() ? "formed" : st.message();
+    if (st.ok() || st.code() != StatusCode::kPeerLost) return;
+    if (!g.Form(e2).ok()) return;
+    at::Tensor x = at::full({3}, static_cast<double>(slot + 1), at::kDouble);
+    g.comm().AllReduceSum(x);
+    sums[slot] = x[0].item<double>();
+  };
+  std::thread a(member, 0), b(member, 1);
+  // Both are waiting (their on_wait ran) before slot 2's death is decided.
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (std::filesystem::exists(dir / "live-epoch-1.in-0") &&
+        std::filesystem::exists(dir / "live-epoch-1.in-1"))
+      break;
+  }
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e2).ok());
+  a.join();
+  b.join();
+  for (int slot : {0, 1}) {
+    EXPECT_NE(first[slot].find("live epoch 1 was superseded by epoch 2"), std::string::npos)
+        << first[slot];
+    EXPECT_EQ(sums[slot], 3.0) << "slot " << slot;  // 1 + 2: the group of epoch 2
+    EXPECT_GT(waits[slot], 0);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "live-epoch-1.in-2"));
+
+  LiveGroup::Options o;
+  o.store_dir = dir.path();
+  o.slot = 0;
+  o.world = 3;
+  o.group.timeout = std::chrono::milliseconds(100);
+  LiveGroup alone(o);
+  LiveMembership e3 = e2;
+  e3.epoch = 3;
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e3).ok());
+  const Status st = alone.Form(e3);
+  EXPECT_EQ(st.code(), StatusCode::kPeerLost) << st.message();
+  EXPECT_NE(st.message().find("not every member of 0,1 checked in within"), std::string::npos)
+      << st.message();
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ const char* kGrammar =
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
     "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N], await-join:rank=R:step=S, "
+    "heal-fail:rank=R[:at=form|transfer][:how=kill|stop], "
     "sdc:rank=R:step=S[:where=grad|activation|weight]; "
     "each may end in :gen=G or "
     ":gen=all; or poisson:crash=RATE:hang=RATE:nan=RATE[:seed=S] (RATE: N/h, N/min or N/s)";
@@ -45,6 +46,7 @@ constexpr std::pair<FaultKind, const char*> kFaultKinds[] = {
     {FaultKind::kExitCrash, "exit-crash"},
     {FaultKind::kAwaitJoin, "await-join"},
     {FaultKind::kSdc, "sdc"},
+    {FaultKind::kHealFail, "heal-fail"},
     {FaultKind::kPoisson, "poisson"},
 };
 
@@ -148,6 +150,12 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       const bool real = !value.empty() && *end == '\0' && std::isfinite(x);
       if (key == "how" && (value == "kill" || value == "exit") && f.kind == FaultKind::kCrash) {
         f.kill = value == "kill";
+      } else if (key == "how" && (value == "kill" || value == "stop") &&
+                 f.kind == FaultKind::kHealFail) {
+        f.stop = value == "stop";
+      } else if (key == "at" && (value == "form" || value == "transfer") &&
+                 f.kind == FaultKind::kHealFail) {
+        f.heal_at = value == "form" ? HealPoint::kForm : HealPoint::kTransfer;
       } else if (key == "rank" && numeric) {
         f.rank = static_cast<int>(n);
         have_rank = true;
@@ -177,7 +185,8 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
         return InvalidArgument("--inject " + item + ": bad field '" + part +
                                "' (rank=R, step=S >= 1, time=T > 0 (crash), factor=F >= 1 and "
                                "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
-                               "where=grad|activation|weight (sdc), gen=G or gen=all)");
+                               "where=grad|activation|weight (sdc), at=form|transfer and "
+                               "how=kill|stop (heal-fail), gen=G or gen=all)");
       }
     }
     const bool rank_optional = f.kind == FaultKind::kCkptFail || f.kind == FaultKind::kCkptCorrupt;
@@ -192,12 +201,15 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       return InvalidArgument("--inject " + item +
                              ": a crash needs rank=R and step=S or time=T (one of them)");
     } else if (f.kind == FaultKind::kPushLoss || f.kind == FaultKind::kExitHang ||
-               f.kind == FaultKind::kExitCrash) {
+               f.kind == FaultKind::kExitCrash || f.kind == FaultKind::kHealFail) {
       if (have_step) {
         return InvalidArgument(
             "--inject " + item +
             (f.kind == FaultKind::kPushLoss
                  ? ": a push-loss has no step (it drops every push of its node in its generation)"
+             : f.kind == FaultKind::kHealFail
+                 ? ": a heal-fail has no step (it strikes the rank's first replacement as it "
+                   "heals, whenever that is)"
                  : ": an " + std::string(FaultKindName(f.kind)) +
                        " has no step (it strikes once the rank's work is done)"));
       }
@@ -269,6 +281,27 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
       return InvalidArgument("--inject " + f.text +
                              ": await-join waits for a replacement to join a live group; it "
                              "needs resilience.mode = \"live\"");
+    }
+    if (f.kind == FaultKind::kHealFail) {
+      if (!job.live) {
+        return InvalidArgument("--inject " + f.text +
+                               ": heal-fail strikes a replacement healing from a live rank; it "
+                               "needs resilience.mode = \"live\"");
+      }
+      bool replaced = false;
+      for (const Fault& g : faults) {
+        const bool kills =
+            g.kind == FaultKind::kCrash || g.kind == FaultKind::kHang || g.kind == FaultKind::kStop;
+        replaced =
+            replaced || (kills && g.rank == f.rank &&
+                         (g.generation == f.generation || g.generation == Fault::kEveryGeneration));
+      }
+      if (!replaced) {
+        return InvalidArgument(fmt::format(
+            "--inject {}: rank {} is never replaced, so the fault could never fire; add a crash, "
+            "hang or stop of rank {} (e.g. crash:rank={}:step=5)",
+            f.text, f.rank, f.rank, f.rank));
+      }
     }
     if (f.kind == FaultKind::kPushLoss && job.nnodes < 2) {
       return InvalidArgument(fmt::format(
@@ -475,6 +508,25 @@ bool FaultInjector::AwaitJoinDue(int64_t step) {
     }
   }
   return false;
+}
+
+void FaultInjector::DuringHeal(HealPoint at) {
+  if (!ctx_.live_join) return;
+  for (const Fault& f : faults_) {
+    if (f.kind != FaultKind::kHealFail || f.heal_at != at) continue;
+    // Once per generation: the replacement started after this one heals.
+    bool fired = false;
+    for (const FiredFault& x : ReadFiredFaults(ctx_.heartbeat_dir)) {
+      fired = fired || (x.index == f.index && x.generation == ctx_.generation);
+    }
+    if (fired) continue;
+    const std::string where =
+        at == HealPoint::kForm ? "before connecting to the group" : "inside the state transfer";
+    if (!f.stop) Crash(f, -1, "while healing, " + where);
+    Record(f, -1);
+    Say(rank_, "SIGSTOP while healing, " + where);
+    ::raise(SIGSTOP);
+  }
 }
 
 std::optional<SdcSite> FaultInjector::SdcAt(int64_t step) {

@@ -34,6 +34,14 @@
 //                                                  start of step S until every rank is back in
 //                                                  the group (a replacement announced), so a
 //                                                  short test run sees it join
+//         | heal-fail:rank=R[:at=form|transfer][:how=kill|stop][:gen=G]
+//                                                  resilience.mode = "live": the first
+//                                                  replacement of rank R dies (kill: SIGKILL) or
+//                                                  stops itself (stop: SIGSTOP) while it heals:
+//                                                  before it connects to the group that takes it
+//                                                  in (form), or once the first tensor of the
+//                                                  state has reached it (transfer, the default);
+//                                                  the replacement started after it heals
 //         | sdc:rank=R:step=S[:where=grad|activation|weight][:gen=G]
 //                                                  silent data corruption: from step S on,
 //                                                  rank R's device miscomputes one bit, like a
@@ -85,8 +93,13 @@ enum class FaultKind {
   kExitCrash,
   kAwaitJoin,
   kSdc,
+  kHealFail,
   kPoisson,
 };
+
+// Where a `heal-fail` fault strikes a replacement: before it connects to the group that takes it
+// in, or inside the state transfer (after its first tensor arrived).
+enum class HealPoint { kForm, kTransfer };
 
 // Where an `sdc` fault corrupts the rank's computation.
 enum class SdcSite { kGrad, kActivation, kWeight };
@@ -111,7 +124,9 @@ struct Fault {
   };
   Rates rates;
   uint64_t seed = 1;
-  SdcSite site = SdcSite::kGrad;  // sdc
+  SdcSite site = SdcSite::kGrad;             // sdc
+  HealPoint heal_at = HealPoint::kTransfer;  // heal-fail
+  bool stop = false;                         // heal-fail: SIGSTOP (how=stop) instead of SIGKILL
   static constexpr int kEveryGeneration = -1;
 };
 
@@ -182,6 +197,10 @@ class FaultInjector {
   // `sdc`: where this rank's computation is corrupted at `step` (from the fault's step on;
   // recorded as fired the first time), or none.
   std::optional<SdcSite> SdcAt(int64_t step);
+  // `heal-fail` at `at`, in a replacement process (RankContext::live_join) whose fault has not
+  // fired in an earlier replacement of this generation (the fired-faults file says): SIGKILL, or
+  // SIGSTOP.
+  void DuringHeal(HealPoint at);
   double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by
   // Checkpoint faults: `ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank
   // (kWritten); `ckpt-corrupt` flips a byte of the largest file in `step_dir` (kCommitted).

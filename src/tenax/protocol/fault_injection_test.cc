@@ -3,6 +3,9 @@
 #include "tenax/protocol/fault_injection.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -116,6 +119,35 @@ TEST(FaultInjectionTest, RefusesFaultsThatCouldNeverFire) {
   EXPECT_TRUE(ValidateFaults(*ParseFaults("push-loss:rank=3"), {4, 12, 0, 2}).ok());
 }
 
+// heal-fail: where and how a replacement fails as it heals; refused unless the job is live and
+// something replaces that rank first.
+TEST(FaultInjectionTest, HealFailNeedsALiveJobAndAReplacementOfItsRank) {
+  auto f = ParseFaults("heal-fail:rank=2,heal-fail:rank=1:at=form:how=stop:gen=1");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ((*f)[0].kind, FaultKind::kHealFail);
+  EXPECT_EQ((*f)[0].heal_at, HealPoint::kTransfer);  // the defaults
+  EXPECT_FALSE((*f)[0].stop);
+  EXPECT_EQ((*f)[1].heal_at, HealPoint::kForm);
+  EXPECT_TRUE((*f)[1].stop);
+  EXPECT_EQ((*f)[1].generation, 1);
+  for (const std::string bad : {"heal-fail:rank=1:step=3", "heal-fail:rank=1:at=sync",
+                                "heal-fail:rank=1:how=exit", "heal-fail:at=form"}) {
+    EXPECT_FALSE(ParseFaults(bad).ok()) << bad;
+  }
+  JobShape live{4, 16, 0};
+  live.live = true;
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("crash:rank=2:step=6,heal-fail:rank=2"), live).ok());
+  EXPECT_TRUE(
+      ValidateFaults(*ParseFaults("stop:rank=2:step=6,heal-fail:rank=2:how=stop"), live).ok());
+  Status st = ValidateFaults(*ParseFaults("crash:rank=1:step=6,heal-fail:rank=2"), live);
+  EXPECT_NE(st.message().find("rank 2 is never replaced"), std::string::npos) << st.message();
+  st = ValidateFaults(*ParseFaults("crash:rank=2:step=6,heal-fail:rank=2:gen=1"), live);
+  EXPECT_NE(st.message().find("never replaced"), std::string::npos) << st.message();
+  st = ValidateFaults(*ParseFaults("crash:rank=2:step=6,heal-fail:rank=2"), {4, 16, 0});
+  EXPECT_NE(st.message().find("needs resilience.mode = \"live\""), std::string::npos)
+      << st.message();
+}
+
 TEST(FaultInjectionTest, UnfiredFaultsAreTheOnesWithoutARecordInTheirGeneration) {
   auto faults =
       *ParseFaults("crash:rank=1:step=3,spike:rank=0:step=4:gen=all,nan:rank=0:step=5:gen=1");
@@ -201,6 +233,38 @@ TEST(FaultInjectorTest, KeepsOnlyThisRanksFaultsOfThisGenerationAndRecordsWhatFi
   auto gen1 = FaultInjector::Create(Context(dir, spec, 1), 1, nullptr);
   ASSERT_TRUE((*gen1)->PoisonLoss(4));
   EXPECT_EQ(UnfiredFaults(*ParseFaults(spec), ReadFiredFaults(dir.path())).size(), 1u);  // slow
+}
+
+// heal-fail strikes a replacement (live_join) only, at its point, and only the first one: a
+// second replacement of the same generation finds the first one's record and heals.
+TEST(FaultInjectorTest, HealFailKillsTheFirstReplacementOnly) {
+  TempDir dir;
+  const std::string spec = "crash:rank=2:step=6,heal-fail:rank=2";
+  RankContext original = Context(dir, spec);
+  auto f = FaultInjector::Create(original, 2, nullptr);
+  ASSERT_TRUE(f.ok() && *f);
+  (*f)->DuringHeal(HealPoint::kTransfer);  // not a replacement: nothing
+  RankContext replacement = Context(dir, spec);
+  replacement.live_join = true;
+  auto r = FaultInjector::Create(replacement, 2, nullptr);
+  ASSERT_TRUE(r.ok() && *r);
+  (*r)->DuringHeal(HealPoint::kForm);  // another point: nothing
+  EXPECT_TRUE(ReadFiredFaults(dir.path()).empty());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    (*r)->DuringHeal(HealPoint::kTransfer);
+    std::_Exit(0);  // not reached when the fault fires
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  const std::vector<FiredFault> fired = ReadFiredFaults(dir.path());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].index, 1);
+  auto second = FaultInjector::Create(replacement, 2, nullptr);
+  (*second)->DuringHeal(HealPoint::kTransfer);  // the next replacement heals
+  EXPECT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
 }
 
 // A defective device: from the fault's step on, every step (recorded as fired once).

@@ -272,7 +272,10 @@ std::string LiveRecoveryTable(const nlohmann::json& s) {
               healed >= 0) +
            Td(healed >= 0 ? std::to_string(x.value("healed_from", -1)) : "-", true) +
            Td(healed >= 0 ? std::to_string(x.value("healed_bytes", int64_t{0})) : "-", true) +
-           Td(healed >= 0 ? std::to_string(x.value("steps_short_handed", int64_t{0})) : "-", true) +
+           Td(x.contains("steps_short_handed")
+                  ? std::to_string(x.value("steps_short_handed", int64_t{0}))
+                  : "-",
+              true) +
            "</tr>\n";
   }
   return out + "</table>\n";

@@ -60,6 +60,12 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   o.slot = env_.rank;
   o.world = env_.world;
   o.group = go;
+  o.on_wait = [this] {
+    if (beats_) beats_->Refresh();  // waiting for the others is not a hang
+  };
+  o.on_received = [this](size_t i) {
+    if (faults_ && i == 0) faults_->DuringHeal(protocol::HealPoint::kTransfer);
+  };
   live_ = std::make_unique<parallel::LiveGroup>(o);
   if (config_.checkpoint.memory_replicas && env_.rank == 0) {
     log::Info(
@@ -249,6 +255,7 @@ Status Trainer::LiveJoin() {
                          WaitForLiveRecord(-1, [this](const protocol::LiveMembership& r) {
                            return r.Joining(env_.rank);
                          }));
+  if (faults_) faults_->DuringHeal(protocol::HealPoint::kForm);
   TENAX_RETURN_IF_ERROR(LiveSync(m, /*has_state=*/false));
   progress_.batch = batch_;
   TENAX_RETURN_IF_ERROR(checkpointer_->Start(progress_.step));
