@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -93,33 +94,30 @@ class MultiNode : public ::testing::Test {
   }
 
   // The node agent of `host` for job `job`, in the background.
-  // `dump`: the host's job.dump_folder (default: the folder every host shares).
+  // `dump`: the host's job.dump_folder (default: the folder every host shares); `env`: more of
+  // the agent's environment (NAME=VALUE); `train_flags`: appended to the training command.
   static std::unique_ptr<Background> Agent(int host, const etcd::testing::TestingEtcd& etcd,
                                            const std::string& job, const std::string& flags,
-                                           int lease_s = 3, std::string dump = "") {
+                                           int lease_s = 3, std::string dump = "",
+                                           const std::vector<std::string>& env = {},
+                                           const std::string& train_flags = "") {
     if (dump.empty()) dump = dir_->path();
-    std::vector<std::string> argv = {"ip",
-                                     "netns",
-                                     "exec",
-                                     net_->name(host),
-                                     "env",
-                                     "GLOO_SOCKET_IFNAME=" + net_->interface(host),
-                                     TenaxBinary(),
-                                     "launch",
-                                     "--nproc-per-node",
-                                     "2",
-                                     "--rdzv",
-                                     etcd.url(),
-                                     "--job-id",
-                                     job,
-                                     "--rdzv-lease",
-                                     std::to_string(lease_s)};
+    std::vector<std::string> argv = {"ip",   "netns",
+                                     "exec", net_->name(host),
+                                     "env",  "GLOO_SOCKET_IFNAME=" + net_->interface(host)};
+    argv.insert(argv.end(), env.begin(), env.end());
+    for (const std::string& w :
+         {TenaxBinary(), std::string("launch"), std::string("--nproc-per-node"), std::string("2"),
+          std::string("--rdzv"), etcd.url(), std::string("--job-id"), job,
+          std::string("--rdzv-lease"), std::to_string(lease_s)}) {
+      argv.push_back(w);
+    }
     // --nnodes 2 unless the flags say otherwise.
     if (flags.find("--nnodes") == std::string::npos) {
       argv.push_back("--nnodes");
       argv.push_back("2");
     }
-    for (const std::string& w : Words(flags + " -- " + Train(dump, job))) {
+    for (const std::string& w : Words(flags + " -- " + Train(dump, job) + " " + train_flags)) {
       argv.push_back(w);
     }
     return std::make_unique<Background>(Background::Program{}, argv, dir_->path(),
@@ -257,6 +255,80 @@ void ExpectReferenceWeights(const std::string& job, const std::string& node0_dir
         << job << " shard " << shard << "\n"
         << AllOutput(agents);
   }
+}
+
+// Silent data corruption on a node, without shared storage: rank 2 (node 1's first) computes
+// wrong gradients from step 10 on, and resilience.sdc_check_interval = 5 checks every 5 steps
+// (and every checkpoint step). The check at step 10 names rank 2; one proven fault is enough:
+// the planner of generation 1 quarantines node 1 at once, drains it in the scheduler with the
+// reason (a stand-in scontrol records the call; tests/slurm_e2e_test.cc drains in a real Slurm),
+// and the spare takes node rank 1. The job ends with the reference's weights (the checks change
+// nothing, every commit was checked first), and node 0's goodput.json holds the detection,
+// which only node 1's folder recorded.
+TEST_F(MultiNode, ACorruptingNodeIsQuarantinedAtOnceAndDrained) {
+  const std::string& reference = Reference();
+  auto etcd = Etcd();
+  const std::string job = "corrupt";
+  auto folder = [&](int host) { return HostFolder(job, host); };
+  const std::string bin = *dir_ / "corrupt-bin";
+  const std::string calls = *dir_ / "corrupt-scontrol-calls";
+  std::filesystem::create_directories(bin);
+  WriteFile(bin + "/scontrol", "#!/bin/sh\necho \"$*\" >> " + calls + "\n");
+  std::filesystem::permissions(bin + "/scontrol", std::filesystem::perms::owner_all);
+  const char* path = std::getenv("PATH");
+  auto start = [&](int host) {
+    return Agent(host, *etcd, job, "--drain-bad-nodes --inject sdc:rank=2:step=10:where=grad", 3,
+                 folder(host),
+                 {"SLURMD_NODENAME=node" + std::to_string(host),
+                  "PATH=" + bin + ":" + (path ? path : "/usr/bin:/bin")},
+                 "--set resilience.sdc_check_interval=5");
+  };
+  std::vector<std::unique_ptr<Background>> agents(3);
+  agents[0] = start(0);
+  agents[1] = start(1);
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
+  agents[2] = start(2);  // the spare
+  const int node0 = HostOf(agents, plan.nodes[0]);
+  const int culprit = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(node0, 0) << AllOutput(agents);
+  ASSERT_GE(culprit, 0) << AllOutput(agents);
+  const int spare = 3 - node0 - culprit;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    EXPECT_EQ(agents[i]->Wait(300), 0) << "host " << i << "\n" << AllOutput(agents);
+  }
+  const launch::rdzv::Plan second = WaitPlan(*etcd, job, 1);
+  EXPECT_EQ(HostOf(agents, second.nodes[1]), spare) << AllOutput(agents);
+  EXPECT_EQ(second.NodeRankOf(plan.nodes[1]), -1) << "the culprit waits as a spare";
+  ExpectReferenceWeights(job, folder(node0), folder(spare), dir_->path(), reference, agents);
+
+  const auto report =
+      nlohmann::json::parse(ReadFile(folder(node0) + "/" + job + "/goodput.json"), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << AllOutput(agents);
+  ASSERT_GE(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "silent-corruption") << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["rank"], 2) << report.dump(2);
+  ASSERT_EQ(report["sdc"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["sdc"][0]["rank"], 2) << report.dump(2);
+  EXPECT_EQ(report["sdc"][0]["step"], 10) << report.dump(2);
+  EXPECT_EQ(report["sdc"][0]["generation"], 0) << report.dump(2);
+  EXPECT_FALSE(std::filesystem::exists(folder(node0) + "/" + job + "/sdc.json"))
+      << "node 0's own folder never held the record: it came through etcd";
+  ASSERT_EQ(report["quarantined_nodes"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["quarantined_nodes"][0]["agent"], plan.nodes[1]);
+  EXPECT_EQ(report["quarantined_nodes"][0]["failed_generations"], nlohmann::json({0}));
+  const std::string reason = report["quarantined_nodes"][0]["reason"];
+  EXPECT_NE(reason.find("rank 2 computed wrong results in generation 0 (silent data corruption"),
+            std::string::npos)
+      << reason;
+  // Drained once (by whichever agent planned generation 1), with tenax's reason.
+  const std::string drains = ReadFile(calls);
+  EXPECT_EQ(drains.rfind("update NodeName=node" + std::to_string(culprit) +
+                             " State=DRAIN Reason=tenax: job corrupt: quarantined: its rank 2 "
+                             "computed wrong results in generation 0",
+                         0),
+            0u)
+      << drains;
+  EXPECT_EQ(std::count(drains.begin(), drains.end(), '\n'), 1) << drains;
 }
 
 // Kill -9 a whole node (its agent and its ranks at once): the spare takes its node rank. The

@@ -6,7 +6,9 @@
 // Then one active node's processes (its agent, its ranks, its etcd member) are killed mid-run:
 // the job goes on with the spare and ends with the reference's final weights, bit for bit; the
 // dead node is drained in Slurm with tenax's reason; and a replacement spare job was submitted by
-// the agents, ran on the one node left, and joined the job as a spare node.
+// the agents, ran on the one node left, and joined the job as a spare node. Last, on the nodes
+// left, a job whose rank computes wrong results (silent data corruption): its node is drained
+// at once with tenax's reason and the job ends on the spare with the reference's weights.
 // Needs root and the Slurm packages (skipped otherwise, with the reason).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -50,11 +52,13 @@ class Slurm : public ::testing::Test {
     net_.reset();
   }
 
-  // The environment of an sbatch of the recipe for tenax job `name`.
-  std::string Exports(const std::string& name, const std::string& extra) const {
+  // The environment of an sbatch of the recipe for tenax job `name`; `train_flags` are appended
+  // to the training command.
+  std::string Exports(const std::string& name, const std::string& extra,
+                      const std::string& train_flags = "") const {
     return "TENAX=" + TenaxBinary() + " TENAX_NPROC=2 TENAX_JOB_ID=" + name +
            " TENAX_STATE_ROOT=" + (dir_ / "state") + " TENAX_TRAIN='" + Train(dir_ / "dump", name) +
-           "' " + extra;
+           " " + train_flags + "' " + extra;
   }
 
   // Every agent log of job `name` (the recipe's state folder), with the node it ran on.
@@ -98,7 +102,7 @@ std::vector<pid_t> JobProcesses(const NetnsHosts& net, int host) {
   return pids;
 }
 
-TEST_F(Slurm, AKilledNodeIsReplacedDrainedAndItsSpareReplenished) {
+TEST_F(Slurm, LostAndCorruptingNodesAreReplacedDrainedAndSparesReplenished) {
   // The reference, uninterrupted: deploy/slurm/README.md's "Run it, from an empty folder", as a
   // new user would type it (the defaults: job id, state folder, output file), with the test's
   // binary and training command.
@@ -225,6 +229,48 @@ TEST_F(Slurm, AKilledNodeIsReplacedDrainedAndItsSpareReplenished) {
   EXPECT_EQ(slurm_->WaitJobEnd(spare_job, 120), "COMPLETED");
   const std::string log = ReadFile(dir_ / ("state/job/agent-n3-" + spare_job + ".log"));
   EXPECT_NE(log.find("launch: job job finished on every node"), std::string::npos) << log;
+
+  // A node that computes wrong results: on the three nodes left, rank 2 (node 1's first)
+  // corrupts its gradients from step 10 on and resilience.sdc_check_interval = 5 finds it at
+  // step 10. One proven fault is enough: its node is drained at once with the reason, the spare
+  // takes its place, and the job ends with the reference's weights (the checks change nothing).
+  const std::string corrupt_out = dir_ / "corrupt.out";
+  auto corrupt = slurm_->Sbatch(
+      "--output=" + corrupt_out + " " + Recipe("tenax.sbatch"),
+      Exports("corrupt", "TENAX_DRAIN=1 TENAX_LAUNCH_ARGS='--inject sdc:rank=2:step=10'",
+              "--set resilience.sdc_check_interval=5"),
+      dir_.path());
+  ASSERT_TRUE(corrupt.ok()) << corrupt.status().message();
+  ASSERT_EQ(slurm_->WaitJobEnd(*corrupt, 600), "COMPLETED") << AllLogs("corrupt", corrupt_out);
+  for (int shard = 0; shard < 4; ++shard) {
+    EXPECT_TRUE(Shard(dir_ / "dump", "corrupt", shard) ==
+                Shard(fresh + "/runs", "reference", shard))
+        << "shard " << shard << "\n"
+        << AllLogs("corrupt", corrupt_out);
+  }
+  std::string culprit;
+  for (const auto& [f, text] : AgentLogs("corrupt")) {
+    std::smatch n;
+    if (text.find("generation 0: started ranks 2..3") != std::string::npos &&
+        std::regex_search(f, n, std::regex("agent-(n[0-9]+)-"))) {
+      culprit = n[1];
+    }
+  }
+  ASSERT_FALSE(culprit.empty()) << AllLogs("corrupt", corrupt_out);
+  EXPECT_NE(culprit, victim);
+  EXPECT_NE(slurm_->NodeField(culprit, "State").find("DRAIN"), std::string::npos)
+      << slurm_->Client("scontrol show node " + culprit).output;
+  EXPECT_EQ(slurm_->NodeField(culprit, "Reason")
+                .rfind("tenax: job corrupt: quarantined: its rank 2 computed wrong results", 0),
+            0u)
+      << slurm_->Client("scontrol show node " + culprit).output;
+  const auto corrupt_goodput =
+      nlohmann::json::parse(ReadFile(dir_ / "dump/corrupt/goodput.json"), nullptr, false);
+  ASSERT_TRUE(corrupt_goodput.is_object()) << AllLogs("corrupt", corrupt_out);
+  ASSERT_EQ(corrupt_goodput["sdc"].size(), 1u) << corrupt_goodput.dump(2);
+  EXPECT_EQ(corrupt_goodput["sdc"][0]["rank"], 2) << corrupt_goodput.dump(2);
+  ASSERT_EQ(corrupt_goodput["scheduler"]["drained"].size(), 1u) << corrupt_goodput.dump(2);
+  EXPECT_EQ(corrupt_goodput["scheduler"]["drained"][0]["node"], culprit);
 }
 
 }  // namespace

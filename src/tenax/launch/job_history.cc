@@ -1,6 +1,8 @@
 #include "tenax/launch/job_history.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "tenax/etcd/client.h"
 #include "tenax/launch/goodput.h"
@@ -112,8 +114,18 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
   double last_end = -1;  // when the newest generation ended (a report written after the job ended
                          // still ends where the job did)
   json nodes = json::array();
+  // Silent-data-corruption detections as each node's ranks recorded them, once each.
+  std::map<std::tuple<int64_t, int64_t, int>, json> sdc;
   for (const GenerationHistory& gh : h.generations) {
     if (gh.plan) nodes.push_back(gh.plan->ToJson());
+    for (const rdzv::FailureReport& f : gh.failures) {
+      for (const json& d : f.sdc) {
+        if (!d.is_object()) continue;
+        sdc.emplace(std::make_tuple(d.value("generation", int64_t{-1}),
+                                    d.value("step", int64_t{-1}), d.value("rank", -1)),
+                    d);
+      }
+    }
     const json& r = gh.node0_report;
     const double start = r.is_object() ? r.value("start_unix", -1.0) : -1.0;
     g.GenerationStarted(static_cast<int>(gh.generation), start >= 0 ? start - h.start_unix : now);
@@ -132,6 +144,9 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
     for (const json& x : gh.exit_faults) g.AddExitFault(on_job_clock(x));
     if (std::optional<FailureRecord> f = FailureOf(gh, h.start_unix)) g.AddFailure(*f);
   }
+  json all_sdc = json::array();
+  for (const auto& [key, d] : sdc) all_sdc.push_back(d);
+  g.SetSdc(std::move(all_sdc));
   if (ended && last_end >= 0) now = std::min(now, last_end + 1.0);
   json report = g.Report(now, code, ended);
   report["nodes_by_generation"] = nodes;

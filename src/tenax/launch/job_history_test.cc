@@ -90,5 +90,28 @@ TEST(JobGoodput, AGenerationWithoutNodeZerosReportStartsNowAndARunningJobIsNotCu
   EXPECT_DOUBLE_EQ(r["generations"][1]["start_s"].get<double>(), 200.0);
 }
 
+// Silent-data-corruption detections travel in the failure reports of the nodes whose ranks
+// recorded them (their run folders may be private): goodput.json `sdc` has each once, ordered,
+// and the report survives its trip through JSON.
+TEST(JobGoodput, GathersEveryNodesCorruptionDetectionsOnce) {
+  JobHistory h = TwoGenerations();
+  const nlohmann::json rank3 = {{"generation", 0}, {"step", 10}, {"rank", 3}, {"host", "b.host"}};
+  const nlohmann::json rank2 = {{"generation", 0}, {"step", 10}, {"rank", 2}, {"host", "b.host"}};
+  rdzv::FailureReport b = Report("b", 1, "silent-corruption", /*secondary=*/false, 1062);
+  b.rank = 3;
+  b.sdc = {rank3, rank2};
+  const Result<rdzv::FailureReport> parsed = rdzv::FailureReport::FromJson(b.ToJson().dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->sdc, b.sdc);
+  EXPECT_FALSE(Report("a", 0, "crash", true, 0).ToJson().contains("sdc")) << "left out when none";
+  // A shared folder: another node reported the same record again.
+  rdzv::FailureReport again = Report("a", 0, "silent-corruption", /*secondary=*/true, 1061);
+  again.sdc = {rank2};
+  h.generations[0].failures.push_back(*parsed);
+  h.generations[0].failures.push_back(again);
+  const nlohmann::json r = JobGoodput(h, 1300, 0, true, "host0", 42);
+  EXPECT_EQ(r["sdc"], nlohmann::json({rank2, rank3})) << r.dump(2);
+}
+
 }  // namespace
 }  // namespace tenax::launch

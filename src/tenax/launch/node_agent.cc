@@ -359,7 +359,8 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   }
   if (out.verdict) {
     const Verdict& v = *out.verdict;
-    const rdzv::FailureReport f = ReportOf(v, node_rank);
+    rdzv::FailureReport f = ReportOf(v, node_rank);
+    if (v.kind == FailureKind::kSilentCorruption) f.sdc = NodeSdcRecords(g, node_rank);
     TENAX_RETURN_IF_ERROR(
         Retry([&] { return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump()); }).status());
     TENAX_RETURN_IF_ERROR(Advance(g, v.code, fmt::format("node {}: {}", node_rank, v.cause)));

@@ -142,8 +142,10 @@ class NodeAgent {
   Status Advance(int64_t g, int code, const std::string& why);
   Status RecordLost(int64_t g, const rdzv::Plan& plan, const std::set<std::string>& lost);
   // The planner of g: the agents that --quarantine-after of the generations before g named as
-  // their failure's culprit within --quarantine-window (a node that keeps failing), each
-  // recorded under quarantined/<id> and drained once; they are placed only as a last resort.
+  // their failure's culprit within --quarantine-window (a node that keeps failing), and those
+  // whose ranks one failure proved faulty (protocol::QuarantinesAtOnce: silent data corruption,
+  // every node that a check named), each recorded under quarantined/<id> and drained once; they
+  // are placed only as a last resort.
   std::set<std::string> RepeatOffenders(int64_t g);
   Status Commit(int64_t generation, int64_t step, const nlohmann::json& manifest);
   // Before this node's ranks resume (CheckpointMirror::Prepare): its checkpoint folder holds
@@ -156,6 +158,10 @@ class NodeAgent {
   void PublishReport(int64_t g, int node_rank, const Supervisor::Outcome& out);
   // This node's account of a failure its ranks saw (failures/<G>/<id>).
   rdzv::FailureReport ReportOf(const Verdict& v, int node_rank) const;
+  // The silent-data-corruption detections of generation g that this node's ranks recorded in its
+  // run folder (a shared folder holds every node's: each takes its own ranks', node 0 also an
+  // undecided check's).
+  nlohmann::json NodeSdcRecords(int64_t g, int node_rank) const;
   // Supervisor's RemoteHangFn: this node's ranks hang waiting for a rank elsewhere. Records this
   // node's (secondary) evidence without moving the generation, then waits until another node
   // names the culprit (or the generation moves, or `budget_s` passes) before they are killed.

@@ -6,6 +6,7 @@
 
 #include "tenax/core/log.h"
 #include "tenax/launch/node_agent_internal.h"
+#include "tenax/report/run_data.h"
 
 namespace tenax::launch::agent_internal {
 
@@ -24,6 +25,23 @@ rdzv::FailureReport NodeAgent::ReportOf(const Verdict& v, int node_rank) const {
   // machine).
   f.wall_s = WallNow() - (protocol::MonotonicNow() - v.mono_s);
   return f;
+}
+
+nlohmann::json NodeAgent::NodeSdcRecords(int64_t g, int node_rank) const {
+  nlohmann::json out = nlohmann::json::array();
+  Result<std::optional<nlohmann::json>> all = report::ReadSdcDetections(job_.run_dir);
+  if (!all.ok()) {
+    log::Warn("launch: cannot read this node's silent-data-corruption records: {}",
+              all.status().message());
+    return out;
+  }
+  if (!*all || !(**all).is_array()) return out;
+  for (const nlohmann::json& d : **all) {
+    if (!d.is_object() || d.value("generation", int64_t{-1}) != g) continue;
+    const int rank = d.value("rank", -1);
+    if (rank >= 0 ? rank / o_.nproc_per_node == node_rank : node_rank == 0) out.push_back(d);
+  }
+  return out;
 }
 
 void NodeAgent::AwaitRemoteHang(const Verdict& v, double budget_s) {

@@ -93,10 +93,19 @@ std::set<std::string> NodeAgent::RepeatOffenders(int64_t g) {
   // a node whose ranks only lost their peers is never one).
   std::map<std::string, std::vector<int64_t>> named;  // agent -> the generations it failed
   std::map<std::string, rdzv::FailureReport> last;
+  // Agents one failure proved faulty (a silent-data-corruption check named their ranks; every
+  // node it named, not only the first to report) -> that failure.
+  std::map<std::string, std::pair<int64_t, rdzv::FailureReport>> proven;
   const double since = WallNow() - o_.quarantine_window_s;
   for (int64_t past = g - 1; past >= 0 && past >= g - 64; --past) {
     Result<std::vector<rdzv::FailureReport>> reports = ReadFailureReports(*etcd_, keys_, past);
     if (!reports.ok()) continue;
+    for (const rdzv::FailureReport& r : *reports) {
+      const std::optional<FailureKind> kind = protocol::ParseFailureKind(r.kind);
+      if (!r.secondary && !r.agent.empty() && kind && protocol::QuarantinesAtOnce(*kind)) {
+        proven.emplace(r.agent, std::make_pair(past, r));  // the newest, as `past` descends
+      }
+    }
     const std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(*reports);
     if (!first || first->agent.empty() || first->wall_s < since) continue;
     named[first->agent].push_back(past);
@@ -105,12 +114,8 @@ std::set<std::string> NodeAgent::RepeatOffenders(int64_t g) {
   Result<etcd::RangeResponse> already = etcd_->GetPrefix(keys_.quarantined());
   std::set<std::string> out =
       already.ok() ? IdsUnder(*already, keys_.quarantined()) : std::set<std::string>();
-  for (const auto& [id, gens] : named) {
-    if (static_cast<int>(gens.size()) < o_.quarantine_after || out.count(id) > 0) continue;
-    const std::string why = fmt::format(
-        "quarantined: its node was the culprit of {} failures within --quarantine-window {:g}s "
-        "(generations {}; the last: {})",
-        gens.size(), o_.quarantine_window_s, fmt::join(gens, ", "), last[id].cause);
+  auto quarantine = [&](const std::string& id, const std::vector<int64_t>& gens,
+                        const std::string& why) {
     const nlohmann::json record = {
         {"generation", g}, {"failed_generations", gens}, {"reason", why}, {"time_unix", WallNow()}};
     Result<bool> first =
@@ -121,6 +126,22 @@ std::set<std::string> NodeAgent::RepeatOffenders(int64_t g) {
       DrainNode(g, id, why);
     }
     out.insert(id);
+  };
+  for (const auto& [id, failure] : proven) {
+    if (out.count(id) > 0) continue;
+    const auto& [gen, report] = failure;
+    quarantine(id, {gen},
+               fmt::format("quarantined: its rank {} computed wrong results in generation {} "
+                           "(silent data corruption; one proven fault is enough): {}",
+                           report.rank, gen, report.cause));
+  }
+  for (const auto& [id, gens] : named) {
+    if (static_cast<int>(gens.size()) < o_.quarantine_after || out.count(id) > 0) continue;
+    quarantine(
+        id, gens,
+        fmt::format("quarantined: its node was the culprit of {} failures within "
+                    "--quarantine-window {:g}s (generations {}; the last: {})",
+                    gens.size(), o_.quarantine_window_s, fmt::join(gens, ", "), last[id].cause));
   }
   return out;
 }

@@ -139,9 +139,11 @@ Result<NodeProgress> NodeProgress::FromJson(const std::string& text) {
 }
 
 nlohmann::json FailureReport::ToJson() const {
-  return {{"agent", agent}, {"host", host},           {"node_rank", node_rank},
-          {"rank", rank},   {"code", code},           {"kind", kind},
-          {"cause", cause}, {"secondary", secondary}, {"wall_s", wall_s}};
+  nlohmann::json j = {{"agent", agent}, {"host", host},           {"node_rank", node_rank},
+                      {"rank", rank},   {"code", code},           {"kind", kind},
+                      {"cause", cause}, {"secondary", secondary}, {"wall_s", wall_s}};
+  if (sdc.is_array() && !sdc.empty()) j["sdc"] = sdc;
+  return j;
 }
 
 Result<FailureReport> FailureReport::FromJson(const std::string& text) {
@@ -156,6 +158,7 @@ Result<FailureReport> FailureReport::FromJson(const std::string& text) {
   f.cause = j.value("cause", std::string());
   f.secondary = j.value("secondary", false);
   f.wall_s = j.value("wall_s", 0.0);
+  if (j.contains("sdc") && j["sdc"].is_array()) f.sdc = j["sdc"];
   return f;
 }
 

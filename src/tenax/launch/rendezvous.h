@@ -172,6 +172,10 @@ struct FailureReport {
   std::string cause;
   bool secondary = false;  // the node's ranks only lost peers
   double wall_s = 0;       // the evidence's time (wall clock: nodes compare)
+  // The silent-data-corruption detections of this generation that this node's ranks recorded
+  // (their run folder's sdc.json, train/sdc_check.h): node 0's goodput.json gathers them from
+  // every node, whose run folders it may not see. Empty: none (left out of the JSON).
+  nlohmann::json sdc = nlohmann::json::array();
   nlohmann::json ToJson() const;
   static Result<FailureReport> FromJson(const std::string& text);
 };
