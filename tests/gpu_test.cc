@@ -13,7 +13,10 @@
 //  - ring attention's blocks (context parallelism) on CUDA tensors, two processes on the GPU in a
 //    Gloo ring, against the plain attention over the whole sequence in fp64;
 //  - a checkpoint written on the GPU by `tenax train` resumes on the GPU with the state it saved
-//    bit for bit, and loads on the CPU and back unchanged.
+//    bit for bit, and loads on the CPU and back unchanged;
+//  - the silent-data-corruption check's statistics on the GPU: the same bf16 step computed twice
+//    (what a replay does) differs by the kernels' noise, which must stay far below the
+//    tolerance's scale, and a corruption of a tenth of the gradients' norm is far above it.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -39,6 +42,7 @@
 #include "tenax/parallel/testing.h"
 #include "tenax/protocol/flight_recorder.h"
 #include "tenax/train/adamw.h"
+#include "tenax/train/sdc_check.h"
 #include "test_util.h"
 
 namespace tenax {
@@ -416,6 +420,46 @@ TEST(Gpu, CheckpointWrittenOnTheGpuResumesThereAndLoadsOnTheCpu) {
     EXPECT_LT(RelativeError(resumed.params[i].tensor.to(at::kDouble), s), 1e-4)
         << straight.params[i].name;
   }
+}
+
+// What a silent-data-corruption replay on a GPU sees: the same weights and batch, forward and
+// backward in bf16 twice, each pass's gradients digested as the check digests its buckets. The
+// difference is the kernels' own noise (printed: it is what resilience.sdc_tolerance must stay
+// above); a gradient element moved by a tenth of the norm must stand far out of it.
+TEST(Gpu, ReplayedStepsDifferByNoiseFarBelowACorruption) {
+  TENAX_REQUIRE_GPU();
+  const ModelSpec spec = StepSpec();
+  auto [x, y] = Batch(4, 64, spec.vocab_size, 5);
+  model::Llama m(spec, 13, kGpu);
+  train::SdcMonitor monitor(nullptr, /*statistics=*/true);
+  auto pass = [&](bool corrupt) {
+    for (auto& p : m.params()) p.tensor.mutable_grad() = at::Tensor();
+    at::Tensor loss = m.Loss(x.to(kGpu), y.to(kGpu), at::kBFloat16);
+    loss.backward();
+    monitor.BeginPass(1);
+    monitor.Arm();
+    double sq = 0;
+    for (auto& p : m.params()) sq += p.tensor.grad().to(at::kDouble).pow(2).sum().item<double>();
+    for (size_t i = 0; i < m.params().size(); ++i) {
+      at::Tensor g = m.params()[i].tensor.grad().reshape({-1});
+      if (corrupt && i == 0)
+        g = g.clone().index_add_(0, at::zeros({1}, g.options().dtype(at::kLong)),
+                                 at::full({1}, 0.1 * std::sqrt(sq), g.options()));
+      monitor.OnLocalGradients(m.params()[i].name, g);
+    }
+    return monitor.Disarm(loss.item<double>());
+  };
+  const train::ComputeDigest first = pass(false);
+  double noise = 0;
+  for (int k = 0; k < 4; ++k) noise = std::max(noise, train::Disagreement(pass(false), first));
+  const double corrupted = train::Disagreement(pass(true), first);
+  std::printf(
+      "sdc statistics on the GPU: replays differ by %.3g of the gradients' norm, a "
+      "corruption of 0.1 of it by %.3g\n",
+      noise, corrupted);
+  EXPECT_LT(noise, 1e-4) << "the kernels' noise is too large for a useful tolerance";
+  EXPECT_GT(corrupted, 0.05);
+  EXPECT_FALSE(train::Agree(pass(true), first, 1e-3));
 }
 
 }  // namespace

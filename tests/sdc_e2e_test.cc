@@ -42,8 +42,10 @@ class SdcE2E : public ::testing::Test {
            "--set training.local_batch_size=4 --set job.dump_folder=" +
            dir_->path() + " --set job.name=" + name + " " + kLayouts.at(layout) + " " + extra;
   }
-  static std::string Checked(const std::string& name, const std::string& layout) {
-    return Train(name, layout, "--set resilience.sdc_check_interval=" + std::to_string(kInterval));
+  static std::string Checked(const std::string& name, const std::string& layout,
+                             const std::string& extra = "") {
+    return Train(name, layout,
+                 "--set resilience.sdc_check_interval=" + std::to_string(kInterval) + " " + extra);
   }
   // ctest runs each test in a process of its own: the uncorrupted run of a layout is made when a
   // test first needs it, not for every layout in every process.
@@ -80,15 +82,16 @@ class SdcE2E : public ::testing::Test {
   }
 
   // Runs `layout` with a defective device on `rank` from `step` on; checks the recovery and
-  // returns goodput.json.
+  // returns goodput.json. `extra`: more training settings (`suffix` names the run apart).
   static nlohmann::json Corrupt(const std::string& layout, const std::string& where, int rank,
-                                int step, const std::vector<int>& named, int spares = 1) {
-    const std::string name = layout + "-" + where;
-    auto r = RunTenax(
-        "launch --nproc-per-node " + std::to_string(Ranks(layout)) + " --spares " +
-            std::to_string(spares) + " --max-restarts 2 --inject sdc:rank=" + std::to_string(rank) +
-            ":step=" + std::to_string(step) + ":where=" + where + " -- " + Checked(name, layout),
-        dir_->path());
+                                int step, const std::vector<int>& named, int spares = 1,
+                                const std::string& extra = "", const std::string& suffix = "") {
+    const std::string name = layout + "-" + where + suffix;
+    auto r = RunTenax("launch --nproc-per-node " + std::to_string(Ranks(layout)) + " --spares " +
+                          std::to_string(spares) + " --max-restarts 2 --inject sdc:rank=" +
+                          std::to_string(rank) + ":step=" + std::to_string(step) +
+                          ":where=" + where + " -- " + Checked(name, layout, extra),
+                      dir_->path());
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_TRUE(std::filesystem::exists(*dir_ / (name + "/checkpoints/step_00000012/COMMITTED")))
         << r.output;
@@ -157,6 +160,17 @@ TEST_F(SdcE2E, FsdpActivationCorruption) { Corrupt("fsdp", "activation", 2, 3, {
 // Sharded: the rank's gathered copy is corrupted on every gather, from step 1 (a step no check
 // sees: its wrong update reaches every replica, yet the next check still finds the rank).
 TEST_F(SdcE2E, FsdpCorruptedGatheredWeight) { Corrupt("fsdp", "weight", 0, 1, {0}); }
+
+// With a tolerance (as GPU ranks need): the statistics, not the bits, are compared; the replays
+// of a CPU step agree exactly, and a corrupted activation moves them far past 1e-6. The run says
+// how close the agreeing replays were.
+TEST_F(SdcE2E, DdpActivationCorruptionFoundWithinATolerance) {
+  const nlohmann::json g =
+      Corrupt("ddp", "activation", 1, 7, {1}, 1, "--set resilience.sdc_tolerance=1e-6", "-tol");
+  ASSERT_EQ(g["sdc"].size(), 1u) << g.dump(2);
+  // The records carry the statistics the comparison used.
+  EXPECT_NE(g["sdc"][0]["own"].get<std::string>().find(" norm "), std::string::npos) << g.dump(2);
+}
 
 // Tensor parallelism: a corrupted gradient bucket stays on its rank; a corrupted activation
 // crosses the TP all-reduce, so both ranks of the TP group compute wrongly, both are named and

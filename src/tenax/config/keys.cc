@@ -272,6 +272,11 @@ std::vector<KeySpec> BuildKeys() {
                 "process's second step and at every checkpoint step; 0 = never "
                 "(docs/resilience.md)"))
       .AtLeast(0);
+  add(TENAX_KEY(resilience.sdc_tolerance,
+                "0: the checks compare bit for bit; above 0: the loss, the gradients' norm and a "
+                "random projection of them must agree within this fraction (for GPU kernels "
+                "that are not deterministic; a smaller corruption goes unseen)"))
+      .Range(KeyBound{0, true}, KeyBound{0.1, true});
   return k;
 }
 

@@ -196,6 +196,10 @@ struct ResilienceOptions {
   // Every N steps (0: never), each data-parallel rank replays another's step and the digests are
   // compared bit for bit, to find a rank that computes wrong results (train/sdc_check.h).
   int64_t sdc_check_interval = 0;
+  // 0: the checks compare bit for bit (CPU ranks). > 0: they compare the loss, the gradients'
+  // norm and a random projection of them within this fraction (where bitwise equality cannot
+  // hold: GPU kernels that are not deterministic); a corruption smaller than it goes unseen.
+  double sdc_tolerance = 0;
 };
 
 struct Config {

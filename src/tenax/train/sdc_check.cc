@@ -1,7 +1,11 @@
 #include "tenax/train/sdc_check.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "tenax/core/crc32.h"
@@ -46,7 +50,33 @@ bool Touchable(const at::Tensor& t) {
 }  // namespace
 
 std::string ComputeDigest::ToString() const {
-  return fmt::format("loss {:.17g} grads {:08x}/{}", loss, grads, buckets);
+  std::string s = fmt::format("loss {:.17g} grads {:08x}/{}", loss, grads, buckets);
+  if (sq != 0 || proj != 0) s += fmt::format(" norm {:.17g} proj {:.17g}", std::sqrt(sq), proj);
+  return s;
+}
+
+namespace {
+// |a - b| relative to `scale` (0 when both are equal, infinite when only the scale is 0).
+double Relative(double a, double b, double scale) {
+  const double d = std::fabs(a - b);
+  if (d == 0) return 0;
+  return scale > 0 ? d / scale : std::numeric_limits<double>::infinity();
+}
+}  // namespace
+
+double Disagreement(const ComputeDigest& a, const ComputeDigest& b) {
+  if (std::isnan(a.loss) || std::isnan(b.loss)) {
+    return std::isnan(a.loss) && std::isnan(b.loss) ? 0 : std::numeric_limits<double>::infinity();
+  }
+  if (a.buckets != b.buckets) return std::numeric_limits<double>::infinity();
+  const double na = std::sqrt(a.sq), nb = std::sqrt(b.sq), norm = std::max(na, nb);
+  return std::max({Relative(a.loss, b.loss, std::max(std::fabs(a.loss), std::fabs(b.loss))),
+                   Relative(na, nb, norm), Relative(a.proj, b.proj, norm)});
+}
+
+bool Agree(const ComputeDigest& a, const ComputeDigest& b, double tolerance) {
+  if (tolerance <= 0) return a == b;
+  return Disagreement(a, b) <= tolerance;
 }
 
 void SdcMonitor::BeginPass(int64_t step) {
@@ -58,11 +88,35 @@ void SdcMonitor::Arm() {
   armed_ = true;
   crc_ = 0;
   buckets_ = 0;
+  sq_ = 0;
+  proj_ = 0;
 }
 
 ComputeDigest SdcMonitor::Disarm(double loss) {
   armed_ = false;
-  return {loss, crc_, buckets_};
+  ComputeDigest d{loss, crc_, buckets_};
+  d.sq = sq_;
+  d.proj = proj_;
+  return d;
+}
+
+void SdcMonitor::AddStatistics(const at::Tensor& flat) {
+  // The signs: one fixed block, the same on every rank and device (a seeded CPU generator),
+  // repeated over longer buckets.
+  constexpr int64_t kSigns = int64_t{1} << 20;
+  if (!signs_.defined() || signs_.device() != flat.device()) {
+    at::Generator gen = at::detail::createCPUGenerator(0x5dc);
+    signs_ = at::randint(0, 2, {kSigns}, gen, at::TensorOptions().dtype(at::kDouble))
+                 .mul_(2)
+                 .sub_(1)
+                 .to(flat.device());
+  }
+  const at::Tensor x = flat.reshape({-1}).to(at::kDouble);
+  sq_ += x.dot(x).item<double>();
+  for (int64_t i = 0; i < x.numel(); i += kSigns) {
+    const int64_t n = std::min(kSigns, x.numel() - i);
+    proj_ += x.narrow(0, i, n).dot(signs_.narrow(0, 0, n)).item<double>();
+  }
 }
 
 void SdcMonitor::OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights,
@@ -92,6 +146,7 @@ void SdcMonitor::OnLocalGradients(const std::string& /*unit*/, const at::Tensor&
     grad_flipped_ = true;
   }
   if (!armed_) return;
+  if (statistics_) AddStatistics(flat);
   const at::Tensor c = flat.is_contiguous() ? flat : flat.contiguous();
   const at::Tensor host = c.device().is_cpu() ? c : c.cpu();
   crc_ = Crc32(host.data_ptr(), static_cast<size_t>(host.nbytes()), crc_);
@@ -116,31 +171,34 @@ int After(const std::vector<int>& ring, int rank, int k) {
 }  // namespace
 
 std::vector<int> Mismatched(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
-                            const std::vector<ComputeDigest>& replay1) {
+                            const std::vector<ComputeDigest>& replay1, double tolerance) {
   std::vector<int> out;
   for (int s : ring) {
-    if (own[s] != replay1[After(ring, s, 1)]) out.push_back(s);
+    if (!Agree(own[s], replay1[After(ring, s, 1)], tolerance)) out.push_back(s);
   }
   return out;
 }
 
 SdcVerdict Judge(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
                  const std::vector<ComputeDigest>& replay1,
-                 const std::vector<ComputeDigest>& replay2) {
+                 const std::vector<ComputeDigest>& replay2, double tolerance) {
+  auto same = [&](const ComputeDigest& a, const ComputeDigest& b) {
+    return Agree(a, b, tolerance);
+  };
   SdcVerdict v;
   std::vector<std::string> lines;
   auto name = [&](int r) {
     if (std::find(v.faulty.begin(), v.faulty.end(), r) == v.faulty.end()) v.faulty.push_back(r);
   };
-  for (int s : Mismatched(ring, own, replay1)) {
+  for (int s : Mismatched(ring, own, replay1, tolerance)) {
     const int next = After(ring, s, 1), third = After(ring, s, 2);
     const ComputeDigest& t = replay2[third];
-    if (t == own[s] && t != replay1[next]) {
+    if (same(t, own[s]) && !same(t, replay1[next])) {
       name(next);
       lines.push_back(fmt::format(
           "rank {}'s step: its own result and rank {}'s replay agree, rank {}'s replay differs", s,
           third, next));
-    } else if (t == replay1[next] && t != own[s]) {
+    } else if (same(t, replay1[next]) && !same(t, own[s])) {
       name(s);
       lines.push_back(fmt::format(
           "rank {}'s step: the replays of ranks {} and {} agree, its own result differs", s, next,

@@ -20,8 +20,12 @@
 // ranks it reaches, and the check names every one of them (all are quarantined); one confined
 // to a rank's own gradients names that rank alone.
 // Cost: one replay (a step's forward and backward, no gradient reduction) per check.
-// Where bitwise equality cannot hold (GPU kernels that are not deterministic) this comparison
-// would need a tolerance; the check is refused there for now (CheckSdcLayout).
+// Where bitwise equality cannot hold (GPU kernels that are not deterministic, another device
+// kind), resilience.sdc_tolerance = t > 0 compares statistics instead (Agree): the loss within t
+// of itself, the gradients' L2 norm within t of itself, and their projection on a fixed random
+// sign vector (fp64) within t of the norm. Noise of relative size e in every element moves the
+// projection by about e times the norm; a corruption is seen when it moves the gradients by more
+// than about t of their norm, and a smaller one goes unseen (the price of a tolerance).
 // Non-goals: expert parallelism (its all-to-all mixes the ranks' samples), MoE, live recovery.
 #pragma once
 
@@ -42,21 +46,36 @@ struct ComputeDigest {
   double loss = 0;      // the pass's mean loss
   uint32_t grads = 0;   // CRC-32 over every gradient bucket's bytes, in reduction order
   int64_t buckets = 0;  // how many buckets it covered
+  // With a tolerance (SdcMonitor's statistics on): the gradients' sum of squares and their
+  // projection on the fixed random signs, both in fp64 over every bucket; 0 otherwise.
+  double sq = 0;
+  double proj = 0;
   bool operator==(const ComputeDigest& o) const {
     // Bit patterns: a NaN loss equals itself, 0.0 and -0.0 differ, as the devices computed them.
     return std::memcmp(&loss, &o.loss, sizeof loss) == 0 && grads == o.grads &&
            buckets == o.buckets;
   }
   bool operator!=(const ComputeDigest& o) const { return !(*this == o); }
-  std::string ToString() const;  // "loss 3.2101 grads 1a2b3c4d/9"
+  // "loss 3.2101 grads 1a2b3c4d/9", and " norm 1.5 proj -0.02" when the statistics are on.
+  std::string ToString() const;
 };
+
+// Whether two digests of the same pass agree: bit for bit when `tolerance` is 0, else within it
+// (the file comment; a NaN loss agrees only with a NaN).
+bool Agree(const ComputeDigest& a, const ComputeDigest& b, double tolerance);
+// How far apart two digests' statistics are, as the largest of the three relative differences
+// Agree compares with the tolerance (0 for identical digests): what a run prints so that its
+// tolerance can be chosen from what agreeing devices really differ by.
+double Disagreement(const ComputeDigest& a, const ComputeDigest& b);
 
 // Digests this rank's passes while armed, and plays an injected `sdc` fault (a defective device:
 // it corrupts every pass from the fault's step on, its replays of other ranks included).
 // Thread safety: the training thread only.
 class SdcMonitor final : public parallel::ComputeObserver {
  public:
-  explicit SdcMonitor(protocol::FaultInjector* faults) : faults_(faults) {}
+  // `statistics`: also the fp64 sum of squares and random projection (a tolerance is set).
+  explicit SdcMonitor(protocol::FaultInjector* faults, bool statistics = false)
+      : faults_(faults), statistics_(statistics) {}
 
   // A pass of `step` begins (the own step or a replay): the injected fault's state for it.
   void BeginPass(int64_t step);
@@ -69,7 +88,12 @@ class SdcMonitor final : public parallel::ComputeObserver {
   void OnLocalGradients(const std::string& unit, const at::Tensor& flat) override;
 
  private:
+  void AddStatistics(const at::Tensor& flat);
+
   protocol::FaultInjector* const faults_;  // null: no faults
+  const bool statistics_;
+  at::Tensor signs_;  // the fixed random +-1 of the projection (fp64, on the buckets' device)
+  double sq_ = 0, proj_ = 0;
   std::optional<protocol::SdcSite> site_;  // the fault acting on this pass
   bool grad_flipped_ = false;              // this pass's first bucket was corrupted
   bool weight_flipped_ = false;            // weight: the rank's own parameters were corrupted
@@ -83,9 +107,9 @@ class SdcMonitor final : public parallel::ComputeObserver {
 // TP/PP group has its own ring over the data-parallel index (Rings). Digests are indexed by rank.
 std::vector<std::vector<int>> Rings(int dp, int copies);  // rank = dp_index * copies + c
 
-// The ranks of `ring` whose own digest disagrees with the next one's replay of it.
+// The ranks of `ring` whose own digest disagrees with the next one's replay of it (Agree).
 std::vector<int> Mismatched(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
-                            const std::vector<ComputeDigest>& replay1);
+                            const std::vector<ComputeDigest>& replay1, double tolerance = 0);
 
 struct SdcVerdict {
   std::vector<int> faulty;  // the ranks named (empty: no pair could be decided)
@@ -96,7 +120,7 @@ struct SdcVerdict {
 // next's replay -> s computed wrongly; with neither -> undecided. Needs rings of 3 or more.
 SdcVerdict Judge(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
                  const std::vector<ComputeDigest>& replay1,
-                 const std::vector<ComputeDigest>& replay2);
+                 const std::vector<ComputeDigest>& replay2, double tolerance = 0);
 
 // One detection, as <run_dir>/sdc.json keeps it (goodput.json `sdc`, the report, Prometheus).
 struct SdcRecord {

@@ -4,8 +4,10 @@
 // injected corruption, is tests/sdc_e2e_test.cc.
 #include "tenax/train/sdc_check.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "tenax/core/fs.h"
@@ -107,6 +109,120 @@ TEST(SdcDigest, ComparesBitPatterns) {
   EXPECT_NE(D(7, 0.0), D(7, -0.0));
   EXPECT_NE(D(7), D(8));
   EXPECT_NE(D(7, 2.5), D(7, 2.5000000000000004));
+}
+
+// With a tolerance: the loss, the norm and the projection within it of the norm; a NaN loss
+// agrees only with a NaN, and the bucket count must match.
+TEST(SdcDigest, AToleranceComparesTheStatistics) {
+  ComputeDigest a = D(7);
+  a.sq = 100;  // norm 10
+  a.proj = 3;
+  ComputeDigest b = a;
+  b.grads = 8;  // other bits: the tolerance looks at the statistics only
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(Agree(a, b, 1e-6));
+  EXPECT_EQ(Disagreement(a, b), 0);
+  b.proj = 3 + 5e-6;  // 5e-7 of the norm
+  EXPECT_TRUE(Agree(a, b, 1e-6));
+  EXPECT_FALSE(Agree(a, b, 1e-7));
+  EXPECT_NEAR(Disagreement(a, b), 5e-7, 1e-12);
+  b = a;
+  b.sq = 100 * (1 + 4e-6);  // the norm 2e-6 apart
+  EXPECT_FALSE(Agree(a, b, 1e-6));
+  EXPECT_TRUE(Agree(a, b, 1e-5));
+  b = a;
+  b.loss = 2.5 * (1 + 2e-6);
+  EXPECT_FALSE(Agree(a, b, 1e-6));
+  b = a;
+  b.buckets = 4;
+  EXPECT_FALSE(Agree(a, b, 0.1));
+  b = a;
+  b.loss = std::nan("");
+  EXPECT_FALSE(Agree(a, b, 0.1));
+  a.loss = std::nan("");
+  EXPECT_TRUE(Agree(a, b, 0.1));
+  ComputeDigest zero = D(7), also_zero = D(9);  // no gradient at all
+  EXPECT_TRUE(Agree(zero, also_zero, 1e-6));
+  EXPECT_FALSE(Agree(zero, also_zero, 0));
+}
+
+// The statistics on real buckets: noise of 1e-7 in every element (what a kernel that sums in
+// another order does) stays far inside 1e-5 while the bits differ; the injected fault (the top
+// mantissa bit of an element of 8 among a thousand of spread 1) moves the projection by a tenth
+// of the norm; a bucket's elements in another order change the projection.
+TEST(SdcMonitor, StatisticsSeeNoiseBelowTheToleranceAndAFlippedBitAboveIt) {
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  at::Tensor g = at::normal(0.0, 1.0, {1000}, gen, at::TensorOptions().dtype(at::kFloat));
+  g[0] = 8.0f;
+  const at::Tensor noisy = g * (1 + 1e-7 * at::normal(0.0, 1.0, {1000}, gen, g.options()));
+  ASSERT_FALSE(noisy.equal(g));
+  auto digest = [](SdcMonitor& m, int64_t step, const std::vector<at::Tensor>& buckets) {
+    m.BeginPass(step);
+    m.Arm();
+    for (const at::Tensor& b : buckets) m.OnLocalGradients("unit", b.clone());
+    return m.Disarm(1.25);
+  };
+  SdcMonitor m(nullptr, /*statistics=*/true);
+  const at::Tensor tail = at::ones({3000000}, at::kFloat).div_(3000);  // longer than the signs
+  const ComputeDigest clean = digest(m, 1, {g, tail});
+  const double norm = std::sqrt(g.to(at::kDouble).pow(2).sum().item<double>() +
+                                tail.to(at::kDouble).pow(2).sum().item<double>());
+  EXPECT_NEAR(std::sqrt(clean.sq), norm, 1e-9);
+  EXPECT_EQ(digest(m, 1, {g, tail}), clean);
+  EXPECT_EQ(digest(m, 1, {g, tail}).proj, clean.proj);
+  const ComputeDigest noise = digest(m, 1, {noisy, tail});
+  EXPECT_NE(noise, clean);
+  EXPECT_LT(Disagreement(noise, clean), 1e-6);
+  EXPECT_TRUE(Agree(noise, clean, 1e-5));
+  EXPECT_NE(digest(m, 1, {g.flip(0), tail}).proj, clean.proj);
+
+  TempDir dir;
+  const auto faults = Injector(dir, "sdc:rank=0:step=3");
+  ASSERT_NE(faults, nullptr);
+  SdcMonitor bad(faults.get(), /*statistics=*/true);
+  EXPECT_EQ(digest(bad, 2, {g, tail}), clean);
+  const ComputeDigest flipped = digest(bad, 3, {g, tail});  // 8 becomes 12
+  EXPECT_GT(Disagreement(flipped, clean), 0.05);
+  EXPECT_FALSE(Agree(flipped, clean, 1e-3));
+  // Without statistics the digest has none (and compares its bits).
+  SdcMonitor plain(nullptr);
+  const ComputeDigest bits = digest(plain, 1, {g});
+  EXPECT_EQ(bits.sq, 0);
+  EXPECT_EQ(bits.proj, 0);
+  EXPECT_EQ(bits.ToString().find("norm"), std::string::npos);
+  EXPECT_NE(clean.ToString().find(" norm "), std::string::npos);
+}
+
+// Noisy replays on every rank and one defective rank: with a tolerance the judge names it, and
+// no rank when only noise differs.
+TEST(SdcJudge, NamesTheFaultyRankAmongNoisyReplays) {
+  std::mt19937 rng(20261202);
+  std::normal_distribution<double> noise(0.0, 1e-8);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int n = std::uniform_int_distribution<int>(3, 12)(rng);
+    const int faulty = trial % 4 == 3 ? -1 : std::uniform_int_distribution<int>(0, n - 1)(rng);
+    auto value = [&](int slot, bool wrong) {
+      ComputeDigest d = D(static_cast<uint32_t>(rng()));  // every computation's bits differ
+      d.loss = 2.0 + 0.01 * slot + noise(rng);
+      d.sq = 400 * (1 + slot) * (1 + noise(rng));
+      d.proj = 5.0 * slot + noise(rng) + (wrong ? 0.5 : 0.0);
+      return d;
+    };
+    std::vector<ComputeDigest> own, replay1, replay2;
+    for (int r = 0; r < n; ++r) {
+      own.push_back(value(r, r == faulty));
+      replay1.push_back(value((r - 1 + n) % n, r == faulty));
+      replay2.push_back(value((r - 2 + n) % n, r == faulty));
+    }
+    const std::vector<int> ring = Rings(n, 1)[0];
+    if (faulty < 0) {
+      EXPECT_TRUE(Mismatched(ring, own, replay1, 1e-6).empty()) << "trial " << trial;
+      EXPECT_FALSE(Mismatched(ring, own, replay1, 0).empty()) << "bitwise, noise is a mismatch";
+      continue;
+    }
+    const SdcVerdict v = Judge(ring, own, replay1, replay2, 1e-6);
+    EXPECT_EQ(v.faulty, std::vector<int>{faulty}) << "trial " << trial << ": " << v.reasoning;
+  }
 }
 
 // The same gradients give the same digest; an armed monitor covers every bucket in order; an

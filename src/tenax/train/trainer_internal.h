@@ -114,6 +114,12 @@ class Trainer {
   Result<ComputeDigest> SdcReplay(int64_t step, int distance);
   Status SdcVerify(int64_t step, const ComputeDigest& own, const ComputeDigest& replay1);
   void SdcLogCost(int64_t step, double step_s);
+  // With a tolerance: logs how far apart the agreeing pairs of this check were, when that is a
+  // new high for the process (a warning when it comes within 4x of the tolerance).
+  void SdcNoteAgreement(int64_t step, const std::vector<std::vector<int>>& rings,
+                        const std::vector<ComputeDigest>& own,
+                        const std::vector<ComputeDigest>& replay,
+                        const std::vector<int>& mismatched);
 
   Status Step(int64_t step);
   Status StepOnce(int64_t step);
@@ -206,6 +212,7 @@ class Trainer {
   int live_slots_ = 1;       // data-parallel ranks whose samples this rank ran (live: maybe more)
   int64_t sdc_checks_ = 0;   // checks passed by this process
   double sdc_replay_s_ = 0;  // the current check's replay
+  double sdc_widest_agreement_ = 0;  // the largest Disagreement of agreeing pairs so far
   TrainSummary summary_;
 };
 

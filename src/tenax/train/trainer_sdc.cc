@@ -15,7 +15,7 @@ std::string HostName() {
 // Every rank's digests, in rank order: [rank][k] for the k-th of `mine`.
 std::vector<std::vector<ComputeDigest>> GatherDigests(parallel::Communicator& world,
                                                       const std::vector<ComputeDigest>& mine) {
-  constexpr int kFields = 3;
+  constexpr int kFields = 5;
   const int k = static_cast<int>(mine.size());
   at::Tensor t = at::empty({k * kFields}, at::kDouble);
   double* p = t.data_ptr<double>();
@@ -23,6 +23,8 @@ std::vector<std::vector<ComputeDigest>> GatherDigests(parallel::Communicator& wo
     p[i * kFields] = mine[i].loss;
     p[i * kFields + 1] = static_cast<double>(mine[i].grads);
     p[i * kFields + 2] = static_cast<double>(mine[i].buckets);
+    p[i * kFields + 3] = mine[i].sq;
+    p[i * kFields + 4] = mine[i].proj;
   }
   const at::Tensor all = world.AllGather(t).contiguous();
   const double* a = all.data_ptr<double>();
@@ -30,7 +32,10 @@ std::vector<std::vector<ComputeDigest>> GatherDigests(parallel::Communicator& wo
   for (int i = 0; i < k; ++i) {
     for (int r = 0; r < world.size(); ++r) {
       const double* d = a + (r * k + i) * kFields;
-      out[i].push_back({d[0], static_cast<uint32_t>(d[1]), static_cast<int64_t>(d[2])});
+      ComputeDigest digest{d[0], static_cast<uint32_t>(d[1]), static_cast<int64_t>(d[2])};
+      digest.sq = d[3];
+      digest.proj = d[4];
+      out[i].push_back(digest);
     }
   }
   return out;
@@ -39,7 +44,15 @@ std::vector<std::vector<ComputeDigest>> GatherDigests(parallel::Communicator& wo
 }  // namespace
 
 Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
-  if (config_.resilience.sdc_check_interval <= 0) return Status::Ok();
+  if (config_.resilience.sdc_check_interval <= 0) {
+    if (config_.resilience.sdc_tolerance > 0 && env_.rank == 0) {
+      log::Warn(
+          "resilience.sdc_tolerance = {:g} does nothing without checks: set "
+          "resilience.sdc_check_interval",
+          config_.resilience.sdc_tolerance);
+    }
+    return Status::Ok();
+  }
   std::vector<std::string> needs;
   if (!env_.distributed() || mesh_->dp() < 3) {
     needs.push_back(fmt::format(
@@ -55,10 +68,10 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
         "no context parallelism (a replay of one rank's part of a sequence needs its whole "
         "context-parallel group)");
   }
-  if (go.backend != parallel::Backend::kGloo) {
+  if (go.backend != parallel::Backend::kGloo && config_.resilience.sdc_tolerance <= 0) {
     needs.push_back(
-        "CPU ranks (Gloo), whose steps repeat bit for bit (GPU kernels would need a tolerance: "
-        "not supported yet)");
+        "a tolerance on GPU ranks, whose kernels need not repeat bit for bit: "
+        "resilience.sdc_tolerance > 0 (docs/resilience.md says how to choose it)");
   }
   if (spec_.moe.enabled()) needs.push_back("a dense model (MoE is not supported yet)");
   if (config_.resilience.mode == "live") needs.push_back("resilience.mode = \"restart\"");
@@ -103,10 +116,12 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
   const auto round1 = GatherDigests(world, {own, replay1});
   const std::vector<ComputeDigest>&all_own = round1[0], &all_replay1 = round1[1];
   const std::vector<std::vector<int>> rings = Rings(mesh_->dp(), env_.world / mesh_->dp());
+  const double tolerance = config_.resilience.sdc_tolerance;
   std::vector<int> mismatched;
   for (const auto& ring : rings) {
-    for (int s : Mismatched(ring, all_own, all_replay1)) mismatched.push_back(s);
+    for (int s : Mismatched(ring, all_own, all_replay1, tolerance)) mismatched.push_back(s);
   }
+  if (tolerance > 0) SdcNoteAgreement(step, rings, all_own, all_replay1, mismatched);
   if (mismatched.empty()) {
     ++sdc_checks_;
     return Status::Ok();
@@ -120,7 +135,7 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
   std::vector<int> faulty;
   std::vector<std::string> reasons;
   for (const auto& ring : rings) {
-    const SdcVerdict v = Judge(ring, all_own, all_replay1, all_replay2);
+    const SdcVerdict v = Judge(ring, all_own, all_replay1, all_replay2, tolerance);
     faulty.insert(faulty.end(), v.faulty.begin(), v.faulty.end());
     if (!v.reasoning.empty()) reasons.push_back(v.reasoning);
   }
@@ -166,6 +181,39 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
                                                 step, what, reasoning)
                                   : fmt::format("step {}: {}; stopping with it", step, what)),
               /*secondary=*/!named);
+}
+
+void Trainer::SdcNoteAgreement(int64_t step, const std::vector<std::vector<int>>& rings,
+                               const std::vector<ComputeDigest>& own,
+                               const std::vector<ComputeDigest>& replay,
+                               const std::vector<int>& mismatched) {
+  // How far apart the pairs that agreed were: what the devices' own noise is, so that the
+  // tolerance can be chosen from it (printed by rank 0 when it is a new high).
+  double widest = 0;
+  for (const auto& ring : rings) {
+    const int n = static_cast<int>(ring.size());
+    for (int i = 0; i < n; ++i) {
+      const int s = ring[static_cast<size_t>(i)];
+      if (std::find(mismatched.begin(), mismatched.end(), s) != mismatched.end()) continue;
+      widest = std::max(widest, Disagreement(own[s], replay[ring[(i + 1) % n]]));
+    }
+  }
+  if (widest <= sdc_widest_agreement_) return;
+  sdc_widest_agreement_ = widest;
+  if (groups_->world().rank() != 0) return;
+  const double tolerance = config_.resilience.sdc_tolerance;
+  if (widest > tolerance / 4) {
+    log::Warn(
+        "silent-data-corruption check at step {}: replays that agreed differed by up to {:.3g} "
+        "of the gradients' norm, more than a quarter of resilience.sdc_tolerance = {:g}: noise "
+        "this close to it may raise false alarms; raise the tolerance",
+        step, widest, tolerance);
+  } else {
+    log::Info(
+        "silent-data-corruption check at step {}: replays agreed within {:.3g} of the "
+        "gradients' norm (resilience.sdc_tolerance = {:g})",
+        step, widest, tolerance);
+  }
 }
 
 void Trainer::SdcLogCost(int64_t step, double step_s) {

@@ -265,7 +265,8 @@ Status Trainer::SetupModel() {
             step_model_->ResidentStateBytes());
   TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
   if (parallel_model_ && (config_.resilience.sdc_check_interval > 0 || faults_)) {
-    sdc_ = std::make_unique<SdcMonitor>(faults_.get());  // checks, or a fault to play
+    // Checks, or a fault to play; with a tolerance the monitor also keeps the statistics.
+    sdc_ = std::make_unique<SdcMonitor>(faults_.get(), config_.resilience.sdc_tolerance > 0);
     parallel_model_->SetComputeObserver(sdc_.get());
   }
   return Status::Ok();
