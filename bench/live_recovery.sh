@@ -9,7 +9,10 @@
 # shut-down every run has), `tenax simulate`'s prediction for both recoveries from the costs the
 # runs measured (detection, restart, healing), steps redone, restarts, replacements healed; and
 # writes it as JSON to OUT when given. Effective time, not speed: run it on an idle machine.
-# Usage: bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+# SHAPE=29m trains the 29M shape (dim 512, 8 layers, 8/4 heads, FFN 1536, vocab 4000, sequences
+# of 128, 2 per rank: about 1.3 s a step on this 2-core VM) instead of debug-tiny (tens of ms),
+# so that a kill costs what it would beside steps of a realistic length.
+# Usage: [SHAPE=tiny|29m] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-400}"
@@ -19,12 +22,23 @@ bin="${TENAX_BIN:-$PWD/build/tenax}"  # TENAX_BIN: a copy, to rebuild while this
 work="$(mktemp -d /tmp/tenax-live-bench-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
+shape="${SHAPE:-tiny}"
+case "$shape" in
+  tiny) model="--set model.preset=debug-tiny --set training.seq_len=64 --set training.local_batch_size=8
+               --set data.synthetic.vocab_size=32 --set data.synthetic.train_tokens=400000" ;;
+  29m) model="--set model.dim=512 --set model.n_layers=8 --set model.n_heads=8 --set model.n_kv_heads=4
+              --set model.ffn_hidden_dim=1536 --set model.vocab_size=4000
+              --set data.synthetic.vocab_size=4000 --set training.seq_len=128
+              --set training.local_batch_size=2 --set data.synthetic.train_tokens=$((steps * 1100 + 100000))" ;;
+  *) echo "live_recovery.sh: SHAPE is tiny or 29m, not '$shape'" >&2; exit 2 ;;
+esac
+
 train() {  # train args for a run named $1
-  echo "train --defaults --set data.source=synthetic --set model.preset=debug-tiny" \
-       "--set training.seq_len=64 --set data.synthetic.train_tokens=400000" \
-       "--set data.synthetic.vocab_size=32 --set data.synthetic.order=1" \
+  # shellcheck disable=SC2086
+  echo "train --defaults --set data.source=synthetic" $model \
+       "--set data.synthetic.order=1" \
        "--set metrics.eval_interval=0 --set metrics.progress=never --set optimizer.lr=3e-3" \
-       "--set training.steps=$steps --set training.local_batch_size=8 --set checkpoint.interval=25" \
+       "--set training.steps=$steps --set checkpoint.interval=25" \
        "--set parallelism.data_parallel_replicate=4 --set parallelism.data_parallel_shard=1" \
        "--set job.dump_folder=$work --set job.name=$1"
 }
@@ -53,9 +67,10 @@ run clean --
 run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
 run live --inject "$live_spec" -- --set resilience.mode=live
 
-python3 - "$work" "$steps" "$kills" "$out" "$bin" <<'PY'
+python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" <<'PY'
 import json, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+shape = sys.argv[6]
 g = {m: json.load(open(f"{work}/{m}/goodput.json")) for m in ("clean", "restart", "live")}
 # The failure-free computation, and what the two runs measured per failure: the inputs of
 # `tenax simulate`, whose prediction is printed beside the measurement.
@@ -84,7 +99,7 @@ cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
 sim = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 predicted = {"live": sim["effective"], "restart": sim["restart_recovery"]["effective"]}
 rows = []
-print(f"| mode ({steps} steps, {kills} kills, 4 ranks) | wall s | effective ratio (goodput.json) "
+print(f"| mode ({shape}, {steps} steps, {kills} kills, 4 ranks) | wall s | effective ratio (goodput.json) "
       "| effective, measured | predicted (5th-95th pct) | steps redone | restarts | replacements healed |")
 print("|---|---|---|---|---|---|---|---|")
 for m in ("clean", "restart", "live"):
@@ -103,6 +118,7 @@ for m in ("clean", "restart", "live"):
 print("measured inputs: " + ", ".join(f"{k} {v:.3f}" for k, v in measured_in.items()))
 print("prediction: " + " ".join(cmd))
 if out:
-    json.dump({"steps": steps, "kills": kills, "ranks": 4, "rows": rows, "inputs": measured_in,
+    json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "rows": rows,
+               "inputs": measured_in,
                "simulate": cmd[1:]}, open(out, "w"), indent=1)
 PY
