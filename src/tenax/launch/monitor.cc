@@ -79,15 +79,18 @@ void Monitor::Update(const nlohmann::json& status, bool force) {
     last_training_read_ = Now();
     training_ = report::ReadLiveTraining(run_dir);
   }
-  nlohmann::json full = Complete(status, training_, UnixNow());
+  const nlohmann::json full = Complete(status, training_, UnixNow());
+  // The page first, then the file: whoever reads the file and then asks the page never gets an
+  // older status from the page (a test that did, between the file's rename and this update, saw
+  // a checkpoint in the file that the page did not have yet).
+  if (server_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = full;
+  }
   if (!status_file_.empty() && (force || Now() - last_write_ >= 1.0)) {
     last_write_ = Now();
     Status st = LocalFs().WriteFileAtomic(status_file_, full.dump(2) + "\n");
     if (!st.ok()) log::Warn("launch: cannot write the status file: {}", st.message());
-  }
-  if (server_) {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = std::move(full);
   }
 }
 
