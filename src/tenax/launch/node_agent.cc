@@ -24,6 +24,11 @@ using protocol::ToInt;
 
 namespace {
 
+// How long a node whose ranks only failed because of others waits for the node with the
+// evidence to report it (AwaitCulprit): that node's launcher decides within its 0.25 s window
+// once its ranks end, and a generation rarely ends later on one node than on another by more.
+constexpr double kAwaitCulpritS = 3.0;
+
 std::string RandomHex(int bytes) {
   std::random_device rd;
   std::string out;
@@ -363,6 +368,7 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
     if (v.kind == FailureKind::kSilentCorruption) f.sdc = NodeSdcRecords(g, node_rank);
     TENAX_RETURN_IF_ERROR(
         Retry([&] { return etcd_->Put(keys_.failure(g, info_.id), f.ToJson().dump()); }).status());
+    if (f.secondary) AwaitCulprit(g, plan, kAwaitCulpritS);
     TENAX_RETURN_IF_ERROR(Advance(g, v.code, fmt::format("node {}: {}", node_rank, v.cause)));
     return std::optional<int>();
   }

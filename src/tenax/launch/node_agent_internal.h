@@ -166,6 +166,15 @@ class NodeAgent {
   // node's (secondary) evidence without moving the generation, then waits until another node
   // names the culprit (or the generation moves, or `budget_s` passes) before they are killed.
   void AwaitRemoteHang(const Verdict& v, double budget_s);
+  // Whether a node's report for g names a culprit (is not secondary).
+  bool CulpritNamed(int64_t g);
+  // After this node's ranks failed only because of others (a secondary report, already put):
+  // waits up to `budget_s` for another node to name the culprit, the generation to move, or an
+  // active node of `plan` to vanish, before this node moves the generation. Without it, a node
+  // whose ranks all ended at once moves it first, and the node with the evidence (a rank that
+  // a silent-data-corruption check named, which ends with the others) has its ranks killed
+  // before they can report it.
+  void AwaitCulprit(int64_t g, const rdzv::Plan& plan, double budget_s);
   // Progress across nodes, on a thread of its own so that etcd's latency never stalls the
   // supervision loop: every kProgressS it publishes this node's ranks' compute times of the
   // running generation (gen/<G>/progress/<node>); node 0's agent also finds stragglers among

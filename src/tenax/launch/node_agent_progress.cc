@@ -54,18 +54,39 @@ void NodeAgent::AwaitRemoteHang(const Verdict& v, double budget_s) {
       "launch: this node's ranks wait for a rank on another node; waiting up to {:.0f}s for "
       "that node to name it before stopping them",
       budget_s);
-  const bool named = view_.WaitUntil(
+  const bool named =
+      view_.WaitUntil([&] { return !view_.StillCurrent() || CulpritNamed(g); }, budget_s);
+  if (!named) log::Warn("launch: no other node named the rank this node's ranks wait for");
+}
+
+bool NodeAgent::CulpritNamed(int64_t g) {
+  Result<etcd::RangeResponse> fs = etcd_->GetPrefix(keys_.failures(g));
+  if (!fs.ok()) return false;
+  return std::any_of(fs->kvs.begin(), fs->kvs.end(), [](const etcd::KeyValue& kv) {
+    Result<rdzv::FailureReport> f = rdzv::FailureReport::FromJson(kv.value);
+    return f.ok() && !f->secondary;
+  });
+}
+
+void NodeAgent::AwaitCulprit(int64_t g, const rdzv::Plan& plan, double budget_s) {
+  const bool ended = view_.WaitUntil(
       [&] {
-        if (!view_.StillCurrent()) return true;
-        Result<etcd::RangeResponse> fs = etcd_->GetPrefix(keys_.failures(g));
-        if (!fs.ok()) return false;
-        return std::any_of(fs->kvs.begin(), fs->kvs.end(), [](const etcd::KeyValue& kv) {
-          Result<rdzv::FailureReport> f = rdzv::FailureReport::FromJson(kv.value);
-          return f.ok() && !f->secondary;
-        });
+        Result<int64_t> now = CurrentGeneration();
+        if (now.ok() && *now != g) return true;  // another node moved it: its evidence is in
+        if (CulpritNamed(g)) return true;
+        // An active node vanished (its lease expired): it cannot name anyone; the rendezvous
+        // records it as lost.
+        Result<etcd::RangeResponse> agents = etcd_->GetPrefix(keys_.agents());
+        if (!agents.ok()) return false;
+        const std::set<std::string> alive = IdsUnder(*agents, keys_.agents());
+        return std::any_of(plan.nodes.begin(), plan.nodes.end(),
+                           [&](const std::string& id) { return alive.count(id) == 0; });
       },
       budget_s);
-  if (!named) log::Warn("launch: no other node named the rank this node's ranks wait for");
+  if (!ended) {
+    log::Warn("launch: no other node named the culprit of generation {} within {:.0f}s", g,
+              budget_s);
+  }
 }
 
 void NodeAgent::ProgressLoop() {
