@@ -112,11 +112,15 @@ void SdcMonitor::AddStatistics(const at::Tensor& flat) {
                  .to(flat.device());
   }
   const at::Tensor x = flat.reshape({-1}).to(at::kDouble);
-  sq_ += x.dot(x).item<double>();
+  at::Tensor proj = at::zeros({}, x.options());
   for (int64_t i = 0; i < x.numel(); i += kSigns) {
     const int64_t n = std::min(kSigns, x.numel() - i);
-    proj_ += x.narrow(0, i, n).dot(signs_.narrow(0, 0, n)).item<double>();
+    proj.add_(x.narrow(0, i, n).dot(signs_.narrow(0, 0, n)));
   }
+  // One copy to the host per bucket (a device sync on a GPU), not one per block of signs.
+  const at::Tensor both = at::stack({x.dot(x), proj}).cpu();
+  sq_ += both[0].item<double>();
+  proj_ += both[1].item<double>();
 }
 
 void SdcMonitor::OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights,
