@@ -235,17 +235,22 @@ Result<int> Launch(const LaunchOptions& o) {
     // before any of them starts.
     const ParallelismOptions& p = train->parallelism;
     const int64_t world = o.nproc_per_node;
-    if (p.data_parallel_replicate != world ||
-        (p.data_parallel_shard != 1 && p.data_parallel_shard != -1) || p.tensor_parallel != 1 ||
-        p.pipeline_parallel != 1 || p.context_parallel != 1) {
+    // data_parallel_shard = -1: the ranks left over by the other degrees.
+    const int64_t shard = p.data_parallel_shard == -1 && p.data_parallel_replicate > 0
+                              ? world / p.data_parallel_replicate
+                              : p.data_parallel_shard;
+    if (p.data_parallel_replicate < 2 || p.data_parallel_replicate * shard != world ||
+        p.tensor_parallel != 1 || p.pipeline_parallel != 1 || p.context_parallel != 1) {
       return InvalidArgument(fmt::format(
-          "resilience.mode = \"live\" needs every rank a whole replica (DDP): "
-          "parallelism.data_parallel_replicate = {} (the world) and data_parallel_shard = "
-          "tensor_parallel = pipeline_parallel = context_parallel = 1, not {} / {} / {} / {} / "
-          "{}; change the layout or set resilience.mode = \"restart\"",
+          "resilience.mode = \"live\" needs data-parallel replicas that can outlive each other "
+          "(DDP, or HSDP): parallelism.data_parallel_replicate >= 2, data_parallel_replicate x "
+          "data_parallel_shard = the world ({}), and tensor_parallel = pipeline_parallel = "
+          "context_parallel = 1, not {} / {} / {} / {} / {}; change the layout or set "
+          "resilience.mode = \"restart\"",
           world, p.data_parallel_replicate, p.data_parallel_shard, p.tensor_parallel,
           p.pipeline_parallel, p.context_parallel));
     }
+    job.live_replica_ranks = static_cast<int>(shard);
     if (train->async_checkpoints) {
       return InvalidArgument(
           "resilience.mode = \"live\" needs checkpoint.async = false (an asynchronous save "

@@ -73,6 +73,9 @@ struct JobInfo {
   // resilience.mode = "live" (one node): a failed rank's process is replaced while the others
   // train on (supervisor_live.cc), instead of a new generation.
   bool live = false;
+  // Live: ranks per data-parallel replica (HSDP's data_parallel_shard; 1 for DDP), consecutive
+  // ranks; a replica's ranks are dropped and replaced together.
+  int live_replica_ranks = 1;
 };
 
 class Supervisor {
@@ -247,7 +250,14 @@ class Supervisor {
       nlohmann::json entry;
       int announced_epoch = -1;  // the epoch listing it as joining; -1: not yet
       bool healed = false;
+      int incarnation = 0;  // of its replica (TENAX_LIVE_JOIN)
     };
+    // Per replica: its incarnation, raised with each failure of it (its new ranks form the
+    // replica's own group under that number).
+    std::vector<int> incarnation;
+    // Ranks the launcher killed because another rank of their replica failed -> why; their end
+    // is no failure of their own.
+    std::map<int, std::string> retiring;
     std::vector<Replacement> replacements;
     std::vector<pid_t> cancelled;  // replacements stopped because the run ended without them
     std::map<int, Verdict> hung;   // rank -> the hang verdict that made the launcher kill it

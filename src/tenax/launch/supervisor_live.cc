@@ -8,7 +8,13 @@
 //              joining; the members take it in at a step boundary and send it their state.
 //   Healed     its first beat in that epoch with the bytes it received closes the record in
 //              goodput.json `live_recoveries`.
-// Every replacement counts against the restart budget (restart_policy.h), so a rank that fails
+//   HSDP       a replica is several ranks (JobInfo::live_replica_ranks, consecutive): a failure
+//              of one drops its whole replica from the membership, the launcher kills the
+//              replica's other ranks (Generation::retiring: their end is no failure of their
+//              own), every one of them gets a replacement of the replica's next incarnation
+//              (TENAX_LIVE_JOIN=K: its new ranks form the replica's own group under K), and the
+//              replica joins only once all of them are ready.
+// Every failure counts against the restart budget (restart_policy.h), so a rank that fails
 // again and again ends the job as restarts would. A failure that is not a rank process ending
 // (a hang, a straggler, every rank at once) still ends the generation and restarts every rank.
 #include <fmt/format.h>
@@ -42,11 +48,13 @@ void Supervisor::LiveStart(int gen) {
   std::vector<int> all;
   for (int local = 0; local < o_.nproc_per_node; ++local) all.push_back(Rank(local));
   g_.live_epoch = -1;
+  g_.incarnation.assign(static_cast<size_t>(o_.nproc_per_node / job_.live_replica_ranks), 0);
   LivePublish(gen, all, {});
 }
 
 bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const Verdict& v) {
   if (g_.stopping || nnodes_ > 1 || !protocol::Restartable(v.code)) return false;
+  const int k = job_.live_replica_ranks;
   std::vector<int> dead;
   std::map<int, std::string> how;  // rank -> how its process ended
   for (const RankEnd& e : failed) {
@@ -54,18 +62,27 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     how[e.rank] = protocol::DescribeExitCode(e.code) +
                   (e.report ? ": " + e.report->cause.substr(0, e.report->cause.find('\n')) : "");
   }
+  auto is_dead = [&](int r) { return std::find(dead.begin(), dead.end(), r) != dead.end(); };
+  // Replicas with a failure of their own (not only ranks this launcher killed with them), and the
+  // first such rank of each.
+  std::map<int, int> hit;
+  for (int r : dead) {
+    if (g_.retiring.count(r) == 0 && hit.count(r / k) == 0) hit[r / k] = r;
+  }
   std::vector<int> members;
   for (int r : g_.live_members) {
-    if (std::find(dead.begin(), dead.end(), r) == dead.end()) members.push_back(r);
+    if (hit.count(r / k) == 0 && !is_dead(r)) members.push_back(r);
   }
   if (members.empty()) return false;  // nobody holds the state: restart from a checkpoint
   for (int r : dead) {
     // Its work was done: the end of the run, nothing to recover.
     if (Finished(gen, Local(r))) return false;
   }
-  if (std::optional<std::string> no = restarts_.Take(gen, Elapsed())) {
-    log::Error("launch: {}; no replacement for rank(s) {}", *no, fmt::join(dead, ","));
-    return false;
+  if (!hit.empty()) {
+    if (std::optional<std::string> no = restarts_.Take(gen, Elapsed())) {
+      log::Error("launch: {}; no replacement for rank(s) {}", *no, fmt::join(dead, ","));
+      return false;
+    }
   }
   // The step the members hold now: what a replacement that dies before healing had not caught
   // up with (it holds no step of its own).
@@ -74,18 +91,37 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     const std::optional<protocol::Beat> b = protocol::ReadHeartbeat(hb_dir_, r);
     if (b && b->generation == gen) group_step = std::max(group_step, b->step);
   }
+  // A failed replica's other ranks (HSDP) go with it: their shard group is broken, and its new
+  // ranks form their own.
+  for (const auto& [q, culprit] : hit) {
+    ++g_.incarnation[static_cast<size_t>(q)];
+    for (int r = q * k; r < (q + 1) * k; ++r) {
+      const int local = Local(r);
+      if (is_dead(r) || g_.pids[local] <= 0 || g_.exited[local]) continue;
+      g_.retiring[r] =
+          fmt::format("killed with rank {} of its replica (which {})", culprit, how[culprit]);
+      log::Warn(
+          "launch: killing rank {} with rank {} of its replica: a replica's ranks are "
+          "replaced together",
+          r, culprit);
+      ::kill(g_.pids[local], SIGKILL);
+      ::kill(g_.pids[local], SIGCONT);
+    }
+  }
   // Replacements that were still on their way in and are among the dead are given up: their
   // records say so (the short-handed steps so far are theirs), a new one follows.
   std::vector<int> unhealed;
   auto& pending = g_.replacements;
   for (Generation::Replacement& r : pending) {
     const int rank = Rank(r.local);
-    if (r.healed || std::find(dead.begin(), dead.end(), rank) == dead.end()) continue;
+    if (r.healed || !is_dead(rank)) continue;
     unhealed.push_back(rank);
     const auto hung = g_.hung.find(rank);
+    const auto retired = g_.retiring.find(rank);
     const std::string reason = hung != g_.hung.end()
                                    ? "it was killed for a hang (" + hung->second.cause + ")"
-                                   : "it " + how[rank];
+                               : retired != g_.retiring.end() ? "it was " + retired->second
+                                                              : "it " + how[rank];
     r.entry["outcome"] = "discarded while healing: " + reason;
     r.entry["discarded_at_s"] = Elapsed();
     r.entry["steps_short_handed"] =
@@ -106,11 +142,16 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     const std::optional<protocol::Beat> last = protocol::ReadHeartbeat(hb_dir_, rank);
     int64_t step = last && last->generation == gen ? last->step : g_.beats[local].step;
     if (std::find(unhealed.begin(), unhealed.end(), rank) != unhealed.end()) step = group_step;
-    // Killed by the launcher for a hang (LiveKillHung): the hang is the failure, not the kill.
+    // Killed by the launcher for a hang (LiveKillHung): the hang is the failure, not the kill;
+    // killed with its replica: the other rank's failure is.
     Verdict why = v;
     if (auto h = g_.hung.find(rank); h != g_.hung.end()) {
       why = h->second;
       g_.hung.erase(h);
+    } else if (auto t = g_.retiring.find(rank); t != g_.retiring.end()) {
+      why.kind = protocol::FailureKind::kPeerLost;
+      why.cause = fmt::format("rank {} was {}", rank, t->second);
+      g_.retiring.erase(t);
     } else if (v.rank != rank) {
       why.kind = protocol::FailureKind::kCrash;
       why.cause = fmt::format("rank {} {} (with rank {}'s failure)", rank, how[rank], v.rank);
@@ -118,7 +159,8 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     int slot = slots_->SlotOf(local);
     if (protocol::BlamesSlot(why.kind)) slot = slots_->Exclude(slot);
     protocol::Assignment a = AssignmentOf(gen, local);
-    a.live_join = true;
+    const int incarnation = g_.incarnation[static_cast<size_t>(rank / k)];
+    a.live_incarnation = incarnation;
     Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
     if (!pid.ok()) {
       log::Error("launch: no replacement for rank {}: {}", rank, pid.status().message());
@@ -130,6 +172,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     g_.last_step[local] = -1;
     Generation::Replacement r;
     r.local = local;
+    r.incarnation = incarnation;
     r.entry = {{"time_s", Elapsed()},
                {"generation", gen},
                {"rank", rank},
@@ -143,6 +186,10 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
                {"members", g_.live_members},
                {"replacement_pid", *pid},
                {"healed_at_s", -1}};
+    if (k > 1) {
+      r.entry["replica"] = rank / k;
+      r.entry["incarnation"] = incarnation;
+    }
     r.record = goodput_.AddLiveRecovery(r.entry);
     g_.replacements.push_back(std::move(r));
     log::Warn(
@@ -221,10 +268,23 @@ void Supervisor::LiveTick(int gen) {
     settled = settled && b && b->live_epoch == g_.live_epoch;
   }
   if (!announcing && settled && !members_done) {
-    std::vector<int> members = g_.live_members, joining;
+    // A replica joins whole: once the replacement of its current incarnation is ready on each of
+    // its ranks.
+    const int k = job_.live_replica_ranks;
+    std::map<int, std::vector<int>> ready;  // replica -> its ranks that are ready
     for (const Generation::Replacement& r : g_.replacements) {
-      if (r.announced_epoch < 0 && CurrentBeat(gen, r.local)) joining.push_back(Rank(r.local));
+      const int rank = Rank(r.local);
+      if (r.announced_epoch < 0 && r.incarnation == g_.incarnation[static_cast<size_t>(rank / k)] &&
+          CurrentBeat(gen, r.local)) {
+        ready[rank / k].push_back(rank);
+      }
     }
+    std::vector<int> members = g_.live_members, joining;
+    for (const auto& [q, ranks] : ready) {
+      if (static_cast<int>(ranks.size()) == k)
+        joining.insert(joining.end(), ranks.begin(), ranks.end());
+    }
+    std::sort(joining.begin(), joining.end());
     if (!joining.empty()) {
       members.insert(members.end(), joining.begin(), joining.end());
       LivePublish(gen, members, joining);

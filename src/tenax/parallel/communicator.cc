@@ -431,8 +431,8 @@ struct ProcessGroups::Impl {
   // Every c10d group made here, world included, for AbortAll (shared with its communicator, so
   // one its owner has destroyed is still safe to abort). Guarded by mu.
   std::vector<c10::intrusive_ptr<c10d::Backend>> made;
-  // Adopt: the group of every rank (live recovery); null otherwise.
-  std::function<std::unique_ptr<Communicator>()> make_all;
+  // Adopt: the groups it can give (live recovery); null otherwise.
+  std::function<std::unique_ptr<Communicator>(const std::vector<int>&)> make_group;
 };
 
 ProcessGroups::~ProcessGroups() = default;
@@ -506,11 +506,11 @@ Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env
 
 std::unique_ptr<ProcessGroups> ProcessGroups::Adopt(
     const DistEnv& env, std::unique_ptr<Communicator> world,
-    std::function<std::unique_ptr<Communicator>()> make_all) {
+    std::function<std::unique_ptr<Communicator>(const std::vector<int>&)> make_group) {
   std::unique_ptr<ProcessGroups> pg(new ProcessGroups());
   pg->impl_ = std::make_unique<Impl>();
   pg->impl_->env = env;
-  pg->impl_->make_all = std::move(make_all);
+  pg->impl_->make_group = std::move(make_group);
   pg->world_ = std::move(world);
   return pg;
 }
@@ -521,11 +521,11 @@ Result<std::unique_ptr<Communicator>> ProcessGroups::NewGroup(const std::string&
   auto it = std::find(ranks.begin(), ranks.end(), me);
   if (it == ranks.end()) return Internal("rank " + std::to_string(me) + " is not in group " + name);
   if (ranks.size() == 1 && !impl_->options.c10d_for_one_rank) return MakeLocalCommunicator();
-  if (impl_->make_all) {
-    if (static_cast<int>(ranks.size()) == impl_->env.world) return impl_->make_all();
+  if (impl_->make_group) {
+    if (std::unique_ptr<Communicator> c = impl_->make_group(ranks)) return c;
     return InvalidArgument(fmt::format(
         "group {} ({} of {} ranks) is not supported with this world (live recovery re-forms the "
-        "group of every rank only)",
+        "data-parallel groups only)",
         name, ranks.size(), impl_->env.world));
   }
   const int local = static_cast<int>(it - ranks.begin());

@@ -219,12 +219,12 @@ class ProcessGroups {
   // Gloo on the CPU.
   static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,
                                                         std::chrono::milliseconds timeout);
-  // Around a world made elsewhere (live recovery's proxy: parallel/live_group.h) and its
-  // stand-in `group_of_all` (another proxy): NewGroup returns a group of one rank as local, the
-  // group of every rank as `make_all()`, and refuses any other (a layout live mode does not run).
+  // Around a world made elsewhere (live recovery's proxy: parallel/live_group.h): NewGroup
+  // returns a group of one rank as local and any other as `make_group(ranks)`, which returns null
+  // for a group it cannot give (a layout live mode does not run: NewGroup refuses it).
   static std::unique_ptr<ProcessGroups> Adopt(
       const DistEnv& env, std::unique_ptr<Communicator> world,
-      std::function<std::unique_ptr<Communicator>()> make_all);
+      std::function<std::unique_ptr<Communicator>(const std::vector<int>& ranks)> make_group);
   ~ProcessGroups();
   Communicator& world() { return *world_; }
   Backend backend() const;

@@ -409,11 +409,17 @@ void Fsdp::FinishStep() {
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
     if (!(*it)->hooked) ReduceFromGrads(**it);
   }
-  std::vector<PendingCollective> across;  // HSDP: shard gradients summed over replicas
+  // Every reduce-scatter (the shard group) is waited for before the first all-reduce across
+  // replicas is issued: a rank that fails an all-reduce across replicas (a replica lost, live
+  // recovery) has then issued the same shard-group collectives as its shard peers, so the shard
+  // group stays usable (train/trainer_live.cc).
   for (auto& u : units_) {
     WaitReduction(*u);
     if (!u->shard.grad().defined()) u->shard.mutable_grad() = at::zeros_like(u->shard);
-    if (replicate_.size() > 1) across.push_back(replicate_.AllReduceSumAsync(u->shard.grad()));
+  }
+  std::vector<PendingCollective> across;  // HSDP: shard gradients summed over replicas
+  if (replicate_.size() > 1) {
+    for (auto& u : units_) across.push_back(replicate_.AllReduceSumAsync(u->shard.grad()));
   }
   for (auto& a : across) a.Wait();
   for (auto& u : units_) u->shard.mutable_grad().mul_(scale);

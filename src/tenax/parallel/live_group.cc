@@ -180,16 +180,22 @@ Result<std::optional<protocol::LiveMembership>> LiveGroup::NewestEpoch(
     if (e[r] > e[source]) source = r;
   }
   if (e[source] <= membership_.epoch) return std::optional<protocol::LiveMembership>();
+  TENAX_ASSIGN_OR_RETURN(protocol::LiveMembership m,
+                         BroadcastMembership(c, c.rank() == source ? *seen : membership_, source));
+  return std::optional<protocol::LiveMembership>(std::move(m));
+}
+
+Result<protocol::LiveMembership> BroadcastMembership(Communicator& c,
+                                                     const protocol::LiveMembership& m, int root) {
   at::Tensor buf = at::zeros({kRecordBytes}, at::kByte);
-  if (c.rank() == source) {
-    const std::string json = protocol::LiveMembershipJson(*seen);
+  if (c.rank() == root) {
+    const std::string json = protocol::LiveMembershipJson(m);
     TENAX_CHECK(static_cast<int64_t>(json.size()) < kRecordBytes);
     std::memcpy(buf.data_ptr<uint8_t>(), json.data(), json.size());
   }
-  c.Broadcast(buf, source);
+  c.Broadcast(buf, root);
   const std::string json(reinterpret_cast<const char*>(buf.data_ptr<uint8_t>()));
-  TENAX_ASSIGN_OR_RETURN(protocol::LiveMembership m, protocol::ParseLiveMembership(json));
-  return std::optional<protocol::LiveMembership>(std::move(m));
+  return protocol::ParseLiveMembership(json);
 }
 
 Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int64_t step,
@@ -224,6 +230,7 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
   uint32_t crc = 0;
   const bool receiving = std::find(report.receivers.begin(), report.receivers.end(),
                                    options_.slot) != report.receivers.end();
+  if (receiving) ++receives_begun_;
   for (size_t i = 0; i < state.size(); ++i) {
     const at::Tensor& t = state[i];
     TENAX_CHECK_MSG(t.is_contiguous() && t.device().is_cpu(), "LiveGroup::Sync: CPU tensors");

@@ -20,8 +20,11 @@
 // Contract: every method is collective over the members of the current epoch, called in the
 // same order by each; a member that throws out of one must Leave() before forming again.
 // Thread safety: one thread.
-// Non-goals: groups inside a replica (HSDP's shard group, TP, PP) are not re-formed here; several
-// nodes (the store is a file on this node).
+// HSDP (several ranks per replica) uses two: one over every rank (slot = rank) and one per shard
+// index over the replicas (slot = replica, membership protocol::ReplicaView); a replica's own
+// shard group is formed once per incarnation of the replica and never re-formed here
+// (train/trainer_live.cc). Non-goals: TP and PP inside a replica; several nodes (the store is a
+// file on this node).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -97,6 +100,10 @@ class LiveGroup {
   // hold; `has_state`: false for a replacement that has nothing yet. Fails on a checksum
   // mismatch or when no member has state.
   Result<LiveSyncReport> Sync(const std::vector<at::Tensor>& state, int64_t step, bool has_state);
+  // How many Syncs began writing received bytes into this member's tensors (counted before the
+  // first byte lands): a Sync that then failed left them partly overwritten, so the caller's
+  // state is no longer a whole step's and must not be offered as one (has_state = false).
+  int64_t receives_begun() const { return receives_begun_; }
 
  private:
   // Form's first half: marks this member in (<path>.in-<slot>) and waits for every member's mark.
@@ -105,7 +112,13 @@ class LiveGroup {
   const Options options_;
   protocol::LiveMembership membership_;
   std::unique_ptr<Communicator> comm_;  // null: not formed
+  int64_t receives_begun_ = 0;
 };
+
+// Every caller gets `m` as `root` (a group rank) passed it: the same record on every rank of `c`
+// even if the file changed between their reads (collective over `c`).
+Result<protocol::LiveMembership> BroadcastMembership(Communicator& c,
+                                                     const protocol::LiveMembership& m, int root);
 
 // Waits until the heartbeat folder's record has an epoch above `epoch` and returns it (the
 // launcher's decision after a failure), or fails after `timeout_s`. `on_wait` runs between polls

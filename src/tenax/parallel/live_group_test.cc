@@ -141,6 +141,7 @@ TEST(LiveGroupWorker, DISABLED_Member) {
   }
   out["step"] = step;
   out["crc"] = CrcOf(w);
+  out["receives_begun"] = g.receives_begun();
   std::ofstream(fmt::format("{}/result-{}{}", dir, slot, join ? "-joined" : "")) << out.dump();
 }
 
@@ -228,8 +229,10 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
       EXPECT_EQ(r["epochs"], nlohmann::json::array({2}));
       // The weights and the step travelled once, with their checksum and the state header.
       EXPECT_EQ(r["healed_bytes"].get<int64_t>(), kWidth * 8 + 8 + 8 + 16);
+      EXPECT_EQ(r["receives_begun"], 1);  // its own state was written into once
     } else {
-      EXPECT_EQ(r["recoveries"], 1);  // step 5's reduction failed once
+      EXPECT_EQ(r["receives_begun"], 0);  // the members' state never was
+      EXPECT_EQ(r["recoveries"], 1);      // step 5's reduction failed once
       EXPECT_EQ(r["epochs"], nlohmann::json::array({0, 1, 2}));
     }
   }

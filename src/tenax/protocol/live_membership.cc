@@ -98,4 +98,18 @@ std::vector<int> SlotsRunBy(const LiveMembership& m, int slot) {
   return out;
 }
 
+LiveMembership ReplicaView(const LiveMembership& m, int ranks_per_replica, int position) {
+  LiveMembership v;
+  v.epoch = m.epoch;
+  v.generation = m.generation;
+  v.world = m.world / ranks_per_replica;
+  for (int r : m.members) {
+    if (r % ranks_per_replica == position) v.members.push_back(r / ranks_per_replica);
+  }
+  for (int r : m.joining) {
+    if (r % ranks_per_replica == position) v.joining.push_back(r / ranks_per_replica);
+  }
+  return v;
+}
+
 }  // namespace tenax::protocol

@@ -9,6 +9,8 @@
 //              weights, optimizer state and data cursor from a live member when the group forms
 // The record is <heartbeat folder>/live-membership.json, written atomically (temp file +
 // rename), so a reader sees a whole record or the previous one.
+// HSDP: members are ranks, and a data-parallel replica's ranks are listed or dropped together
+// (ReplicaView).
 // Non-goals: several nodes (the file is node-local; the node agents will carry it in etcd).
 #pragma once
 
@@ -51,5 +53,12 @@ Result<std::optional<LiveMembership>> ReadLiveMembership(const std::string& hear
 // k % |members|), so every slot's samples are trained exactly once per step, whatever the
 // membership. Returned for the member `slot`, in ascending slot order.
 std::vector<int> SlotsRunBy(const LiveMembership& m, int slot);
+
+// HSDP: a record of ranks seen from the replicas' side. Each data-parallel replica is
+// `ranks_per_replica` consecutive ranks (replicate is the outermost mesh axis); the view's slots
+// are replicas (world: the number of replicas), and replica q is a member (joining) when its rank
+// at `position` (0 .. ranks_per_replica - 1, the shard index) is. The launcher lists or drops a
+// replica's ranks together, so the view is the same for every position. Same epoch and generation.
+LiveMembership ReplicaView(const LiveMembership& m, int ranks_per_replica, int position);
 
 }  // namespace tenax::protocol

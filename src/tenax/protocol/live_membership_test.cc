@@ -24,6 +24,22 @@ TEST(LiveMembership, EveryMissingSlotIsRunByExactlyOneMember) {
   EXPECT_EQ(SlotsRunBy(full, 3), (std::vector<int>{3}));
 }
 
+// HSDP 3 replicas x 2 shards (ranks 2q, 2q + 1): replica 1 lost, replica 2 rejoining.
+TEST(LiveMembership, TheReplicaViewListsWholeReplicas) {
+  const LiveMembership m{7, 1, 6, {0, 1, 4, 5}, {4, 5}};
+  for (int position : {0, 1}) {
+    const LiveMembership v = ReplicaView(m, 2, position);
+    EXPECT_EQ(v.epoch, 7);
+    EXPECT_EQ(v.generation, 1);
+    EXPECT_EQ(v.world, 3);
+    EXPECT_EQ(v.members, (std::vector<int>{0, 2})) << position;
+    EXPECT_EQ(v.joining, (std::vector<int>{2})) << position;
+    EXPECT_EQ(v.Missing(), (std::vector<int>{1}));
+  }
+  // One rank per replica (DDP): the record itself.
+  EXPECT_EQ(ReplicaView(m, 1, 0), m);
+}
+
 TEST(LiveMembership, RoundTripsThroughTheFileAndRejectsBadRecords) {
   testing::TempDir dir;
   Result<std::optional<LiveMembership>> none = ReadLiveMembership(dir.path());

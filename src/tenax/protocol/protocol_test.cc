@@ -92,6 +92,7 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   a.run_elapsed_s = 7200.5;
   a.master_addr = "10.0.0.1";
   a.master_port = 1234;
+  a.live_incarnation = 3;
   std::map<std::string, std::string> env;
   auto put = [&](const std::string& kv) {
     env[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
@@ -118,6 +119,16 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   EXPECT_EQ(ctx->heartbeat_dir, "/tmp/beats");
   EXPECT_EQ(ctx->inject, "crash:rank=1:step=3");
   EXPECT_EQ(ctx->ram_folder, "/dev/shm/tenax-ram-run-4242-0a1b2c3d");
+  EXPECT_TRUE(ctx->live_join);
+  EXPECT_EQ(ctx->live_incarnation, 3);
+  // A first rank (no incarnation) is no replacement; a malformed one is refused.
+  a.live_incarnation = 0;
+  EXPECT_EQ(AssignmentLine(a).find("TENAX_LIVE_JOIN"), std::string::npos);
+  env["TENAX_LIVE_JOIN"] = "yes";
+  EXPECT_FALSE(ReadRankContext([&](const char* n) -> const char* {
+                 auto it = env.find(n);
+                 return it == env.end() ? nullptr : it->second.c_str();
+               }).ok());
 }
 
 TEST(RankContextTest, NoVariablesIsAnUnsupervisedProcess) {

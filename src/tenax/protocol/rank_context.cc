@@ -103,7 +103,16 @@ Result<RankContext> ReadRankContext(const GetEnv& getenv) {
   if (const char* v = get(kEnvInject)) ctx.inject = v;
   if (const char* v = get(kEnvAgentSocket)) ctx.agent_socket = v;
   if (const char* v = get(kEnvRamFolder)) ctx.ram_folder = v;
-  if (const char* v = get(kEnvLiveJoin)) ctx.live_join = std::string(v) == "1";
+  if (const char* v = get(kEnvLiveJoin)) {
+    char* end = nullptr;
+    const long k = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || k < 1 || k > 1000000) {
+      return InvalidArgument(fmt::format(
+          "{}={}: expected a replica incarnation >= 1 (set by tenax launch)", kEnvLiveJoin, v));
+    }
+    ctx.live_join = true;
+    ctx.live_incarnation = static_cast<int>(k);
+  }
   return ctx;
 }
 
@@ -141,7 +150,7 @@ std::string AssignmentLine(const Assignment& a) {
              "{}={} {}={:.3f}",
              a.rank, a.world, a.local_rank, a.local_world, a.master_addr, a.master_port,
              kEnvRestartCount, a.generation, kEnvRunElapsed, a.run_elapsed_s) +
-         (a.live_join ? fmt::format(" {}=1", kEnvLiveJoin) : "");
+         (a.live_incarnation > 0 ? fmt::format(" {}={}", kEnvLiveJoin, a.live_incarnation) : "");
 }
 
 }  // namespace tenax::protocol

@@ -20,8 +20,10 @@
 // Assignment line ("KEY=VALUE KEY=VALUE ...\n", AssignmentLine): RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names, read by parallel/dist_env.h),
 // TENAX_RESTART_COUNT (the launch generation) and TENAX_RUN_ELAPSED_S (seconds since the launch
-// started, at assignment), and TENAX_LIVE_JOIN=1 for a replacement that joins a running
-// generation (resilience.mode = "live": it heals from a live rank, protocol/live_membership.h). The
+// started, at assignment), and TENAX_LIVE_JOIN=K for a replacement that joins a running
+// generation (resilience.mode = "live": it heals from a live rank, protocol/live_membership.h);
+// K >= 1 is its replica's incarnation (the ranks of one data-parallel replica are replaced
+// together, and its new ranks form their replica's groups under that number). The
 // values are exported into the process environment, so a rank looks the same whether started by
 // tenax launch, torchrun or srun. End of file without a line: the launcher no longer needs the
 // standby (Unavailable).
@@ -63,6 +65,7 @@ struct RankContext {
   std::string agent_socket;     // several nodes: commit checkpoints through the agent
   std::string ram_folder;       // the launcher's RAM folder for memory replicas; empty: none
   bool live_join = false;       // a replacement joining a running generation (live recovery)
+  int live_incarnation = 0;     // its replica's incarnation: 0 for the generation's first ranks
 };
 
 using GetEnv = std::function<const char*(const char*)>;
@@ -96,7 +99,7 @@ struct Assignment {
   int master_port = 0;
   int generation = 0;
   double run_elapsed_s = 0;
-  bool live_join = false;
+  int live_incarnation = 0;  // > 0: a live replacement, of this incarnation of its replica
 };
 std::string AssignmentLine(const Assignment& a);  // without the trailing newline
 

@@ -110,12 +110,29 @@ Status Trainer::StepOnce(int64_t step) {
   InjectBeforeGradientReduce(step,
                              Seconds(Clock::now() - t0) - (TotalStats(all_groups_) - comm0).wait_s);
   if (flight_) flight_->SetPhase(step, "gradient_reduction");
-  step_model_->FinishStep();  // every gradient reduction of the layout
-  if (check) TENAX_RETURN_IF_ERROR(SdcVerify(step, sdc_->Disarm(loss), replayed));
-  const double own_s = Seconds(Clock::now() - t_own);
-  const double grad_norm = step_model_->ClipGradNorm(t_.max_norm);
-  local_loss_ = loss = InjectIntoLoss(step, loss);
-  loss = MeanOverRanks(loss);
+  double own_s = 0, grad_norm = 0;
+  // The step's collectives across data-parallel replicas (under HSDP, none before this point),
+  // up to the last one before the update: live, a replica's ranks commit only together
+  // (LiveAcrossReplicas, trainer_live.cc).
+  auto reduce = [&]() -> Status {
+    step_model_->FinishStep();  // every gradient reduction of the layout
+    if (check) TENAX_RETURN_IF_ERROR(SdcVerify(step, sdc_->Disarm(loss), replayed));
+    own_s = Seconds(Clock::now() - t_own);
+    grad_norm = step_model_->ClipGradNorm(t_.max_norm);
+    local_loss_ = loss = InjectIntoLoss(step, loss);
+    loss = MeanOverRanks(loss);
+    return Status::Ok();
+  };
+  if (live()) {
+    Status reduced;
+    LiveAcrossReplicas([&] {
+      reduced = reduce();
+      return std::string();
+    });
+    TENAX_RETURN_IF_ERROR(reduced);
+  } else {
+    TENAX_RETURN_IF_ERROR(reduce());
+  }
   if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     return FailNonFinite(step, loss, grad_norm);
   std::optional<MoeMetrics> moe_metrics;
@@ -195,8 +212,15 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
   // sum divided by the nominal world (Fsdp) is the gradient of the whole global batch. The
   // cursor is read from progress_, which moves once the step is done, so a step run again after
   // a lost member reads the same samples.
-  const std::vector<int> slots = live() ? protocol::SlotsRunBy(live_->membership(), env_.rank)
-                                        : std::vector<int>{mesh_->dp_index(env_.rank)};
+  std::vector<int> slots = {mesh_->dp_index(env_.rank)};
+  if (live()) {
+    // The replicas' shares: each is its rank at this shard index (HSDP; the rank itself in DDP).
+    const int k = live_replica_ranks_, position = env_.rank % k;
+    slots.clear();
+    for (int q : protocol::SlotsRunBy(LiveReplicaView(live_->membership()), env_.rank / k)) {
+      slots.push_back(mesh_->dp_index(q * k + position));
+    }
+  }
   TENAX_ASSIGN_OR_RETURN(const double loss, RunMicroBatches(slots));
   const int64_t per_micro = t_.local_batch_size * mesh_->dp();
   loader_->Seek(progress_.data_position + batch_.accum * per_micro);

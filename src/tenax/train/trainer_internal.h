@@ -104,6 +104,21 @@ class Trainer {
       int after, const std::function<bool(const protocol::LiveMembership&)>& wanted);
   Status LiveSyncState(const protocol::LiveMembership& next, bool has_state);
   bool live() const { return live_ != nullptr; }
+  // HSDP live (several ranks per replica): the groups across replicas are the world's and this
+  // shard index's (LiveReplicas: live_ itself when every rank is a replica); a replica's ranks
+  // take every decision together through their shard group, which is never re-formed: they
+  // attempt the record the replica's first rank read (AgreeInReplica), and a phase of collectives
+  // across replicas counts only if it went through on every rank of the replica
+  // (LiveAcrossReplicas: `phase` returns "" or why it failed; on a failure anywhere in the
+  // replica, the groups across replicas are left and LiveStepAbandoned is thrown).
+  parallel::LiveGroup& LiveReplicas() { return live_replicas_ ? *live_replicas_ : *live_; }
+  protocol::LiveMembership LiveReplicaView(const protocol::LiveMembership& m) const;
+  Status LiveForm(const protocol::LiveMembership& m);
+  void LiveLeave();
+  bool LiveFormed() const;
+  void LiveAcrossReplicas(const std::function<std::string()>& phase);
+  bool ReplicaAgrees(bool ok);
+  Result<protocol::LiveMembership> AgreeInReplica(const protocol::LiveMembership& m);
 
   // Silent-data-corruption checks (resilience.sdc_check_interval, trainer_sdc.cc and
   // sdc_check.h): the layout they need, whether `step` is checked, one replay of the rank
@@ -172,7 +187,11 @@ class Trainer {
   BatchShape batch_;  // the step's batch; a resume may re-derive its accumulation
   FlopsPerToken flops_;
   std::string run_dir_, ckpt_dir_, config_toml_;
-  std::unique_ptr<parallel::LiveGroup> live_;  // live recovery only; outlives its proxies below
+  // Live recovery only; they outlive their proxies below. live_: every rank (slot = rank);
+  // live_replicas_ (HSDP): this rank's shard index across replicas (slot = replica).
+  std::unique_ptr<parallel::LiveGroup> live_, live_replicas_;
+  std::unique_ptr<parallel::Communicator> live_shard_;  // HSDP: the replica's group, until adopted
+  int live_replica_ranks_ = 1;                          // ranks per replica (HSDP's shard degree)
   std::unique_ptr<parallel::ProcessGroups> groups_;
   // shard_group_ spans data_parallel_shard x context (mesh.h's ShardGroupOf).
   std::unique_ptr<parallel::Communicator> shard_group_, replicate_group_, tp_group_, pp_group_;
@@ -208,10 +227,13 @@ class Trainer {
   parallel::CommStats step_comm_;  // collectives issued inside training steps only
   FailureKind failure_kind_ = FailureKind::kSetup;
   bool failure_secondary_ = false;
-  double local_loss_ = 0;    // this rank's loss of the current step, before the mean over ranks
-  int live_slots_ = 1;       // data-parallel ranks whose samples this rank ran (live: maybe more)
-  int64_t sdc_checks_ = 0;   // checks passed by this process
-  double sdc_replay_s_ = 0;  // the current check's replay
+  double local_loss_ = 0;  // this rank's loss of the current step, before the mean over ranks
+  int live_slots_ = 1;     // data-parallel ranks whose samples this rank ran (live: maybe more)
+  bool live_has_state_ = true;       // live: this rank's state is a whole step's (ReplicaAgrees)
+  int64_t live_touched_ = 0;         // live: LiveReplicas().receives_begun() as the phase began
+  int64_t sdc_checks_ = 0;           // checks passed by this process
+  double sdc_replay_s_ = 0;          // the current check's replay
+  double sdc_verify_s_ = 0;          // the current check's gathering and comparing of digests
   double sdc_widest_agreement_ = 0;  // the largest Disagreement of agreeing pairs so far
   TrainSummary summary_;
 };

@@ -8,11 +8,24 @@
 //                    without reading a checkpoint, says it is ready, and waits to be listed as
 //                    joining; the members take it in at their next step boundary (LiveQuorum)
 //                    and the newest state travels to it from a live member, checksummed.
-// Non-goals for now: sharded or model-parallel layouts (only the group of every rank is
-// re-formed), NCCL, several nodes, a failure during an evaluation or a checkpoint save (the
-// launcher then restarts every rank as in restart mode).
+//   HSDP            a replica is several ranks (its shard group). Its ranks are dropped and
+//                   replaced together (the launcher kills the others of a failed rank's
+//                   replica), so the shard group of a replica that survives is never re-formed:
+//                   only the world's group and each shard index's group across replicas are.
+//                   Every collective across replicas of a step comes after its last shard-group
+//                   collective (Fsdp::FinishStep waits for every reduce-scatter first), and the
+//                   replica's ranks vote through their shard group on each phase of them
+//                   (LiveAcrossReplicas): a replica commits a step, or takes a new epoch, on all
+//                   of its ranks or on none, so no shard of it is ever a step ahead of another.
+//                   A rank that received state in a phase its replica then failed makes the
+//                   whole replica stateless (live_has_state_ = false) until a later sync.
+// Non-goals for now: tensor, pipeline or context parallelism inside a replica, MoE, NCCL,
+// several nodes, a failure during an evaluation or a checkpoint save (the launcher then restarts
+// every rank as in restart mode).
 #include <fmt/format.h>
 #include <signal.h>
+
+#include <stdexcept>
 
 #include "tenax/train/trainer_internal.h"
 
@@ -25,6 +38,18 @@ constexpr double kMembershipWaitS = 300;
 
 std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
+// Thrown out of a step, or its quorum, that did not go through on every rank of this replica: the
+// step is run again in the launcher's next epoch (LiveStep catches it).
+struct LiveStepAbandoned : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What a replica's ranks learn from their vote (Trainer::ReplicaAgrees).
+struct ReplicaVote {
+  bool all_ok = true;        // every rank of the replica got through
+  bool any_touched = false;  // some rank of it began receiving state meanwhile
+};
+
 }  // namespace
 
 Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
@@ -33,10 +58,12 @@ Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
     needs.push_back("ranks started by tenax launch (it decides who is in the group)");
   }
   if (!ctx_.agent_socket.empty()) needs.push_back("one node (several nodes are not supported yet)");
-  if (mesh_->degree(parallel::Axis::kReplicate) != env_.world) {
+  const int replicas = mesh_->degree(parallel::Axis::kReplicate);
+  if (replicas < 2 || replicas * mesh_->degree(parallel::Axis::kShard) != env_.world) {
     needs.push_back(fmt::format(
-        "every rank a whole replica: data_parallel_replicate = {} (the world) and the other "
-        "degrees 1, not {}",
+        "data-parallel replicas that can outlive each other: data_parallel_replicate >= 2, "
+        "data_parallel_replicate x data_parallel_shard = the world ({}) and the other degrees 1, "
+        "not {}",
         env_.world, mesh_->Describe()));
   }
   if (go.backend != parallel::Backend::kGloo) {
@@ -54,6 +81,12 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   // Gloo writes to its peers' sockets without MSG_NOSIGNAL from its own threads: a write to a
   // rank that just died must fail (and be recovered from), not kill this one with SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
+  const parallel::Mesh& mesh = *mesh_;
+  live_replica_ranks_ = mesh.degree(parallel::Axis::kShard);
+  const int replica = mesh.coord(env_.rank, parallel::Axis::kReplicate);
+  const int position = mesh.coord(env_.rank, parallel::Axis::kShard);
+  // ReplicaView and the launcher count on it: replicate is the outermost axis.
+  TENAX_CHECK(env_.rank == replica * live_replica_ranks_ + position);
   parallel::LiveGroup::Options o;
   o.store_dir = ctx_.heartbeat_dir;
   o.name = fmt::format("live-g{}", ctx_.generation);
@@ -67,6 +100,19 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
     if (faults_ && i == 0) faults_->DuringHeal(protocol::HealPoint::kTransfer);
   };
   live_ = std::make_unique<parallel::LiveGroup>(o);
+  if (live_replica_ranks_ > 1) {
+    parallel::LiveGroup::Options r = o;
+    r.name = fmt::format("live-g{}-s{}", ctx_.generation, position);
+    r.slot = replica;
+    r.world = env_.world / live_replica_ranks_;
+    live_replicas_ = std::make_unique<parallel::LiveGroup>(r);
+    // The replica's own group, formed once by this incarnation of its ranks (a replacement's
+    // under TENAX_LIVE_JOIN's number): a failure inside the replica ends all of them.
+    const std::string store = fmt::format("{}/live-g{}-replica{}-i{}", ctx_.heartbeat_dir,
+                                          ctx_.generation, replica, ctx_.live_incarnation);
+    TENAX_ASSIGN_OR_RETURN(
+        live_shard_, parallel::ConnectFileStoreGroup(store, position, live_replica_ranks_, go));
+  }
   if (config_.checkpoint.memory_replicas && env_.rank == 0) {
     log::Info(
         "resilience.mode = \"live\": the live replicas hold the state, so no memory replicas");
@@ -81,12 +127,94 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
           "(is this tenax launch older than the trainer?)",
           ctx_.generation, env_.rank, protocol::LiveMembershipPath(ctx_.heartbeat_dir)));
     }
-    TENAX_RETURN_IF_ERROR(live_->Form(*m));
+    TENAX_RETURN_IF_ERROR(LiveForm(*m));
   }
-  parallel::LiveGroup* live = live_.get();
-  groups_ =
-      parallel::ProcessGroups::Adopt(env_, live->NewProxy(), [live] { return live->NewProxy(); });
+  groups_ = parallel::ProcessGroups::Adopt(
+      env_, live_->NewProxy(),
+      [this, across = mesh.GroupOf(env_.rank, parallel::Axis::kReplicate),
+       inside = mesh.ShardGroupOf(env_.rank)](
+          const std::vector<int>& ranks) -> std::unique_ptr<parallel::Communicator> {
+        if (static_cast<int>(ranks.size()) == env_.world) return live_->NewProxy();
+        if (live_replicas_ && ranks == across) return live_replicas_->NewProxy();
+        if (live_shard_ && ranks == inside) return std::move(live_shard_);
+        return nullptr;
+      });
   return Status::Ok();
+}
+
+protocol::LiveMembership Trainer::LiveReplicaView(const protocol::LiveMembership& m) const {
+  return protocol::ReplicaView(m, live_replica_ranks_, env_.rank % live_replica_ranks_);
+}
+
+Status Trainer::LiveForm(const protocol::LiveMembership& m) {
+  TENAX_RETURN_IF_ERROR(live_->Form(m));
+  if (live_replicas_) {
+    if (Status st = live_replicas_->Form(LiveReplicaView(m)); !st.ok()) {
+      live_->Leave();
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+void Trainer::LiveLeave() {
+  live_->Leave();
+  if (live_replicas_) live_replicas_->Leave();
+}
+
+bool Trainer::LiveFormed() const {
+  return live_->formed() && (!live_replicas_ || live_replicas_->formed());
+}
+
+bool Trainer::ReplicaAgrees(bool ok) {
+  // Since the phase began (live_touched_ holds the count then).
+  ReplicaVote v{ok, LiveReplicas().receives_begun() != live_touched_};
+  if (live_replica_ranks_ > 1) {
+    // Through the replica's own group, which a failure across replicas leaves intact.
+    at::Tensor t =
+        at::tensor({ok ? int64_t{0} : int64_t{1}, v.any_touched ? int64_t{1} : 0}, at::kLong);
+    shard_group_->AllReduceSum(t);
+    v.all_ok = t[0].item<int64_t>() == 0;
+    v.any_touched = t[1].item<int64_t>() > 0;
+  }
+  if (v.all_ok) {
+    live_has_state_ = true;
+  } else if (v.any_touched) {
+    // Some shard of this replica may hold a newer (or half-received) step than another: the
+    // replica offers no state until a sync gives all of its ranks the same step.
+    live_has_state_ = false;
+  }
+  return v.all_ok;
+}
+
+Result<protocol::LiveMembership> Trainer::AgreeInReplica(const protocol::LiveMembership& m) {
+  if (live_replica_ranks_ == 1) return m;
+  try {
+    return parallel::BroadcastMembership(*shard_group_, m, 0);
+  } catch (const std::exception& e) {
+    if (!protocol::IsPeerLostError(e.what())) throw;
+    return PeerLost(fmt::format("another rank of this replica is lost ({})", FirstLine(e.what())));
+  }
+}
+
+void Trainer::LiveAcrossReplicas(const std::function<std::string()>& phase) {
+  live_touched_ = LiveReplicas().receives_begun();
+  std::string lost;
+  try {
+    lost = phase();
+  } catch (const std::exception& e) {
+    if (!protocol::IsPeerLostError(e.what())) throw;
+    lost = e.what();
+  }
+  // Leaving first closes this rank's connections across replicas: its shard peers still blocked
+  // in a collective across replicas fail now and come to the vote, instead of at a timeout.
+  if (!lost.empty()) LiveLeave();
+  if (ReplicaAgrees(lost.empty())) return;
+  if (lost.empty()) {
+    LiveLeave();
+    lost = "another rank of this replica lost a peer in a collective across replicas";
+  }
+  throw LiveStepAbandoned(lost);
 }
 
 Result<protocol::LiveMembership> Trainer::WaitForLiveRecord(
@@ -113,17 +241,19 @@ Status Trainer::LiveStep(int64_t step) {
     try {
       // A switch to a newer epoch is followed by another round in it, as after a recovery and
       // as a replacement's first step begins, so every member issues the same collectives.
-      Result<bool> switched = LiveQuorum();
-      if (!switched.ok() && !live_->formed()) {
+      Result<bool> switched = false;
+      LiveAcrossReplicas([&] {
+        switched = LiveQuorum();
         // The newer epoch did not form (a member of it died first): as after a failed
         // collective, the launcher's next epoch decides.
-        TENAX_RETURN_IF_ERROR(LiveRecover(step, switched.status().message()));
-        continue;
-      }
+        return !switched.ok() && !LiveFormed() ? switched.status().message() : std::string();
+      });
       if (!switched.ok()) return switched.status();
       if (*switched) continue;
       if (progress_.step >= step) return Status::Ok();  // the newest state was past it already
       return StepOnce(step);
+    } catch (const LiveStepAbandoned& e) {
+      TENAX_RETURN_IF_ERROR(LiveRecover(step, e.what()));
     } catch (const std::exception& e) {
       if (!protocol::IsPeerLostError(e.what())) throw;
       TENAX_RETURN_IF_ERROR(LiveRecover(step, e.what()));
@@ -139,7 +269,7 @@ Result<bool> Trainer::LiveQuorum() {
   if (seen && seen->generation != ctx_.generation) seen.reset();
   TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> next, live_->NewestEpoch(seen));
   if (!next) return false;
-  TENAX_RETURN_IF_ERROR(LiveSync(*next, /*has_state=*/true));
+  TENAX_RETURN_IF_ERROR(LiveSync(*next, live_has_state_));
   return true;
 }
 
@@ -151,11 +281,14 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
       "membership",
       step, epoch, FirstLine(what));
   step_model_->AbandonStep();
-  live_->Leave();
+  LiveLeave();
   if (beats_) {
     beats_->SetLiveEpoch(-1);
     beats_->Refresh();
   }
+  auto replica_lost = [&](const std::string& why) {
+    return Fail(FailureKind::kPeerLost, PeerLost(why), /*secondary=*/true);
+  };
   // The next epoch of this generation; again if it does not form or its state transfer fails
   // (another member died meanwhile): the launcher publishes one more without that member.
   protocol::LiveMembership m;
@@ -163,26 +296,39 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
   while (true) {
     TENAX_ASSIGN_OR_RETURN(
         m, WaitForLiveRecord(after, [](const protocol::LiveMembership&) { return true; }));
+    // HSDP: every rank of this replica attempts the same epoch.
+    Result<protocol::LiveMembership> agreed = AgreeInReplica(m);
+    if (!agreed.ok()) return replica_lost(agreed.status().message());
+    m = *std::move(agreed);
     after = m.epoch;
     if (!m.Has(env_.rank)) {
-      return Fail(FailureKind::kPeerLost,
-                  PeerLost(fmt::format("live epoch {} leaves this rank out (the launcher judged "
-                                       "it failed)",
-                                       m.epoch)),
-                  /*secondary=*/true);
+      return replica_lost(fmt::format(
+          "live epoch {} leaves this rank out (the launcher judged it, or its replica, failed)",
+          m.epoch));
     }
     Status st;
+    live_touched_ = LiveReplicas().receives_begun();
     try {
-      st = LiveSync(m, /*has_state=*/true);
+      st = LiveSync(m, live_has_state_);
     } catch (const std::exception& e) {
       if (!protocol::IsPeerLostError(e.what())) throw;
       st = PeerLost(e.what());
     }
-    if (st.ok()) break;
-    if (live_->formed() && st.code() != StatusCode::kPeerLost) return st;
+    if (!st.ok() && LiveFormed() && st.code() != StatusCode::kPeerLost) return st;
+    if (!st.ok()) LiveLeave();
+    bool all = false;
+    try {
+      all = ReplicaAgrees(st.ok());
+    } catch (const std::exception& e) {
+      if (!protocol::IsPeerLostError(e.what())) throw;
+      return replica_lost(
+          fmt::format("another rank of this replica is lost ({})", FirstLine(e.what())));
+    }
+    if (all) break;
+    if (st.ok()) st = PeerLost("another rank of this replica did not get through it");
     log::Warn("live epoch {} did not form or sync ({}); waiting for the next one", m.epoch,
               FirstLine(st.message()));
-    live_->Leave();
+    LiveLeave();
   }
   log::Info(
       "step {}: live epoch {} formed by ranks {} {:.3f}s after the failure; rank(s) {} "
@@ -195,7 +341,7 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
 // Forms `next` (this rank a member) and brings every member to the newest state: the progress
 // counters, the loss-spike window, the parameters and the optimizer's moments, in this order.
 Status Trainer::LiveSync(const protocol::LiveMembership& next, bool has_state) {
-  TENAX_RETURN_IF_ERROR(live_->Form(next));
+  TENAX_RETURN_IF_ERROR(LiveForm(next));
   TENAX_RETURN_IF_ERROR(LiveSyncState(next, has_state));
   if (beats_) beats_->SetLiveEpoch(next.epoch);  // the launcher announces joiners only then
   // The group's first member writes metrics.jsonl and TensorBoard (rank 0 unless it is lost): a
@@ -224,7 +370,8 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   std::vector<at::Tensor> state = {meta, window};
   for (auto& p : step_model_->optimizer_params()) state.push_back(p.tensor.detach());
   for (auto& s : optimizer_->StateTensors()) state.push_back(s.tensor.detach());
-  TENAX_ASSIGN_OR_RETURN(parallel::LiveSyncReport r, live_->Sync(state, progress_.step, has_state));
+  TENAX_ASSIGN_OR_RETURN(parallel::LiveSyncReport r,
+                         LiveReplicas().Sync(state, progress_.step, has_state));
   if (!r.transferred) return Status::Ok();
   const int64_t* v = meta.data_ptr<int64_t>();
   progress_.step = v[0];
@@ -237,14 +384,18 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   spikes_->Restore(losses);
   progress_.loss_history = losses;
   loader_->Seek(progress_.data_position);
-  const bool received =
-      std::find(r.receivers.begin(), r.receivers.end(), env_.rank) != r.receivers.end();
-  if (received && beats_) beats_->SetHealed(r.source_slot, r.bytes, r.seconds);
-  if (received || env_.rank == r.source_slot) {
+  // Slots of LiveReplicas() are replicas: named by their rank at this shard index.
+  const int k = live_replica_ranks_, position = env_.rank % k;
+  std::vector<int> receivers;
+  for (int q : r.receivers) receivers.push_back(q * k + position);
+  const int source = r.source_slot * k + position;
+  const bool received = std::find(receivers.begin(), receivers.end(), env_.rank) != receivers.end();
+  if (received && beats_) beats_->SetHealed(source, r.bytes, r.seconds);
+  if (received || env_.rank == source) {
     log::Info(
         "live epoch {}: rank(s) {} received step {}'s state from rank {}: {} bytes in "
         "{:.3f}s, crc32 checked",
-        next.epoch, fmt::join(r.receivers, ","), r.step, r.source_slot, r.bytes, r.seconds);
+        next.epoch, fmt::join(receivers, ","), r.step, source, r.bytes, r.seconds);
   }
   return Status::Ok();
 }
@@ -255,8 +406,20 @@ Status Trainer::LiveJoin() {
                          WaitForLiveRecord(-1, [this](const protocol::LiveMembership& r) {
                            return r.Joining(env_.rank);
                          }));
+  // HSDP: the replica's new ranks take the same epoch (the one its first rank read).
+  TENAX_ASSIGN_OR_RETURN(const protocol::LiveMembership agreed, AgreeInReplica(m));
+  if (!agreed.Joining(env_.rank)) {
+    return PeerLost(fmt::format(
+        "live epoch {} (read by this replica's first rank) does not list rank {} as joining",
+        agreed.epoch, env_.rank));
+  }
   if (faults_) faults_->DuringHeal(protocol::HealPoint::kForm);
-  TENAX_RETURN_IF_ERROR(LiveSync(m, /*has_state=*/false));
+  live_has_state_ = false;
+  live_touched_ = LiveReplicas().receives_begun();
+  Status st = LiveSync(agreed, /*has_state=*/false);
+  if (!ReplicaAgrees(st.ok())) {
+    return st.ok() ? PeerLost("another rank of this replica did not heal") : st;
+  }
   progress_.batch = batch_;
   TENAX_RETURN_IF_ERROR(checkpointer_->Start(progress_.step));
   beats_->Ready(progress_.step, 0, run_dir_);  // the launcher's record of the healing closes
