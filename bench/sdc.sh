@@ -110,10 +110,10 @@ for r in $([ "$steps" -gt 0 ] && seq 1 "$rounds"); do
 import json, re, sys
 run, n, r, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 steps = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"step_time_s"' in l]
-m = re.search(r"took ([0-9.]+)s against ([0-9.]+)s for the step itself: about ([0-9.]+)%", open(log).read())
+m = re.search(r"check took ([0-9.]+)s .*?against ([0-9.]+)s for the step itself: about ([0-9.]+)%", open(log).read())
 print(json.dumps({"interval": n, "round": r, "steps": len(steps),
                   "train_s": sum(s["step_time_s"] for s in steps),
-                  "printed_replay_s": float(m.group(1)) if m else None,
+                  "printed_check_s": float(m.group(1)) if m else None,
                   "printed_step_s": float(m.group(2)) if m else None,
                   "printed_overhead_pct": float(m.group(3)) if m else None}))
 PY

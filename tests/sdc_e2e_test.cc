@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 
 #include "test_util.h"
 
@@ -145,10 +146,22 @@ TEST_F(SdcE2E, ChecksChangeNothingAndPrintTheirCost) {
                    " --set training.steps=3 --set checkpoint.interval=100",
                dir_->path());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("silent-data-corruption checks (resilience.sdc_check_interval = 5): "
-                          "step 2's replay of another rank's step took"),
-            std::string::npos)
+  // The printed cost: the check's three parts, which add up to its total.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex("silent-data-corruption checks \\(resilience.sdc_check_interval = 5\\): step 2's "
+                 "check took ([0-9.]+)s \\(replaying another rank's step ([0-9.]+)s, digesting "
+                 "this rank's gradients ([0-9.]+)s, gathering and comparing the digests "
+                 "([0-9.]+)s\\) against ([0-9.]+)s for the step itself: about ([0-9.]+)% more")))
       << r.output;
+  const double check = std::stod(m[1]), replay = std::stod(m[2]), digest = std::stod(m[3]),
+               verify = std::stod(m[4]), own = std::stod(m[5]), pct = std::stod(m[6]);
+  EXPECT_NEAR(check, replay + digest + verify, 0.0021);
+  EXPECT_GT(replay, 0);
+  EXPECT_GT(own, 0);
+  const double expected = 100 * check / 5 / own;  // from the rounded figures
+  EXPECT_NEAR(pct, expected, 0.05 * expected + 0.1);
 }
 
 TEST_F(SdcE2E, DdpGradientCorruption) { Corrupt("ddp", "grad", 2, 6, {2}); }

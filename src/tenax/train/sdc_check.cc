@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -88,6 +89,7 @@ void SdcMonitor::Arm() {
   armed_ = true;
   crc_ = 0;
   buckets_ = 0;
+  digest_s_ = 0;
   sq_ = 0;
   proj_ = 0;
 }
@@ -150,11 +152,13 @@ void SdcMonitor::OnLocalGradients(const std::string& /*unit*/, const at::Tensor&
     grad_flipped_ = true;
   }
   if (!armed_) return;
+  const auto t0 = std::chrono::steady_clock::now();
   if (statistics_) AddStatistics(flat);
   const at::Tensor c = flat.is_contiguous() ? flat : flat.contiguous();
   const at::Tensor host = c.device().is_cpu() ? c : c.cpu();
   crc_ = Crc32(host.data_ptr(), static_cast<size_t>(host.nbytes()), crc_);
   ++buckets_;
+  digest_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::vector<std::vector<int>> Rings(int dp, int copies) {

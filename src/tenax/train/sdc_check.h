@@ -79,8 +79,9 @@ class SdcMonitor final : public parallel::ComputeObserver {
 
   // A pass of `step` begins (the own step or a replay): the injected fault's state for it.
   void BeginPass(int64_t step);
-  void Arm();                         // start digesting
-  ComputeDigest Disarm(double loss);  // the digest since Arm
+  void Arm();                                    // start digesting
+  ComputeDigest Disarm(double loss);             // the digest since Arm
+  double digest_s() const { return digest_s_; }  // spent digesting since Arm (wall seconds)
 
   void OnBlockWeights(int64_t layer, const std::vector<at::Tensor>& weights,
                       bool gathered) override;
@@ -100,6 +101,7 @@ class SdcMonitor final : public parallel::ComputeObserver {
   bool armed_ = false;
   uint32_t crc_ = 0;
   int64_t buckets_ = 0;
+  double digest_s_ = 0;
 };
 
 // A ring: the ranks that replay each other's steps, in order (ring[i + 1] replays ring[i]'s step,

@@ -112,6 +112,7 @@ Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
 }
 
 Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeDigest& replay1) {
+  const auto t0 = Clock::now();
   parallel::Communicator& world = groups_->world();
   const auto round1 = GatherDigests(world, {own, replay1});
   const std::vector<ComputeDigest>&all_own = round1[0], &all_replay1 = round1[1];
@@ -124,6 +125,7 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
   if (tolerance > 0) SdcNoteAgreement(step, rings, all_own, all_replay1, mismatched);
   if (mismatched.empty()) {
     ++sdc_checks_;
+    sdc_verify_s_ = Seconds(Clock::now() - t0);
     return Status::Ok();
   }
   // A third opinion on every pair: each rank replays the step of the rank two before it. This
@@ -216,15 +218,21 @@ void Trainer::SdcNoteAgreement(int64_t step, const std::vector<std::vector<int>>
   }
 }
 
-void Trainer::SdcLogCost(int64_t step, double step_s) {
+void Trainer::SdcLogCost(int64_t step, double own_s) {
   if (groups_->world().rank() != 0) return;
   const int64_t n = config_.resilience.sdc_check_interval;
-  const double per_step = sdc_replay_s_ / static_cast<double>(n);
+  // `own_s` (this rank's own pass, after the replay) holds the digests and their comparison too.
+  const double digest_s = sdc_->digest_s();
+  const double check_s = sdc_replay_s_ + digest_s + sdc_verify_s_;
+  const double step_s = std::max(0.0, own_s - digest_s - sdc_verify_s_);
+  const double per_step = check_s / static_cast<double>(n);
   log::Info(
-      "silent-data-corruption checks (resilience.sdc_check_interval = {}): step {}'s replay of "
-      "another rank's step took {:.3f}s against {:.3f}s for the step itself: about {:.1f}% "
-      "more time at this interval, plus one replay per checkpoint",
-      n, step, sdc_replay_s_, step_s, step_s > 0 ? 100.0 * per_step / step_s : 0.0);
+      "silent-data-corruption checks (resilience.sdc_check_interval = {}): step {}'s check took "
+      "{:.3f}s (replaying another rank's step {:.3f}s, digesting this rank's gradients {:.3f}s, "
+      "gathering and comparing the digests {:.3f}s) against {:.3f}s for the step itself: about "
+      "{:.1f}% more time at this interval, plus one replay per checkpoint",
+      n, step, check_s, sdc_replay_s_, digest_s, sdc_verify_s_, step_s,
+      step_s > 0 ? 100.0 * per_step / step_s : 0.0);
 }
 
 }  // namespace tenax::train::trainer_internal
