@@ -648,6 +648,12 @@ class LiveRecoveryE2E : public ::testing::Test {
     EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
     EXPECT_GT(l["healed_at_s"].get<double>(), l["time_s"].get<double>());
   }
+  // goodput.json's live_recoveries, by the rank each is for.
+  static std::map<int, nlohmann::json> RecoveriesByRank(const nlohmann::json& report) {
+    std::map<int, nlohmann::json> by_rank;
+    for (const auto& l : report["live_recoveries"]) by_rank[l["rank"].get<int>()] = l;
+    return by_rank;
+  }
   static TempDir* dir_;
 };
 TempDir* LiveRecoveryE2E::dir_ = nullptr;
@@ -748,8 +754,7 @@ TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
   EXPECT_NE(out.find("killing rank 0 with rank 1 of its replica"), std::string::npos) << out;
   EXPECT_NE(out.find("live epoch 1 formed by ranks 2,3"), std::string::npos) << out;
   ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
-  std::map<int, nlohmann::json> by_rank;
-  for (const auto& l : report["live_recoveries"]) by_rank[l["rank"].get<int>()] = l;
+  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
   ASSERT_EQ(by_rank.count(0) + by_rank.count(1), 2u) << report.dump(2);
   EXPECT_EQ(by_rank[1]["kind"], "crash");
   EXPECT_EQ(by_rank[0]["kind"], "peer-lost");
@@ -787,8 +792,7 @@ TEST_F(LiveRecoveryE2E, HsdpAHungRankTakesItsReplicaOutAndTheOtherTrainsOn) {
   EXPECT_NE(out.find("killing rank 2 only"), std::string::npos) << out;
   EXPECT_NE(out.find("killing rank 3 with rank 2 of its replica"), std::string::npos) << out;
   ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
-  std::map<int, nlohmann::json> by_rank;
-  for (const auto& l : report["live_recoveries"]) by_rank[l["rank"].get<int>()] = l;
+  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
   EXPECT_EQ(by_rank[2]["kind"], "hang");
   EXPECT_EQ(by_rank[3]["kind"], "peer-lost");
   for (int rank : {2, 3}) {

@@ -215,10 +215,10 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
   std::vector<int> slots = {mesh_->dp_index(env_.rank)};
   if (live()) {
     // The replicas' shares: each is its rank at this shard index (HSDP; the rank itself in DDP).
-    const int k = live_replica_ranks_, position = env_.rank % k;
     slots.clear();
-    for (int q : protocol::SlotsRunBy(LiveReplicaView(live_->membership()), env_.rank / k)) {
-      slots.push_back(mesh_->dp_index(q * k + position));
+    for (int q : protocol::SlotsRunBy(LiveReplicaView(live_->membership()),
+                                      env_.rank / live_replica_ranks_)) {
+      slots.push_back(mesh_->dp_index(LiveRankOf(q)));
     }
   }
   TENAX_ASSIGN_OR_RETURN(const double loss, RunMicroBatches(slots));

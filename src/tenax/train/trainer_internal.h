@@ -113,6 +113,7 @@ class Trainer {
   // replica, the groups across replicas are left and LiveStepAbandoned is thrown).
   parallel::LiveGroup& LiveReplicas() { return live_replicas_ ? *live_replicas_ : *live_; }
   protocol::LiveMembership LiveReplicaView(const protocol::LiveMembership& m) const;
+  int LiveRankOf(int replica) const;  // that replica's rank at this rank's shard index
   Status LiveForm(const protocol::LiveMembership& m);
   void LiveLeave();
   bool LiveFormed() const;

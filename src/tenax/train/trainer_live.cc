@@ -146,6 +146,10 @@ protocol::LiveMembership Trainer::LiveReplicaView(const protocol::LiveMembership
   return protocol::ReplicaView(m, live_replica_ranks_, env_.rank % live_replica_ranks_);
 }
 
+int Trainer::LiveRankOf(int replica) const {
+  return replica * live_replica_ranks_ + env_.rank % live_replica_ranks_;
+}
+
 Status Trainer::LiveForm(const protocol::LiveMembership& m) {
   TENAX_RETURN_IF_ERROR(live_->Form(m));
   if (live_replicas_) {
@@ -385,10 +389,9 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   progress_.loss_history = losses;
   loader_->Seek(progress_.data_position);
   // Slots of LiveReplicas() are replicas: named by their rank at this shard index.
-  const int k = live_replica_ranks_, position = env_.rank % k;
   std::vector<int> receivers;
-  for (int q : r.receivers) receivers.push_back(q * k + position);
-  const int source = r.source_slot * k + position;
+  for (int q : r.receivers) receivers.push_back(LiveRankOf(q));
+  const int source = LiveRankOf(r.source_slot);
   const bool received = std::find(receivers.begin(), receivers.end(), env_.rank) != receivers.end();
   if (received && beats_) beats_->SetHealed(source, r.bytes, r.seconds);
   if (received || env_.rank == source) {
