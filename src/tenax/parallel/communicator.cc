@@ -28,6 +28,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/net.h"
+#include "tenax/parallel/etcd_store.h"
 #include "tenax/protocol/flight_recorder.h"
 
 namespace tenax::parallel {
@@ -563,6 +564,21 @@ Result<std::unique_ptr<Communicator>> ConnectFileStoreGroup(const std::string& p
     return Unavailable(
         fmt::format("rank {} of {}: cannot form the group of store {} within {}s: {}", rank, size,
                     path, options.timeout.count() / 1000, e.what()));
+  }
+}
+
+Result<std::unique_ptr<Communicator>> ConnectEtcdStoreGroup(const etcd::EtcdOptions& etcd,
+                                                            const std::string& prefix, int rank,
+                                                            int size, const GroupOptions& options) {
+  try {
+    auto store = c10::make_intrusive<EtcdStore>(etcd, prefix, options.timeout);
+    auto group = MakeGroup(store, rank, size, options);
+    return std::unique_ptr<Communicator>(
+        std::make_unique<C10dCommunicator>(group, rank, size, options.device));
+  } catch (const std::exception& e) {
+    return Unavailable(
+        fmt::format("rank {} of {}: cannot form the group of etcd keys {} within {}s: {}", rank,
+                    size, prefix, options.timeout.count() / 1000, e.what()));
   }
 }
 

@@ -31,6 +31,9 @@
 namespace tenax::protocol {
 class FlightRecorder;  // protocol/flight_recorder.h
 }  // namespace tenax::protocol
+namespace tenax::etcd {
+struct EtcdOptions;  // etcd/client.h
+}  // namespace tenax::etcd
 namespace tenax::parallel {
 using protocol::FlightRecorder;
 
@@ -249,6 +252,11 @@ class ProcessGroups {
 // until all joined or `options.timeout` passed. Destroying the result closes the group's
 // connections.
 Result<std::unique_ptr<Communicator>> ConnectFileStoreGroup(const std::string& path, int rank,
+                                                            int size, const GroupOptions& options);
+// The same through keys under `prefix` in etcd (parallel/etcd_store.h) instead of a file: live
+// recovery's groups when their members are on several nodes. Every member passes the same prefix.
+Result<std::unique_ptr<Communicator>> ConnectEtcdStoreGroup(const etcd::EtcdOptions& etcd,
+                                                            const std::string& prefix, int rank,
                                                             int size, const GroupOptions& options);
 
 }  // namespace tenax::parallel

@@ -39,30 +39,67 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
         fmt::format("slot {} is not a member of live epoch {}", options_.slot, m.epoch));
   }
   const int rank = static_cast<int>(me - m.members.begin());
+  const int size = static_cast<int>(m.members.size());
+  if (options_.etcd && !etcd_) {
+    TENAX_ASSIGN_OR_RETURN(etcd_, etcd::EtcdClient::Create(*options_.etcd));
+  }
   const std::string path =
-      fmt::format("{}/{}-epoch-{}", options_.store_dir, options_.name, m.epoch);
+      etcd_ ? fmt::format("{}{}-epoch-{}/", options_.etcd_prefix, options_.name, m.epoch)
+            : fmt::format("{}/{}-epoch-{}", options_.store_dir, options_.name, m.epoch);
+  if (etcd_ && std::find(met_.begin(), met_.end(), path) == met_.end()) met_.push_back(path);
   TENAX_RETURN_IF_ERROR(AwaitCheckIns(m, path));
   GroupOptions o = options_.group;
   // One member alone still gets a real group: the code path stays the same.
   o.c10d_for_one_rank = true;
-  TENAX_ASSIGN_OR_RETURN(comm_,
-                         ConnectFileStoreGroup(path, rank, static_cast<int>(m.members.size()), o));
+  if (etcd_) {
+    TENAX_ASSIGN_OR_RETURN(comm_,
+                           ConnectEtcdStoreGroup(*options_.etcd, path + "store/", rank, size, o));
+    // The older epochs' keys: every member of this one has left them (best effort: a key left
+    // behind is only a few bytes in etcd).
+    for (const std::string& old : met_) {
+      if (old != path) (void)etcd_->DeletePrefix(old);
+    }
+    met_ = {path};
+  } else {
+    TENAX_ASSIGN_OR_RETURN(comm_, ConnectFileStoreGroup(path, rank, size, o));
+  }
   membership_ = m;
   return Status::Ok();
 }
 
-Status LiveGroup::AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path) {
-  auto in = [&](int slot) { return fmt::format("{}.in-{}", path, slot); };
-  {
-    std::ofstream mark(in(options_.slot));
-    if (!mark) return IoError("cannot write " + in(options_.slot));
+Status LiveGroup::CheckIn(const std::string& path) {
+  const std::string mark = etcd_ ? fmt::format("{}in-{}", path, options_.slot)
+                                 : fmt::format("{}.in-{}", path, options_.slot);
+  if (etcd_) return etcd_->Put(mark, "1").status();
+  std::ofstream out(mark);
+  if (!out) return IoError("cannot write " + mark);
+  return Status::Ok();
+}
+
+Result<bool> LiveGroup::AllCheckedIn(const protocol::LiveMembership& m, const std::string& path) {
+  if (etcd_) {
+    TENAX_ASSIGN_OR_RETURN(etcd::RangeResponse in, etcd_->GetPrefix(path + "in-"));
+    for (int slot : m.members) {
+      const std::string key = fmt::format("{}in-{}", path, slot);
+      if (std::none_of(in.kvs.begin(), in.kvs.end(),
+                       [&](const etcd::KeyValue& kv) { return kv.key == key; }))
+        return false;
+    }
+    return true;
   }
+  std::error_code ec;
+  for (int slot : m.members) {
+    if (!std::filesystem::exists(fmt::format("{}.in-{}", path, slot), ec)) return false;
+  }
+  return true;
+}
+
+Status LiveGroup::AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path) {
+  TENAX_RETURN_IF_ERROR(CheckIn(path));
   const auto t0 = Clock::now();
   auto pause = std::chrono::milliseconds(1);
   while (true) {
-    bool all = true;
-    std::error_code ec;
-    for (int slot : m.members) all = all && std::filesystem::exists(in(slot), ec);
+    TENAX_ASSIGN_OR_RETURN(const bool all, AllCheckedIn(m, path));
     if (all) return Status::Ok();
     Result<std::optional<protocol::LiveMembership>> now =
         protocol::ReadLiveMembership(options_.store_dir);

@@ -1,9 +1,10 @@
 // The cross-replica group of live recovery (resilience.mode = "live", issue 34): a
 // data-parallel group that outlives the death of any of its members.
 //   Membership  decided by the launcher and read from the heartbeat folder
-//               (protocol/live_membership.h); each epoch's group forms through a store file of
-//               its own (<store_dir>/epoch-E), so it never depends on a member's process (the
-//               job's TCP store lives in rank 0) and a rank of an older epoch cannot join it.
+//               (protocol/live_membership.h); each epoch's group forms through a store of its
+//               own (a file <store_dir>/<name>-epoch-E, or keys in etcd on several nodes), so it
+//               never depends on a member's process (the job's TCP store lives in rank 0) and a
+//               rank of an older epoch cannot join it.
 //               Before connecting, every member checks in (a file beside the store) and waits
 //               for the others; a newer epoch in the record meanwhile (one of them died on its
 //               way in) ends the wait at once, instead of the group's connect timeout.
@@ -23,8 +24,8 @@
 // HSDP (several ranks per replica) uses two: one over every rank (slot = rank) and one per shard
 // index over the replicas (slot = replica, membership protocol::ReplicaView); a replica's own
 // shard group is formed once per incarnation of the replica and never re-formed here
-// (train/trainer_live.cc). Non-goals: TP and PP inside a replica; several nodes (the store is a
-// file on this node).
+// (train/trainer_live.cc). Several nodes: the epochs meet in etcd (Options::etcd).
+// Non-goals: TP and PP inside a replica.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,10 +33,12 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tenax/core/status.h"
+#include "tenax/etcd/client.h"
 #include "tenax/parallel/communicator.h"
 #include "tenax/protocol/live_membership.h"
 
@@ -63,6 +66,11 @@ class LiveGroup {
     std::function<void()> on_wait;
     // Runs on a member receiving state in Sync, after its i-th tensor arrived (fault injection).
     std::function<void(size_t i)> on_received;
+    // Several nodes: each epoch meets in etcd under `<etcd_prefix><name>-epoch-E/` (check-ins as
+    // keys, the group through an EtcdStore: parallel/etcd_store.h) instead of in files of
+    // store_dir. The record is still read from store_dir, where the node agent keeps it.
+    std::optional<etcd::EtcdOptions> etcd;
+    std::string etcd_prefix;
   };
   explicit LiveGroup(Options options);
   ~LiveGroup();
@@ -106,13 +114,20 @@ class LiveGroup {
   int64_t receives_begun() const { return receives_begun_; }
 
  private:
-  // Form's first half: marks this member in (<path>.in-<slot>) and waits for every member's mark.
+  // Form's first half: marks this member in and waits for every member's mark (files
+  // <path>.in-<slot>, or keys <path>in-<slot> in etcd).
   Status AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path);
+  Status CheckIn(const std::string& path);
+  Result<bool> AllCheckedIn(const protocol::LiveMembership& m, const std::string& path);
 
   const Options options_;
+  std::unique_ptr<etcd::EtcdClient> etcd_;  // with options_.etcd: made by the first Form
   protocol::LiveMembership membership_;
   std::unique_ptr<Communicator> comm_;  // null: not formed
   int64_t receives_begun_ = 0;
+  // etcd: the epochs' key prefixes this member checked in to and has not deleted yet; once a
+  // newer epoch formed nobody needs them (its members checked in to it, the others were dropped).
+  std::vector<std::string> met_;
 };
 
 // Every caller gets `m` as `root` (a group rank) passed it: the same record on every rank of `c`

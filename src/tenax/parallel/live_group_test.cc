@@ -18,6 +18,7 @@
 
 #include "tenax/core/crc32.h"
 #include "tenax/core/temp_dir.h"
+#include "tenax/etcd/testing_etcd.h"
 
 namespace tenax::parallel {
 namespace {
@@ -68,6 +69,13 @@ TEST(LiveGroupWorker, DISABLED_Member) {
   o.slot = slot;
   o.world = 4;
   o.group.timeout = std::chrono::seconds(60);
+  if (!Env("LIVE_ETCD").empty()) {
+    // Several nodes: the epochs meet in etcd; the record stays in the folder.
+    etcd::EtcdOptions e;
+    e.endpoints = {Env("LIVE_ETCD")};
+    o.etcd = e;
+    o.etcd_prefix = Env("LIVE_ETCD_PREFIX");
+  }
   LiveGroup g(o);
 
   at::Tensor w =
@@ -183,21 +191,29 @@ nlohmann::json ReadJson(const std::string& path) {
 // others' reduction fails, they form epoch 1 without it and train its samples themselves; a
 // replacement for slot 2 is announced in epoch 2, joins at a step boundary and receives the
 // weights and the step from a live member. Every process ends with the weights of a run that
-// never failed, bit for bit: no step lost or repeated a slot's samples.
-TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
+// never failed, bit for bit: no step lost or repeated a slot's samples. `etcd`: the members meet
+// there (several nodes' way) instead of in the folder's files.
+void KillAMemberAndHealItsReplacement(const std::string& etcd = "") {
   testing::TempDir dir;
   const int world = 4;
   const int64_t steps = 16;
   LiveMembership m0{0, 0, world, {0, 1, 2, 3}, {}};
   ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), m0).ok());
+  auto env = [&](std::map<std::string, std::string> e) {
+    e["LIVE_DIR"] = dir.path();
+    e["LIVE_STEPS"] = std::to_string(steps);
+    if (!etcd.empty()) {
+      e["LIVE_ETCD"] = etcd;
+      e["LIVE_ETCD_PREFIX"] = "/job/live/";
+    }
+    return e;
+  };
   std::map<int, pid_t> pids;
   for (int s = 0; s < world; ++s) {
-    pids[s] = Spawn({{"LIVE_DIR", dir.path()},
-                     {"LIVE_SLOT", std::to_string(s)},
-                     {"LIVE_STEPS", std::to_string(steps)},
-                     {"LIVE_KILL_STEP", s == 2 ? "5" : "0"},
-                     {"LIVE_GATE_STEP", "12"},
-                     {"LIVE_GATE_EPOCH", "2"}});
+    pids[s] = Spawn(env({{"LIVE_SLOT", std::to_string(s)},
+                         {"LIVE_KILL_STEP", s == 2 ? "5" : "0"},
+                         {"LIVE_GATE_STEP", "12"},
+                         {"LIVE_GATE_EPOCH", "2"}}));
   }
   // The launcher's part: the member's death is the event that makes the next epoch.
   EXPECT_EQ(WaitExit(pids[2]), 128 + SIGKILL);
@@ -209,11 +225,8 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
   const double reform_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_dead).count();
   std::printf("epoch 1 formed by the survivors %.3f s after the death\n", reform_s);
-  const pid_t joiner = Spawn({{"LIVE_DIR", dir.path()},
-                              {"LIVE_SLOT", "2"},
-                              {"LIVE_STEPS", std::to_string(steps)},
-                              {"LIVE_JOIN", "1"},
-                              {"LIVE_GATE_EPOCH", "2"}});
+  const pid_t joiner =
+      Spawn(env({{"LIVE_SLOT", "2"}, {"LIVE_JOIN", "1"}, {"LIVE_GATE_EPOCH", "2"}}));
   ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), {2, 0, world, {0, 1, 2, 3}, {2}}).ok());
   for (int s : {0, 1, 3}) EXPECT_EQ(WaitExit(pids[s]), 0) << "slot " << s;
   EXPECT_EQ(WaitExit(joiner), 0);
@@ -236,6 +249,29 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) {
       EXPECT_EQ(r["epochs"], nlohmann::json::array({0, 1, 2}));
     }
   }
+  if (!etcd.empty()) {
+    // Only the newest epoch's keys are left: each member deleted the older ones it met in.
+    etcd::EtcdOptions e;
+    e.endpoints = {etcd};
+    auto client = etcd::EtcdClient::Create(e);
+    ASSERT_TRUE(client.ok());
+    Result<etcd::RangeResponse> left = (*client)->GetPrefix("/job/live/");
+    ASSERT_TRUE(left.ok()) << left.status().ToString();
+    ASSERT_FALSE(left->kvs.empty());
+    for (const etcd::KeyValue& kv : left->kvs) {
+      EXPECT_EQ(kv.key.rfind("/job/live/live-epoch-2/", 0), 0u) << kv.key;
+    }
+  }
+}
+
+TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) { KillAMemberAndHealItsReplacement(); }
+
+// The same with the epochs meeting in etcd, as the members on several nodes do.
+TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacementMeetingInEtcd) {
+  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
+  auto started = etcd::testing::TestingEtcd::Start();
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  KillAMemberAndHealItsReplacement((*started)->endpoints()[0]);
 }
 
 // A member that dies on its way into an epoch (before it connects): the others wait at the

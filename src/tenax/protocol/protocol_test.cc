@@ -85,6 +85,10 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   s.heartbeat_dir = "/tmp/beats";
   s.inject = "crash:rank=1:step=3";
   s.ram_folder = "/dev/shm/tenax-ram-run-4242-0a1b2c3d";
+  s.live_store.endpoints = {"10.0.0.2:2379", "etcd-b:2380"};
+  s.live_store.prefix = "/tenax/jobs/j1/live/";
+  s.live_store.ca_file = "/etc/tenax/ca.pem";
+  s.live_store.key_file = "/etc/tenax/node.key";
   Assignment a;
   a.rank = 5;
   a.world = 8;
@@ -121,6 +125,8 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   EXPECT_EQ(ctx->ram_folder, "/dev/shm/tenax-ram-run-4242-0a1b2c3d");
   EXPECT_TRUE(ctx->live_join);
   EXPECT_EQ(ctx->live_incarnation, 3);
+  EXPECT_EQ(env["TENAX_LIVE_STORE"], "etcd://10.0.0.2:2379,etcd-b:2380/tenax/jobs/j1/live/");
+  EXPECT_EQ(ctx->live_store, s.live_store);  // the certificate left out stays out
   // A first rank (no incarnation) is no replacement; a malformed one is refused.
   a.live_incarnation = 0;
   EXPECT_EQ(AssignmentLine(a).find("TENAX_LIVE_JOIN"), std::string::npos);
@@ -148,7 +154,13 @@ TEST(RankContextTest, MalformedValuesNameTheVariable) {
                                                         {kEnvRunElapsed, "soon"},
                                                         {kEnvRunElapsed, "nan"},
                                                         {kEnvLaunchTime, "inf"},
-                                                        {kEnvLauncherFd, "x"}}) {
+                                                        {kEnvLauncherFd, "x"},
+                                                        {kEnvLiveStore, "http://h:1/p/"},
+                                                        {kEnvLiveStore, "etcd://h:1"},
+                                                        {kEnvLiveStore, "etcd://h:1/p"},
+                                                        {kEnvLiveStore, "etcd://h/p/"},
+                                                        {kEnvLiveStore, "etcd://h:1,:2/p/"},
+                                                        {kEnvLiveStore, "etcd://h:99999/p/"}}) {
     Result<RankContext> ctx = ReadRankContext(
         [&](const char* n) -> const char* { return name == n ? value.c_str() : nullptr; });
     ASSERT_FALSE(ctx.ok()) << name << "=" << value;

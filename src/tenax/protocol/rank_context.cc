@@ -1,8 +1,10 @@
 #include "tenax/protocol/rank_context.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -64,7 +66,43 @@ Status WaitForAssignment(const char* fd_text) {
   return Status::Ok();
 }
 
+Result<LiveStoreAddress> ParseLiveStore(const std::string& url) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument(fmt::format(
+        "{}={}: {}; expected etcd://HOST:PORT[,HOST:PORT...]/PREFIX/ (set by tenax launch)",
+        kEnvLiveStore, url, why));
+  };
+  const std::string scheme = "etcd://";
+  if (url.rfind(scheme, 0) != 0) return bad("not an etcd:// address");
+  const size_t slash = url.find('/', scheme.size());
+  if (slash == std::string::npos || slash + 1 >= url.size() || url.back() != '/') {
+    return bad("no key prefix ending in '/'");
+  }
+  LiveStoreAddress a;
+  a.prefix = url.substr(slash);
+  std::string hosts = url.substr(scheme.size(), slash - scheme.size());
+  size_t at = 0;
+  while (at <= hosts.size()) {
+    const size_t comma = std::min(hosts.find(',', at), hosts.size());
+    const std::string e = hosts.substr(at, comma - at);
+    const size_t colon = e.rfind(':');
+    char* end = nullptr;
+    const long port = colon == std::string::npos ? 0 : std::strtol(e.c_str() + colon + 1, &end, 10);
+    if (colon == std::string::npos || colon == 0 || end == e.c_str() + colon + 1 || *end != '\0' ||
+        port < 1 || port > 65535) {
+      return bad("endpoint '" + e + "' is not HOST:PORT");
+    }
+    a.endpoints.push_back(e);
+    at = comma + 1;
+  }
+  return a;
+}
+
 }  // namespace
+
+std::string LiveStoreUrl(const LiveStoreAddress& a) {
+  return fmt::format("etcd://{}{}", fmt::join(a.endpoints, ","), a.prefix);
+}
 
 Result<RankContext> ReadRankContext(const GetEnv& getenv) {
   auto get = [&](const char* n) -> const char* {
@@ -113,6 +151,12 @@ Result<RankContext> ReadRankContext(const GetEnv& getenv) {
     ctx.live_join = true;
     ctx.live_incarnation = static_cast<int>(k);
   }
+  if (const char* v = get(kEnvLiveStore)) {
+    TENAX_ASSIGN_OR_RETURN(ctx.live_store, ParseLiveStore(v));
+    if (const char* f = get(kEnvLiveStoreCa)) ctx.live_store.ca_file = f;
+    if (const char* f = get(kEnvLiveStoreCert)) ctx.live_store.cert_file = f;
+    if (const char* f = get(kEnvLiveStoreKey)) ctx.live_store.key_file = f;
+  }
   return ctx;
 }
 
@@ -140,6 +184,14 @@ std::vector<std::string> StandbyEnvironment(const StandbySetup& s) {
     env.push_back(fmt::format("{}={}", kEnvAgentSocket, s.agent_socket));
   }
   if (!s.ram_folder.empty()) env.push_back(fmt::format("{}={}", kEnvRamFolder, s.ram_folder));
+  if (!s.live_store.empty()) {
+    env.push_back(fmt::format("{}={}", kEnvLiveStore, LiveStoreUrl(s.live_store)));
+    for (const auto& [name, file] : {std::pair{kEnvLiveStoreCa, &s.live_store.ca_file},
+                                     std::pair{kEnvLiveStoreCert, &s.live_store.cert_file},
+                                     std::pair{kEnvLiveStoreKey, &s.live_store.key_file}}) {
+      if (!file->empty()) env.push_back(fmt::format("{}={}", name, *file));
+    }
+  }
   return env;
 }
 

@@ -17,6 +17,10 @@
 //   TENAX_RAM_FOLDER     (checkpoint.memory_replicas) a tmpfs folder that lives exactly as long
 //                        as the launcher (core/owned_folder.h): the ranks keep their checkpoint
 //                        copies there, so ranks it restarts find them and nothing outlives it
+//   TENAX_LIVE_STORE     (several nodes, resilience.mode = "live") where the ranks' live groups
+//                        meet: "etcd://HOST:PORT[,HOST:PORT...]/PREFIX", the agent's etcd and a
+//                        key prefix of the job's; TENAX_LIVE_STORE_CA, _CERT, _KEY: its TLS files
+//                        (the agent's --rdzv-ca, --rdzv-cert, --rdzv-key), when it uses TLS
 // Assignment line ("KEY=VALUE KEY=VALUE ...\n", AssignmentLine): RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's names, read by parallel/dist_env.h),
 // TENAX_RESTART_COUNT (the launch generation) and TENAX_RUN_ELAPSED_S (seconds since the launch
@@ -50,6 +54,24 @@ inline constexpr const char* kEnvRunElapsed = "TENAX_RUN_ELAPSED_S";
 inline constexpr const char* kEnvAgentSocket = "TENAX_AGENT_SOCKET";
 inline constexpr const char* kEnvRamFolder = "TENAX_RAM_FOLDER";
 inline constexpr const char* kEnvLiveJoin = "TENAX_LIVE_JOIN";
+inline constexpr const char* kEnvLiveStore = "TENAX_LIVE_STORE";
+inline constexpr const char* kEnvLiveStoreCa = "TENAX_LIVE_STORE_CA";
+inline constexpr const char* kEnvLiveStoreCert = "TENAX_LIVE_STORE_CERT";
+inline constexpr const char* kEnvLiveStoreKey = "TENAX_LIVE_STORE_KEY";
+
+// Several nodes: the etcd the live groups meet in (TENAX_LIVE_STORE). Empty: the heartbeat
+// folder's files (one node).
+struct LiveStoreAddress {
+  std::vector<std::string> endpoints;  // "HOST:PORT"
+  std::string prefix;                  // every key starts with it; ends in '/'
+  std::string ca_file, cert_file, key_file;
+  bool empty() const { return endpoints.empty(); }
+  bool operator==(const LiveStoreAddress& o) const {
+    return endpoints == o.endpoints && prefix == o.prefix && ca_file == o.ca_file &&
+           cert_file == o.cert_file && key_file == o.key_file;
+  }
+};
+std::string LiveStoreUrl(const LiveStoreAddress& a);  // TENAX_LIVE_STORE's value
 
 struct RankContext {
   bool supervised = false;  // started by tenax launch
@@ -66,6 +88,7 @@ struct RankContext {
   std::string ram_folder;       // the launcher's RAM folder for memory replicas; empty: none
   bool live_join = false;       // a replacement joining a running generation (live recovery)
   int live_incarnation = 0;     // its replica's incarnation: 0 for the generation's first ranks
+  LiveStoreAddress live_store;  // several nodes: where the live groups meet
 };
 
 using GetEnv = std::function<const char*(const char*)>;
@@ -90,6 +113,7 @@ struct StandbySetup {
   std::string inject;
   std::string agent_socket;
   std::string ram_folder;
+  LiveStoreAddress live_store;
 };
 std::vector<std::string> StandbyEnvironment(const StandbySetup& s);  // "KEY=VALUE" entries
 

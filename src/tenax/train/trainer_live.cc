@@ -19,8 +19,9 @@
 //                   of its ranks or on none, so no shard of it is ever a step ahead of another.
 //                   A rank that received state in a phase its replica then failed makes the
 //                   whole replica stateless (live_has_state_ = false) until a later sync.
+// Several nodes: the groups meet in etcd (ctx_.live_store, given by the node agents).
 // Non-goals for now: tensor, pipeline or context parallelism inside a replica, MoE, NCCL,
-// several nodes, a failure during an evaluation or a checkpoint save (the launcher then restarts
+// a failure during an evaluation or a checkpoint save (the launcher then restarts
 // every rank as in restart mode).
 #include <fmt/format.h>
 #include <signal.h>
@@ -57,7 +58,11 @@ Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
   if (!ctx_.supervised || ctx_.heartbeat_dir.empty()) {
     needs.push_back("ranks started by tenax launch (it decides who is in the group)");
   }
-  if (!ctx_.agent_socket.empty()) needs.push_back("one node (several nodes are not supported yet)");
+  if (!ctx_.agent_socket.empty() && ctx_.live_store.empty()) {
+    needs.push_back(
+        "on several nodes, a store the nodes share (TENAX_LIVE_STORE), which this tenax launch "
+        "does not give its ranks");
+  }
   const int replicas = mesh_->degree(parallel::Axis::kReplicate);
   if (replicas < 2 || replicas * mesh_->degree(parallel::Axis::kShard) != env_.world) {
     needs.push_back(fmt::format(
@@ -99,6 +104,16 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   o.on_received = [this](size_t i) {
     if (faults_ && i == 0) faults_->DuringHeal(protocol::HealPoint::kTransfer);
   };
+  if (!ctx_.live_store.empty()) {
+    // Several nodes: the groups meet in the agents' etcd.
+    etcd::EtcdOptions e;
+    e.endpoints = ctx_.live_store.endpoints;
+    e.ca_file = ctx_.live_store.ca_file;
+    e.cert_file = ctx_.live_store.cert_file;
+    e.key_file = ctx_.live_store.key_file;
+    o.etcd = e;
+    o.etcd_prefix = ctx_.live_store.prefix;
+  }
   live_ = std::make_unique<parallel::LiveGroup>(o);
   if (live_replica_ranks_ > 1) {
     parallel::LiveGroup::Options r = o;
@@ -108,10 +123,17 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
     live_replicas_ = std::make_unique<parallel::LiveGroup>(r);
     // The replica's own group, formed once by this incarnation of its ranks (a replacement's
     // under TENAX_LIVE_JOIN's number): a failure inside the replica ends all of them.
-    const std::string store = fmt::format("{}/live-g{}-replica{}-i{}", ctx_.heartbeat_dir,
-                                          ctx_.generation, replica, ctx_.live_incarnation);
-    TENAX_ASSIGN_OR_RETURN(
-        live_shard_, parallel::ConnectFileStoreGroup(store, position, live_replica_ranks_, go));
+    const std::string name =
+        fmt::format("live-g{}-replica{}-i{}", ctx_.generation, replica, ctx_.live_incarnation);
+    if (o.etcd) {
+      TENAX_ASSIGN_OR_RETURN(live_shard_,
+                             parallel::ConnectEtcdStoreGroup(*o.etcd, o.etcd_prefix + name + "/",
+                                                             position, live_replica_ranks_, go));
+    } else {
+      TENAX_ASSIGN_OR_RETURN(
+          live_shard_, parallel::ConnectFileStoreGroup(ctx_.heartbeat_dir + "/" + name, position,
+                                                       live_replica_ranks_, go));
+    }
   }
   if (config_.checkpoint.memory_replicas && env_.rank == 0) {
     log::Info(

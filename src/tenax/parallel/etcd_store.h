@@ -1,0 +1,56 @@
+// A c10d store kept in etcd: what the groups of live recovery form through when their members
+// are on several nodes (issue 34). The job's TCP store lives in rank 0's process and a FileStore
+// in one node's folder; etcd is the one service every node already reaches and that outlives any
+// rank, and only holders of the job's etcd credentials can write into it, so only they can enter
+// a group formed through it.
+//   Keys       every key is `prefix + key`; values are the bytes given (etcd carries any bytes).
+//              add() keeps its counter as decimal text, as c10d's own stores do.
+//   Waiting    get() and wait() poll etcd (1 ms, doubling to 50 ms) until every key exists or the
+//              timeout passed; then they throw c10::DistStoreError naming the keys.
+//   Failures   an etcd call that fails (every endpoint down) throws c10::DistStoreError with
+//              etcd's message: to c10d it is a store that cannot be reached.
+// Thread safety: every method may be called from any thread (EtcdClient is safe so).
+// Non-goals: watchKey and the queue API (c10d's optional extensions; Gloo and NCCL need neither);
+// removing its keys when done (the caller deletes its prefix: LiveGroup deletes an epoch's keys
+// once the next one formed).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
+
+#include "tenax/etcd/client.h"
+
+namespace tenax::parallel {
+
+class EtcdStore final : public c10d::Store {
+ public:
+  // Throws c10::DistStoreError when EtcdClient::Create refuses the options (a TLS file missing).
+  EtcdStore(etcd::EtcdOptions options, std::string prefix, std::chrono::milliseconds timeout);
+
+  c10::intrusive_ptr<c10d::Store> clone() override;
+  void set(const std::string& key, const std::vector<uint8_t>& value) override;
+  // c10d's contract: sets `desired` when the key holds `expected`, or is absent and `expected` is
+  // empty; returns the value the key holds afterwards (`expected` for an absent key otherwise).
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override;
+  std::vector<uint8_t> get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t value) override;
+  bool deleteKey(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  int64_t getNumKeys() override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  // Constant after construction.
+  const std::string prefix_;
+  std::shared_ptr<etcd::EtcdClient> client_;  // shared with clones
+};
+
+}  // namespace tenax::parallel

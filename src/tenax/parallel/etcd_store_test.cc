@@ -1,0 +1,143 @@
+// The c10d store in etcd against a real etcd (testing_etcd.h): c10d's store contract key by key
+// (set/get, add from racing threads, compareSet, check, deleteKey, a wait that times out naming
+// its key), keys kept under their prefix, and a Gloo group of three ranks formed through it whose
+// collectives give the exact sums. The live groups over it: live_group_test.cc.
+#include "tenax/parallel/etcd_store.h"
+
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <thread>
+
+#include "tenax/etcd/testing_etcd.h"
+#include "tenax/parallel/communicator.h"
+
+namespace tenax::parallel {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string Text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+class EtcdStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
+    auto started = etcd::testing::TestingEtcd::Start();
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    etcd_ = std::move(*started);
+  }
+  std::unique_ptr<etcd::testing::TestingEtcd> etcd_;
+};
+
+TEST_F(EtcdStoreTest, KeepsC10dsStoreContract) {
+  EtcdStore store(etcd_->client_options(), "/job/a/", milliseconds(20000));
+  // Values are bytes, zeros and high bytes included.
+  const std::vector<uint8_t> raw = {0, 1, 255, 10, 0, 7};
+  store.set("addr", raw);
+  EXPECT_EQ(store.get("addr"), raw);
+  EXPECT_TRUE(store.check({"addr"}));
+  EXPECT_FALSE(store.check({"addr", "missing"}));
+
+  // add: a counter that starts at zero, kept as decimal text; racing adds all count.
+  EXPECT_EQ(store.add("n", 5), 5);
+  EXPECT_EQ(store.add("n", -2), 3);
+  std::vector<std::thread> adders;
+  for (int t = 0; t < 4; ++t) {
+    adders.emplace_back([&] {
+      EtcdStore mine(etcd_->client_options(), "/job/a/", milliseconds(20000));
+      for (int i = 0; i < 5; ++i) mine.add("n", 1);
+    });
+  }
+  for (std::thread& t : adders) t.join();
+  EXPECT_EQ(Text(store.get("n")), "23");
+  store.set("text", Bytes("x"));
+  EXPECT_THROW(store.add("text", 1), c10::DistStoreError);
+
+  // compareSet: swaps only from the expected value; an absent key only from "".
+  EXPECT_EQ(Text(store.compareSet("cs", Bytes("old"), Bytes("new"))), "old");
+  EXPECT_FALSE(store.check({"cs"}));
+  EXPECT_EQ(Text(store.compareSet("cs", {}, Bytes("first"))), "first");
+  EXPECT_EQ(Text(store.compareSet("cs", Bytes("nope"), Bytes("second"))), "first");
+  EXPECT_EQ(Text(store.compareSet("cs", Bytes("first"), Bytes("second"))), "second");
+
+  // Keys live under the prefix: another prefix sees none of them.
+  EXPECT_EQ(store.getNumKeys(), 4);  // addr, n, text, cs
+  EtcdStore other(etcd_->client_options(), "/job/b/", milliseconds(20000));
+  EXPECT_EQ(other.getNumKeys(), 0);
+  EXPECT_FALSE(other.check({"addr"}));
+  c10::intrusive_ptr<c10d::Store> copy = store.clone();
+  EXPECT_EQ(copy->get("addr"), raw);
+
+  EXPECT_TRUE(store.deleteKey("addr"));
+  EXPECT_FALSE(store.deleteKey("addr"));
+  EXPECT_EQ(store.getNumKeys(), 3);
+
+  // A wait that cannot end names what it waited for.
+  try {
+    store.wait({"cs", "never"}, milliseconds(50));
+    ADD_FAILURE() << "the wait returned";
+  } catch (const c10::DistStoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("waiting for never under /job/a/"), std::string::npos)
+        << e.what();
+  }
+  // get waits for the key: another thread's set ends it.
+  std::thread later([&] {
+    EtcdStore mine(etcd_->client_options(), "/job/a/", milliseconds(20000));
+    mine.wait({"go"});
+    mine.set("late", Bytes("here"));
+  });
+  store.set("go", Bytes("1"));
+  EXPECT_EQ(Text(store.get("late")), "here");
+  later.join();
+}
+
+TEST_F(EtcdStoreTest, AnUnreachableEtcdIsAStoreError) {
+  etcd::EtcdOptions nowhere = etcd_->client_options();
+  nowhere.endpoints = {"127.0.0.1:1"};
+  nowhere.attempt_timeout = milliseconds(200);
+  EtcdStore store(nowhere, "/job/", milliseconds(1000));
+  try {
+    store.set("k", Bytes("v"));
+    ADD_FAILURE() << "set returned";
+  } catch (const c10::DistStoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("etcd store: set k"), std::string::npos) << e.what();
+  }
+}
+
+// Three ranks (threads) form a Gloo group through keys in etcd; its collectives are exact.
+TEST_F(EtcdStoreTest, AGlooGroupFormsThroughIt) {
+  constexpr int kSize = 3;
+  std::array<double, kSize> sums{};
+  std::array<double, kSize> gathered{};
+  std::array<std::string, kSize> errors;
+  auto rank = [&](int r) {
+    GroupOptions o;
+    o.timeout = std::chrono::seconds(60);
+    Result<std::unique_ptr<Communicator>> c =
+        ConnectEtcdStoreGroup(etcd_->client_options(), "/job/live-g0-epoch-0/store/", r, kSize, o);
+    if (!c.ok()) {
+      errors[static_cast<size_t>(r)] = c.status().ToString();
+      return;
+    }
+    at::Tensor x = at::full({5}, static_cast<double>(r + 1), at::kDouble);
+    (*c)->AllReduceSum(x);
+    sums[static_cast<size_t>(r)] = x.sum().item<double>();
+    at::Tensor all = (*c)->AllGather(at::full({1}, static_cast<double>(10 * r), at::kDouble));
+    gathered[static_cast<size_t>(r)] = all.sum().item<double>();
+  };
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kSize; ++r) ranks.emplace_back(rank, r);
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < kSize; ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(errors[static_cast<size_t>(r)], "");
+    EXPECT_EQ(sums[static_cast<size_t>(r)], 5 * (1 + 2 + 3));
+    EXPECT_EQ(gathered[static_cast<size_t>(r)], 0 + 10 + 20);
+  }
+}
+
+}  // namespace
+}  // namespace tenax::parallel
