@@ -12,7 +12,9 @@
 # SHAPE=29m trains the 29M shape (dim 512, 8 layers, 8/4 heads, FFN 1536, vocab 4000, sequences
 # of 128, 2 per rank: about 1.3 s a step on this 2-core VM) instead of debug-tiny (tens of ms),
 # so that a kill costs what it would beside steps of a realistic length.
-# Usage: [SHAPE=tiny|29m] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+# LAYOUT=hsdp runs HSDP 2x2 (two replicas of two ranks: a kill takes its rank's replica out and
+# both of its ranks heal) instead of DDP 4 (four replicas of one rank).
+# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-400}"
@@ -33,13 +35,21 @@ case "$shape" in
   *) echo "live_recovery.sh: SHAPE is tiny or 29m, not '$shape'" >&2; exit 2 ;;
 esac
 
+layout="${LAYOUT:-ddp}"
+case "$layout" in
+  ddp) shard=1 ;;
+  hsdp) shard=2 ;;
+  *) echo "live_recovery.sh: LAYOUT is ddp or hsdp, not '$layout'" >&2; exit 2 ;;
+esac
+replicas=$((4 / shard))
+
 train() {  # train args for a run named $1
   # shellcheck disable=SC2086
   echo "train --defaults --set data.source=synthetic" $model \
        "--set data.synthetic.order=1" \
        "--set metrics.eval_interval=0 --set metrics.progress=never --set optimizer.lr=3e-3" \
        "--set training.steps=$steps --set checkpoint.interval=25" \
-       "--set parallelism.data_parallel_replicate=4 --set parallelism.data_parallel_shard=1" \
+       "--set parallelism.data_parallel_replicate=$replicas --set parallelism.data_parallel_shard=$shard" \
        "--set job.dump_folder=$work --set job.name=$1"
 }
 
@@ -67,16 +77,18 @@ run clean --
 run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
 run live --inject "$live_spec" -- --set resilience.mode=live
 
-python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" <<'PY'
+python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" <<'PY'
 import json, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-shape = sys.argv[6]
+shape, layout, replicas = sys.argv[6], sys.argv[7], int(sys.argv[8])
 g = {m: json.load(open(f"{work}/{m}/goodput.json")) for m in ("clean", "restart", "live")}
 # The failure-free computation, and what the two runs measured per failure: the inputs of
 # `tenax simulate`, whose prediction is printed beside the measurement.
 duration = g["clean"]["time_s"]["productive"]
 fixed = g["clean"]["wall_s"] - duration  # start-up, evaluation, shut-down: in every run
-live = g["live"]["live_recoveries"]
+# A failure's own record: under HSDP the ranks killed with their replica have records of their
+# own (peer-lost), which are no failures of their own.
+live = [r for r in g["live"]["live_recoveries"] if r.get("kind") != "peer-lost"]
 measured_in = {
     "duration_s": duration,
     "failure_rate_per_node_hour": kills / (4 * duration) * 3600,
@@ -94,12 +106,12 @@ cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
        "--restart-cost", f"{measured_in['restart_s']:.3f}s",
        "--detect-time", f"{measured_in['detect_s']:.3f}s",
        "--spares", "16", "--swap-time", "0s", "--repair-time", "1s",  # a process, not a node
-       "--replica-groups", "4", "--heal-time", f"{measured_in['heal_s']:.3f}s",
+       "--replica-groups", str(replicas), "--heal-time", f"{measured_in['heal_s']:.3f}s",
        "--runs", "2000", "--json"]
 sim = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 predicted = {"live": sim["effective"], "restart": sim["restart_recovery"]["effective"]}
 rows = []
-print(f"| mode ({shape}, {steps} steps, {kills} kills, 4 ranks) | wall s | effective ratio (goodput.json) "
+print(f"| mode ({shape}, {layout}, {steps} steps, {kills} kills, 4 ranks) | wall s | effective ratio (goodput.json) "
       "| effective, measured | predicted (5th-95th pct) | steps redone | restarts | replacements healed |")
 print("|---|---|---|---|---|---|---|---|")
 for m in ("clean", "restart", "live"):
@@ -118,7 +130,8 @@ for m in ("clean", "restart", "live"):
 print("measured inputs: " + ", ".join(f"{k} {v:.3f}" for k, v in measured_in.items()))
 print("prediction: " + " ".join(cmd))
 if out:
-    json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "rows": rows,
+    json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "layout": layout,
+               "replicas": replicas, "rows": rows,
                "inputs": measured_in,
                "simulate": cmd[1:]}, open(out, "w"), indent=1)
 PY

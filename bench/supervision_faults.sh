@@ -9,11 +9,13 @@
 #                after training starts one random rank is aborted, segfaulted or killed; counts
 #                the runs that finish with exit 0, no restart, and that rank's live recovery
 #                recorded (healed, or the run ended before its replacement could join).
+#   hsdp:        the same with HSDP 2x2 (two replicas of two ranks): the failed rank's replica
+#                partner goes with it (peer-lost), and both recoveries are recorded.
 #   heal:        N live runs where a random rank crashes at a random step and its first
 #                replacement fails while healing (--inject heal-fail, at a random point, killed
 #                or stopped); counts the runs that finish with exit 0, no restart, the first
 #                replacement discarded and the second one healed.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|heal|all] [N]   (default: all 50)
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|all] [N]   (default: all 50)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
 set -uo pipefail
@@ -104,15 +106,16 @@ orphans() {
   [ "$ok" -eq "$runs" ]
 }
 
-live() {
-  local ok=0
+live() {  # live [SHARD]: 4 ranks as 4/SHARD replicas of SHARD ranks (1: DDP, 2: HSDP 2x2)
+  local shard="${1:-1}" ok=0 label=live
+  [ "$shard" = 1 ] || label=hsdp
   for i in $(seq 1 "$runs"); do
-    local rank=$((RANDOM % 4)) how name="live$i" status="$work/live$i-status.json"
+    local rank=$((RANDOM % 4)) how name="$label$i" status="$work/$label$i-status.json"
     case $((RANDOM % 3)) in 0) how=ABRT ;; 1) how=SEGV ;; 2) how=KILL ;; esac
     # shellcheck disable=SC2046
     "$bin" launch --nproc-per-node 4 --status-file "$status" -- $(train "$name") \
-      --set training.steps=400 --set parallelism.data_parallel_replicate=4 \
-      --set parallelism.data_parallel_shard=1 --set resilience.mode=live \
+      --set training.steps=400 --set parallelism.data_parallel_replicate=$((4 / shard)) \
+      --set parallelism.data_parallel_shard="$shard" --set resilience.mode=live \
       > "$work/$name.log" 2>&1 &
     local launcher=$!
     local pid
@@ -120,14 +123,20 @@ live() {
     kill -s "$how" "$pid"
     wait $launcher
     local code=$?
-    local got
-    got=$(json "$work/$name/goodput.json" "'%s %s %s' % (j['live_recoveries'][0]['rank'], len(j['generations']), 'healed' if j['live_recoveries'][0]['healed_at_s'] >= 0 else j['live_recoveries'][0].get('outcome', 'open'))")
-    if [ "$code" = 0 ] && [ "${got% *}" = "$rank 1" ]; then ok=$((ok + 1)); verdict="ok (${got##* })"; else
-      verdict="WRONG (exit $code; rank, generations, outcome: $got)"; fi
-    echo "live run $i: rank $rank $how -> $verdict"
+    # The failed rank's recovery first, then those of the ranks of its replica that went with it
+    # (HSDP: peer-lost); each healed, or the run ended before its replacement could join.
+    local got want
+    got=$(json "$work/$name/goodput.json" "'%d %s %s' % (len(j['generations']), ','.join('%d:%s' % (r['rank'], r['kind'] if r['kind'] == 'peer-lost' else 'own') for r in j['live_recoveries']), ','.join('healed' if r['healed_at_s'] >= 0 else r.get('outcome', 'open') for r in j['live_recoveries']))")
+    want="1 $rank:own"
+    for r in $(seq $((rank / shard * shard)) $((rank / shard * shard + shard - 1))); do
+      [ "$r" = "$rank" ] || want+=",$r:peer-lost"
+    done
+    if [ "$code" = 0 ] && [ "${got% *}" = "$want" ]; then ok=$((ok + 1)); verdict="ok (${got##* })"; else
+      verdict="WRONG (exit $code; generations, recoveries, outcomes: $got; wanted $want)"; fi
+    echo "$label run $i: rank $rank $how -> $verdict"
     rm -rf "${work:?}/$name"
   done
-  echo "live: $ok of $runs trained on without a restart and recorded the failed rank"
+  echo "$label: $ok of $runs trained on without a restart and recorded the failed rank (and its replica)"
   [ "$ok" -eq "$runs" ]
 }
 
@@ -159,8 +168,9 @@ case "$what" in
   attribution) attribution || status=1 ;;
   orphans) orphans || status=1 ;;
   live) live || status=1 ;;
+  hsdp) live 2 || status=1 ;;
   heal) heal || status=1 ;;
-  all) attribution || status=1; orphans || status=1; live || status=1; heal || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|heal|all] [N]" >&2; exit 2 ;;
+  all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1; heal || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

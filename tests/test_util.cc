@@ -191,6 +191,18 @@ std::string HttpGet(int port, const std::string& path) {
   return out;
 }
 
+std::string ResilienceTrain(const std::string& dump, const std::string& name,
+                            const std::string& extra) {
+  return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
+         "--set training.seq_len=32 --set data.synthetic.train_tokens=40000 "
+         "--set data.synthetic.val_tokens=4000 --set data.synthetic.vocab_size=32 "
+         "--set data.synthetic.order=1 --set metrics.eval_tokens=2048 "
+         "--set metrics.eval_interval=5 --set metrics.progress=never --set optimizer.lr=3e-3 "
+         "--set checkpoint.interval=3 --set training.steps=12 --set training.local_batch_size=4 "
+         "--set job.dump_folder=" +
+         dump + " --set job.name=" + name + " " + extra;
+}
+
 std::string MultiNodeTrain(const std::string& dump, const std::string& name, int steps) {
   return "train --defaults --set data.source=synthetic --set model.preset=debug-tiny "
          "--set training.seq_len=32 --set data.synthetic.train_tokens=80000 "

@@ -74,6 +74,12 @@ bool Alive(pid_t pid);
 // Splits a command line on spaces (no quoting): test arguments never contain spaces.
 std::vector<std::string> Words(const std::string& line);
 
+// The resilience tests' run (resilience_e2e_test, live_recovery_e2e_test): debug-tiny on a
+// synthetic order-1 Markov source, seq 32, local batch 4, 12 steps with a checkpoint every 3;
+// the `train ...` arguments with job.dump_folder `dump`, job.name `name`, then `extra`.
+std::string ResilienceTrain(const std::string& dump, const std::string& name,
+                            const std::string& extra = "");
+
 // The multi-node tests' run (multinode_e2e_test, slurm_e2e_test): debug-tiny on a synthetic
 // order-1 Markov source, 4 ranks' local batch 2, a checkpoint every 4 steps, `steps` steps; the
 // `train ...` arguments with job.dump_folder `dump` and job.name `name`.

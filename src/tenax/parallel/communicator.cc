@@ -29,6 +29,7 @@
 #include "tenax/core/check.h"
 #include "tenax/core/net.h"
 #include "tenax/parallel/etcd_store.h"
+#include "tenax/parallel/watched_store.h"
 #include "tenax/protocol/flight_recorder.h"
 
 namespace tenax::parallel {
@@ -555,8 +556,9 @@ void ProcessGroups::AbortAll() {
 Result<std::unique_ptr<Communicator>> ConnectFileStoreGroup(const std::string& path, int rank,
                                                             int size, const GroupOptions& options) {
   try {
-    auto store = c10::make_intrusive<c10d::FileStore>(path, size);
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::FileStore>(path, size);
     store->setTimeout(options.timeout);
+    if (options.give_up) store = c10::make_intrusive<WatchedStore>(store, options.give_up);
     auto group = MakeGroup(store, rank, size, options);
     return std::unique_ptr<Communicator>(
         std::make_unique<C10dCommunicator>(group, rank, size, options.device));
@@ -571,7 +573,9 @@ Result<std::unique_ptr<Communicator>> ConnectEtcdStoreGroup(const etcd::EtcdOpti
                                                             const std::string& prefix, int rank,
                                                             int size, const GroupOptions& options) {
   try {
-    auto store = c10::make_intrusive<EtcdStore>(etcd, prefix, options.timeout);
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<EtcdStore>(etcd, prefix, options.timeout);
+    if (options.give_up) store = c10::make_intrusive<WatchedStore>(store, options.give_up);
     auto group = MakeGroup(store, rank, size, options);
     return std::unique_ptr<Communicator>(
         std::make_unique<C10dCommunicator>(group, rank, size, options.device));

@@ -211,6 +211,10 @@ struct GroupOptions {
   // Tests: a real c10d group even when the world is one rank (a one-rank NCCL group exercises
   // the same streams, events and staging as many ranks do).
   bool c10d_for_one_rank = false;
+  // ConnectFileStoreGroup and ConnectEtcdStoreGroup: asked while joining waits for a peer; a
+  // reason it returns ends the wait at once (parallel/watched_store.h: a live member that died
+  // after checking in, superseded by a newer epoch). Empty: wait up to `timeout`.
+  std::function<std::optional<std::string>()> give_up;
 };
 
 // The world and its sub-groups, connected through one c10d store (TCPStore at

@@ -51,17 +51,32 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
   GroupOptions o = options_.group;
   // One member alone still gets a real group: the code path stays the same.
   o.c10d_for_one_rank = true;
+  // A member that checked in and died before it connected: the launcher's next epoch ends the
+  // others' wait for it.
+  // (A record unreadable at the moment is read again at the next poll.)
+  o.give_up = [this, m]() -> std::optional<std::string> {
+    Result<std::optional<std::string>> newer = Superseded(m);
+    return newer.ok() ? *newer : std::nullopt;
+  };
+  Result<std::unique_ptr<Communicator>> formed =
+      etcd_ ? ConnectEtcdStoreGroup(*options_.etcd, path + "store/", rank, size, o)
+            : ConnectFileStoreGroup(path, rank, size, o);
+  if (!formed.ok()) {
+    Result<std::optional<std::string>> newer = Superseded(m);
+    if (newer.ok() && *newer) {
+      return PeerLost(
+          fmt::format("{} while its members connected ({})", **newer, formed.status().message()));
+    }
+    return formed.status();
+  }
+  comm_ = std::move(*formed);
   if (etcd_) {
-    TENAX_ASSIGN_OR_RETURN(comm_,
-                           ConnectEtcdStoreGroup(*options_.etcd, path + "store/", rank, size, o));
     // The older epochs' keys: every member of this one has left them (best effort: a key left
     // behind is only a few bytes in etcd).
     for (const std::string& old : met_) {
       if (old != path) (void)etcd_->DeletePrefix(old);
     }
     met_ = {path};
-  } else {
-    TENAX_ASSIGN_OR_RETURN(comm_, ConnectFileStoreGroup(path, rank, size, o));
   }
   membership_ = m;
   return Status::Ok();
@@ -94,6 +109,16 @@ Result<bool> LiveGroup::AllCheckedIn(const protocol::LiveMembership& m, const st
   return true;
 }
 
+Result<std::optional<std::string>> LiveGroup::Superseded(const protocol::LiveMembership& m) const {
+  TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> now,
+                         protocol::ReadLiveMembership(options_.store_dir));
+  if (!now || now->generation != m.generation || now->epoch <= m.epoch) {
+    return std::optional<std::string>();
+  }
+  return std::optional<std::string>(
+      fmt::format("live epoch {} was superseded by epoch {}", m.epoch, now->epoch));
+}
+
 Status LiveGroup::AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path) {
   TENAX_RETURN_IF_ERROR(CheckIn(path));
   const auto t0 = Clock::now();
@@ -101,13 +126,10 @@ Status LiveGroup::AwaitCheckIns(const protocol::LiveMembership& m, const std::st
   while (true) {
     TENAX_ASSIGN_OR_RETURN(const bool all, AllCheckedIn(m, path));
     if (all) return Status::Ok();
-    Result<std::optional<protocol::LiveMembership>> now =
-        protocol::ReadLiveMembership(options_.store_dir);
-    if (!now.ok()) return now.status();
-    if (*now && (*now)->generation == m.generation && (*now)->epoch > m.epoch) {
-      return PeerLost(fmt::format(
-          "live epoch {} was superseded by epoch {} before all of its members ({}) checked in",
-          m.epoch, (*now)->epoch, fmt::join(m.members, ",")));
+    TENAX_ASSIGN_OR_RETURN(std::optional<std::string> newer, Superseded(m));
+    if (newer) {
+      return PeerLost(fmt::format("{} before all of its members ({}) checked in", *newer,
+                                  fmt::join(m.members, ",")));
     }
     if (Since(t0) * 1000 > static_cast<double>(options_.group.timeout.count())) {
       return PeerLost(fmt::format("live epoch {}: not every member of {} checked in within {}s",

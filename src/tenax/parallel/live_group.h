@@ -7,7 +7,9 @@
 //               rank of an older epoch cannot join it.
 //               Before connecting, every member checks in (a file beside the store) and waits
 //               for the others; a newer epoch in the record meanwhile (one of them died on its
-//               way in) ends the wait at once, instead of the group's connect timeout.
+//               way in) ends the wait at once, instead of the group's connect timeout. So does
+//               it while they connect (a member that died after checking in: the group's store
+//               is a WatchedStore, parallel/watched_store.h).
 //   Failure     a collective that throws (a member died or was killed) makes the member Leave():
 //               dropping the group closes its connections, so the members still blocked on it
 //               fail too instead of waiting for the timeout; then it forms the next epoch.
@@ -119,6 +121,9 @@ class LiveGroup {
   Status AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path);
   Status CheckIn(const std::string& path);
   Result<bool> AllCheckedIn(const protocol::LiveMembership& m, const std::string& path);
+  // Why `m` is no longer the epoch to form: the record moved past it (same generation, newer
+  // epoch); nullopt while it is.
+  Result<std::optional<std::string>> Superseded(const protocol::LiveMembership& m) const;
 
   const Options options_;
   std::unique_ptr<etcd::EtcdClient> etcd_;  // with options_.etcd: made by the first Form

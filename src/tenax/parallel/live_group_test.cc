@@ -274,55 +274,63 @@ TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacementMeetingInEtcd) {
   KillAMemberAndHealItsReplacement((*started)->endpoints()[0]);
 }
 
-// A member that dies on its way into an epoch (before it connects): the others wait at the
-// check-in, not in the group's connect, and the launcher's next epoch without it ends the wait at
-// once; they form that one. With nobody deciding, the wait ends at the group's timeout.
-TEST(LiveGroup, AnEpochWhoseMemberNeverArrivesIsLeftForTheNextOne) {
-  tenax::testing::TempDir dir;
+// Slots 0 and 1 of a world of 3 try epoch 1 (members 0, 1, 2), in which slot 2 never connects;
+// once both checked in, the test's thread writes epoch 2 (members 0, 1), as the launcher would.
+// Each slot's outcome of epoch 1 and, once it was refused, its all-reduce in epoch 2.
+struct TwoSlots {
+  std::array<std::string, 2> first;  // "formed", or why epoch 1 did not
+  std::array<double, 2> sums{};      // 1 + 2 = 3 when epoch 2 formed
+  std::array<int, 2> waits{};        // on_wait calls
+};
+TwoSlots FormWithoutSlotTwo(const tenax::testing::TempDir& dir, std::chrono::milliseconds timeout) {
   LiveMembership e1;
   e1.epoch = 1;
   e1.world = 3;
   e1.members = {0, 1, 2};
-  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
+  EXPECT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
   LiveMembership e2 = e1;
   e2.epoch = 2;
   e2.members = {0, 1};
-  // One element per thread: slots 0 and 1.
-  std::array<std::string, 2> first;
-  std::array<double, 2> sums{};
-  std::array<int, 2> waits{};
+  TwoSlots out;  // one element per thread
   auto member = [&](int slot) {
     LiveGroup::Options o;
     o.store_dir = dir.path();
     o.slot = slot;
     o.world = 3;
-    o.group.timeout = std::chrono::seconds(60);
-    o.on_wait = [&waits, slot] { ++waits[slot]; };
+    o.group.timeout = timeout;
+    o.on_wait = [&out, slot] { ++out.waits[slot]; };
     LiveGroup g(o);
     const Status st = g.Form(e1);
-    first[slot] = st.ok() ? "formed" : st.message();
+    out.first[slot] = st.ok() ? "formed" : st.message();
     if (st.ok() || st.code() != StatusCode::kPeerLost) return;
     if (!g.Form(e2).ok()) return;
     at::Tensor x = at::full({3}, static_cast<double>(slot + 1), at::kDouble);
     g.comm().AllReduceSum(x);
-    sums[slot] = x[0].item<double>();
+    out.sums[slot] = x[0].item<double>();
   };
   std::thread a(member, 0), b(member, 1);
-  // Both are waiting (their on_wait ran) before slot 2's death is decided.
-  while (true) {
+  while (!std::filesystem::exists(dir / "live-epoch-1.in-0") ||
+         !std::filesystem::exists(dir / "live-epoch-1.in-1")) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (std::filesystem::exists(dir / "live-epoch-1.in-0") &&
-        std::filesystem::exists(dir / "live-epoch-1.in-1"))
-      break;
   }
-  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e2).ok());
+  EXPECT_TRUE(protocol::WriteLiveMembership(dir.path(), e2).ok());
   a.join();
   b.join();
+  return out;
+}
+
+// A member that dies on its way into an epoch (before it connects): the others wait at the
+// check-in, not in the group's connect, and the launcher's next epoch without it ends the wait at
+// once; they form that one. With nobody deciding, the wait ends at the group's timeout.
+TEST(LiveGroup, AnEpochWhoseMemberNeverArrivesIsLeftForTheNextOne) {
+  tenax::testing::TempDir dir;
+  const TwoSlots got = FormWithoutSlotTwo(dir, std::chrono::seconds(60));
   for (int slot : {0, 1}) {
-    EXPECT_NE(first[slot].find("live epoch 1 was superseded by epoch 2"), std::string::npos)
-        << first[slot];
-    EXPECT_EQ(sums[slot], 3.0) << "slot " << slot;  // 1 + 2: the group of epoch 2
-    EXPECT_GT(waits[slot], 0);
+    EXPECT_NE(got.first[slot].find("live epoch 1 was superseded by epoch 2 before"),
+              std::string::npos)
+        << got.first[slot];
+    EXPECT_EQ(got.sums[slot], 3.0) << "slot " << slot;  // 1 + 2: the group of epoch 2
+    EXPECT_GT(got.waits[slot], 0);
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "live-epoch-1.in-2"));
 
@@ -332,8 +340,10 @@ TEST(LiveGroup, AnEpochWhoseMemberNeverArrivesIsLeftForTheNextOne) {
   o.world = 3;
   o.group.timeout = std::chrono::milliseconds(100);
   LiveGroup alone(o);
-  LiveMembership e3 = e2;
+  LiveMembership e3;
   e3.epoch = 3;
+  e3.world = 3;
+  e3.members = {0, 1};
   ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e3).ok());
   const Status st = alone.Form(e3);
   EXPECT_EQ(st.code(), StatusCode::kPeerLost) << st.message();
@@ -341,5 +351,23 @@ TEST(LiveGroup, AnEpochWhoseMemberNeverArrivesIsLeftForTheNextOne) {
       << st.message();
 }
 
+// A member that died after checking in, before it connected: every check-in is there, so the
+// others pass the check-in and wait in the group's connect for its address; the launcher's next
+// epoch ends that wait too (the store is a WatchedStore), not the group's timeout (10 minutes
+// here: without the watch this test would outlive ctest's limit).
+TEST(LiveGroup, AMemberThatDiesAfterCheckingInIsLeftForTheNextOne) {
+  tenax::testing::TempDir dir;
+  // Slot 2 checked in, then died: as every check-in is there, neither slot can leave Form but
+  // through the connect.
+  { std::ofstream(dir / "live-epoch-1.in-2") << ""; }
+  const TwoSlots got = FormWithoutSlotTwo(dir, std::chrono::minutes(10));
+  for (int slot : {0, 1}) {
+    EXPECT_NE(
+        got.first[slot].find("live epoch 1 was superseded by epoch 2 while its members connected"),
+        std::string::npos)
+        << got.first[slot];
+    EXPECT_EQ(got.sums[slot], 3.0) << "slot " << slot;
+  }
+}
 }  // namespace
 }  // namespace tenax::parallel
