@@ -7,7 +7,9 @@
 # the rate (what `tenax plan --failure-rate` uses). Prints one Markdown row
 # per mix and seed (docs/planner.md "Goodput, closed loop" holds a copy) and exits non-zero when
 # a replay is more than 2 percentage points off the measurement.
-# Usage: bench/goodput_closed_loop.sh [SEEDS (default "1 2 3")] [OUT.json]
+# The live mixes run resilience.mode = "live" over 2 DDP replicas (a failure is trained through
+# by the other replica; crashes and hangs only: a NaN loss restarts every replica).
+# Usage: [MODE=restart|live|all (all)] bench/goodput_closed_loop.sh [SEEDS ("1 2 3")] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds="${1:-1 2 3}"
@@ -17,11 +19,22 @@ work="$(mktemp -d /tmp/tenax-goodput-loop-XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
 # name and schedule; the rates are per hour of exposure (the whole job's: one node).
-mixes=(
+mode="${MODE:-all}"
+restart_mixes=(
   "crash crash=720/h"
   "mixed crash=360/h:hang=120/h:nan=120/h"
   "hang+nan hang=180/h:nan=360/h"
 )
+live_mixes=(
+  "live-crash crash=720/h"
+  "live-mixed crash=360/h:hang=180/h"
+)
+case "$mode" in
+  restart) mixes=("${restart_mixes[@]}") ;;
+  live) mixes=("${live_mixes[@]}") ;;
+  all) mixes=("${restart_mixes[@]}" "${live_mixes[@]}") ;;
+  *) echo "goodput_closed_loop.sh: MODE is restart, live or all, not '$mode'" >&2; exit 2 ;;
+esac
 echo "| mix | seed | failures | measured | predicted, replay | difference | predicted at the rate (5th-95th pct) | Daly's closed form |"
 echo "|---|---|---|---|---|---|---|---|"
 rows=()
@@ -30,6 +43,11 @@ for mix in "${mixes[@]}"; do
   read -r name spec <<<"$mix"
   for seed in $seeds; do
     run="$name-$seed"
+    live=()
+    if [[ "$name" == live-* ]]; then
+      live=(--set resilience.mode=live --set parallelism.data_parallel_replicate=2
+        --set parallelism.data_parallel_shard=1)
+    fi
     "$bin" launch --nproc-per-node 2 --max-restarts 1000 --hang-timeout 2 \
       --flight-dump-timeout 0.5 --inject "poisson:$spec:seed=$seed" -- train --defaults \
       --set data.source=synthetic --set model.preset=debug-tiny --set training.seq_len=32 \
@@ -37,7 +55,7 @@ for mix in "${mixes[@]}"; do
       --set data.synthetic.order=1 --set metrics.eval_interval=0 --set metrics.progress=never \
       --set optimizer.lr=3e-3 --set checkpoint.interval=20 --set training.steps=4000 \
       --set training.local_batch_size=4 --set training.on_nonfinite=restart \
-      --set job.dump_folder="$work" --set job.name="$run" >"$work/$run.log" 2>&1 ||
+      --set job.dump_folder="$work" --set job.name="$run" "${live[@]}" >"$work/$run.log" 2>&1 ||
       { echo "launch failed: $run"; tail -20 "$work/$run.log"; exit 1; }
     "$bin" plan --from-run "$work/$run" --json >"$work/$run.json"
     row="$(python3 - "$work/$run.json" "$name" "$seed" "$spec" <<'EOF'
@@ -47,7 +65,11 @@ m = j["measured"]
 kinds = ", ".join(f"{k} {n}" for k, n in sorted(m["failures_by_kind"].items()))
 diff = 100 * (m["effective"] - j["replay"])
 p = j["predicted"]
-print(f"| {sys.argv[2]} ({sys.argv[4]}) | {sys.argv[3]} | {m['failures']} ({kinds}) | "
+live = m.get("live") or {}
+n = m["failures"] + live.get("failures", 0)
+if live:
+    kinds += f"; {m['failures']} restarted from, {live['heals']} healed"
+print(f"| {sys.argv[2]} ({sys.argv[4]}) | {sys.argv[3]} | {n} ({kinds}) | "
       f"{100 * m['effective']:.2f} % | {100 * j['replay']:.2f} % | {diff:+.2f} pp | "
       f"{100 * p['mean']:.2f} % ({100 * p['p05']:.1f} - {100 * p['p95']:.1f}) | "
       f"{100 * j['daly_closed_form']:.2f} % |")

@@ -5,7 +5,8 @@
 // schedule drew struck, was detected with its kind and restarted from, and nothing else failed;
 // the prediction for the run's own failure times lands within 2 percentage points of the
 // measurement; the distribution at the rate agrees with `tenax simulate` given the flags
-// --from-run prints. bench/goodput_closed_loop.sh runs more mixes and seeds (docs/planner.md).
+// --from-run prints. The same with live recovery (resilience.mode = "live") and crashes.
+// bench/goodput_closed_loop.sh runs more mixes and seeds (docs/planner.md).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,32 +45,57 @@ bool KindMatches(const std::string& scheduled, const std::string& detected) {
   return scheduled == "nan" && detected == "nonfinite";
 }
 
-void CheckClosedLoop(const std::string& schedule) {
+// `live`: resilience.mode = "live" over 2 DDP replicas, where a failure of one is trained
+// through by the other and only one striking while the other heals restarts the job.
+void CheckClosedLoop(const std::string& schedule, bool live = false) {
   TempDir dir;
-  const auto run = RunTenax(
-      kLaunch + std::string("--inject ") + schedule + " -- " + Train(dir, "loop"), dir.path());
+  const std::string mode = live ? " --set resilience.mode=live --set "
+                                  "parallelism.data_parallel_replicate=2 --set "
+                                  "parallelism.data_parallel_shard=1"
+                                : "";
+  const auto run =
+      RunTenax(kLaunch + std::string("--inject ") + schedule + " -- " + Train(dir, "loop") + mode,
+               dir.path());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json g = nlohmann::json::parse(ReadFile(dir / "loop/goodput.json"));
   EXPECT_EQ(g["step"], 3000);
 
-  // Every failure the schedule drew struck, was detected as its kind and restarted from; no
-  // other failure happened.
+  // Every failure the schedule drew struck, was detected as its kind and restarted (or, live,
+  // recovered) from; no other failure happened.
   const nlohmann::json& injected = g["fault_schedule"]["injected"];
   ASSERT_GE(injected.size(), 3u) << g.dump(1);
   std::map<int, std::string> detected;  // schedule index -> failure kind
-  for (const auto& f : g["failures"]) {
-    const int index = f["scheduled"].get<int>();
+  auto found = [&](const nlohmann::json& f) {
+    const int index = f.value("scheduled", -1);
     EXPECT_GE(index, 0) << "a failure the schedule did not cause: " << f.dump();
     EXPECT_EQ(detected.count(index), 0u) << "two failures for one injection: " << f.dump();
     detected[index] = f["kind"].get<std::string>();
+  };
+  for (const auto& f : g["failures"]) {
+    found(f);
     EXPECT_GE(f["recovery_s"].get<double>(), 0) << f.dump();
+  }
+  int64_t healed = 0;
+  for (const auto& r : g["live_recoveries"]) {
+    found(r);
+    healed += r["healed_at_s"].get<double>() >= 0 ? 1 : 0;
   }
   for (const auto& a : injected) {
     const int index = a["index"].get<int>();
     ASSERT_EQ(detected.count(index), 1u) << "injection without its failure: " << a.dump();
     EXPECT_TRUE(KindMatches(a["kind"], detected[index])) << a.dump() << " -> " << detected[index];
   }
-  EXPECT_EQ(g["restarts"].get<size_t>(), injected.size());
+  EXPECT_EQ(g["restarts"].get<size_t>(), g["failures"].size());
+  if (live) {
+    // Most failures are trained through; an arrival on the rank being replaced is skipped.
+    EXPECT_GT(g["live_recoveries"].size(), g["failures"].size()) << g.dump(1);
+    EXPECT_GE(healed, 2) << g.dump(1);
+    for (const auto& x : g["fault_schedule"]["skipped"]) {
+      EXPECT_EQ(detected.count(x["index"].get<int>()), 0u) << x.dump();
+    }
+  } else {
+    EXPECT_TRUE(g["live_recoveries"].empty());
+  }
   // The log names each strike.
   EXPECT_NE(run.output.find("fault schedule: failure 0 ("), std::string::npos) << run.output;
 
@@ -79,7 +105,17 @@ void CheckClosedLoop(const std::string& schedule) {
   const nlohmann::json p = nlohmann::json::parse(plan.output);
   const double measured = g["effective_training_ratio"].get<double>();
   EXPECT_DOUBLE_EQ(p["measured"]["effective"].get<double>(), measured);
-  EXPECT_EQ(p["measured"]["failures"].get<size_t>(), injected.size());
+  if (live) {
+    const nlohmann::json& l = p["measured"]["live"];
+    EXPECT_EQ(p["measured"]["failures"].get<size_t>() + l["failures"].get<size_t>(),
+              injected.size());
+    EXPECT_EQ(l["failures"].get<size_t>(), g["live_recoveries"].size());
+    EXPECT_EQ(l["heals"].get<int64_t>(), healed);
+    EXPECT_EQ(l["replica_groups"], 2);
+    EXPECT_GT(l["short_handed_share"].get<double>(), 0) << plan.output;
+    EXPECT_GT(l["short_handed_steps"].get<int64_t>(), 0) << plan.output;
+  }
+  EXPECT_EQ(p["measured"]["failures"].get<size_t>(), g["failures"].size());
   EXPECT_EQ(p["rate_source"], "the run's poisson schedule");
   const double replay = p["replay"].get<double>();
   std::printf(
@@ -88,7 +124,22 @@ void CheckClosedLoop(const std::string& schedule) {
       schedule.c_str(), 100 * measured, 100 * replay, 100 * (measured - replay),
       100 * p["predicted"]["mean"].get<double>(), 100 * p["predicted"]["p05"].get<double>(),
       100 * p["predicted"]["p95"].get<double>());
-  EXPECT_NEAR(measured, replay, 0.02) << plan.output;
+  // On a miss, what the run measured failure by failure (TENAX_KEEP_TEST_DIRS=1 keeps it all).
+  nlohmann::json brief = nlohmann::json::array();
+  for (const char* list : {"failures", "live_recoveries"}) {
+    for (const auto& f : g[list]) {
+      brief.push_back({{"list", list},
+                       {"kind", f["kind"]},
+                       {"time_s", f["time_s"]},
+                       {"detection_s", f["detection_s"]},
+                       {"recovery_s", f.value("recovery_s", -1.0)},
+                       {"healed_at_s", f.value("healed_at_s", -1.0)},
+                       {"steps_short_handed", f.value("steps_short_handed", -1)}});
+    }
+  }
+  EXPECT_NEAR(measured, replay, 0.02) << plan.output << "\n"
+                                      << g["time_s"].dump() << "\n"
+                                      << brief.dump();
 
   // `tenax simulate` with the flags --from-run prints: the same failure model, so its mean wall
   // time gives the same effective training time (with the run's start-up and shut-down added).
@@ -111,6 +162,13 @@ TEST(GoodputClosedLoop, CrashesHangsAndNaNs) {
 
 TEST(GoodputClosedLoop, CrashesAndNaNs) { CheckClosedLoop("poisson:crash=600/h:nan=240/h:seed=2"); }
 
+// Live recovery: the simulator's live model fed the run's own healing time and short-handed speed.
+// Crashes only here: with hangs (bench/goodput_closed_loop.sh's live-mixed) one run of five on a
+// loaded machine was 3.9 pp off, which is not understood yet (docs/planner.md).
+TEST(GoodputClosedLoop, LiveRecoveryFromCrashes) {
+  CheckClosedLoop("poisson:crash=720/h:seed=3", /*live=*/true);
+}
+
 // Inputs the launcher refuses before any rank starts.
 TEST(GoodputClosedLoop, RefusesSchedulesThatCouldNotRun) {
   TempDir dir;
@@ -128,7 +186,17 @@ TEST(GoodputClosedLoop, RefusesSchedulesThatCouldNotRun) {
       dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("N/h, N/min or N/s"), std::string::npos) << r.output;
-  EXPECT_FALSE(std::filesystem::exists(dir / "a/metrics.jsonl"));
+  r = RunTenax(
+      "launch --nproc-per-node 2 --max-restarts 9 --inject poisson:crash=60/h:nan=60/h -- " +
+          Train(dir, "d") +
+          " --set resilience.mode=live --set parallelism.data_parallel_replicate=2 "
+          "--set parallelism.data_parallel_shard=1",
+      dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("crashes and hangs only"), std::string::npos) << r.output;
+  for (const char* run : {"a", "d"}) {
+    EXPECT_FALSE(std::filesystem::exists(dir / (std::string(run) + "/metrics.jsonl"))) << run;
+  }
 }
 
 }  // namespace

@@ -131,6 +131,39 @@ TEST_F(LiveRecoveryE2E, AHungRankIsKilledAloneAndReplaced) {
   EXPECT_NE(out.find("live epoch 1 formed by ranks 0,2,3"), std::string::npos) << out;
 }
 
+// Two replicas: rank 0 killed at step 6's start, then rank 1 stopped (SIGSTOP) at step 8's while
+// rank 0's replacement waits to join. The hang is rank 1's: the replacement makes no steps only
+// because it is in no collective yet (it was taken for the culprit, as the rank at the lowest
+// step, when rank 1's missing flight record left the analysis undecided). Nobody is left holding
+// the state, so the job restarts from its checkpoint, the hang recorded as its failure.
+TEST_F(LiveRecoveryE2E, AMemberHungWhileAReplacementWaitsIsTheCulprit) {
+  TempDir dir;
+  auto r = RunTenax(
+      "launch --nproc-per-node 2 --hang-timeout 4 --inject crash:rank=0:step=6,stop:rank=1:step=8 "
+      "-- " +
+          Train(dir, "two",
+                "--set training.steps=16 --set parallelism.data_parallel_replicate=2 "
+                "--set parallelism.data_parallel_shard=1 --set resilience.mode=live"),
+      dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json g = nlohmann::json::parse(ReadFile(dir / "two/goodput.json"));
+  EXPECT_EQ(g["step"], 16);
+  ASSERT_EQ(g["failures"].size(), 1u) << g.dump(2);
+  EXPECT_EQ(g["failures"][0]["kind"], "hang") << g.dump(2);
+  EXPECT_EQ(g["failures"][0]["rank"], 1) << g.dump(2);
+  EXPECT_GT(g["failures"][0]["detection_s"].get<double>(), 4) << g.dump(2);
+  EXPECT_EQ(r.output.find("killing rank 0 only"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("killing rank 1 only"), std::string::npos) << r.output;
+  ASSERT_EQ(g["live_recoveries"].size(), 1u) << g.dump(2);
+  const auto& l = g["live_recoveries"][0];
+  EXPECT_EQ(l["rank"], 0);
+  EXPECT_EQ(l["healed_at_s"], -1);
+  EXPECT_NE(
+      l["outcome"].get<std::string>().find("discarded: the generation ended before it healed"),
+      std::string::npos)
+      << l.dump(2);
+}
+
 // A replacement lost while it heals (killed before it connects to the group that takes it in,
 // killed inside the state transfer, or stopped there so that the hang check kills it) is
 // discarded: its record says so, the others train on without it, and the next replacement heals.

@@ -71,6 +71,17 @@ void FaultSchedule::Applied(double now, int generation, int rank, int64_t step,
   Draw();
 }
 
+void FaultSchedule::Skipped(double now, int rank, const std::string& why) {
+  Tick(now, exposed_);
+  skipped_.push_back({{"index", next_.index},
+                      {"kind", ScheduledKindName(next_.kind)},
+                      {"rank", rank},
+                      {"exposure_s", next_.exposure_s},
+                      {"time_s", now},
+                      {"why", why}});
+  Draw();
+}
+
 void FaultSchedule::Resolved(double now) {
   if (awaiting_ < 0) return;
   awaiting_ = -1;
@@ -86,7 +97,8 @@ nlohmann::json FaultSchedule::Report() const {
           {"seed", spec_.seed},
           {"ranks", ranks_},
           {"exposure_s", exposure_},
-          {"injected", applied_}};
+          {"injected", applied_},
+          {"skipped", skipped_}};
 }
 
 }  // namespace tenax::launch

@@ -54,6 +54,12 @@ class FaultSchedule {
   // The due arrival struck rank `rank` of `generation` at launch time `now`, its newest step
   // being `step`; `how` says what was done. The clock stands until Resolved.
   void Applied(double now, int generation, int rank, int64_t step, const std::string& how);
+  // The due arrival fell on rank `rank`, which is out of the live quorum (resilience.mode =
+  // "live": its replica is being replaced): it is consumed without striking and recorded as
+  // skipped, and the clock runs on. The simulator draws failures on the groups in the quorum only,
+  // at the job's rate times their share; with ranks drawn uniformly, skipping the others is that
+  // thinning of the process.
+  void Skipped(double now, int rank, const std::string& why);
   // The index of the applied arrival whose verdict is awaited, or -1.
   int awaiting() const { return awaiting_; }
   // The launcher acted at `now` (a verdict, or the generation ended without one): the clock runs
@@ -63,7 +69,8 @@ class FaultSchedule {
   double exposure_s() const { return exposure_; }
   // goodput.json `fault_schedule`: the spec, the rates (per hour), the seed, the exposure and one
   // entry per applied arrival ({index, kind, rank, generation, step, exposure_s, time_s (launch
-  // seconds), how}).
+  // seconds), how}) under `injected`, and the skipped ones ({index, kind, rank, exposure_s,
+  // time_s, why}) under `skipped`.
   nlohmann::json Report() const;
 
  private:
@@ -80,6 +87,7 @@ class FaultSchedule {
   bool exposed_ = false;  // whether the time since last_tick_ counts
   int awaiting_ = -1;     // the applied arrival whose verdict is awaited
   nlohmann::json applied_ = nlohmann::json::array();
+  nlohmann::json skipped_ = nlohmann::json::array();
 };
 
 }  // namespace tenax::launch

@@ -1,6 +1,6 @@
 // The poisson schedule: arrivals are a function of the seed alone, their gaps, kinds and ranks
-// have the distributions the spec asks for, and the exposure clock stands while the job is not
-// exposed and between an injected failure and its verdict.
+// have the distributions the spec asks for, the exposure clock stands while the job is not
+// exposed and between an injected failure and its verdict, and a skipped arrival stops nothing.
 #include "tenax/launch/fault_schedule.h"
 
 #include <gtest/gtest.h>
@@ -122,6 +122,34 @@ TEST(FaultSchedule, TheClockStandsWhenNotExposedAndUntilTheVerdict) {
   EXPECT_NEAR(x["exposure_s"].get<double>(), due, 1e-9);
   EXPECT_NEAR(x["applied_exposure_s"].get<double>(), due + 1, 1e-9);
   EXPECT_NEAR(x["time_s"].get<double>(), 61 + due, 1e-9);
+}
+
+TEST(FaultSchedule, ASkippedArrivalIsRecordedAndTheClockRunsOn) {
+  FaultSchedule s(Spec("poisson:crash=36/h:seed=4"), 4);
+  s.Tick(0, true);
+  const double due = s.SecondsUntilDue(0);
+  s.Tick(due, true);
+  const std::optional<Arrival> a = s.Due();
+  ASSERT_TRUE(a);
+  s.Skipped(due, a->local_rank, "its replica is being replaced");
+  EXPECT_EQ(s.awaiting(), -1);
+  const std::optional<Arrival> next = s.Due();  // the next one is drawn, not yet due
+  EXPECT_TRUE(!next || next->index == 1);
+  s.Tick(due + 5, true);
+  EXPECT_NEAR(s.exposure_s(), due + 5, 1e-9);  // the clock did not stand
+  const nlohmann::json r = s.Report();
+  EXPECT_TRUE(r["injected"].empty());
+  ASSERT_EQ(r["skipped"].size(), 1u);
+  EXPECT_EQ(r["skipped"][0]["index"], 0);
+  EXPECT_EQ(r["skipped"][0]["rank"], a->local_rank);
+  EXPECT_EQ(r["skipped"][0]["why"], "its replica is being replaced");
+  // The arrivals after it are the ones the seed gives without the skip.
+  FaultSchedule t(Spec("poisson:crash=36/h:seed=4"), 4);
+  t.Tick(0, true);
+  t.Tick(due, true);
+  t.Applied(due, 0, a->local_rank, 0, "test");
+  t.Resolved(due);
+  EXPECT_NEAR(s.SecondsUntilDue(due + 5), t.SecondsUntilDue(due + 5), 1e-9);
 }
 
 }  // namespace

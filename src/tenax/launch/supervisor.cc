@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -344,13 +345,41 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   v.cause = fmt::format("hang: no progress for {:.1f}s", quiet);
   // The only rank at the lowest step, or the only one not finished (attribution.h).
   std::vector<bool> done(n);
-  for (int i = 0; i < n; ++i) done[i] = Done(i);
-  int culprit = HangSuspect(g_.last_step, done);
+  std::vector<int64_t> suspect_steps = g_.last_step;
+  for (int i = 0; i < n; ++i) {
+    done[i] = Done(i);
+    // Live: a replacement still on its way in makes no steps until it joined, and waits for
+    // members that may be the stuck ones; without flight records that name it (below: it was
+    // stopped inside the state transfer), the hang is among the members that train.
+    if (job_.live && !LiveInQuorum(Rank(i))) {
+      done[i] = true;
+      suspect_steps[i] = std::numeric_limits<int64_t>::max();
+    }
+  }
+  int culprit = HangSuspect(suspect_steps, done);
   // Flight records say more: every rank dumps its last collectives, and the analysis names the
   // rank(s) the others wait for (docs/flight_recorder.md).
   if (const int waited = AnalyzeHang(); waited >= 0) {
     culprit = waited;
     v.cause += fmt::format("; flight records: the others wait for rank {}", Rank(waited));
+  } else if (job_.live) {
+    // Live: the one running rank that left no flight record is too stuck to handle SIGUSR1 (a
+    // stopped member, or a replacement stopped inside its state transfer) when the records
+    // cannot say whom the others wait for: with a replacement waiting to join, the lowest step
+    // would not either.
+    int silent = -1, count = 0;
+    for (int i = 0; i < n; ++i) {
+      if (g_.pids[i] <= 0 || Done(i) ||
+          std::filesystem::exists(protocol::FlightRecordPath(hb_dir_, Rank(i)))) {
+        continue;
+      }
+      silent = i;
+      ++count;
+    }
+    if (count == 1) {
+      culprit = silent;
+      v.cause += fmt::format("; rank {} alone left no flight record", Rank(silent));
+    }
   }
   if (culprit >= 0) {
     v.rank = Rank(culprit);
@@ -498,6 +527,14 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
           out.exit_code = 0;
           failed.clear();
         } else {
+          if (auto h = g_.hung.find(out.verdict->rank); job_.live && h != g_.hung.end()) {
+            // Killed for a hang that live recovery could not take (nobody left holds the
+            // state): the hang is the failure, not the kill.
+            out.verdict = h->second;
+            out.exit_code = h->second.code;
+            out.detection_s = out.detected_s - (h->second.mono_s - t0_mono_);
+            g_.hung.erase(h);
+          }
           log::Error("launch: {} ({}; {}); stopping the other {} rank(s) on this node",
                      out.verdict->cause, protocol::FailureKindName(out.verdict->kind),
                      out.verdict->reasoning, slots_->RanksAlive());
@@ -541,7 +578,10 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
     g_.beats[i] = *beat;
     if (i == 0 && !job_.live) goodput_.LeadBeat(*beat, Elapsed(), protocol::WallNow());
   }
-  if (job_.live) LiveGoodputBeat(gen);
+  if (job_.live) {
+    LiveGoodputBeat(gen);
+    LiveEnd(gen, out);
+  }
   goodput_.GenerationEnded(Elapsed(), out.exit_code);
   if (schedule_) {
     if (out.verdict) out.scheduled = schedule_->awaiting();

@@ -184,6 +184,12 @@ class Supervisor {
   // a failure of kind hang); false: not possible, every rank is killed as usual.
   bool LiveKillHung(const Verdict& v);
   void LiveTick(int gen);
+  // The generation ended (a restart, or the run's end): the records of replacements that had not
+  // healed are closed as discarded.
+  void LiveEnd(int gen, const Outcome& out);
+  // Whether `rank` trains in the quorum: a member that is not a replacement still healing (the
+  // poisson schedule strikes these only).
+  bool LiveInQuorum(int rank) const;
   void LivePublish(int gen, std::vector<int> members, std::vector<int> joining);
   // The goodput split's view of a live generation (g_.beats read): one lead process's step and
   // checkpoint seconds, followed from poll to poll; when it is gone, another member's (the ranks

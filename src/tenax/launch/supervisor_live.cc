@@ -73,7 +73,11 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   for (int r : g_.live_members) {
     if (hit.count(r / k) == 0 && !is_dead(r)) members.push_back(r);
   }
-  if (members.empty()) return false;  // nobody holds the state: restart from a checkpoint
+  // Nobody left holds the state (a replacement still healing was given none yet): restart from
+  // a checkpoint.
+  if (std::none_of(members.begin(), members.end(), [&](int r) { return LiveInQuorum(r); })) {
+    return false;
+  }
   for (int r : dead) {
     // Its work was done: the end of the run, nothing to recover.
     if (Finished(gen, Local(r))) return false;
@@ -190,6 +194,10 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
       r.entry["replica"] = rank / k;
       r.entry["incarnation"] = incarnation;
     }
+    // The poisson schedule's failure that this is the verdict on (its culprit's entry).
+    if (schedule_ && schedule_->awaiting() >= 0 && rank == v.rank) {
+      r.entry["scheduled"] = schedule_->awaiting();
+    }
     r.record = goodput_.AddLiveRecovery(r.entry);
     g_.replacements.push_back(std::move(r));
     log::Warn(
@@ -198,7 +206,38 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
         why.cause, protocol::FailureKindName(why.kind), fmt::join(g_.live_members, ","),
         g_.live_epoch, rank, slot, *pid);
   }
+  // The schedule's clock stood from the injection to this verdict; the others train on, exposed.
+  if (schedule_) schedule_->Resolved(Elapsed());
   WriteGoodput(false, 0);
+  return true;
+}
+
+void Supervisor::LiveEnd(int gen, const Outcome& out) {
+  for (Generation::Replacement& r : g_.replacements) {
+    if (r.healed || r.entry.contains("outcome")) continue;
+    int64_t group_step = -1;
+    for (int rank : g_.live_members) {
+      const std::optional<protocol::Beat> b = protocol::ReadHeartbeat(hb_dir_, rank);
+      if (b && b->generation == gen && LiveInQuorum(rank))
+        group_step = std::max(group_step, b->step);
+    }
+    r.entry["outcome"] = out.verdict ? "discarded: the generation ended before it healed (" +
+                                           out.verdict->cause + ")"
+                                     : "discarded: the generation ended before it healed";
+    r.entry["discarded_at_s"] = Elapsed();
+    r.entry["steps_short_handed"] =
+        std::max<int64_t>(0, group_step - r.entry["step"].get<int64_t>());
+    goodput_.AddLiveRecovery(r.entry, r.record);
+  }
+}
+
+bool Supervisor::LiveInQuorum(int rank) const {
+  if (std::find(g_.live_members.begin(), g_.live_members.end(), rank) == g_.live_members.end()) {
+    return false;
+  }
+  for (const Generation::Replacement& r : g_.replacements) {
+    if (!r.healed && Rank(r.local) == rank) return false;
+  }
   return true;
 }
 
@@ -249,9 +288,15 @@ bool Supervisor::LiveKillHung(const Verdict& v) {
 }
 
 void Supervisor::LiveTick(int gen) {
+  // The members in the quorum are done, or past the run's last step (its final validation and
+  // save): a replacement still on its way in has nothing left to join, and waiting for it would
+  // leave the hang check a rank that makes no progress.
   bool members_done = true;
   for (int rank : g_.live_members) {
-    members_done = members_done && Done(Local(rank));
+    if (!LiveInQuorum(rank)) continue;  // a joiner: it holds nothing yet
+    const std::optional<protocol::Beat> b = CurrentBeat(gen, Local(rank));
+    const bool past_last = b && job_.total_steps > 0 && b->step >= job_.total_steps;
+    members_done = members_done && (Done(Local(rank)) || past_last);
   }
   // Replacements are announced one epoch at a time: every one that is ready, together, and only
   // once the previous announcement was taken in (a joiner forms exactly the epoch that listed it;

@@ -23,6 +23,15 @@ void Supervisor::ScheduleTick(int gen) {
   const std::optional<Arrival> a = schedule_->Due();
   if (!a || g_.stopping || over) return;
   const int local = a->local_rank;
+  if (job_.live && !LiveInQuorum(Rank(local))) {
+    // Its replica is out of the quorum (being replaced): the simulator draws no failure there.
+    log::Info(
+        "launch: fault schedule: failure {} would strike rank {}, which is being replaced; "
+        "skipped",
+        a->index, Rank(local));
+    schedule_->Skipped(Elapsed(), Rank(local), "out of the live quorum: being replaced");
+    return;
+  }
   const pid_t pid = g_.pids[local];
   if (pid <= 0 || Done(local)) return;
   const std::optional<protocol::Beat> beat = CurrentBeat(gen, local);

@@ -134,6 +134,10 @@ void AddCommands(CLI::App& app, cli::Commands& commands) {
   sim->add_option("--heal-time", s->heal_time,
                   "live recovery: a replacement node's copy of the state from a live peer and "
                   "its joining, e.g. 2m (default 2m)");
+  sim->add_option("--short-handed-share", s->short_handed_share,
+                  "live recovery: the throughput with one group out, as a share of the full "
+                  "quorum's, e.g. 0.9 (default 0: the groups' share, (R-1)/R, as when compute "
+                  "bound; tenax plan --from-run prints a run's own)");
   sim->add_option("--sdc-overhead", s->sdc_overhead,
                   "silent-data-corruption checks' cost as a share of the computation, e.g. 7.5% "
                   "(what tenax train prints at start, or tenax plan --sdc-check-interval)");

@@ -72,6 +72,7 @@ struct SimulateFlags {
   int64_t replica_groups = 0;  // live recovery (simulate.h); 0: restart recovery
   std::string sdc_overhead;    // silent-data-corruption checks' cost, e.g. 7.5% (0: none)
   std::string heal_time = "2m";
+  double short_handed_share = 0;  // live recovery (simulate.h); 0: the groups' share
   int64_t runs = 1000;
   uint64_t seed = 1;
   double price_per_gpu_hour = 0;

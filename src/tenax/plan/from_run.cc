@@ -38,6 +38,84 @@ Summary EffectiveOver(const RunCosts& costs, const SimulationConfig& config) {
   return Summarize(std::move(v));
 }
 
+// Live recovery's records (goodput.json live_recoveries) in the simulator's terms: the failures
+// the others trained through, their detection and healing, and the stretches the quorum ran
+// short-handed (from a failure until its replacement healed or was discarded, overlapping ones
+// merged), whose seconds (`*window_s`, less the checkpoint stalls in them) and steps
+// (`*window_steps`) are no full quorum's. `last_step_at`: each generation's last step, where a
+// replacement discarded with its generation stopped counting.
+void ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, double>& last_step_at,
+                        RunCosts* c, double* detect_sum, double* window_s, int64_t* window_steps) {
+  struct Window {
+    double begin = 0, end = 0;
+    int64_t first = 0, last = 0;
+    int recoveries = 1;
+    double heal = -1;  // verdict until healed; -1: not healed
+  };
+  std::vector<Window> w;
+  double heal_sum = 0;
+  for (const auto& r : g.value("live_recoveries", nlohmann::json::array())) {
+    if (r.value("kind", std::string()) == "peer-lost") continue;  // killed with its replica
+    ++c->live_failures;
+    ++c->failures_by_kind[r.value("kind", std::string("?"))];
+    const double detection = r.value("detection_s", 0.0);
+    *detect_sum += detection;
+    Window x;
+    const double verdict = r.value("time_s", 0.0);
+    x.begin = verdict - detection;
+    const double healed = r.value("healed_at_s", -1.0);
+    x.end = healed >= 0 ? healed : r.value("discarded_at_s", -1.0);
+    if (auto at = last_step_at.find(r.value("generation", int64_t{-1}));
+        at != last_step_at.end() && (x.end < 0 || x.end > at->second)) {
+      x.end = at->second;
+    }
+    if (x.end < x.begin) continue;  // unfinished record: nothing measurable
+    x.first = r.value("step", int64_t{0});
+    x.last = x.first + std::max<int64_t>(0, r.value("steps_short_handed", int64_t{0}));
+    if (healed >= 0) {
+      x.heal = healed - verdict;
+      ++c->heals;
+      heal_sum += x.heal;
+    }
+    w.push_back(x);
+  }
+  c->heal_s = c->heals > 0 ? heal_sum / static_cast<double>(c->heals) : 0.0;
+  std::sort(w.begin(), w.end(), [](const Window& a, const Window& b) { return a.begin < b.begin; });
+  std::vector<Window> merged;
+  for (const Window& x : w) {
+    if (!merged.empty() && x.begin < merged.back().end) {
+      Window& m = merged.back();
+      m.end = std::max(m.end, x.end);
+      m.first = std::min(m.first, x.first);
+      m.last = std::max(m.last, x.last);
+      ++m.recoveries;
+    } else {
+      merged.push_back(x);
+    }
+  }
+  const double stall_per_step =
+      c->checkpoint_every > 0 ? c->checkpoint_s / static_cast<double>(c->checkpoint_every) : 0.0;
+  *window_s = 0;
+  *window_steps = 0;
+  for (const Window& m : merged) {
+    const int64_t steps = m.last - m.first;
+    *window_s += std::max(0.0, m.end - m.begin - static_cast<double>(steps) * stall_per_step);
+    *window_steps += steps;
+  }
+  c->short_handed_s = *window_s;
+  c->short_handed_steps = *window_steps;
+  // The share, once step_s is known (ReadRunCosts): the lone recoveries that healed.
+  c->short_handed_share = 0;
+  double steps = 0, seconds = 0;
+  for (const Window& m : merged) {
+    if (m.recoveries != 1 || m.heal <= 0) continue;
+    const double n = static_cast<double>(m.last - m.first);
+    steps += n;
+    seconds += std::max(1e-9, m.heal - n * stall_per_step);
+  }
+  if (seconds > 0) c->short_handed_share = steps / seconds;  // steps per second; ReadRunCosts
+}
+
 }  // namespace
 
 Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
@@ -95,7 +173,10 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   double training = 0, stalls = 0;
   int64_t stepped = 0, last_at_end = -1;
   double last_step_at = 0;
+  std::map<int64_t, double> last_step_by_generation;
   for (const auto& x : gens) {
+    last_step_by_generation[x.value("generation", int64_t{-1})] =
+        x.value("last_step_at", x.value("ready_s", 0.0));
     const double ready = x.value("ready_s", -1.0);
     const int64_t resume = std::max<int64_t>(0, x.value("resume_step", int64_t{0}));
     const int64_t last = x.value("last_step", int64_t{-1});
@@ -112,8 +193,36 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
                                  run_dir, paths.goodput()));
   }
   c.checkpoint_s = c.checkpoints > 0 ? stalls / static_cast<double>(c.checkpoints) : 0.0;
-  // The final save's stall came after the last step; the others within the steps' span.
-  c.step_s = std::max(0.0, training - (stalls - c.checkpoint_s)) / static_cast<double>(stepped);
+  c.live = config.resilience.mode == "live";
+  double live_detect = 0, window_s = 0;
+  int64_t window_steps = 0;
+  if (c.live) {
+    const int64_t world = g.contains("fault_schedule") && g["fault_schedule"].is_object()
+                              ? g["fault_schedule"].value("ranks", int64_t{0})
+                              : int64_t{0};
+    const int64_t shard = std::max<int64_t>(1, config.parallelism.data_parallel_shard);
+    c.replica_groups = config.parallelism.data_parallel_replicate > 0
+                           ? config.parallelism.data_parallel_replicate
+                           : world / shard;
+    if (c.replica_groups < 2) {
+      return DataError(fmt::format(
+          "--from-run {}: a live run needs at least 2 data-parallel replicas; {} gives {}", run_dir,
+          paths.config(), c.replica_groups));
+    }
+    ReadLiveRecoveries(g, last_step_by_generation, &c, &live_detect, &window_s, &window_steps);
+    if (window_steps >= stepped) {
+      return DataError(fmt::format(
+          "--from-run {}: the run never trained with every replica in; the model needs a full "
+          "quorum's step time",
+          run_dir));
+    }
+  }
+  // The final save's stall came after the last step; the others within the steps' span. Live:
+  // the short-handed stretches are left out (their speed is measured apart).
+  c.step_s = std::max(0.0, training - (stalls - c.checkpoint_s) - window_s) /
+             static_cast<double>(stepped - window_steps);
+  // Steps per second short-handed over a full quorum's: the share of its throughput.
+  c.short_handed_share *= c.step_s;
   c.fixed_s =
       std::max(0.0, gens.front().value("ready_s", 0.0) - gens.front().value("start_s", 0.0)) +
       std::max(0.0, c.wall_s - last_step_at);
@@ -125,9 +234,10 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
     c.detect_s += f.value("detection_s", 0.0);
     c.restart_s += recovery;
   }
-  if (c.failures > 0) {
-    c.detect_s /= static_cast<double>(c.failures);
-    c.restart_s /= static_cast<double>(c.failures);
+  if (c.failures > 0) c.restart_s /= static_cast<double>(c.failures);
+  c.detect_s += live_detect;
+  if (c.failures + c.live_failures > 0) {
+    c.detect_s /= static_cast<double>(c.failures + c.live_failures);
   }
   const nlohmann::json schedule = g.value("fault_schedule", nlohmann::json());
   if (schedule.is_object() && schedule.contains("rates_per_hour") &&
@@ -158,20 +268,33 @@ Result<RunPrediction> PredictRun(const RunCosts& costs, const std::optional<Fail
     p.rate_source = "the run's poisson schedule";
   } else {
     // Observed: the failures over the time the job was exposed to them.
+    const int64_t failures = costs.failures + costs.live_failures;
     const double exposed =
-        costs.wall_s - costs.fixed_s - costs.detect_s * static_cast<double>(costs.failures);
-    if (costs.failures == 0 || exposed <= 0) {
+        costs.wall_s - costs.fixed_s - costs.detect_s * static_cast<double>(failures);
+    if (failures == 0 || exposed <= 0) {
       return InvalidArgument(fmt::format(
           "--from-run {}: the run had no failures to measure a rate from; give --failure-rate",
           costs.run_dir));
     }
-    p.rate.per_node_hour = static_cast<double>(costs.failures) / exposed * kHour;
+    p.rate.per_node_hour = static_cast<double>(failures) / exposed * kHour;
     p.rate.text = fmt::format("{:.3g}/node-hour", p.rate.per_node_hour);
     p.rate_source = "observed";
   }
   SimulationConfig& c = p.config;
-  c.gpus = c.gpus_per_node = 1;  // one node: the rate is the job's
+  // One node: the rate is the job's. Live: one simulated node per replica group, sharing it.
+  const int64_t nodes = costs.live ? costs.replica_groups : 1;
+  c.gpus = nodes;
+  c.gpus_per_node = 1;
   c.rate = p.rate;
+  if (nodes > 1 && !rate) {
+    c.rate.per_node_hour /= static_cast<double>(nodes);
+    c.rate.text = fmt::format("{:.4g}/node-hour", c.rate.per_node_hour);
+  }
+  if (costs.live) {
+    c.replica_groups = costs.replica_groups;
+    c.heal_time = costs.heal_s;
+    c.short_handed_share = costs.short_handed_share;
+  }
   c.checkpoint_cost = costs.checkpoint_s;
   c.detect_time = costs.detect_s;
   c.restart_cost = costs.restart_s;
@@ -212,7 +335,7 @@ Result<RunPrediction> PredictRun(const RunCosts& costs, const std::optional<Fail
     p.replay = sum;
     p.replay_effective = Summarize(effective).mean;
   }
-  const double mtbf = JobMtbfSeconds(p.rate, 1);
+  const double mtbf = JobMtbfSeconds(c.rate, nodes);
   // Daly folds detection into the restart; the fixed start-up and shut-down are added as above.
   p.daly_effective_closed =
       costs.productive_s /
@@ -242,9 +365,20 @@ std::string FromRunText(const RunCosts& k, const RunPrediction& p) {
       "  start-up and shut-down {:.2f} s; wall {:.2f} s\n"
       "  failure rate {} ({})\n\n",
       k.run_dir, k.steps, k.step_s, FormatDuration(p.config.duration), k.checkpoint_every,
-      FormatDuration(p.config.interval), k.checkpoint_s, k.checkpoints, k.failures,
-      kinds.empty() ? "" : " (", kinds.empty() ? "" : kinds + ")", k.detect_s, k.restart_s,
-      k.fixed_s, k.wall_s, p.rate.text, p.rate_source);
+      FormatDuration(p.config.interval), k.checkpoint_s, k.checkpoints,
+      k.failures + k.live_failures, kinds.empty() ? "" : " (", kinds.empty() ? "" : kinds + ")",
+      k.detect_s, k.restart_s, k.fixed_s, k.wall_s, p.rate.text, p.rate_source);
+  if (k.live) {
+    // The line above counts the restarts; these the failures the others trained through.
+    out.insert(
+        out.size() - 1,
+        fmt::format(
+            "  live recovery over {} replica groups: {} failure(s) trained through, {} healed "
+            "{:.3f} s after the verdict on average; {} step(s) short-handed in {:.2f} s, at {:.2f} "
+            "of a full quorum's speed\n",
+            k.replica_groups, k.live_failures, k.heals, k.heal_s, k.short_handed_steps,
+            k.short_handed_s, k.short_handed_share));
+  }
   out += fmt::format("effective training time (productive / wall):\n  measured   {:6.2f} %\n",
                      100 * k.measured_effective);
   if (p.replay_effective) {
@@ -256,20 +390,25 @@ std::string FromRunText(const RunCosts& k, const RunPrediction& p) {
       "  predicted  {:6.2f} % at the rate, over {} simulated runs (5th-95th percentile "
       "{:.2f} - {:.2f} %)\n",
       100 * p.effective.mean, p.config.runs, 100 * p.effective.p05, 100 * p.effective.p95);
-  out += fmt::format("  predicted  {:6.2f} % at the rate, by Daly's closed form\n",
-                     100 * p.daly_effective_closed);
+  out += fmt::format("  predicted  {:6.2f} % at the rate, by Daly's closed form{}\n",
+                     100 * p.daly_effective_closed, k.live ? " (restart recovery)" : "");
   out += fmt::format(
       "\nre-plan: Daly's interval for these costs at this rate is {} steps ({}): predicted "
       "{:.2f} % (now {} steps: {:.2f} %)\n",
       p.daly_interval_steps, FormatDuration(p.daly_interval_s), 100 * p.daly_effective.mean,
       k.checkpoint_every, 100 * p.effective.mean);
+  const std::string live =
+      k.live ? fmt::format(" --replica-groups {} --heal-time {:g}s --short-handed-share {:g}",
+                           p.config.replica_groups, p.config.heal_time, p.config.short_handed_share)
+             : "";
   out += fmt::format(
-      "the same with tenax simulate: tenax simulate --gpus 1 --gpus-per-node 1 --failure-rate "
+      "the same with tenax simulate: tenax simulate --gpus {} --gpus-per-node 1 --failure-rate "
       "{:g}/node-hour --checkpoint-cost {:g}s --detect-time {:g}s --restart-cost {:g}s "
-      "--interval {:g}s --duration {:g}s --swap-time 0s --repair-time 0s --runs {} --seed {}\n"
+      "--interval {:g}s --duration {:g}s --swap-time 0s --repair-time 0s{} --runs {} --seed {}\n"
       "  (its effective % leaves out the run's {:.2f} s of start-up and shut-down)\n",
-      p.rate.per_node_hour, p.config.checkpoint_cost, p.config.detect_time, p.config.restart_cost,
-      p.config.interval, p.config.duration, p.config.runs, p.config.seed, k.fixed_s);
+      p.config.gpus, p.config.rate.per_node_hour, p.config.checkpoint_cost, p.config.detect_time,
+      p.config.restart_cost, p.config.interval, p.config.duration, live, p.config.runs,
+      p.config.seed, k.fixed_s);
   return out;
 }
 
@@ -296,7 +435,15 @@ nlohmann::json FromRunJson(const RunCosts& k, const RunPrediction& p) {
         {"effective", k.measured_effective},
         {"schedule", k.schedule},
         {"exposure_s", k.exposure_s},
-        {"arrivals", k.arrivals}}},
+        {"arrivals", k.arrivals},
+        {"live", k.live ? nlohmann::json{{"replica_groups", k.replica_groups},
+                                         {"failures", k.live_failures},
+                                         {"heals", k.heals},
+                                         {"heal_s", k.heal_s},
+                                         {"short_handed_share", k.short_handed_share},
+                                         {"short_handed_s", k.short_handed_s},
+                                         {"short_handed_steps", k.short_handed_steps}}
+                        : nlohmann::json()}}},
       {"failure_rate_per_hour", p.rate.per_node_hour},
       {"rate_source", p.rate_source},
       {"runs", p.config.runs},

@@ -7,6 +7,8 @@
 //   - over many runs at that rate: a distribution, what a plan can promise, and
 //   - for the run's own failure times (a replay of its schedule): the model's error without the
 //     luck of the draw, which is what must stay within 2 percentage points (docs/planner.md).
+// With resilience.mode = "live" the simulator's live model (SimulateLiveRun) is fed the replica
+// groups, the healing time and the short-handed quorum's speed as measured.
 // Non-goals: runs of several launches (the time between them is not modelled), runs whose
 // checkpoint interval changed as they went (checkpoint.interval = "auto").
 #pragma once
@@ -30,17 +32,32 @@ struct RunCosts {
   int64_t ranks = 1;             // the processes of the job (one node)
   int64_t steps = 0;             // training.steps
   int64_t checkpoint_every = 0;  // checkpoint.interval, in steps
-  double step_s = 0;  // launch seconds per step while training, overheads between steps included
+  // Launch seconds per step while training (live: with every replica in), overheads between
+  // steps included.
+  double step_s = 0;
   double productive_s = 0;  // goodput.json productive: the steps' own time
   double checkpoint_s = 0;  // stall per checkpoint
   int64_t checkpoints = 0;  // checkpoints written, redone ones included
-  double detect_s = 0;      // mean over the failures that were restarted from
+  double detect_s = 0;      // mean over the failures restarted or (live) recovered from
   double restart_s = 0;     // mean, from the verdict to the next generation ready to train
   double fixed_s = 0;       // the first start-up, and the shut-down after the last step
-  int64_t failures = 0;     // failures that were restarted from
+  int64_t failures = 0;     // failures that were restarted from (live: and recovered from)
   std::map<std::string, int> failures_by_kind;
   double wall_s = 0;
   double measured_effective = 0;  // goodput.json effective_training_ratio
+  // resilience.mode = "live": the failures the others trained through (live_recoveries with a
+  // culprit of their own, HSDP partners killed with them left out) and what they cost.
+  bool live = false;
+  int64_t replica_groups = 0;  // data-parallel replicas
+  int64_t live_failures = 0;
+  int64_t heals = 0;  // of them, replacements that healed
+  double heal_s = 0;  // mean, from the verdict until the replacement healed
+  // The steps the quorum ran short-handed over the seconds it took (from the verdicts until the
+  // replacements healed, checkpoint stalls left out), as a share of a full quorum's steps in that
+  // time; measured over the recoveries that did not overlap another.
+  double short_handed_share = 0;
+  double short_handed_s = 0;  // seconds from failures until heals (or discards), merged
+  int64_t short_handed_steps = 0;
   // The run's poisson schedule, if it had one.
   std::string schedule;  // its spec; empty: none
   double schedule_rate_per_hour = 0;

@@ -103,6 +103,100 @@ TEST(FromRun, ReadsTheRunsCostsAndTheReplayReproducesIt) {
   EXPECT_NE(FromRunText(*c, *p).find("tenax simulate --gpus 1"), std::string::npos);
 }
 
+// A live run by hand: 100 steps of 0.1 s with 2 replicas, a checkpoint every 10 steps stalling
+// 0.05 s. Ready at 1.0 s; a replica fails at 3.0 s after step 20 (2.0 s of exposure), the
+// verdict comes 0.3 s later, its replacement heals 1.025 s after that and joins at step 25: 1.325
+// s short-handed, 0.025 s of it a checkpoint's stall, for 5 steps (half a full quorum's speed).
+// The last step at 12.25 s (9.5 s of full-quorum steps, the stretch, 0.425 s of other stalls),
+// the final save, the launch ends at 12.5 s.
+nlohmann::json LiveGoodput() {
+  return {{"format", "tenax-goodput"},
+          {"launches", 1},
+          {"exit_code", 0},
+          {"wall_s", 12.5},
+          {"effective_training_ratio", 10.0 / 12.5},
+          {"time_s", {{"productive", 10.0}}},
+          {"generations",
+           {{{"generation", 0},
+             {"start_s", 0.0},
+             {"ready_s", 1.0},
+             {"resume_step", 0},
+             {"last_step", 100},
+             {"last_step_at", 12.25},
+             {"checkpoint_s", 0.5}}}},
+          {"failures", nlohmann::json::array()},
+          {"live_recoveries",
+           {{{"kind", "crash"},
+             {"generation", 0},
+             {"time_s", 3.3},
+             {"detection_s", 0.3},
+             {"step", 20},
+             {"healed_at_s", 4.325},
+             {"steps_short_handed", 5},
+             {"scheduled", 0}}}},
+          {"fault_schedule",
+           {{"spec", "poisson:crash=360/h:seed=1"},
+            {"rates_per_hour", {{"crash", 360.0}, {"hang", 0.0}, {"nan", 0.0}}},
+            {"ranks", 2},
+            {"exposure_s", 11.0},
+            {"injected", {{{"exposure_s", 1.99}, {"applied_exposure_s", 2.0}}}}}}};
+}
+
+TEST(FromRun, LiveRunsFeedTheLiveModelTheirHealingAndShortHandedSpeed) {
+  TempDir dir;
+  dir.Write("goodput.json", LiveGoodput().dump());
+  const std::string live =
+      "[resilience]\nmode = \"live\"\n[parallelism]\ndata_parallel_replicate = 2\n"
+      "data_parallel_shard = 1\n";
+  dir.Write("config.toml", Config() + live);
+  Result<RunCosts> c = ReadRunCosts(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->live);
+  EXPECT_EQ(c->replica_groups, 2);
+  EXPECT_EQ(c->failures, 0);  // none restarted from
+  EXPECT_EQ(c->live_failures, 1);
+  EXPECT_EQ(c->heals, 1);
+  EXPECT_DOUBLE_EQ(c->detect_s, 0.3);
+  EXPECT_NEAR(c->heal_s, 1.025, 1e-12);
+  EXPECT_NEAR(c->checkpoint_s, 0.05, 1e-12);
+  // (11.25 - 0.45 - 1.3) / 95: the short-handed stretch is no full quorum's.
+  EXPECT_NEAR(c->step_s, 0.1, 1e-12);
+  EXPECT_EQ(c->short_handed_steps, 5);
+  EXPECT_NEAR(c->short_handed_s, 1.3, 1e-12);
+  EXPECT_NEAR(c->short_handed_share, 0.5, 1e-12);  // 5 x 0.1 s of work in 1.0 s
+
+  Result<RunPrediction> p = PredictRun(*c, std::nullopt, 500, 1);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->config.replica_groups, 2);
+  EXPECT_EQ(p->config.gpus, 2);
+  EXPECT_DOUBLE_EQ(p->config.rate.per_node_hour, 180);  // the job's 360/h over 2 groups
+  EXPECT_DOUBLE_EQ(p->config.heal_time, c->heal_s);
+  EXPECT_DOUBLE_EQ(p->config.short_handed_share, 0.5);
+  // The replay: 10 s of work, 0.45 s of stalls, 0.3 s of detection, 1.025 s at half speed
+  // (0.5125 s), and the 1.25 s of start-up and shut-down: 0.79923, 0.1 pp off the run's 0.8;
+  // the jitter puts a few failures into a stall (a restart, the interval lost).
+  ASSERT_TRUE(p->replay_effective);
+  EXPECT_NEAR(*p->replay_effective, 10.0 / (1.25 + 11.2625), 0.01);
+  EXPECT_EQ(p->replay.failures, 1);
+  const std::string text = FromRunText(*c, *p);
+  EXPECT_NE(text.find("live recovery over 2 replica groups: 1 failure(s) trained through"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("--replica-groups 2 --heal-time 1.025s --short-handed-share 0.5"),
+            std::string::npos)
+      << text;
+  const nlohmann::json j = FromRunJson(*c, *p);
+  EXPECT_EQ(j["measured"]["live"]["heals"], 1);
+
+  // One replica is no live run.
+  dir.Write("config.toml", Config() +
+                               "[resilience]\nmode = \"live\"\n[parallelism]\n"
+                               "data_parallel_replicate = 1\n");
+  Result<RunCosts> one = ReadRunCosts(dir.path());
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("at least 2 data-parallel replicas"), std::string::npos);
+}
+
 TEST(FromRun, RefusesWhatItCannotModel) {
   auto refused = [](const nlohmann::json& goodput, const std::string& config) {
     TempDir dir;

@@ -47,7 +47,7 @@ Summary Summarize(std::vector<double> v) {
 }
 
 RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
-  if (c.replica_groups > 0 && c.arrivals.empty()) return SimulateLiveRun(c, run_index);
+  if (c.replica_groups > 0) return SimulateLiveRun(c, run_index);
   uint64_t mix = c.seed ^ (0x9e3779b97f4a7c15ULL * (run_index + 1));
   Rng rng(SplitMix64(&mix));
   const double rate = c.rate.per_node_hour * static_cast<double>(c.nodes()) / kHour;  // per s
@@ -145,6 +145,11 @@ Result<SimulationResult> Simulate(const SimulationConfig& c) {
         "--replica-groups {} must be 0 (restart recovery) or 1..{} (the job's nodes), and "
         "--heal-time >= 0",
         c.replica_groups, c.nodes()));
+  }
+  if (!(c.short_handed_share >= 0)) {
+    return InvalidArgument(
+        fmt::format("--short-handed-share {} must be >= 0 (0: the groups' share, compute-bound)",
+                    c.short_handed_share));
   }
   if (c.checkpoint_cost < 0 || c.restart_cost < 0 || c.swap_time < 0 || c.repair_time < 0 ||
       c.detect_time < 0) {

@@ -37,10 +37,15 @@ struct SimulationConfig {
   // missing groups' share of each step (a step takes R / (R - k) as long with k of R groups out),
   // losing no work, until a replacement (a spare after swap_time, else the repaired node) has
   // healed from a live peer in heal_time and rejoined. Only when every group is out does the job
-  // restart from its checkpoint (restart_cost, the work since it lost). Failures strike healthy
-  // nodes only; none are drawn during detection, checkpoint stalls or a full restart.
+  // restart from its checkpoint (restart_cost, the work since it lost). Failures strike the
+  // groups in the quorum only, during computation, checkpoint stalls and restarts, never during
+  // detection or waiting.
   int64_t replica_groups = 0;
   double heal_time = 0;
+  // Live recovery: the quorum's throughput with one group out, as a share of the full quorum's;
+  // with k out it is 1 - k (1 - share). 0: compute-bound, (R - 1) / R. A measured run gives its
+  // own (tenax plan --from-run): small steps lose less than their share.
+  double short_handed_share = 0;
   // A replay (SimulateRun only): the failures strike at these exposure times instead of being
   // drawn at `rate`: seconds at risk (computation, checkpoint stalls, restarts and swaps; not
   // detection or waiting), ascending, as `tenax launch --inject poisson:...` records them.

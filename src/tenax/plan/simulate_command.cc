@@ -84,6 +84,7 @@ Status RunSimulate(const SimulateFlags& f) {
   c.spares = f.spares;
   c.replica_groups = f.replica_groups;
   TENAX_ASSIGN_OR_RETURN(c.heal_time, ParseDuration(f.heal_time, "--heal-time"));
+  c.short_handed_share = f.short_handed_share;
   c.runs = f.runs;
   // Silent-data-corruption checks: their replays lengthen the computation, and count as time
   // lost in the effective training time (duration below stays the useful computation).
@@ -153,6 +154,7 @@ Status RunSimulate(const SimulateFlags& f) {
         {"recovery", c.replica_groups > 0 ? "live" : "restart"},
         {"replica_groups", c.replica_groups},
         {"heal_time_s", c.heal_time},
+        {"short_handed_share", c.short_handed_share},
         {"short_handed_s", SummaryJson(r.short_handed)}};
     if (restart_only) {
       j["restart_recovery"] = {{"wall_s", SummaryJson(restart_only->wall)},

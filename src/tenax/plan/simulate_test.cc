@@ -173,6 +173,60 @@ TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
   EXPECT_DOUBLE_EQ(SimulateRun(c, 0).wall, 120.5);
 }
 
+// Live recovery replayed, the split by hand: 2 groups, work 10 s between checkpoints of 1 s,
+// detection 2 s, healing 4 s at half speed (one group out), a restart 3 s, 100 s of work.
+TEST(Simulate, LiveReplayTrainsThroughAFailureAndRestartsWhenBothAreOut) {
+  SimulationConfig c;
+  c.gpus = 2;
+  c.gpus_per_node = 1;
+  c.replica_groups = 2;
+  c.checkpoint_cost = 1;
+  c.detect_time = 2;
+  c.restart_cost = 3;
+  c.heal_time = 4;
+  c.short_handed_share = 0.5;
+  c.interval = 10;
+  c.duration = 100;
+  c.repair_time = c.swap_time = 0;
+  // At risk 25 s: 3 s into the third interval; the other group goes on at half speed for 4 s
+  // after the 2 s detection (2 s of work short), and nothing is lost.
+  c.arrivals = {25, 200};
+  RunOutcome o = SimulateRun(c, 0);
+  EXPECT_EQ(o.failures, 1);
+  EXPECT_DOUBLE_EQ(o.lost, 0);
+  EXPECT_DOUBLE_EQ(o.restarting, 2);
+  EXPECT_DOUBLE_EQ(o.short_handed, 2);
+  EXPECT_DOUBLE_EQ(o.checkpointing, 9);
+  EXPECT_DOUBLE_EQ(o.wall, 113);
+  // The second group fails 1 s into the healing (3 s at risk after the first, whose detection is
+  // not at risk): both are out, the job restarts and loses the 4.5 s since the checkpoint.
+  c.arrivals = {25, 28};
+  o = SimulateRun(c, 0);
+  EXPECT_EQ(o.failures, 2);
+  EXPECT_DOUBLE_EQ(o.lost, 4.5);
+  EXPECT_DOUBLE_EQ(o.short_handed, 1.5);
+  EXPECT_DOUBLE_EQ(o.restarting, 7);
+  EXPECT_DOUBLE_EQ(o.wall, 122);
+  // A failure half-way through a checkpoint's stall: the save counts, the rest of its stall is
+  // left out, and the other group trains on as above.
+  c.arrivals = {10.5};
+  o = SimulateRun(c, 0);
+  EXPECT_EQ(o.failures, 1);
+  EXPECT_DOUBLE_EQ(o.lost, 0);
+  EXPECT_DOUBLE_EQ(o.checkpointing, 8.5);
+  EXPECT_DOUBLE_EQ(o.restarting, 2);
+  EXPECT_DOUBLE_EQ(o.short_handed, 2);
+  EXPECT_DOUBLE_EQ(o.wall, 112.5);
+  for (const RunOutcome& x : {o, SimulateRun(c, 1)}) {
+    EXPECT_DOUBLE_EQ(
+        x.wall, c.duration + x.lost + x.checkpointing + x.restarting + x.waiting + x.short_handed);
+  }
+  // The default share is the groups': one of 2 out halves the speed, as given above.
+  c.short_handed_share = 0;
+  c.arrivals = {25, 200};
+  EXPECT_DOUBLE_EQ(SimulateRun(c, 0).wall, 113);
+}
+
 // Live recovery, where failures rarely overlap: each costs the detection plus, for as long as
 // its group is out (swap + heal), 1/R of the job's throughput. So the expected wall time is
 // T (1 + lambda (D + (S + H) / R)) plus the checkpoint stalls, and no work is lost.

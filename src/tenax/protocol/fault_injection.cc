@@ -241,11 +241,12 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
             ": poisson schedules run under the single-node launcher; on several nodes inject "
             "faults by step or time (crash:rank=R:time=T)");
       }
-      if (job.live) {
-        return InvalidArgument("--inject " + f.text +
-                               ": poisson is not supported with resilience.mode = \"live\" yet "
-                               "(its clock follows restarts); inject crashes at named steps "
-                               "(crash:rank=R:step=S)");
+      if (job.live && f.rates.nan > 0) {
+        return InvalidArgument(
+            "--inject " + f.text +
+            ": with resilience.mode = \"live\" a poisson schedule draws crashes and hangs only: "
+            "a NaN loss stops every replica (a restart), which live recovery's model does not "
+            "cover; drop nan=RATE, or use resilience.mode = \"restart\"");
       }
       if (job.max_restarts < 1) {
         return InvalidArgument("--inject " + f.text +

@@ -140,7 +140,7 @@ struct JobShape {
   int nnodes = 1;                   // several: node agents with etcd (push-loss needs them)
   bool nan_restarts = false;        // training.on_nonfinite = "restart" (a poisson nan needs it)
   double restart_budget_per_s = 0;  // --restart-budget's average rate; 0: none
-  bool live = false;  // resilience.mode = "live" (await-join needs it, poisson is refused)
+  bool live = false;  // resilience.mode = "live" (await-join needs it; poisson takes no nan)
 };
 Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job);
 

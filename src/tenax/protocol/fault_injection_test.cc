@@ -197,6 +197,12 @@ TEST(FaultInjectionTest, PoissonScheduleTakesRatesPerKindInThreeUnitsAndASeed) {
   EXPECT_NE(st.message().find("`train` command"), std::string::npos) << st.message();
   st = ValidateFaults(*ParseFaults("poisson:crash=1/h,poisson:hang=1/h"), {2, 100, 10, 1, true});
   EXPECT_NE(st.message().find("one poisson schedule"), std::string::npos) << st.message();
+  // Live recovery: crashes and hangs, not NaN losses (they restart every replica).
+  JobShape live{2, 100, 10, 1, true};
+  live.live = true;
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("poisson:crash=10/h:hang=5/h"), live).ok());
+  st = ValidateFaults(one, live);
+  EXPECT_NE(st.message().find("crashes and hangs only"), std::string::npos) << st.message();
   // The launcher's: never "unfired", whatever it drew.
   EXPECT_TRUE(UnfiredFaults(one, {}).empty());
 }
