@@ -42,9 +42,13 @@ Summary EffectiveOver(const RunCosts& costs, const SimulationConfig& config) {
 // the others trained through, their detection and healing, and the stretches the quorum ran
 // short-handed (from a failure until its replacement healed or was discarded, overlapping ones
 // merged), whose seconds (`*window_s`, less the checkpoint stalls in them) and steps
-// (`*window_steps`) are no full quorum's. `last_step_at`: each generation's last step, where a
-// replacement discarded with its generation stopped counting.
-void ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, double>& last_step_at,
+// (`*window_steps`) are no full quorum's. `spans`: each generation's steps and the time of its
+// last, where a replacement discarded with its generation stopped counting.
+struct GenerationSpan {
+  double last_step_at = 0;
+  int64_t resume_step = 0, last_step = 0;
+};
+void ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, GenerationSpan>& spans,
                         RunCosts* c, double* detect_sum, double* window_s, int64_t* window_steps) {
   struct Window {
     double begin = 0, end = 0;
@@ -65,13 +69,15 @@ void ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, double>
     x.begin = verdict - detection;
     const double healed = r.value("healed_at_s", -1.0);
     x.end = healed >= 0 ? healed : r.value("discarded_at_s", -1.0);
-    if (auto at = last_step_at.find(r.value("generation", int64_t{-1}));
-        at != last_step_at.end() && (x.end < 0 || x.end > at->second)) {
-      x.end = at->second;
-    }
+    const auto span = spans.find(r.value("generation", int64_t{-1}));
+    if (span == spans.end()) continue;  // a generation goodput.json does not list
+    if (x.end < 0 || x.end > span->second.last_step_at) x.end = span->second.last_step_at;
     if (x.end < x.begin) continue;  // unfinished record: nothing measurable
-    x.first = r.value("step", int64_t{0});
-    x.last = x.first + std::max<int64_t>(0, r.value("steps_short_handed", int64_t{0}));
+    // Within the steps its generation trained (a record's step is its rank's last beat).
+    x.first =
+        std::clamp(r.value("step", int64_t{0}), span->second.resume_step, span->second.last_step);
+    x.last = std::clamp(x.first + std::max<int64_t>(0, r.value("steps_short_handed", int64_t{0})),
+                        x.first, span->second.last_step);
     if (healed >= 0) {
       x.heal = healed - verdict;
       ++c->heals;
@@ -173,10 +179,11 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   double training = 0, stalls = 0;
   int64_t stepped = 0, last_at_end = -1;
   double last_step_at = 0;
-  std::map<int64_t, double> last_step_by_generation;
+  std::map<int64_t, GenerationSpan> spans;
   for (const auto& x : gens) {
-    last_step_by_generation[x.value("generation", int64_t{-1})] =
-        x.value("last_step_at", x.value("ready_s", 0.0));
+    spans[x.value("generation", int64_t{-1})] = {
+        x.value("last_step_at", x.value("ready_s", 0.0)),
+        std::max<int64_t>(0, x.value("resume_step", int64_t{0})), x.value("last_step", int64_t{0})};
     const double ready = x.value("ready_s", -1.0);
     const int64_t resume = std::max<int64_t>(0, x.value("resume_step", int64_t{0}));
     const int64_t last = x.value("last_step", int64_t{-1});
@@ -209,7 +216,7 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
           "--from-run {}: a live run needs at least 2 data-parallel replicas; {} gives {}", run_dir,
           paths.config(), c.replica_groups));
     }
-    ReadLiveRecoveries(g, last_step_by_generation, &c, &live_detect, &window_s, &window_steps);
+    ReadLiveRecoveries(g, spans, &c, &live_detect, &window_s, &window_steps);
     if (window_steps >= stepped) {
       return DataError(fmt::format(
           "--from-run {}: the run never trained with every replica in; the model needs a full "
