@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <random>
 #include <thread>
 
@@ -346,40 +345,17 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   // The only rank at the lowest step, or the only one not finished (attribution.h).
   std::vector<bool> done(n);
   std::vector<int64_t> suspect_steps = g_.last_step;
-  for (int i = 0; i < n; ++i) {
-    done[i] = Done(i);
-    // Live: a replacement still on its way in makes no steps until it joined, and waits for
-    // members that may be the stuck ones; without flight records that name it (below: it was
-    // stopped inside the state transfer), the hang is among the members that train.
-    if (job_.live && !LiveInQuorum(Rank(i))) {
-      done[i] = true;
-      suspect_steps[i] = std::numeric_limits<int64_t>::max();
-    }
-  }
+  for (int i = 0; i < n; ++i) done[i] = Done(i);
+  if (job_.live) LiveHangSuspects(&suspect_steps, &done);
   int culprit = HangSuspect(suspect_steps, done);
   // Flight records say more: every rank dumps its last collectives, and the analysis names the
   // rank(s) the others wait for (docs/flight_recorder.md).
   if (const int waited = AnalyzeHang(); waited >= 0) {
     culprit = waited;
     v.cause += fmt::format("; flight records: the others wait for rank {}", Rank(waited));
-  } else if (job_.live) {
-    // Live: the one running rank that left no flight record is too stuck to handle SIGUSR1 (a
-    // stopped member, or a replacement stopped inside its state transfer) when the records
-    // cannot say whom the others wait for: with a replacement waiting to join, the lowest step
-    // would not either.
-    int silent = -1, count = 0;
-    for (int i = 0; i < n; ++i) {
-      if (g_.pids[i] <= 0 || Done(i) ||
-          std::filesystem::exists(protocol::FlightRecordPath(hb_dir_, Rank(i)))) {
-        continue;
-      }
-      silent = i;
-      ++count;
-    }
-    if (count == 1) {
-      culprit = silent;
-      v.cause += fmt::format("; rank {} alone left no flight record", Rank(silent));
-    }
+  } else if (const int silent = job_.live ? LiveSilentRank() : -1; silent >= 0) {
+    culprit = silent;
+    v.cause += fmt::format("; rank {} alone left no flight record", Rank(silent));
   }
   if (culprit >= 0) {
     v.rank = Rank(culprit);

@@ -187,6 +187,16 @@ class Supervisor {
   // The generation ended (a restart, or the run's end): the records of replacements that had not
   // healed are closed as discarded.
   void LiveEnd(int gen, const Outcome& out);
+  // The newest step that `ranks` finished in generation `gen` (their beats, read now); -1: none.
+  int64_t LiveGroupStep(int gen, const std::vector<int>& ranks) const;
+  // The hang check's suspects (HangSuspect's inputs, for local ranks): a replacement still on its
+  // way in makes no steps until it joined and waits for members that may be the stuck ones, so
+  // it is taken for done and never the lowest step.
+  void LiveHangSuspects(std::vector<int64_t>* last_step, std::vector<bool>* done) const;
+  // When the flight records cannot say whom the others wait for: the one running local rank that
+  // left no flight record (too stuck to handle SIGUSR1: a stopped member, or a replacement
+  // stopped inside its state transfer); -1: none or several.
+  int LiveSilentRank() const;
   // Whether `rank` trains in the quorum: a member that is not a replacement still healing (the
   // poisson schedule strikes these only).
   bool LiveInQuorum(int rank) const;
@@ -273,6 +283,10 @@ class Supervisor {
     double steps_s = 0, checkpoint_s = 0;
   };
   Generation g_ = Generation(1);
+
+  // Live recovery (supervisor_live.cc): closes a replacement's record as discarded with
+  // `outcome`; the steps short-handed are those up to `group_step`, the step the members hold.
+  void LiveDiscard(Generation::Replacement* r, const std::string& outcome, int64_t group_step);
 };
 
 }  // namespace tenax::launch

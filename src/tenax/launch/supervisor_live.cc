@@ -21,6 +21,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <limits>
 #include <map>
 
 #include "tenax/core/log.h"
@@ -90,11 +92,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   }
   // The step the members hold now: what a replacement that dies before healing had not caught
   // up with (it holds no step of its own).
-  int64_t group_step = -1;
-  for (int r : members) {
-    const std::optional<protocol::Beat> b = protocol::ReadHeartbeat(hb_dir_, r);
-    if (b && b->generation == gen) group_step = std::max(group_step, b->step);
-  }
+  const int64_t group_step = LiveGroupStep(gen, members);
   // A failed replica's other ranks (HSDP) go with it: their shard group is broken, and its new
   // ranks form their own.
   for (const auto& [q, culprit] : hit) {
@@ -126,11 +124,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
                                    ? "it was killed for a hang (" + hung->second.cause + ")"
                                : retired != g_.retiring.end() ? "it was " + retired->second
                                                               : "it " + how[rank];
-    r.entry["outcome"] = "discarded while healing: " + reason;
-    r.entry["discarded_at_s"] = Elapsed();
-    r.entry["steps_short_handed"] =
-        std::max<int64_t>(0, group_step - r.entry["step"].get<int64_t>());
-    goodput_.AddLiveRecovery(r.entry, r.record);
+    LiveDiscard(&r, "discarded while healing: " + reason, group_step);
     log::Warn("launch: the replacement for rank {} is discarded while healing: {}", rank, reason);
   }
   pending.erase(std::remove_if(pending.begin(), pending.end(),
@@ -213,22 +207,58 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
 }
 
 void Supervisor::LiveEnd(int gen, const Outcome& out) {
+  std::vector<int> quorum;
+  for (int rank : g_.live_members) {
+    if (LiveInQuorum(rank)) quorum.push_back(rank);
+  }
+  const int64_t group_step = LiveGroupStep(gen, quorum);
   for (Generation::Replacement& r : g_.replacements) {
     if (r.healed || r.entry.contains("outcome")) continue;
-    int64_t group_step = -1;
-    for (int rank : g_.live_members) {
-      const std::optional<protocol::Beat> b = protocol::ReadHeartbeat(hb_dir_, rank);
-      if (b && b->generation == gen && LiveInQuorum(rank))
-        group_step = std::max(group_step, b->step);
-    }
-    r.entry["outcome"] = out.verdict ? "discarded: the generation ended before it healed (" +
-                                           out.verdict->cause + ")"
-                                     : "discarded: the generation ended before it healed";
-    r.entry["discarded_at_s"] = Elapsed();
-    r.entry["steps_short_handed"] =
-        std::max<int64_t>(0, group_step - r.entry["step"].get<int64_t>());
-    goodput_.AddLiveRecovery(r.entry, r.record);
+    LiveDiscard(&r,
+                out.verdict ? "discarded: the generation ended before it healed (" +
+                                  out.verdict->cause + ")"
+                            : "discarded: the generation ended before it healed",
+                group_step);
   }
+}
+
+int64_t Supervisor::LiveGroupStep(int gen, const std::vector<int>& ranks) const {
+  int64_t step = -1;
+  for (int r : ranks) {
+    const std::optional<protocol::Beat> b = protocol::ReadHeartbeat(hb_dir_, r);
+    if (b && b->generation == gen) step = std::max(step, b->step);
+  }
+  return step;
+}
+
+void Supervisor::LiveDiscard(Generation::Replacement* r, const std::string& outcome,
+                             int64_t group_step) {
+  r->entry["outcome"] = outcome;
+  r->entry["discarded_at_s"] = Elapsed();
+  r->entry["steps_short_handed"] =
+      std::max<int64_t>(0, group_step - r->entry["step"].get<int64_t>());
+  goodput_.AddLiveRecovery(r->entry, r->record);
+}
+
+void Supervisor::LiveHangSuspects(std::vector<int64_t>* last_step, std::vector<bool>* done) const {
+  for (int i = 0; i < o_.nproc_per_node; ++i) {
+    if (LiveInQuorum(Rank(i))) continue;
+    (*done)[static_cast<size_t>(i)] = true;
+    (*last_step)[static_cast<size_t>(i)] = std::numeric_limits<int64_t>::max();
+  }
+}
+
+int Supervisor::LiveSilentRank() const {
+  int silent = -1, count = 0;
+  for (int i = 0; i < o_.nproc_per_node; ++i) {
+    if (g_.pids[i] <= 0 || Done(i) ||
+        std::filesystem::exists(protocol::FlightRecordPath(hb_dir_, Rank(i)))) {
+      continue;
+    }
+    silent = i;
+    ++count;
+  }
+  return count == 1 ? silent : -1;
 }
 
 bool Supervisor::LiveInQuorum(int rank) const {

@@ -41,15 +41,17 @@ Summary EffectiveOver(const RunCosts& costs, const SimulationConfig& config) {
 // Live recovery's records (goodput.json live_recoveries) in the simulator's terms: the failures
 // the others trained through, their detection and healing, and the stretches the quorum ran
 // short-handed (from a failure until its replacement healed or was discarded, overlapping ones
-// merged), whose seconds (`*window_s`, less the checkpoint stalls in them) and steps
-// (`*window_steps`) are no full quorum's. `spans`: each generation's steps and the time of its
-// last, where a replacement discarded with its generation stopped counting.
+// merged), whose seconds (less the checkpoint stalls in them) and steps, set in
+// c->short_handed_s and c->short_handed_steps, are no full quorum's. `spans`: each generation's
+// steps and the time of its last, where a replacement discarded with its generation stopped
+// counting. Returns the steps per second of the lone recoveries that healed (0: none), which
+// ReadRunCosts turns into the share of a full quorum's speed once it knows the step time.
 struct GenerationSpan {
   double last_step_at = 0;
   int64_t resume_step = 0, last_step = 0;
 };
-void ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, GenerationSpan>& spans,
-                        RunCosts* c, double* detect_sum, double* window_s, int64_t* window_steps) {
+double ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, GenerationSpan>& spans,
+                          RunCosts* c, double* detect_sum) {
   struct Window {
     double begin = 0, end = 0;
     int64_t first = 0, last = 0;
@@ -101,17 +103,14 @@ void ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, Generat
   }
   const double stall_per_step =
       c->checkpoint_every > 0 ? c->checkpoint_s / static_cast<double>(c->checkpoint_every) : 0.0;
-  *window_s = 0;
-  *window_steps = 0;
+  c->short_handed_s = 0;
+  c->short_handed_steps = 0;
   for (const Window& m : merged) {
     const int64_t steps = m.last - m.first;
-    *window_s += std::max(0.0, m.end - m.begin - static_cast<double>(steps) * stall_per_step);
-    *window_steps += steps;
+    c->short_handed_s +=
+        std::max(0.0, m.end - m.begin - static_cast<double>(steps) * stall_per_step);
+    c->short_handed_steps += steps;
   }
-  c->short_handed_s = *window_s;
-  c->short_handed_steps = *window_steps;
-  // The share, once step_s is known (ReadRunCosts): the lone recoveries that healed.
-  c->short_handed_share = 0;
   double steps = 0, seconds = 0;
   for (const Window& m : merged) {
     if (m.recoveries != 1 || m.heal <= 0) continue;
@@ -119,7 +118,7 @@ void ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, Generat
     steps += n;
     seconds += std::max(1e-9, m.heal - n * stall_per_step);
   }
-  if (seconds > 0) c->short_handed_share = steps / seconds;  // steps per second; ReadRunCosts
+  return seconds > 0 ? steps / seconds : 0.0;
 }
 
 }  // namespace
@@ -201,8 +200,7 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   }
   c.checkpoint_s = c.checkpoints > 0 ? stalls / static_cast<double>(c.checkpoints) : 0.0;
   c.live = config.resilience.mode == "live";
-  double live_detect = 0, window_s = 0;
-  int64_t window_steps = 0;
+  double live_detect = 0, short_handed_steps_per_s = 0;
   if (c.live) {
     const int64_t world = g.contains("fault_schedule") && g["fault_schedule"].is_object()
                               ? g["fault_schedule"].value("ranks", int64_t{0})
@@ -216,8 +214,8 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
           "--from-run {}: a live run needs at least 2 data-parallel replicas; {} gives {}", run_dir,
           paths.config(), c.replica_groups));
     }
-    ReadLiveRecoveries(g, spans, &c, &live_detect, &window_s, &window_steps);
-    if (window_steps >= stepped) {
+    short_handed_steps_per_s = ReadLiveRecoveries(g, spans, &c, &live_detect);
+    if (c.short_handed_steps >= stepped) {
       return DataError(fmt::format(
           "--from-run {}: the run never trained with every replica in; the model needs a full "
           "quorum's step time",
@@ -226,10 +224,10 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   }
   // The final save's stall came after the last step; the others within the steps' span. Live:
   // the short-handed stretches are left out (their speed is measured apart).
-  c.step_s = std::max(0.0, training - (stalls - c.checkpoint_s) - window_s) /
-             static_cast<double>(stepped - window_steps);
+  c.step_s = std::max(0.0, training - (stalls - c.checkpoint_s) - c.short_handed_s) /
+             static_cast<double>(stepped - c.short_handed_steps);
   // Steps per second short-handed over a full quorum's: the share of its throughput.
-  c.short_handed_share *= c.step_s;
+  c.short_handed_share = short_handed_steps_per_s * c.step_s;
   c.fixed_s =
       std::max(0.0, gens.front().value("ready_s", 0.0) - gens.front().value("start_s", 0.0)) +
       std::max(0.0, c.wall_s - last_step_at);

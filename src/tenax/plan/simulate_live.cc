@@ -83,6 +83,16 @@ RunOutcome SimulateLiveRun(const SimulationConfig& c, uint64_t run_index) {
       failed(f);
     }
   };
+  // A group of the quorum fails after dt seconds at risk, `out` groups being out already: it
+  // leaves until its replacement healed, or it was the last and the job restarts.
+  auto group_fails = [&](double dt, double out) {
+    failed(dt);
+    if (out + 1 < groups) {
+      rejoin.push(replacement_ready() + c.heal_time);
+    } else {
+      restart();
+    }
+  };
 
   while (committed + progress < c.duration) {
     const double out = static_cast<double>(rejoin.size());
@@ -96,12 +106,7 @@ RunOutcome SimulateLiveRun(const SimulationConfig& c, uint64_t run_index) {
     o.short_handed += dt * (1 - speed);
     progress += dt * speed;
     if (dt == to_failure && to_failure < to_boundary && to_failure < to_rejoin) {
-      failed(dt);
-      if (out + 1 < groups) {
-        rejoin.push(replacement_ready() + c.heal_time);
-      } else {
-        restart();
-      }
+      group_fails(dt, out);
       continue;
     }
     t += dt;
@@ -122,12 +127,7 @@ RunOutcome SimulateLiveRun(const SimulationConfig& c, uint64_t run_index) {
     if (f < c.checkpoint_cost) {
       o.checkpointing += f;
       committed += segment;
-      failed(f);
-      if (out + 1 < groups) {
-        rejoin.push(replacement_ready() + c.heal_time);
-      } else {
-        restart();
-      }
+      group_fails(f, out);
       continue;
     }
     committed += segment;
