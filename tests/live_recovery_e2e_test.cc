@@ -113,6 +113,23 @@ TEST_F(LiveRecoveryE2E, KilledReplicaLeavesTheOthersTrainOnAndItsReplacementHeal
   EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
 }
 
+// A rank lost in its setup, before it joined the first live epoch: the others wait for it to
+// check in, in their setup, where their live group cannot change. The job restarts at once with
+// that crash as its one failure (not a live epoch that every other member then fails to take, a
+// second failure with no origin), and the restarted generation trains the unfailed run's
+// trajectory.
+TEST_F(LiveRecoveryE2E, ARankLostInItsSetupRestartsTheJob) {
+  std::string out;
+  const nlohmann::json report = Live("setup", "crash:rank=2:step=0", &out);
+  EXPECT_EQ(report["exit_code"], 0);
+  EXPECT_EQ(report["generations"].size(), 2u) << report.dump(2);
+  ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["rank"], 2) << report.dump(2);
+  EXPECT_TRUE(report["live_recoveries"].empty()) << report.dump(2);
+  EXPECT_NE(out.find("injected fault: crash (kill) in its setup"), std::string::npos) << out;
+  EXPECT_NE(out.find("still in their setup"), std::string::npos) << out;
+}
+
 TEST_F(LiveRecoveryE2E, LosingRankZeroMovesTheMetricsToTheNextRank) {
   std::string out;
   const nlohmann::json report = Live("rank0", "crash:rank=0:step=4,await-join:rank=1:step=9", &out);
@@ -319,6 +336,28 @@ TEST_F(LiveRecoveryE2E, LayoutsItCannotRunAreRefusedBeforeAnyRankTrains) {
       dir_->path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("await-join waits for a replacement"), std::string::npos) << r.output;
+  // Several nodes: only with the node agents (the membership lives in etcd), and a replica's
+  // ranks on one node (they are replaced together). Both said before any connection.
+  const std::string ddp4 =
+      "--set resilience.mode=live --set parallelism.data_parallel_replicate=4 "
+      "--set parallelism.data_parallel_shard=1";
+  r = RunTenax("launch --nnodes 2 --node-rank 0 --rdzv 127.0.0.1:9 --nproc-per-node 2 -- " +
+                   Train(*dir_, "static", ddp4),
+               dir_->path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("on several nodes needs the node agents (--rdzv etcd://HOST:PORT)"),
+            std::string::npos)
+      << r.output;
+  r = RunTenax("launch --nnodes 4 --job-id span --rdzv etcd://127.0.0.1:9 --nproc-per-node 2 -- " +
+                   Train(*dir_, "span",
+                         "--set resilience.mode=live --set parallelism.data_parallel_replicate=2 "
+                         "--set parallelism.data_parallel_shard=4"),
+               dir_->path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("a replica (4 ranks, parallelism.data_parallel_shard) must not span "
+                          "nodes: --nproc-per-node 2 must be a multiple of it"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

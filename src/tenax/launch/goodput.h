@@ -73,6 +73,9 @@ class Goodput {
   // A live recovery (its time_s and healed_at_s on this launch's clock); `index` from a previous
   // call: replaces that entry (the record grows as the replacement heals).
   int AddLiveRecovery(nlohmann::json recovery, int index = -1);
+  // Their times on the run's clock, which starts at run_start_unix().
+  const nlohmann::json& live_recoveries() const { return live_recoveries_; }
+  double run_start_unix() const { return run_start_unix_; }
   // The trainer's loss-spike record (<run folder>/loss_spikes.json "spikes"), for the report.
   void SetLossSpikes(nlohmann::json spikes) { loss_spikes_ = std::move(spikes); }
   // The trainer's silent-data-corruption record (<run folder>/sdc.json "detections").

@@ -100,6 +100,15 @@ Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys
     if (!gh.node0_report.is_object()) gh.node0_report = json();
     gh.stragglers = ObjectsUnder(etcd, keys.stragglers(gen));
     gh.exit_faults = ObjectsUnder(etcd, keys.exit_faults(gen));
+    if (Result<etcd::RangeResponse> live = etcd.GetPrefix(keys.live_recoveries(gen)); live.ok()) {
+      for (const etcd::KeyValue& kv : live->kvs) {
+        const json node = json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+        if (!node.is_array()) continue;
+        for (const json& x : node) {
+          if (x.is_object()) gh.live_recoveries.push_back(x);
+        }
+      }
+    }
     if (auto fs = ReadFailureReports(etcd, keys, gen); fs.ok()) gh.failures = std::move(*fs);
     h.generations.push_back(std::move(gh));
   }
@@ -142,6 +151,18 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
     };
     for (const json& x : gh.stragglers) g.AddStraggler(on_job_clock(x));
     for (const json& x : gh.exit_faults) g.AddExitFault(on_job_clock(x));
+    for (json x : gh.live_recoveries) {
+      // time_s, healed_at_s (-1 until it healed) and discarded_at_s on the job's clock.
+      for (const std::string key : {"time", "healed_at", "discarded_at"}) {
+        if (x.contains(key + "_unix")) {
+          x[key + "_s"] = x[key + "_unix"].get<double>() - h.start_unix;
+          x.erase(key + "_unix");
+        } else if (x.contains(key + "_s")) {
+          x[key + "_s"] = key == "time" ? 0.0 : -1.0;  // another clock's: not placed
+        }
+      }
+      g.AddLiveRecovery(std::move(x));
+    }
     if (std::optional<FailureRecord> f = FailureOf(gh, h.start_unix)) g.AddFailure(*f);
   }
   json all_sdc = json::array();

@@ -32,6 +32,9 @@ struct GenerationHistory {
   // Stragglers and exit faults the nodes recorded, with their time_unix.
   std::vector<nlohmann::json> stragglers;
   std::vector<nlohmann::json> exit_faults;
+  // resilience.mode = "live": every node's live recoveries (gen/<G>/live/recoveries/<node>), each
+  // with time_unix and, once they happened, healed_at_unix or discarded_at_unix.
+  std::vector<nlohmann::json> live_recoveries;
   // Every node's failure report (failures/<G>/); unreadable records are left out.
   std::vector<rdzv::FailureReport> failures;
 };

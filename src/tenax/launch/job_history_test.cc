@@ -113,5 +113,39 @@ TEST(JobGoodput, GathersEveryNodesCorruptionDetectionsOnce) {
   EXPECT_EQ(r["sdc"], nlohmann::json({rank2, rank3})) << r.dump(2);
 }
 
+// resilience.mode = "live" on several nodes: each node's live recoveries come with their times on
+// the wall clock (its own launch clock differs from the job's); goodput.json has them on the
+// job's, the wall-clock fields gone, and a replacement that never healed keeps healed_at_s -1.
+TEST(JobGoodput, PlacesEveryNodesLiveRecoveriesOnTheJobsClock) {
+  JobHistory h = TwoGenerations();
+  h.generations[1].live_recoveries = {{{"rank", 3},
+                                       {"node", 1},
+                                       {"generation", 1},
+                                       {"time_s", 4.0},  // node 1's clock
+                                       {"time_unix", 1100.0},
+                                       {"healed_at_s", 5.5},
+                                       {"healed_at_unix", 1101.5}},
+                                      {{"rank", 2},
+                                       {"node", 1},
+                                       {"generation", 1},
+                                       {"time_s", 9.0},
+                                       {"time_unix", 1105.0},
+                                       {"healed_at_s", -1.0},
+                                       {"discarded_at_s", 9.5},
+                                       {"discarded_at_unix", 1105.5}}};
+  const nlohmann::json r = JobGoodput(h, 1300, 0, /*ended=*/true, "host0", 42);
+  ASSERT_EQ(r["live_recoveries"].size(), 2u) << r.dump(2);
+  const nlohmann::json& healed = r["live_recoveries"][0];
+  EXPECT_EQ(healed["rank"], 3);
+  EXPECT_DOUBLE_EQ(healed["time_s"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(healed["healed_at_s"].get<double>(), 101.5);
+  EXPECT_FALSE(healed.contains("time_unix"));
+  EXPECT_FALSE(healed.contains("healed_at_unix"));
+  const nlohmann::json& discarded = r["live_recoveries"][1];
+  EXPECT_DOUBLE_EQ(discarded["time_s"].get<double>(), 105.0);
+  EXPECT_DOUBLE_EQ(discarded["healed_at_s"].get<double>(), -1.0);
+  EXPECT_DOUBLE_EQ(discarded["discarded_at_s"].get<double>(), 105.5);
+}
+
 }  // namespace
 }  // namespace tenax::launch

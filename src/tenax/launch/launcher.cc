@@ -220,10 +220,11 @@ Result<int> Launch(const LaunchOptions& o) {
     job.memory_replicas = train->memory_replicas;
     job.live = train->live;
   }
-  if (job.live && (o.nnodes > 1 || etcd)) {
+  if (job.live && o.nnodes > 1 && !etcd) {
     return InvalidArgument(
-        "resilience.mode = \"live\" runs on one node so far (--nnodes 1); set resilience.mode = "
-        "\"restart\" for several nodes");
+        "resilience.mode = \"live\" on several nodes needs the node agents (--rdzv "
+        "etcd://HOST:PORT): they keep the job's membership in etcd; set resilience.mode = "
+        "\"restart\" for --rdzv HOST:PORT");
   }
   if (job.live && o.nproc_per_node < 2) {
     return InvalidArgument(
@@ -234,7 +235,7 @@ Result<int> Launch(const LaunchOptions& o) {
     // The ranks check these too (and what only they know: the device, the model); said here,
     // before any of them starts.
     const ParallelismOptions& p = train->parallelism;
-    const int64_t world = o.nproc_per_node;
+    const int64_t world = static_cast<int64_t>(o.nproc_per_node) * o.nnodes;
     // data_parallel_shard = -1: the ranks left over by the other degrees.
     const int64_t shard = p.data_parallel_shard == -1 && p.data_parallel_replicate > 0
                               ? world / p.data_parallel_replicate
@@ -251,6 +252,13 @@ Result<int> Launch(const LaunchOptions& o) {
           p.pipeline_parallel, p.context_parallel));
     }
     job.live_replica_ranks = static_cast<int>(shard);
+    if (o.nproc_per_node % shard != 0) {
+      return InvalidArgument(fmt::format(
+          "resilience.mode = \"live\" replaces a data-parallel replica's ranks together on its "
+          "node, so a replica ({} ranks, parallelism.data_parallel_shard) must not span nodes: "
+          "--nproc-per-node {} must be a multiple of it",
+          shard, o.nproc_per_node));
+    }
     if (train->async_checkpoints) {
       return InvalidArgument(
           "resilience.mode = \"live\" needs checkpoint.async = false (an asynchronous save "

@@ -90,6 +90,7 @@ Status NodeAgent::Register() {
 
 void NodeAgent::OnEvents(const std::vector<etcd::WatchEvent>& events) {
   const std::vector<std::string> commits = view_.OnEvents(events);
+  if (live_) live_->OnEvents(events);
   if (supervisor_) supervisor_->Wake();
   for (const std::string& c : commits) PushReplicas(c);
 }
@@ -160,6 +161,17 @@ Result<std::optional<int>> NodeAgent::Start() {
   supervisor_->LeaveStragglersToAgent();  // judged among every rank of the job (ProgressLoop)
   supervisor_->SetRemoteHangHook(
       [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
+  if (job_.live) {
+    // Live recovery: the membership is the job's, in etcd; the ranks' groups meet there too.
+    live_ = std::make_unique<EtcdLiveLink>(etcd_.get(), keys_);
+    protocol::LiveStoreAddress store;
+    store.endpoints = a_.etcd.endpoints;
+    store.prefix = keys_.live_store();
+    store.ca_file = a_.etcd.ca_file;
+    store.cert_file = a_.etcd.cert_file;
+    store.key_file = a_.etcd.key_file;
+    supervisor_->SetLiveLink(live_.get(), std::move(store));
+  }
   TENAX_RETURN_IF_ERROR(Register());
   // Who ran where, kept after this agent is gone (the node to drain once it is lost).
   TENAX_RETURN_IF_ERROR(etcd_->Put(keys_.member(info_.id), info_.ToJson().dump()).status());
@@ -338,6 +350,7 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   gp.master_addr = master.substr(0, master.rfind(':'));
   gp.master_port = std::atoi(master.substr(master.rfind(':') + 1).c_str());
   if (!progress_.joinable()) progress_ = std::thread([this] { ProgressLoop(); });
+  if (live_) live_->Begin(g, supervisor_->heartbeat_dir());
   Supervisor::Outcome out = supervisor_->RunGeneration(gp, [&]() -> std::optional<std::string> {
     return view_.StopReason(supervisor_->beats());  // the beats for ProgressLoop
   });
@@ -388,6 +401,7 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   if (all_done) {
     // The job is over: a launch with this job id again only reports it (stop code 0).
     (void)etcd_->PutIfAbsent(keys_.stop(), rdzv::StopRecord{0, "finished"}.ToJson().dump());
+    if (live_) (void)etcd_->DeletePrefix(keys_.live_store());  // the ranks' groups are gone
     if (node_rank == 0) WriteGoodput(true, 0);
     log::Info("launch: job {} finished on every node", a_.job_id);
     return std::optional<int>(0);

@@ -37,6 +37,7 @@
 #include "tenax/launch/checkpoint_mirror.h"
 #include "tenax/launch/etcd_retry.h"
 #include "tenax/launch/launcher.h"
+#include "tenax/launch/live_link_etcd.h"
 #include "tenax/launch/node_agent.h"
 #include "tenax/launch/rendezvous.h"
 #include "tenax/launch/restart_policy.h"
@@ -215,6 +216,9 @@ class NodeAgent {
   // Set up by Run before the watcher, the lease keeper's callback or the progress thread can
   // use them, then only read; keeper_ is replaced by Run's thread alone (Register after fencing).
   std::unique_ptr<etcd::EtcdClient> etcd_;
+  // resilience.mode = "live": the job's live record (live_link_etcd.h); null otherwise. Made
+  // before the watcher (which feeds it) and destroyed after it and the supervisor.
+  std::unique_ptr<EtcdLiveLink> live_;
   std::unique_ptr<etcd::EtcdLeaseKeeper> keeper_;
   std::unique_ptr<etcd::EtcdWatcher> watcher_;
   std::unique_ptr<Supervisor> supervisor_;

@@ -187,4 +187,77 @@ Result<StopRecord> StopRecord::FromJson(const std::string& text) {
   return StopRecord{j.value("code", 1), j.value("reason", std::string())};
 }
 
+nlohmann::json LiveRecord::ToJson() const {
+  nlohmann::json j = nlohmann::json::parse(protocol::LiveMembershipJson(membership));
+  j["healing"] = healing;
+  return j;
+}
+
+Result<LiveRecord> LiveRecord::FromJson(const std::string& text) {
+  TENAX_ASSIGN_OR_RETURN(nlohmann::json j, Parse(text, "live"));
+  LiveRecord r;
+  TENAX_ASSIGN_OR_RETURN(r.membership, protocol::ParseLiveMembership(text));
+  if (j.contains("healing") && !j["healing"].is_array()) {
+    return DataError("etcd holds an unreadable live record (healing): " + text);
+  }
+  for (const auto& h : j.value("healing", nlohmann::json::array())) {
+    if (!h.is_number_integer() || !r.membership.Has(h.get<int>())) {
+      return DataError("etcd holds a live record whose healing rank is no member: " + text);
+    }
+    r.healing.push_back(h.get<int>());
+  }
+  return r;
+}
+
+LiveRecord NextLiveEpoch(const LiveRecord& now, const std::vector<int>& leave,
+                         const std::vector<int>& join) {
+  auto in = [](const std::vector<int>& v, int r) {
+    return std::find(v.begin(), v.end(), r) != v.end();
+  };
+  LiveRecord next;
+  next.membership = now.membership;
+  ++next.membership.epoch;
+  next.membership.members.clear();
+  for (int r : now.membership.members) {
+    if (!in(leave, r)) next.membership.members.push_back(r);
+  }
+  for (int r : now.healing) {
+    if (!in(leave, r)) next.healing.push_back(r);
+  }
+  next.membership.joining.clear();
+  for (int r : join) {
+    if (in(next.membership.members, r)) continue;
+    next.membership.members.push_back(r);
+    next.membership.joining.push_back(r);
+    next.healing.push_back(r);
+  }
+  std::sort(next.membership.members.begin(), next.membership.members.end());
+  std::sort(next.membership.joining.begin(), next.membership.joining.end());
+  std::sort(next.healing.begin(), next.healing.end());
+  return next;
+}
+
+std::string LiveStatesJson(const std::map<int, LiveRankState>& ranks) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [rank, s] : ranks) {
+    j[std::to_string(rank)] = {{"epoch", s.epoch}, {"done", s.done}, {"ready", s.ready}};
+  }
+  return j.dump();
+}
+
+Result<std::map<int, LiveRankState>> ParseLiveStates(const std::string& text) {
+  TENAX_ASSIGN_OR_RETURN(nlohmann::json j, Parse(text, "live state"));
+  std::map<int, LiveRankState> out;
+  for (const auto& [key, v] : j.items()) {
+    char* end = nullptr;
+    const long rank = std::strtol(key.c_str(), &end, 10);
+    if (end == key.c_str() || *end != '\0' || rank < 0 || !v.is_object()) {
+      return DataError(fmt::format("etcd holds an unreadable live state record (rank '{}')", key));
+    }
+    out[static_cast<int>(rank)] = {v.value("epoch", -1), v.value("done", false),
+                                   v.value("ready", false)};
+  }
+  return out;
+}
+
 }  // namespace tenax::launch::rdzv

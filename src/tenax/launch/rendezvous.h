@@ -31,6 +31,15 @@
 //   gen/<G>/straggler/<rank> a straggler found in G (goodput's stragglers table)
 //   gen/<G>/exit/<rank>      a rank of G that hung or crashed in its teardown after finishing
 //                            (goodput's exit_faults; the run was not affected)
+//   gen/<G>/live/record      resilience.mode = "live": the job's live membership record of G
+//                            (protocol/live_membership.h, plus `healing`: listed members that are
+//                            replacements still receiving state), changed by compare-and-swap
+//                            on its revision by the agent whose ranks failed or are ready to
+//                            join; every agent copies it into its heartbeat folder for its ranks
+//   gen/<G>/live/state/<node> live: the node's ranks' epochs and whether each is done
+//   gen/<G>/live/recoveries/<node> live: the node's live recoveries (goodput's live_recoveries)
+//   live-store/              live: where the ranks' live groups meet (TENAX_LIVE_STORE's prefix);
+//                            deleted when the job ends
 //   slow/<id>                an agent whose node straggled and was replaced (--replace-stragglers):
 //                            a spare of last resort from then on
 //   failures/<G>/<id>        a node's evidence of G's failure (first by time wins), or
@@ -55,6 +64,7 @@
 #include <vector>
 
 #include "tenax/core/status.h"
+#include "tenax/protocol/live_membership.h"
 
 namespace tenax::launch::rdzv {
 
@@ -101,6 +111,16 @@ class Keys {
   std::string exit_fault(int64_t g, int rank) const {
     return exit_faults(g) + std::to_string(rank);
   }
+  std::string live_record(int64_t g) const { return gen(g) + "live/record"; }
+  std::string live_states(int64_t g) const { return gen(g) + "live/state/"; }
+  std::string live_state(int64_t g, int node) const {
+    return live_states(g) + std::to_string(node);
+  }
+  std::string live_recoveries(int64_t g) const { return gen(g) + "live/recoveries/"; }
+  std::string live_recoveries(int64_t g, int node) const {
+    return live_recoveries(g) + std::to_string(node);
+  }
+  std::string live_store() const { return root_ + "live-store/"; }
   std::string quarantined() const { return root_ + "quarantined/"; }
   std::string quarantined(const std::string& id) const { return quarantined() + id; }
   std::string members() const { return root_ + "members/"; }
@@ -191,5 +211,38 @@ struct StopRecord {
   nlohmann::json ToJson() const;
   static Result<StopRecord> FromJson(const std::string& text);
 };
+
+// resilience.mode = "live": the job's live record of a generation (gen/<G>/live/record). The
+// membership is what every node's ranks read (each agent copies it into its heartbeat folder);
+// `healing` lists the members that are replacements still receiving state: they hold nothing
+// yet, so they cannot heal anyone, and a new joiner waits until they are in.
+struct LiveRecord {
+  protocol::LiveMembership membership;
+  std::vector<int> healing;  // ascending
+  nlohmann::json ToJson() const;
+  static Result<LiveRecord> FromJson(const std::string& text);
+  bool operator==(const LiveRecord& o) const {
+    return membership == o.membership && healing == o.healing;
+  }
+};
+
+// The next epoch after `now`: the ranks in `leave` dropped (from the members and from healing),
+// those in `join` listed as joining (and healing). Members stay ascending.
+LiveRecord NextLiveEpoch(const LiveRecord& now, const std::vector<int>& leave,
+                         const std::vector<int>& join);
+
+// live: one rank as its node tells the others (gen/<G>/live/state/<node>: rank -> state): the
+// epoch it trains in (-1: none yet), whether it is done (finished, or past the run's last step)
+// and whether it is set up (its process of G has beaten: past its setup's collectives).
+struct LiveRankState {
+  int epoch = -1;
+  bool done = false;
+  bool ready = false;
+  bool operator==(const LiveRankState& o) const {
+    return epoch == o.epoch && done == o.done && ready == o.ready;
+  }
+};
+std::string LiveStatesJson(const std::map<int, LiveRankState>& ranks);
+Result<std::map<int, LiveRankState>> ParseLiveStates(const std::string& text);
 
 }  // namespace tenax::launch::rdzv

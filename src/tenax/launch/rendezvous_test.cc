@@ -1,5 +1,6 @@
 // The rendezvous records' pure parts: who gets which node rank (survivors keep theirs, replaced
-// stragglers go to the back of the line) and the progress record node 0 judges stragglers from.
+// stragglers go to the back of the line), the progress record node 0 judges stragglers from, and
+// live recovery's records (the membership with its healing ranks, the next epoch, rank states).
 #include "tenax/launch/rendezvous.h"
 
 #include <gtest/gtest.h>
@@ -57,6 +58,67 @@ TEST(NodeProgress, RoundTripsAndRejectsDamagedRecords) {
   EXPECT_FALSE(NodeProgress::FromJson("not json").ok());
   EXPECT_FALSE(NodeProgress::FromJson(R"({"ranks":{"x":[[1,0.1]]}})").ok());
   EXPECT_FALSE(NodeProgress::FromJson(R"({"ranks":{"1":[[1]]}})").ok());
+}
+
+LiveRecord FourMembers() {
+  LiveRecord r;
+  r.membership.generation = 2;
+  r.membership.world = 4;
+  r.membership.members = {0, 1, 2, 3};
+  return r;
+}
+
+// A drop takes the rank out of the members and of healing; a join lists it as a member, joining
+// and healing; members stay ascending; the epoch moves by one each time.
+TEST(LiveRecord, NextEpochDropsAndJoins) {
+  const LiveRecord e1 = NextLiveEpoch(FourMembers(), {2}, {});
+  EXPECT_EQ(e1.membership.epoch, 1);
+  EXPECT_EQ(e1.membership.generation, 2);
+  EXPECT_EQ(e1.membership.members, (std::vector<int>{0, 1, 3}));
+  EXPECT_TRUE(e1.membership.joining.empty());
+  EXPECT_TRUE(e1.healing.empty());
+  const LiveRecord e2 = NextLiveEpoch(e1, {}, {2});
+  EXPECT_EQ(e2.membership.epoch, 2);
+  EXPECT_EQ(e2.membership.members, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(e2.membership.joining, (std::vector<int>{2}));
+  EXPECT_EQ(e2.healing, (std::vector<int>{2}));
+  // The joiner dies while healing, and rank 0 with it: both leave; a member is not joined twice.
+  const LiveRecord e3 = NextLiveEpoch(e2, {0, 2}, {1});
+  EXPECT_EQ(e3.membership.members, (std::vector<int>{1, 3}));
+  EXPECT_TRUE(e3.membership.joining.empty());
+  EXPECT_TRUE(e3.healing.empty());
+}
+
+TEST(LiveRecord, RoundTripsAndRejectsDamagedRecords) {
+  const LiveRecord e2 = NextLiveEpoch(NextLiveEpoch(FourMembers(), {1}, {}), {}, {1});
+  Result<LiveRecord> back = LiveRecord::FromJson(e2.ToJson().dump());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, e2);
+  // A record before any healing field (as the single-node file) reads with none.
+  Result<LiveRecord> plain =
+      LiveRecord::FromJson(R"({"epoch":0,"generation":1,"world":2,"members":[0,1],"joining":[]})");
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_TRUE(plain->healing.empty());
+  for (const std::string bad :
+       {std::string("not json"),
+        std::string(R"({"epoch":0,"generation":1,"world":2,"members":[0,1],"healing":[5]})"),
+        std::string(R"({"epoch":0,"generation":1,"world":2,"members":[0,1],"healing":3})"),
+        std::string(R"({"epoch":0,"generation":1,"world":2,"members":[0,7]})")}) {
+    EXPECT_FALSE(LiveRecord::FromJson(bad).ok()) << bad;
+  }
+}
+
+TEST(LiveRankState, RoundTripsAndRejectsDamagedRecords) {
+  std::map<int, LiveRankState> ranks;
+  ranks[2] = {1, false, true};
+  ranks[3] = {-1, true, false};
+  Result<std::map<int, LiveRankState>> back = ParseLiveStates(LiveStatesJson(ranks));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, ranks);
+  EXPECT_FALSE(ParseLiveStates("[1]").ok());
+  EXPECT_FALSE(ParseLiveStates(R"({"x":{"epoch":1}})").ok());
+  EXPECT_FALSE(ParseLiveStates(R"({"-1":{"epoch":1}})").ok());
+  EXPECT_FALSE(ParseLiveStates(R"({"1":3})").ok());
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
   setup.heartbeat_dir = hb_dir_;
   setup.inject = o_.inject;
   setup.agent_socket = agent_socket_;
+  setup.live_store = live_store_;
   if (ram_folder_) setup.ram_folder = ram_folder_->path();
   Result<int> standby = inherit(read_fd);
   Result<int> liveness = standby.ok() ? inherit(liveness_[0]) : standby;
@@ -362,6 +363,7 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     v.host = g_.beats[culprit].host;
   }
   v.mono_s = t0_mono_ + g_.last_progress;  // the evidence: progress stopped then
+  if (culprit < 0 && LiveAwaitRemoteHang()) return false;
   if (culprit < 0 && nnodes_ > 1 && remote_hang_) {
     // The rank this node's ranks wait for is elsewhere: its node names it once its own check
     // fires (about when ours did: progress stopped everywhere at once) and its ranks dumped.

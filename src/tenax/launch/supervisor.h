@@ -33,6 +33,7 @@
 #include "tenax/launch/fault_schedule.h"
 #include "tenax/launch/goodput.h"
 #include "tenax/launch/launcher.h"
+#include "tenax/launch/live_link.h"
 #include "tenax/launch/monitor.h"
 #include "tenax/launch/restart_policy.h"
 #include "tenax/launch/spares.h"
@@ -129,6 +130,13 @@ class Supervisor {
   std::vector<int> SdcNamedRanks(int generation) const;
   // Several nodes: the node agent's channel, passed to every rank started from now on.
   void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
+  // Several nodes, resilience.mode = "live": the job's live record through the node agent
+  // (live_link.h; it outlives this supervisor's generations) and the etcd where the ranks' live
+  // groups meet (TENAX_LIVE_STORE of every rank started from now on).
+  void SetLiveLink(LiveLink* link, protocol::LiveStoreAddress store) {
+    live_link_ = link;
+    live_store_ = std::move(store);
+  }
   // The running or last generation's ranks that hung or crashed after they finished (their work
   // done: no restart), as goodput.json `exit_faults` entries plus `time_unix`.
   const std::vector<nlohmann::json>& exit_faults() const { return g_.exit_faults; }
@@ -183,6 +191,9 @@ class Supervisor {
   // A hang whose culprit is known: only that rank is killed (its death is then recovered from as
   // a failure of kind hang); false: not possible, every rank is killed as usual.
   bool LiveKillHung(const Verdict& v);
+  // Several nodes: a hang whose culprit is on another node waits one timeout for that node to
+  // kill it (true: no verdict now).
+  bool LiveAwaitRemoteHang();
   void LiveTick(int gen);
   // The generation ended (a restart, or the run's end): the records of replacements that had not
   // healed are closed as discarded.
@@ -200,7 +211,22 @@ class Supervisor {
   // Whether `rank` trains in the quorum: a member that is not a replacement still healing (the
   // poisson schedule strikes these only).
   bool LiveInQuorum(int rank) const;
-  void LivePublish(int gen, std::vector<int> members, std::vector<int> joining);
+  // Publishes the next epoch: the ranks in `leave` dropped, those in `join` listed as joining.
+  // A join is published only while the record is still at the epoch this node last saw and
+  // nobody is healing (another node's change meanwhile: not now, the next turn asks again).
+  // Returns whether this change was published (g_.live is the newest record either way).
+  bool LivePublish(int gen, const std::vector<int>& leave, const std::vector<int>& join);
+  // A replacement of this node healed: it leaves the record's `healing` (same epoch).
+  void LiveHealed(int gen, int rank);
+  // Several nodes: the newest record as the agent saw it, and this node's ranks' epochs and
+  // whether each is done, for the other nodes (published when changed).
+  void LiveSync(int gen);
+  // Every rank's live state: this node's from their beats (LiveOwnStates), the others' as their
+  // nodes published them (several nodes).
+  std::map<int, rdzv::LiveRankState> LiveOwnStates(int gen) const;
+  std::map<int, rdzv::LiveRankState> LiveStates(int gen);
+  // Whether `rank` runs on this node.
+  bool LiveLocal(int rank) const { return Local(rank) >= 0 && Local(rank) < o_.nproc_per_node; }
   // The goodput split's view of a live generation (g_.beats read): one lead process's step and
   // checkpoint seconds, followed from poll to poll; when it is gone, another member's (the ranks
   // train in lockstep, so any member's seconds since the last poll are the group's).
@@ -224,9 +250,11 @@ class Supervisor {
   std::unique_ptr<Monitor> monitor_;
   Goodput goodput_;
   StragglerDetector stragglers_;
-  int node_rank_ = 0;         // this generation's
-  int nnodes_ = 1;            // this generation's
-  std::string agent_socket_;  // several nodes: protocol/agent_channel.h
+  int node_rank_ = 0;                      // this generation's
+  int nnodes_ = 1;                         // this generation's
+  std::string agent_socket_;               // several nodes: protocol/agent_channel.h
+  LiveLink* live_link_ = nullptr;          // several nodes, live: the node agent's; else null
+  protocol::LiveStoreAddress live_store_;  // several nodes, live: where the live groups meet
   int straggler_count_ = 0;
   bool local_stragglers_ = true;  // false: the node agent finds them
   RemoteHangFn remote_hang_;
@@ -258,8 +286,12 @@ class Supervisor {
     std::string master_addr;
     int master_port = 0;
     // Live recovery: the current membership, and each replacement on its way in.
-    int live_epoch = -1;
-    std::vector<int> live_members;  // ranks, ascending
+    rdzv::LiveRecord live;                              // membership.members: ranks, ascending
+    std::map<int, rdzv::LiveRankState> live_published;  // several nodes: this node's, as told
+    // Several nodes: the epoch in which a hang here waited for another node's rank to be killed
+    // (CheckBeats); at the next timeout in the same epoch the generation ends.
+    int live_hang_deferred = -1;
+    nlohmann::json live_recoveries_published;  // several nodes: as told
     struct Replacement {
       int local = -1;
       int record = -1;  // its goodput live_recoveries entry

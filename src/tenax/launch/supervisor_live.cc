@@ -1,5 +1,6 @@
-// Live recovery on one node (resilience.mode = "live", docs/resilience.md): the launcher is the
-// one authority on who is in the ranks' data-parallel group (protocol/live_membership.h).
+// Live recovery (resilience.mode = "live", docs/resilience.md): the launcher is the one authority
+// on who is in the ranks' data-parallel group (protocol/live_membership.h); on several nodes the
+// job's record in etcd is, each node's supervisor changing it through its LiveLink.
 //   Start      every rank is a member of the generation's epoch 0, written before any starts.
 //   Failure    a rank whose process ended is dropped: the next epoch lists the others, who form
 //              it and train on with its samples (train/trainer_live.cc); no other process stops.
@@ -16,7 +17,11 @@
 //              replica joins only once all of them are ready.
 // Every failure counts against the restart budget (restart_policy.h), so a rank that fails
 // again and again ends the job as restarts would. A failure that is not a rank process ending
-// (a hang, a straggler, every rank at once) still ends the generation and restarts every rank.
+// (a hang without a named culprit, a straggler, every rank at once), or that comes while a
+// surviving member is still in its setup, still ends the generation and restarts every rank; on
+// several nodes so does a lost node. A hang with a named culprit: that rank is killed alone
+// (LiveKillHung; on several nodes by its own node, the others waiting, LiveAwaitRemoteHang) and
+// recovered as a crash.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -31,31 +36,117 @@
 
 namespace tenax::launch {
 
-void Supervisor::LivePublish(int gen, std::vector<int> members, std::vector<int> joining) {
-  std::sort(members.begin(), members.end());
-  protocol::LiveMembership m;
-  m.epoch = ++g_.live_epoch;
-  m.generation = gen;
-  m.world = o_.nproc_per_node;
-  m.members = members;
-  m.joining = std::move(joining);
-  g_.live_members = std::move(members);
-  if (Status st = protocol::WriteLiveMembership(hb_dir_, m); !st.ok()) {
-    // The ranks wait for it; without it they end (and the generation with them).
-    log::Error("launch: cannot write the live membership: {}", st.message());
+bool Supervisor::LivePublish(int gen, const std::vector<int>& leave, const std::vector<int>& join) {
+  const int seen = g_.live.membership.epoch;
+  auto any_member = [&](const rdzv::LiveRecord& r) {
+    return std::any_of(leave.begin(), leave.end(), [&](int x) { return r.membership.Has(x); });
+  };
+  bool made = false;  // whether the change's last answer (the one published) was a record
+  const LiveLink::Change change =
+      [&](const std::optional<rdzv::LiveRecord>& now) -> std::optional<rdzv::LiveRecord> {
+    // A drop applies to the newest record (unless a repeated request already made it); a join
+    // only to the one this node judged it on.
+    made = now && (join.empty() ? any_member(*now)
+                                : now->membership.epoch == seen && now->healing.empty());
+    if (!made) return std::nullopt;
+    return rdzv::NextLiveEpoch(*now, leave, join);
+  };
+  if (live_link_ == nullptr) {
+    std::optional<rdzv::LiveRecord> next = change(g_.live);
+    if (!next) return false;
+    g_.live = std::move(*next);
+    if (Status st = protocol::WriteLiveMembership(hb_dir_, g_.live.membership); !st.ok()) {
+      // The ranks wait for it; without it they end (and the generation with them).
+      log::Error("launch: cannot write the live membership: {}", st.message());
+    }
+    return true;
   }
+  Result<std::optional<rdzv::LiveRecord>> now = live_link_->Update(gen, change);
+  if (!now.ok()) {
+    log::Error("launch: cannot publish the live membership in etcd: {}", now.status().message());
+    return false;
+  }
+  if (*now) g_.live = **now;
+  return join.empty() ? *now && !any_member(**now) : made;
 }
 
 void Supervisor::LiveStart(int gen) {
-  std::vector<int> all;
-  for (int local = 0; local < o_.nproc_per_node; ++local) all.push_back(Rank(local));
-  g_.live_epoch = -1;
-  g_.incarnation.assign(static_cast<size_t>(o_.nproc_per_node / job_.live_replica_ranks), 0);
-  LivePublish(gen, all, {});
+  const int world = o_.nproc_per_node * nnodes_;
+  rdzv::LiveRecord first;
+  first.membership.generation = gen;
+  first.membership.world = world;
+  for (int rank = 0; rank < world; ++rank) first.membership.members.push_back(rank);
+  g_.incarnation.assign(static_cast<size_t>(world / job_.live_replica_ranks), 0);
+  g_.live = first;
+  if (live_link_ == nullptr) {
+    if (Status st = protocol::WriteLiveMembership(hb_dir_, first.membership); !st.ok()) {
+      log::Error("launch: cannot write the live membership: {}", st.message());
+    }
+    return;
+  }
+  // Every node puts the same first record; whoever is first, the others read it.
+  Result<std::optional<rdzv::LiveRecord>> now = live_link_->Update(
+      gen, [&](const std::optional<rdzv::LiveRecord>& was) -> std::optional<rdzv::LiveRecord> {
+        if (was) return std::nullopt;
+        return first;
+      });
+  if (!now.ok()) {
+    log::Error("launch: cannot publish the live membership in etcd: {}", now.status().message());
+  } else if (*now) {
+    g_.live = **now;
+  }
+}
+
+void Supervisor::LiveSync(int gen) {
+  if (live_link_ == nullptr) return;
+  if (std::optional<rdzv::LiveRecord> now = live_link_->Current(gen)) g_.live = std::move(*now);
+  std::map<int, rdzv::LiveRankState> mine = LiveOwnStates(gen);
+  // A publication that failed (etcd out of reach) is tried again on the next turn.
+  if (mine != g_.live_published && live_link_->PublishOwn(gen, node_rank_, mine).ok()) {
+    g_.live_published = std::move(mine);
+  }
+  // This node's live recoveries of the generation, on the wall clock, for node 0's goodput.json.
+  nlohmann::json records = nlohmann::json::array();
+  for (const nlohmann::json& l : goodput_.live_recoveries()) {
+    if (l.value("generation", -1) != gen) continue;
+    nlohmann::json r = l;
+    for (const std::string key : {"time", "healed_at", "discarded_at"}) {
+      const double s = r.value(key + "_s", -1.0);
+      if (s >= 0) r[key + "_unix"] = goodput_.run_start_unix() + s;
+    }
+    records.push_back(std::move(r));
+  }
+  if (records != g_.live_recoveries_published &&
+      live_link_->PublishRecoveries(gen, node_rank_, records).ok()) {
+    g_.live_recoveries_published = std::move(records);
+  }
+}
+
+std::map<int, rdzv::LiveRankState> Supervisor::LiveOwnStates(int gen) const {
+  std::map<int, rdzv::LiveRankState> mine;
+  for (int i = 0; i < o_.nproc_per_node; ++i) {
+    rdzv::LiveRankState& s = mine[Rank(i)];
+    const std::optional<protocol::Beat> b = CurrentBeat(gen, i);
+    s.ready = b.has_value();  // its first beat comes once its setup is done
+    s.epoch = b ? b->live_epoch : -1;
+    // Past the run's last step: its final validation and save.
+    s.done = Done(i) || (b && job_.total_steps > 0 && b->step >= job_.total_steps);
+  }
+  return mine;
+}
+
+std::map<int, rdzv::LiveRankState> Supervisor::LiveStates(int gen) {
+  std::map<int, rdzv::LiveRankState> all =
+      live_link_ != nullptr ? live_link_->Others(gen) : std::map<int, rdzv::LiveRankState>();
+  for (const auto& [rank, s] : LiveOwnStates(gen)) all[rank] = s;
+  return all;
 }
 
 bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const Verdict& v) {
-  if (g_.stopping || nnodes_ > 1 || !protocol::Restartable(v.code)) return false;
+  if (g_.stopping || (nnodes_ > 1 && live_link_ == nullptr) || !protocol::Restartable(v.code)) {
+    return false;
+  }
+  LiveSync(gen);
   const int k = job_.live_replica_ranks;
   std::vector<int> dead;
   std::map<int, std::string> how;  // rank -> how its process ended
@@ -71,9 +162,9 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   for (int r : dead) {
     if (g_.retiring.count(r) == 0 && hit.count(r / k) == 0) hit[r / k] = r;
   }
-  std::vector<int> members;
-  for (int r : g_.live_members) {
-    if (hit.count(r / k) == 0 && !is_dead(r)) members.push_back(r);
+  std::vector<int> members, leave;
+  for (int r : g_.live.membership.members) {
+    (hit.count(r / k) == 0 && !is_dead(r) ? members : leave).push_back(r);
   }
   // Nobody left holds the state (a replacement still healing was given none yet): restart from
   // a checkpoint.
@@ -83,6 +174,22 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   for (int r : dead) {
     // Its work was done: the end of the run, nothing to recover.
     if (Finished(gen, Local(r))) return false;
+  }
+  // A member still in its setup (no beat of this generation yet) is forming the first epoch or
+  // inside the resume's collectives, where it cannot take a new epoch: its setup fails with the
+  // lost rank. The job restarts now, with this failure as the cause.
+  const std::map<int, rdzv::LiveRankState> states = LiveStates(gen);
+  std::vector<int> setting_up;
+  for (int r : members) {
+    const auto s = states.find(r);
+    if (LiveInQuorum(r) && (s == states.end() || !s->second.ready)) setting_up.push_back(r);
+  }
+  if (!setting_up.empty()) {
+    log::Warn(
+        "launch: rank(s) {} are still in their setup, where a live group cannot change: no live "
+        "recovery for rank(s) {}",
+        fmt::join(setting_up, ","), fmt::join(dead, ","));
+    return false;
   }
   if (!hit.empty()) {
     if (std::optional<std::string> no = restarts_.Take(gen, Elapsed())) {
@@ -133,7 +240,9 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
                                                                Rank(r.local)) != unhealed.end();
                                }),
                 pending.end());
-  if (members != g_.live_members) LivePublish(gen, members, {});
+  // Several nodes: the record is the job's (the others' changes meanwhile are kept); etcd out of
+  // reach leaves the others without a next epoch, so the generation ends instead.
+  if (!leave.empty() && !LivePublish(gen, leave, {})) return false;
   for (int rank : dead) {
     const int local = Local(rank);
     // The step it had finished: its last beat, read now (the loop's copy may be older).
@@ -180,10 +289,11 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
                {"cause", why.cause},
                {"step", step},
                {"detection_s", Elapsed() - (why.mono_s - t0_mono_)},
-               {"epoch", g_.live_epoch},
-               {"members", g_.live_members},
+               {"epoch", g_.live.membership.epoch},
+               {"members", g_.live.membership.members},
                {"replacement_pid", *pid},
                {"healed_at_s", -1}};
+    if (nnodes_ > 1) r.entry["node"] = node_rank_;
     if (k > 1) {
       r.entry["replica"] = rank / k;
       r.entry["incarnation"] = incarnation;
@@ -197,8 +307,8 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     log::Warn(
         "launch: {} ({}); live recovery: rank(s) {} train on in epoch {}, a replacement for "
         "rank {} starts in slot {} (pid {})",
-        why.cause, protocol::FailureKindName(why.kind), fmt::join(g_.live_members, ","),
-        g_.live_epoch, rank, slot, *pid);
+        why.cause, protocol::FailureKindName(why.kind), fmt::join(g_.live.membership.members, ","),
+        g_.live.membership.epoch, rank, slot, *pid);
   }
   // The schedule's clock stood from the injection to this verdict; the others train on, exposed.
   if (schedule_) schedule_->Resolved(Elapsed());
@@ -208,7 +318,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
 
 void Supervisor::LiveEnd(int gen, const Outcome& out) {
   std::vector<int> quorum;
-  for (int rank : g_.live_members) {
+  for (int rank : g_.live.membership.members) {
     if (LiveInQuorum(rank)) quorum.push_back(rank);
   }
   const int64_t group_step = LiveGroupStep(gen, quorum);
@@ -220,6 +330,7 @@ void Supervisor::LiveEnd(int gen, const Outcome& out) {
                             : "discarded: the generation ended before it healed",
                 group_step);
   }
+  LiveSync(gen);  // several nodes: the records as they end, for node 0's goodput.json
 }
 
 int64_t Supervisor::LiveGroupStep(int gen, const std::vector<int>& ranks) const {
@@ -261,14 +372,35 @@ int Supervisor::LiveSilentRank() const {
   return count == 1 ? silent : -1;
 }
 
+void Supervisor::LiveHealed(int gen, int rank) {
+  auto without = [rank](rdzv::LiveRecord r) {
+    r.healing.erase(std::remove(r.healing.begin(), r.healing.end(), rank), r.healing.end());
+    return r;
+  };
+  if (live_link_ == nullptr) {
+    g_.live = without(g_.live);
+    return;
+  }
+  Result<std::optional<rdzv::LiveRecord>> now = live_link_->Update(
+      gen, [&](const std::optional<rdzv::LiveRecord>& was) -> std::optional<rdzv::LiveRecord> {
+        if (!was || std::find(was->healing.begin(), was->healing.end(), rank) == was->healing.end())
+          return std::nullopt;
+        return without(*was);
+      });
+  if (!now.ok()) {
+    log::Warn(
+        "launch: cannot record in etcd that rank {} healed ({}); no replacement joins until "
+        "it is",
+        rank, now.status().message());
+  } else if (*now) {
+    g_.live = **now;
+  }
+}
+
 bool Supervisor::LiveInQuorum(int rank) const {
-  if (std::find(g_.live_members.begin(), g_.live_members.end(), rank) == g_.live_members.end()) {
-    return false;
-  }
-  for (const Generation::Replacement& r : g_.replacements) {
-    if (!r.healed && Rank(r.local) == rank) return false;
-  }
-  return true;
+  const std::vector<int>& healing = g_.live.healing;
+  return g_.live.membership.Has(rank) &&
+         std::find(healing.begin(), healing.end(), rank) == healing.end();
 }
 
 void Supervisor::LiveGoodputBeat(int gen) {
@@ -301,13 +433,28 @@ void Supervisor::LiveGoodputBeat(int gen) {
   goodput_.LeadBeat(group, Elapsed(), protocol::WallNow());
 }
 
-bool Supervisor::LiveKillHung(const Verdict& v) {
-  if (v.rank < 0 || nnodes_ > 1) return false;
-  const int local = Local(v.rank);
-  if (local < 0 || local >= o_.nproc_per_node || g_.pids[local] <= 0) return false;
-  if (std::find(g_.live_members.begin(), g_.live_members.end(), v.rank) == g_.live_members.end()) {
+bool Supervisor::LiveAwaitRemoteHang() {
+  if (!job_.live || live_link_ == nullptr || g_.live_hang_deferred == g_.live.membership.epoch) {
     return false;
   }
+  // The rank this node's ranks wait for is on another node, whose check fires about when this one
+  // did (progress stopped everywhere at once): that node kills it alone and publishes the next
+  // epoch, in which the ranks here train on. Once per epoch: if it is still current at the next
+  // timeout, nobody could, and the generation ends.
+  g_.live_hang_deferred = g_.live.membership.epoch;
+  g_.last_progress = Elapsed();
+  log::Warn(
+      "launch: hang: the ranks here wait for a rank on another node; its node replaces it live "
+      "(the generation ends if epoch {} is still current at the next timeout)",
+      g_.live.membership.epoch);
+  return true;
+}
+
+bool Supervisor::LiveKillHung(const Verdict& v) {
+  if (v.rank < 0 || (nnodes_ > 1 && live_link_ == nullptr)) return false;
+  const int local = Local(v.rank);
+  if (local < 0 || local >= o_.nproc_per_node || g_.pids[local] <= 0) return false;
+  if (!g_.live.membership.Has(v.rank)) return false;
   log::Error("launch: {}; killing rank {} only: the others train on without it (live recovery)",
              v.cause, v.rank);
   g_.hung[v.rank] = v;
@@ -318,33 +465,27 @@ bool Supervisor::LiveKillHung(const Verdict& v) {
 }
 
 void Supervisor::LiveTick(int gen) {
-  // The members in the quorum are done, or past the run's last step (its final validation and
-  // save): a replacement still on its way in has nothing left to join, and waiting for it would
-  // leave the hang check a rank that makes no progress.
+  LiveSync(gen);
+  std::map<int, rdzv::LiveRankState> state = LiveStates(gen);
+  // The members in the quorum are done: a replacement still on its way in has nothing left to
+  // join, and waiting for it would leave the hang check a rank that makes no progress.
   bool members_done = true;
-  for (int rank : g_.live_members) {
+  for (int rank : g_.live.membership.members) {
     if (!LiveInQuorum(rank)) continue;  // a joiner: it holds nothing yet
-    const std::optional<protocol::Beat> b = CurrentBeat(gen, Local(rank));
-    const bool past_last = b && job_.total_steps > 0 && b->step >= job_.total_steps;
-    members_done = members_done && (Done(Local(rank)) || past_last);
+    members_done = members_done && state[rank].done;
   }
   // Replacements are announced one epoch at a time: every one that is ready, together, and only
   // once the previous announcement was taken in (a joiner forms exactly the epoch that listed it;
-  // a newer one announced meanwhile would leave it waiting alone).
-  bool announcing = false;
-  for (const Generation::Replacement& r : g_.replacements) {
-    announcing = announcing || (r.announced_epoch >= 0 && !r.healed);
+  // a newer one announced meanwhile would leave it waiting alone): nobody is healing. And only
+  // once every member trains in the current epoch (its beats say so): a member still on its way
+  // into it would read the newer record instead and form that, apart from the others.
+  bool settled = g_.live.healing.empty();
+  for (int rank : g_.live.membership.members) {
+    settled = settled && state[rank].epoch == g_.live.membership.epoch;
   }
-  // ...and only once every member trains in the current epoch (its beats say so): a member still
-  // on its way into it would read the newer record instead and form that, apart from the others.
-  bool settled = true;
-  for (int rank : g_.live_members) {
-    const std::optional<protocol::Beat> b = CurrentBeat(gen, Local(rank));
-    settled = settled && b && b->live_epoch == g_.live_epoch;
-  }
-  if (!announcing && settled && !members_done) {
+  if (settled && !members_done) {
     // A replica joins whole: once the replacement of its current incarnation is ready on each of
-    // its ranks.
+    // its ranks (a replica's ranks are on one node).
     const int k = job_.live_replica_ranks;
     std::map<int, std::vector<int>> ready;  // replica -> its ranks that are ready
     for (const Generation::Replacement& r : g_.replacements) {
@@ -354,22 +495,20 @@ void Supervisor::LiveTick(int gen) {
         ready[rank / k].push_back(rank);
       }
     }
-    std::vector<int> members = g_.live_members, joining;
+    std::vector<int> joining;
     for (const auto& [q, ranks] : ready) {
       if (static_cast<int>(ranks.size()) == k)
         joining.insert(joining.end(), ranks.begin(), ranks.end());
     }
     std::sort(joining.begin(), joining.end());
-    if (!joining.empty()) {
-      members.insert(members.end(), joining.begin(), joining.end());
-      LivePublish(gen, members, joining);
+    if (!joining.empty() && LivePublish(gen, {}, joining)) {
       for (Generation::Replacement& r : g_.replacements) {
         if (std::find(joining.begin(), joining.end(), Rank(r.local)) != joining.end()) {
-          r.announced_epoch = g_.live_epoch;
+          r.announced_epoch = g_.live.membership.epoch;
         }
       }
       log::Info("launch: the replacement(s) for rank(s) {} are ready; they join in epoch {}",
-                fmt::join(joining, ","), g_.live_epoch);
+                fmt::join(joining, ","), g_.live.membership.epoch);
     }
   }
   for (Generation::Replacement& r : g_.replacements) {
@@ -393,6 +532,7 @@ void Supervisor::LiveTick(int gen) {
     if (r.announced_epoch < 0) continue;  // not ready yet, or waiting for its announcement
     if (beat->live_epoch < r.announced_epoch || beat->healed_bytes <= 0) continue;
     r.healed = true;
+    LiveHealed(gen, rank);
     r.entry["healed_at_s"] = Elapsed();
     r.entry["healed_from"] = beat->healed_from;
     r.entry["healed_bytes"] = beat->healed_bytes;

@@ -160,7 +160,7 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
         f.rank = static_cast<int>(n);
         have_rank = true;
       } else if ((key == "step" || (key == "from" && f.kind == FaultKind::kSlow)) && numeric &&
-                 n > 0) {
+                 (n > 0 || (n == 0 && key == "step" && f.kind == FaultKind::kCrash))) {
         f.step = n;
         have_step = true;
       } else if (key == "time" && f.kind == FaultKind::kCrash && real && x > 0) {
@@ -182,11 +182,12 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       } else if (key == "gen" && value == "all") {
         f.generation = Fault::kEveryGeneration;
       } else {
-        return InvalidArgument("--inject " + item + ": bad field '" + part +
-                               "' (rank=R, step=S >= 1, time=T > 0 (crash), factor=F >= 1 and "
-                               "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
-                               "where=grad|activation|weight (sdc), at=form|transfer and "
-                               "how=kill|stop (heal-fail), gen=G or gen=all)");
+        return InvalidArgument(
+            "--inject " + item + ": bad field '" + part +
+            "' (rank=R, step=S >= 1 (crash: >= 0), time=T > 0 (crash), factor=F >= 1 and "
+            "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
+            "where=grad|activation|weight (sdc), at=form|transfer and "
+            "how=kill|stop (heal-fail), gen=G or gen=all)");
       }
     }
     const bool rank_optional = f.kind == FaultKind::kCkptFail || f.kind == FaultKind::kCkptCorrupt;
@@ -441,6 +442,12 @@ void FaultInjector::OnStepBegin(int64_t step) {
     if (f.kind == FaultKind::kCrash && f.step == step) {
       Crash(f, step, "at step " + std::to_string(step));
     }
+  }
+}
+
+void FaultInjector::OnSetup() {
+  for (const Fault& f : faults_) {
+    if (f.kind == FaultKind::kCrash && f.step == 0 && f.time_s <= 0) Crash(f, 0, "in its setup");
   }
 }
 

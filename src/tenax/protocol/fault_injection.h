@@ -12,6 +12,8 @@
 // generation (a fault that a restart does not cure, like a bad batch).
 // Grammar: FAULT[,FAULT...] where
 //   FAULT = crash:rank=R:(step=S|time=T)[:how=kill|exit][:code=N][:gen=G]
+//                                                  step=0: in its setup, before it joins
+//                                                  its groups (FaultInjector::OnSetup)
 //         | hang:rank=R:step=S[:gen=G]            blocks right before the gradient all-reduce
 //         | stop:rank=R:step=S[:gen=G]            stops itself (SIGSTOP) at the same point: no
 //                                                  signal handler runs until SIGCONT
@@ -109,7 +111,7 @@ const char* FaultKindName(FaultKind k);
 struct Fault {
   FaultKind kind = FaultKind::kCrash;
   int rank = 0;
-  int64_t step = 0;   // 0 with time_s > 0: a crash at a time
+  int64_t step = 0;   // 0 with time_s > 0: a crash at a time; 0 without: in the setup
   double time_s = 0;  // seconds since the launch started (RankContext::launch_time_unix)
   double factor = 1;  // slow; spike (default 100)
   bool kill = true;   // crash: SIGKILL (how=kill) or exit with `code` (how=exit)
@@ -180,6 +182,9 @@ class FaultInjector {
   bool CrashDue(int64_t step) const;
   // Start of every step: crash faults by step.
   void OnStepBegin(int64_t step);
+  // In the setup, before the rank joins its process groups (the others then wait for it to
+  // join): crash faults at step 0.
+  void OnSetup();
   // Right before the gradient reduction of `step`, after `compute_s` seconds of this step's
   // forward/backward: `slow` sleeps (factor - 1) x compute_s, `hang` blocks forever (the peers
   // then wait inside the reduction, like a stuck kernel), `stop` raises SIGSTOP (the same, and

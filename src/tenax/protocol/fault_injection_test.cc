@@ -333,5 +333,33 @@ TEST(FaultInjectorDeathTest, CrashByTimeFiresFromTheTimer) {
   EXPECT_EQ(ReadFiredFaults(dir.path())[0].index, 0);
 }
 
+// crash at step=0: in the setup (OnSetup), never at a step's start, and a crash by time is not
+// one (its step is 0 too).
+TEST(FaultInjectorDeathTest, CrashAtStepZeroFiresInTheSetupOnly) {
+  TempDir dir;
+  static ExitReporter reporter;
+  reporter = ExitReporter(dir.path(), 1, 0);
+  Result<std::vector<Fault>> parsed = ParseFaults("crash:rank=1:step=0");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ((*parsed)[0].step, 0);
+  EXPECT_EQ((*parsed)[0].time_s, 0);
+  {
+    auto timed = FaultInjector::Create(Context(dir, "crash:rank=1:time=600"), 1, &reporter);
+    ASSERT_TRUE(timed.ok() && *timed);
+    (*timed)->OnSetup();  // the timer's, not the setup's
+  }
+  EXPECT_TRUE(ReadFiredFaults(dir.path()).empty());
+  RankContext ctx = Context(dir, "crash:rank=1:step=0:how=exit:code=43");
+  EXPECT_EXIT(
+      {
+        auto f = FaultInjector::Create(ctx, 1, &reporter);
+        (*f)->OnStepBegin(1);
+        (*f)->OnSetup();
+      },
+      ::testing::ExitedWithCode(43), "injected fault: crash \\(exit\\) in its setup");
+  ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
+  EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 0);
+}
+
 }  // namespace
 }  // namespace tenax::protocol

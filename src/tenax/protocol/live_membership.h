@@ -11,7 +11,8 @@
 // rename), so a reader sees a whole record or the previous one.
 // HSDP: members are ranks, and a data-parallel replica's ranks are listed or dropped together
 // (ReplicaView).
-// Non-goals: several nodes (the file is node-local; the node agents will carry it in etcd).
+// Several nodes: the file is node-local; each node agent copies it from the job's record in etcd
+// (launch/rendezvous.h, gen/<G>/live/record).
 #pragma once
 
 #include <optional>

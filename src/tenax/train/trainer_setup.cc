@@ -58,6 +58,10 @@ Status Trainer::Setup() {
   if (!device_.device.is_cuda()) log::Info("memory: {}", SetUpCpuAllocator().reason);
   TENAX_RETURN_IF_ERROR(SetupData());
   TENAX_RETURN_IF_ERROR(SetupRunFolder());
+  TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
+  // --inject crash:...:step=0, before this rank joins its groups (the others wait for it there);
+  // a live replacement's setup is not the one it names.
+  if (faults_ && !ctx_.live_join) faults_->OnSetup();
   TENAX_RETURN_IF_ERROR(SetupGroups());
   TENAX_RETURN_IF_ERROR(SetupModel());
   TENAX_RETURN_IF_ERROR(SetupCheckpoints());
@@ -263,7 +267,6 @@ Status Trainer::SetupModel() {
   log::Info("parameters + gradients + optimizer state per rank: {} ({} bytes)",
             FormatGiB(static_cast<double>(step_model_->ResidentStateBytes())),
             step_model_->ResidentStateBytes());
-  TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
   if (parallel_model_ && (config_.resilience.sdc_check_interval > 0 || faults_)) {
     // Checks, or a fault to play; with a tolerance the monitor also keeps the statistics.
     sdc_ = std::make_unique<SdcMonitor>(faults_.get(), config_.resilience.sdc_tolerance > 0);

@@ -1,0 +1,54 @@
+// The node agent's LiveLink (live_link.h): the job's live record of the running generation kept
+// in etcd (rendezvous.h: gen/<G>/live/...), this node's copy of it in its heartbeat folder (where
+// its ranks read it), and the other nodes' ranks' states, as the agent's etcd watcher delivers
+// them. Begin(G) before each generation this node runs; the watcher's events go to OnEvents.
+// Thread safety: every method may be called from any thread (one mutex; etcd requests are made
+// outside it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tenax/etcd/client.h"
+#include "tenax/launch/live_link.h"
+#include "tenax/launch/rendezvous.h"
+
+namespace tenax::launch {
+
+class EtcdLiveLink : public LiveLink {
+ public:
+  EtcdLiveLink(etcd::EtcdClient* etcd, rdzv::Keys keys) : etcd_(etcd), keys_(std::move(keys)) {}
+
+  // Generation `gen` starts here, its ranks reading their record in `heartbeat_dir`: what etcd
+  // holds of it so far is read in (its events from now on arrive through OnEvents).
+  void Begin(int64_t gen, const std::string& heartbeat_dir);
+  void OnEvents(const std::vector<etcd::WatchEvent>& events);
+
+  Result<std::optional<rdzv::LiveRecord>> Update(int gen, const Change& change) override;
+  std::optional<rdzv::LiveRecord> Current(int gen) override;
+  std::map<int, rdzv::LiveRankState> Others(int gen) override;
+  Status PublishOwn(int gen, int node, const std::map<int, rdzv::LiveRankState>& ranks) override;
+  Status PublishRecoveries(int gen, int node, const nlohmann::json& records) override;
+
+ private:
+  // Under mu_: a record of the running generation at etcd revision `revision`, taken when newer
+  // than the one held; a newer membership is copied into the heartbeat folder.
+  void TakeRecord(const rdzv::LiveRecord& r, int64_t revision);
+  void TakeStates(const std::string& key, const std::string& value, int64_t revision);
+
+  etcd::EtcdClient* const etcd_;
+  const rdzv::Keys keys_;
+  std::mutex mu_;
+  std::string heartbeat_dir_;
+  int64_t gen_ = -1;  // the running generation
+  std::optional<rdzv::LiveRecord> record_;
+  int64_t revision_ = 0;                                      // record_'s mod revision
+  std::map<int, std::map<int, rdzv::LiveRankState>> states_;  // node -> rank -> state
+  std::map<int, int64_t> state_revisions_;                    // node -> its record's revision
+};
+
+}  // namespace tenax::launch
