@@ -15,7 +15,13 @@
 #                replacement fails while healing (--inject heal-fail, at a random point, killed
 #                or stopped); counts the runs that finish with exit 0, no restart, the first
 #                replacement discarded and the second one healed.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|all] [N]   (default: all 50)
+#   nodes:       N live runs across nodes (network namespaces and an etcd, as the multi-node
+#                suite makes them; needs root): each runs one of the multi-node suite's live cases
+#                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
+#                place), which checks no restart, the unfailed run's trajectory and the recovery
+#                records; counts the runs that pass.
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|nodes|all] [N]
+#        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
 set -uo pipefail
@@ -163,6 +169,23 @@ heal() {
   [ "$ok" -eq "$runs" ]
 }
 
+nodes() {
+  local ok=0
+  local cases=(LiveRecoveryAcrossNodesTrainsThroughAKilledRank LiveRecoveryAcrossNodesKillsAHungRankAlone
+               LiveRecoveryFromALostNodeTheSpareTakesItsPlace)
+  for i in $(seq 1 "$runs"); do
+    local c=${cases[$((RANDOM % 3))]}
+    if build/tests/multinode_live_e2e_test --gtest_filter="MultiNodeLive.$c" > "$work/nodes$i.log" 2>&1; then
+      ok=$((ok + 1)); verdict="ok ($(grep -o 'healed [0-9.]* s after the failure\|full quorum again [0-9.]* s' "$work/nodes$i.log" | head -1))"
+    else
+      verdict="WRONG: $(grep -m3 'Failure\|Expected\|Which is' "$work/nodes$i.log" | tr '\n' ' ')"
+    fi
+    echo "nodes run $i: $c -> $verdict"
+  done
+  echo "nodes: $ok of $runs live runs across nodes trained on without a restart and recorded it"
+  [ "$ok" -eq "$runs" ]
+}
+
 status=0
 case "$what" in
   attribution) attribution || status=1 ;;
@@ -170,7 +193,8 @@ case "$what" in
   live) live || status=1 ;;
   hsdp) live 2 || status=1 ;;
   heal) heal || status=1 ;;
+  nodes) nodes || status=1 ;;
   all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1; heal || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|all] [N]" >&2; exit 2 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

@@ -144,6 +144,25 @@ bool AgentView::TakeLost(std::set<std::string>* lost) {
   return true;
 }
 
+std::set<std::string> AgentView::Lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_;
+}
+
+void AgentView::Forgive(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lost_.erase(id);
+  active_.erase(id);
+}
+
+void AgentView::Activate(int node, const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.insert(id);
+  if (node >= 0 && node < static_cast<int>(running_plan_.nodes.size())) {
+    running_plan_.nodes[static_cast<size_t>(node)] = id;
+  }
+}
+
 void AgentView::SetAgents(std::map<std::string, rdzv::AgentInfo> agents) {
   std::lock_guard<std::mutex> lock(mu_);
   agents_ = std::move(agents);

@@ -81,6 +81,13 @@ class AgentView {
   Ended End(bool forget_lost);
   // The lost agents, taken (cleared here); false, taking none, when the lease is lost.
   bool TakeLost(std::set<std::string>* lost);
+  // resilience.mode = "live" (node_agent_live.cc): the lost agents as they stand (kept here);
+  // one whose loss the job survives live (it no longer stops the generation, and is no longer
+  // watched); and the agent that holds node rank `node` of the running plan from now on (a spare
+  // that took a lost node's place: watched like the others, and its node in the plan).
+  std::set<std::string> Lost() const;
+  void Forgive(const std::string& id);
+  void Activate(int node, const std::string& id);
   // The live agents as last read from etcd (file ports for checkpoint transfers).
   void SetAgents(std::map<std::string, rdzv::AgentInfo> agents);
   // Where this node stands for a replica push.

@@ -96,6 +96,29 @@ TEST(AgentView, AnActiveNodesAgentVanishingIsALoss) {
   EXPECT_TRUE(lost.empty());
 }
 
+// Live recovery across nodes: a lost agent the job survives is forgiven (the generation goes
+// on, its agent no longer watched), and the spare that took its node rank is watched in its
+// place (its loss then is one, and the plan for replica pushes names it).
+TEST(AgentView, ALostNodeForgivenAndTheSpareInItsPlaceIsWatched) {
+  AgentView view(kKeys);
+  view.Begin(0, PlanOf(0), 0);
+  view.OnEvents({Delete(kKeys.agent("b"))});
+  EXPECT_EQ(view.Lost(), std::set<std::string>{"b"});
+  EXPECT_FALSE(view.StillCurrent());
+  view.Forgive("b");
+  EXPECT_TRUE(view.Lost().empty());
+  EXPECT_TRUE(view.StillCurrent());
+  EXPECT_EQ(view.StopReason({}), std::nullopt);
+  view.OnEvents({Delete(kKeys.agent("b"))});  // a repeat of the event: no loss any more
+  EXPECT_TRUE(view.StillCurrent());
+  view.OnEvents({Delete(kKeys.agent("c"))});  // the spare, not active yet: not a loss
+  EXPECT_TRUE(view.StillCurrent());
+  view.Activate(1, "c");
+  EXPECT_EQ(view.Place().plan_nodes, (std::vector<std::string>{"a", "c"}));
+  view.OnEvents({Delete(kKeys.agent("c"))});
+  EXPECT_EQ(view.StopReason({}), "node(s) lost: c");
+}
+
 TEST(AgentView, NewCommitsAreHandedBackInOrder) {
   AgentView view(kKeys);
   view.Begin(0, PlanOf(0), 0);

@@ -1,5 +1,7 @@
 #include "tenax/launch/job_history.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -109,6 +111,17 @@ Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys
         }
       }
     }
+    if (Result<etcd::RangeResponse> v = etcd.GetPrefix(keys.live_vacancies(gen)); v.ok()) {
+      for (const etcd::KeyValue& kv : v->kvs) {
+        if (auto r = rdzv::LiveVacancy::FromJson(kv.value); r.ok()) gh.live_vacancies.push_back(*r);
+      }
+    }
+    if (Result<etcd::RangeResponse> c = etcd.GetPrefix(keys.live_claims(gen)); c.ok()) {
+      for (const etcd::KeyValue& kv : c->kvs) {
+        gh.live_claimed.insert(
+            static_cast<int>(rdzv::ParseInt(kv.key.substr(keys.live_claims(gen).size()), -1)));
+      }
+    }
     if (auto fs = ReadFailureReports(etcd, keys, gen); fs.ok()) gh.failures = std::move(*fs);
     h.generations.push_back(std::move(gh));
   }
@@ -162,6 +175,29 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
         }
       }
       g.AddLiveRecovery(std::move(x));
+    }
+    // A node lost live that no spare took: its ranks' records (a spare's are among the above).
+    for (const rdzv::LiveVacancy& v : gh.live_vacancies) {
+      if (gh.live_claimed.count(v.node) > 0) continue;
+      const int64_t last =
+          gh.node0_report.is_object() ? gh.node0_report.value("last_step", v.step) : v.step;
+      for (int rank : v.ranks) {
+        g.AddLiveRecovery({{"time_s", v.time_unix - h.start_unix},
+                           {"generation", gh.generation},
+                           {"rank", rank},
+                           {"node", v.node},
+                           {"kind", "node-lost"},
+                           {"cause", fmt::format("node {} ({}) was lost: its etcd lease expired",
+                                                 v.node, v.agent)},
+                           {"step", v.step},
+                           {"epoch", v.epoch},
+                           {"members", v.members},
+                           {"healed_at_s", -1},
+                           {"outcome", fmt::format("no spare took node {}'s place: the others "
+                                                   "trained on without its ranks",
+                                                   v.node)},
+                           {"steps_short_handed", std::max<int64_t>(0, last - v.step)}});
+      }
     }
     if (std::optional<FailureRecord> f = FailureOf(gh, h.start_unix)) g.AddFailure(*f);
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct GenerationHistory {
   // resilience.mode = "live": every node's live recoveries (gen/<G>/live/recoveries/<node>), each
   // with time_unix and, once they happened, healed_at_unix or discarded_at_unix.
   std::vector<nlohmann::json> live_recoveries;
+  // live: the nodes lost while G ran (gen/<G>/live/vacant/), and the node ranks a spare took.
+  std::vector<rdzv::LiveVacancy> live_vacancies;
+  std::set<int> live_claimed;
   // Every node's failure report (failures/<G>/); unreadable records are left out.
   std::vector<rdzv::FailureReport> failures;
 };

@@ -147,5 +147,27 @@ TEST(JobGoodput, PlacesEveryNodesLiveRecoveriesOnTheJobsClock) {
   EXPECT_DOUBLE_EQ(discarded["discarded_at_s"].get<double>(), 105.5);
 }
 
+// A node lost live: with a spare in its place, that spare's records say it all; with none, each
+// of its ranks gets a record from the vacancy (never healed, short-handed to the generation's end).
+TEST(JobGoodput, ANodeLostLiveThatNoSpareTookIsRecordedRankByRank) {
+  JobHistory h = TwoGenerations();
+  h.generations[1].live_vacancies = {{1, "d", {2, 3}, 1110.0, 1, {0, 1}, 30},
+                                     {2, "e", {4, 5}, 1120.0, 2, {0, 1}, 35}};
+  h.generations[1].live_claimed = {2};  // a spare took node 2's place (its records: its own)
+  const nlohmann::json r = JobGoodput(h, 1300, 0, /*ended=*/true, "host0", 42);
+  ASSERT_EQ(r["live_recoveries"].size(), 2u) << r.dump(2);
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& l = r["live_recoveries"][i];
+    EXPECT_EQ(l["rank"], 2 + static_cast<int>(i));
+    EXPECT_EQ(l["node"], 1);
+    EXPECT_EQ(l["kind"], "node-lost");
+    EXPECT_DOUBLE_EQ(l["time_s"].get<double>(), 110.0);
+    EXPECT_DOUBLE_EQ(l["healed_at_s"].get<double>(), -1.0);
+    EXPECT_EQ(l["steps_short_handed"], 20);  // from step 30 to the generation's last, 50
+    EXPECT_NE(l["outcome"].get<std::string>().find("no spare took node 1's place"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace tenax::launch

@@ -26,6 +26,8 @@ void EtcdLiveLink::Begin(int64_t gen, const std::string& heartbeat_dir) {
     revision_ = 0;
     states_.clear();
     state_revisions_.clear();
+    vacancies_.clear();
+    claims_.clear();
   }
   // Read after gen_ is set: whatever arrives meanwhile through OnEvents is ordered by revision.
   Result<etcd::RangeResponse> all =
@@ -36,32 +38,37 @@ void EtcdLiveLink::Begin(int64_t gen, const std::string& heartbeat_dir) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (gen_ != gen) return;
-  for (const etcd::KeyValue& kv : all->kvs) {
-    if (kv.key == keys_.live_record(gen)) {
-      if (Result<rdzv::LiveRecord> r = rdzv::LiveRecord::FromJson(kv.value); r.ok()) {
-        TakeRecord(*r, kv.mod_revision);
-      }
-    } else if (HasPrefix(kv.key, keys_.live_states(gen))) {
-      TakeStates(kv.key, kv.value, kv.mod_revision);
-    }
-  }
+  for (const etcd::KeyValue& kv : all->kvs) Take(kv.key, kv.value, kv.mod_revision);
 }
 
 void EtcdLiveLink::OnEvents(const std::vector<etcd::WatchEvent>& events) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gen_ < 0) return;
   for (const etcd::WatchEvent& e : events) {
-    if (e.type != etcd::WatchEvent::Type::kPut) continue;
-    if (e.kv.key == keys_.live_record(gen_)) {
-      Result<rdzv::LiveRecord> r = rdzv::LiveRecord::FromJson(e.kv.value);
-      if (r.ok()) {
-        TakeRecord(*r, e.kv.mod_revision);
-      } else {
-        log::Warn("launch: {}", r.status().message());
-      }
-    } else if (HasPrefix(e.kv.key, keys_.live_states(gen_))) {
-      TakeStates(e.kv.key, e.kv.value, e.kv.mod_revision);
+    if (e.type == etcd::WatchEvent::Type::kPut) Take(e.kv.key, e.kv.value, e.kv.mod_revision);
+  }
+}
+
+void EtcdLiveLink::Take(const std::string& key, const std::string& value, int64_t revision) {
+  if (key == keys_.live_record(gen_)) {
+    Result<rdzv::LiveRecord> r = rdzv::LiveRecord::FromJson(value);
+    if (r.ok()) {
+      TakeRecord(*r, revision);
+    } else {
+      log::Warn("launch: {}", r.status().message());
     }
+  } else if (HasPrefix(key, keys_.live_states(gen_))) {
+    TakeStates(key, value, revision);
+  } else if (HasPrefix(key, keys_.live_vacancies(gen_))) {
+    if (Result<rdzv::LiveVacancy> v = rdzv::LiveVacancy::FromJson(value); v.ok()) {
+      vacancies_.emplace(v->node, *v);
+    } else {
+      log::Warn("launch: {}", v.status().message());
+    }
+  } else if (HasPrefix(key, keys_.live_claims(gen_))) {
+    const int node =
+        static_cast<int>(rdzv::ParseInt(key.substr(keys_.live_claims(gen_).size()), -1));
+    if (node >= 0) claims_.emplace(node, value);
   }
 }
 
@@ -145,8 +152,39 @@ Status EtcdLiveLink::PublishOwn(int gen, int node,
 }
 
 Status EtcdLiveLink::PublishRecoveries(int gen, int node, const nlohmann::json& records) {
-  return Retry([&] { return etcd_->Put(keys_.live_recoveries(gen, node), records.dump()); }, 5)
+  return Retry([&] { return etcd_->Put(keys_.live_recoveries(gen, node, agent_), records.dump()); },
+               5)
       .status();
+}
+
+Status EtcdLiveLink::Vacate(int gen, const rdzv::LiveVacancy& v) {
+  const std::string key = keys_.live_vacant(gen, v.node);
+  TENAX_RETURN_IF_ERROR(Retry([&] { return etcd_->PutIfAbsent(key, v.ToJson().dump()); }).status());
+  // Seen here at once, whoever put it first (the watch brings it too).
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv, Retry([&] { return etcd_->Get(key); }));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kv && gen_ == gen) Take(kv->key, kv->value, kv->mod_revision);
+  return Status::Ok();
+}
+
+Result<bool> EtcdLiveLink::Claim(int gen, int node) {
+  const std::string key = keys_.live_claim(gen, node);
+  TENAX_RETURN_IF_ERROR(Retry([&] { return etcd_->PutIfAbsent(key, agent_); }).status());
+  // A repeat after an unknown outcome finds its own claim: the value says who holds it.
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv, Retry([&] { return etcd_->Get(key); }));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kv && gen_ == gen) Take(kv->key, kv->value, kv->mod_revision);
+  return kv && kv->value == agent_;
+}
+
+std::map<int, rdzv::LiveVacancy> EtcdLiveLink::Vacancies(int gen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gen_ == gen ? vacancies_ : std::map<int, rdzv::LiveVacancy>();
+}
+
+std::map<int, std::string> EtcdLiveLink::Claims(int gen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gen_ == gen ? claims_ : std::map<int, std::string>();
 }
 
 }  // namespace tenax::launch

@@ -1,7 +1,9 @@
 // The node agent's LiveLink (live_link.h): the job's live record of the running generation kept
 // in etcd (rendezvous.h: gen/<G>/live/...), this node's copy of it in its heartbeat folder (where
 // its ranks read it), and the other nodes' ranks' states, as the agent's etcd watcher delivers
-// them. Begin(G) before each generation this node runs; the watcher's events go to OnEvents.
+// them, and a lost node's vacancy and the spare's claim of it (node_agent_live.cc). Begin(G)
+// before each generation this node runs (or waits in as a spare); the watcher's events go to
+// OnEvents.
 // Thread safety: every method may be called from any thread (one mutex; etcd requests are made
 // outside it).
 #pragma once
@@ -21,7 +23,9 @@ namespace tenax::launch {
 
 class EtcdLiveLink : public LiveLink {
  public:
-  EtcdLiveLink(etcd::EtcdClient* etcd, rdzv::Keys keys) : etcd_(etcd), keys_(std::move(keys)) {}
+  // `agent`: this agent's id (its records of live recoveries are under it).
+  EtcdLiveLink(etcd::EtcdClient* etcd, rdzv::Keys keys, std::string agent)
+      : etcd_(etcd), keys_(std::move(keys)), agent_(std::move(agent)) {}
 
   // Generation `gen` starts here, its ranks reading their record in `heartbeat_dir`: what etcd
   // holds of it so far is read in (its events from now on arrive through OnEvents).
@@ -34,14 +38,25 @@ class EtcdLiveLink : public LiveLink {
   Status PublishOwn(int gen, int node, const std::map<int, rdzv::LiveRankState>& ranks) override;
   Status PublishRecoveries(int gen, int node, const nlohmann::json& records) override;
 
+  // A lost node (node_agent_live.cc): its vacancy, put once (the first to see the loss wins;
+  // the others' puts change nothing), and a spare's claim of it (true: this agent took it).
+  Status Vacate(int gen, const rdzv::LiveVacancy& v);
+  Result<bool> Claim(int gen, int node);
+  // What this node has seen of `gen`'s vacancies and claims (node -> record, node -> agent).
+  std::map<int, rdzv::LiveVacancy> Vacancies(int gen);
+  std::map<int, std::string> Claims(int gen);
+
  private:
   // Under mu_: a record of the running generation at etcd revision `revision`, taken when newer
   // than the one held; a newer membership is copied into the heartbeat folder.
   void TakeRecord(const rdzv::LiveRecord& r, int64_t revision);
   void TakeStates(const std::string& key, const std::string& value, int64_t revision);
+  // Under mu_: one key of the running generation's live/ prefix, put at `revision`.
+  void Take(const std::string& key, const std::string& value, int64_t revision);
 
   etcd::EtcdClient* const etcd_;
   const rdzv::Keys keys_;
+  const std::string agent_;
   std::mutex mu_;
   std::string heartbeat_dir_;
   int64_t gen_ = -1;  // the running generation
@@ -49,6 +64,8 @@ class EtcdLiveLink : public LiveLink {
   int64_t revision_ = 0;                                      // record_'s mod revision
   std::map<int, std::map<int, rdzv::LiveRankState>> states_;  // node -> rank -> state
   std::map<int, int64_t> state_revisions_;                    // node -> its record's revision
+  std::map<int, rdzv::LiveVacancy> vacancies_;                // node -> its vacancy
+  std::map<int, std::string> claims_;                         // node -> the spare that took it
 };
 
 }  // namespace tenax::launch

@@ -163,7 +163,7 @@ Result<std::optional<int>> NodeAgent::Start() {
       [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
   if (job_.live) {
     // Live recovery: the membership is the job's, in etcd; the ranks' groups meet there too.
-    live_ = std::make_unique<EtcdLiveLink>(etcd_.get(), keys_);
+    live_ = std::make_unique<EtcdLiveLink>(etcd_.get(), keys_, info_.id);
     protocol::LiveStoreAddress store;
     store.endpoints = a_.etcd.endpoints;
     store.prefix = keys_.live_store();
@@ -288,15 +288,27 @@ Result<std::optional<int>> NodeAgent::WaitAsSpare(int64_t g, const rdzv::Plan& p
   log::Info("launch: generation {}: this node is a spare (active: {})", g,
             fmt::join(plan.nodes, ", "));
   // A spare watches: a lost active node ends the generation too (someone must say so), and
-  // the job may end while it waits.
+  // the job may end while it waits. Live: it may take a lost node's place instead.
+  if (live_) live_->Begin(g, supervisor_->heartbeat_dir());
   bool finished = false;
+  std::optional<rdzv::LiveVacancy> vacancy;
   view_.WaitUntil(
       [&] {
-        Result<etcd::RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
-        finished = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
+        if (live_) {
+          LiveNodesLost(g, plan, /*active=*/false);
+          vacancy = LiveClaimVacancy(g);
+          if (vacancy) return true;
+        }
+        finished = AllDone(g);
         return finished || !view_.StillCurrent();
       },
       1e9);
+  if (vacancy) {
+    rdzv::Plan mine = plan;
+    mine.nodes[static_cast<size_t>(vacancy->node)] = info_.id;
+    view_.Begin(g, mine, vacancy->node);
+    return RunActive(g, mine, vacancy->node, vacancy);
+  }
   if (finished) {
     log::Info("launch: job {} finished on every node", a_.job_id);
     return std::optional<int>(0);
@@ -307,7 +319,8 @@ Result<std::optional<int>> NodeAgent::WaitAsSpare(int64_t g, const rdzv::Plan& p
   return std::optional<int>();
 }
 
-Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& plan, int node_rank) {
+Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& plan, int node_rank,
+                                                const std::optional<rdzv::LiveVacancy>& vacancy) {
   // Rank 0's store lives on node 0: its agent publishes a free port there.
   std::string master;
   if (node_rank == 0) {
@@ -326,7 +339,8 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
     (void)view_.End(/*forget_lost=*/false);
     return std::optional<int>();
   }
-  if (Status st = PrepareCheckpoints(g); !st.ok()) {
+  // A vacancy's ranks take their state from the live members, not from a checkpoint.
+  if (Status st = vacancy ? Status::Ok() : PrepareCheckpoints(g); !st.ok()) {
     // This node cannot resume where the others do: a failure of the generation.
     log::Error("launch: {}", st.message());
     rdzv::FailureReport f;
@@ -349,9 +363,11 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   gp.nnodes = o_.nnodes;
   gp.master_addr = master.substr(0, master.rfind(':'));
   gp.master_port = std::atoi(master.substr(master.rfind(':') + 1).c_str());
+  gp.live_vacancy = vacancy;
   if (!progress_.joinable()) progress_ = std::thread([this] { ProgressLoop(); });
-  if (live_) live_->Begin(g, supervisor_->heartbeat_dir());
+  if (live_ && !vacancy) live_->Begin(g, supervisor_->heartbeat_dir());  // a spare's did already
   Supervisor::Outcome out = supervisor_->RunGeneration(gp, [&]() -> std::optional<std::string> {
+    if (live_) LiveNodesLost(g, plan, /*active=*/true);
     return view_.StopReason(supervisor_->beats());  // the beats for ProgressLoop
   });
   const AgentView::Ended ended = view_.End(/*forget_lost=*/true);
@@ -392,8 +408,8 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   bool all_done = false;
   view_.WaitUntil(
       [&] {
-        Result<etcd::RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
-        all_done = d.ok() && static_cast<int>(d->kvs.size()) >= o_.nnodes;
+        if (live_) LiveNodesLost(g, plan, /*active=*/true);  // a node lost while we wait
+        all_done = AllDone(g);
         Result<int64_t> now = CurrentGeneration();
         return all_done || (now.ok() && *now != g) || view_.stopped();
       },

@@ -126,12 +126,22 @@ class NodeAgent {
   // Node `node_rank` of generation g: node 0's store address, the checkpoint folder ready, the
   // ranks run until they end or g stops holding, then how g ended recorded in etcd; 0 when every
   // node finished the job.
-  Result<std::optional<int>> RunActive(int64_t g, const rdzv::Plan& plan, int node_rank);
+  // `vacancy` (live): this spare takes a lost node's place in the running generation.
+  Result<std::optional<int>> RunActive(int64_t g, const rdzv::Plan& plan, int node_rank,
+                                       const std::optional<rdzv::LiveVacancy>& vacancy = {});
 
   Status Register();
   // The watcher's: the view takes the events in; the supervisor wakes to ask whether its
   // generation still holds; new commits go to the mirror.
   void OnEvents(const std::vector<etcd::WatchEvent>& events);
+  // Live recovery across nodes (node_agent_live.cc): the lost agents of generation g whose loss
+  // the job survives live are taken off the view (an active node drops their ranks from the
+  // record and puts their vacancy; a spare only waits for that), and the spares that claimed a
+  // vacancy are watched in their place; a spare's claim of a vacancy (the one it won); and
+  // whether every node rank of g is done or was lost with nobody to take it.
+  void LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active);
+  std::optional<rdzv::LiveVacancy> LiveClaimVacancy(int64_t g);
+  bool AllDone(int64_t g);
   Result<int64_t> CurrentGeneration();
   // Joins generation g and waits for its plan; nullopt when g is no longer current, the job
   // stopped, or the lease was lost.

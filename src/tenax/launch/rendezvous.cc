@@ -260,4 +260,27 @@ Result<std::map<int, LiveRankState>> ParseLiveStates(const std::string& text) {
   return out;
 }
 
+nlohmann::json LiveVacancy::ToJson() const {
+  return {{"node", node},   {"agent", agent},     {"ranks", ranks}, {"time_unix", time_unix},
+          {"epoch", epoch}, {"members", members}, {"step", step}};
+}
+
+Result<LiveVacancy> LiveVacancy::FromJson(const std::string& text) {
+  TENAX_ASSIGN_OR_RETURN(nlohmann::json j, Parse(text, "live vacancy"));
+  LiveVacancy v;
+  try {
+    v.node = j.at("node").get<int>();
+    v.agent = j.at("agent").get<std::string>();
+    v.ranks = j.at("ranks").get<std::vector<int>>();
+    v.time_unix = j.at("time_unix").get<double>();
+    v.epoch = j.at("epoch").get<int>();
+    v.members = j.at("members").get<std::vector<int>>();
+    v.step = j.at("step").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    return DataError("etcd holds an unreadable live vacancy record: " + text);
+  }
+  if (v.node < 0) return DataError("etcd holds a live vacancy of no node: " + text);
+  return v;
+}
+
 }  // namespace tenax::launch::rdzv

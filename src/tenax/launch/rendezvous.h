@@ -37,7 +37,12 @@
 //                            on its revision by the agent whose ranks failed or are ready to
 //                            join; every agent copies it into its heartbeat folder for its ranks
 //   gen/<G>/live/state/<node> live: the node's ranks' epochs and whether each is done
-//   gen/<G>/live/recoveries/<node> live: the node's live recoveries (goodput's live_recoveries)
+//   gen/<G>/live/recoveries/<node>/<id> live: the live recoveries agent <id> recorded as node
+//                            <node> (goodput's live_recoveries)
+//   gen/<G>/live/vacant/<node> live: node <node> was lost and its ranks left the record
+//                            (LiveVacancy), put once by whoever saw it first
+//   gen/<G>/live/claim/<node>  live: the spare agent that took the lost node's place (put if
+//                            absent: one claim per node rank and generation)
 //   live-store/              live: where the ranks' live groups meet (TENAX_LIVE_STORE's prefix);
 //                            deleted when the job ends
 //   slow/<id>                an agent whose node straggled and was replaced (--replace-stragglers):
@@ -117,8 +122,16 @@ class Keys {
     return live_states(g) + std::to_string(node);
   }
   std::string live_recoveries(int64_t g) const { return gen(g) + "live/recoveries/"; }
-  std::string live_recoveries(int64_t g, int node) const {
-    return live_recoveries(g) + std::to_string(node);
+  std::string live_recoveries(int64_t g, int node, const std::string& id) const {
+    return live_recoveries(g) + std::to_string(node) + "/" + id;
+  }
+  std::string live_vacancies(int64_t g) const { return gen(g) + "live/vacant/"; }
+  std::string live_vacant(int64_t g, int node) const {
+    return live_vacancies(g) + std::to_string(node);
+  }
+  std::string live_claims(int64_t g) const { return gen(g) + "live/claim/"; }
+  std::string live_claim(int64_t g, int node) const {
+    return live_claims(g) + std::to_string(node);
   }
   std::string live_store() const { return root_ + "live-store/"; }
   std::string quarantined() const { return root_ + "quarantined/"; }
@@ -243,6 +256,25 @@ struct LiveRankState {
   }
 };
 std::string LiveStatesJson(const std::map<int, LiveRankState>& ranks);
+// live: a node lost while its generation runs (gen/<G>/live/vacant/<node>): its agent and its
+// ranks, when the others saw its lease go (wall clock), the epoch that dropped its ranks and that
+// epoch's members, and the step the members held then (the lost ranks' last one, as far as anyone
+// knows).
+struct LiveVacancy {
+  int node = -1;
+  std::string agent;
+  std::vector<int> ranks;
+  double time_unix = 0;
+  int epoch = 0;
+  std::vector<int> members;
+  int64_t step = -1;
+  nlohmann::json ToJson() const;
+  static Result<LiveVacancy> FromJson(const std::string& text);
+  bool operator==(const LiveVacancy& o) const {
+    return node == o.node && agent == o.agent && ranks == o.ranks && time_unix == o.time_unix &&
+           epoch == o.epoch && members == o.members && step == o.step;
+  }
+};
 Result<std::map<int, LiveRankState>> ParseLiveStates(const std::string& text);
 
 }  // namespace tenax::launch::rdzv

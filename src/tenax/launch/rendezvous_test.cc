@@ -121,5 +121,22 @@ TEST(LiveRankState, RoundTripsAndRejectsDamagedRecords) {
   EXPECT_FALSE(ParseLiveStates(R"({"1":3})").ok());
 }
 
+TEST(LiveVacancy, RoundTripsAndRejectsDamagedRecords) {
+  LiveVacancy v{1, "host1-42-abcdef", {2, 3}, 1700000000.25, 3, {0, 1}, 17};
+  Result<LiveVacancy> back = LiveVacancy::FromJson(v.ToJson().dump());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, v);
+  EXPECT_FALSE(LiveVacancy::FromJson("[]").ok());
+  EXPECT_FALSE(LiveVacancy::FromJson(R"({"node":1})").ok());
+  EXPECT_FALSE(LiveVacancy::FromJson(R"({"node":-1,"agent":"a","ranks":[2],"time_unix":1,)"
+                                     R"("epoch":1,"members":[0],"step":3})")
+                   .ok());
+  // The keys: one vacancy and one claim per node rank, recoveries per node and agent.
+  Keys k("job");
+  EXPECT_EQ(k.live_vacant(2, 1), k.live_vacancies(2) + "1");
+  EXPECT_EQ(k.live_claim(2, 1), k.live_claims(2) + "1");
+  EXPECT_EQ(k.live_recoveries(2, 1, "x"), k.live_recoveries(2) + "1/x");
+}
+
 }  // namespace
 }  // namespace tenax::launch::rdzv

@@ -150,54 +150,6 @@ Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
   return pid;
 }
 
-void Supervisor::Publish(int gen, bool force) {
-  if (monitor_) {
-    nlohmann::json ranks = nlohmann::json::array();
-    int alive = 0;
-    for (int local = 0; local < o_.nproc_per_node; ++local) {
-      const int slot = slots_->SlotOf(local);
-      const SlotProcess& p = slots_->process(slot);
-      const bool up = p.pid > 0 && p.local == local;
-      alive += up;
-      const protocol::Beat& b = g_.beats[local];
-      ranks.push_back({{"rank", Rank(local)},
-                       {"slot", slot},
-                       {"pid", up ? p.pid : -1},
-                       {"alive", up},
-                       {"step", b.step},
-                       {"phase", protocol::PhaseName(b.phase)},
-                       {"host", b.host},
-                       {"tokens_per_s", b.tokens_per_s}});
-    }
-    const double wall = Elapsed();
-    nlohmann::json status = {{"time_s", wall},
-                             {"generation", gen},
-                             {"ranks_alive", alive},
-                             {"ranks", ranks},
-                             {"step", goodput_.step()},
-                             {"tokens_per_s", goodput_.tokens_per_s()},
-                             {"restarts", goodput_.restarts()},
-                             {"failures", goodput_.failure_count()},
-                             {"spares_ready", slots_->ReadySpares()},
-                             {"quarantined_slots", slots_->QuarantinedSlots()},
-                             {"stragglers", straggler_count_},
-                             {"goodput", goodput_.Report(wall, 0, false)}};
-    monitor_->Update(status, force);
-  }
-  // goodput.json follows the run while it runs, so a launcher that is killed leaves its part
-  // behind for the next launch of the run (goodput.h).
-  if (force || Elapsed() - last_goodput_write_ >= 1.0) WriteGoodput(false, 0);
-}
-
-void Supervisor::WriteGoodput(bool ended, int exit_code) {
-  if (schedule_) goodput_.SetFaultSchedule(schedule_->Report());
-  if (job_.goodput_path.empty()) return;
-  last_goodput_write_ = Elapsed();
-  Status st = LocalFs().WriteFileAtomic(
-      job_.goodput_path, goodput_.Report(Elapsed(), exit_code, ended).dump(2) + "\n");
-  if (!st.ok()) log::Warn("launch: could not write {}: {}", job_.goodput_path, st.message());
-}
-
 int Supervisor::AnalyzeHang() {
   if (hb_dir_.empty()) return -1;
   const int n = o_.nproc_per_node;
@@ -594,9 +546,11 @@ void Supervisor::StartRanks(const GenerationPlan& plan, Outcome* out) {
   g_.master_addr = master;
   g_.master_port = port;
   if (job_.live) LiveStart(plan.generation);
+  const int incarnation = plan.live_vacancy ? LiveVacancyIncarnation(plan) : 0;
   for (int local = 0; local < n; ++local) {
-    Result<pid_t> pid =
-        slots_->Assign(local, protocol::AssignmentLine(AssignmentOf(plan.generation, local)));
+    protocol::Assignment a = AssignmentOf(plan.generation, local);
+    a.live_incarnation = incarnation;
+    Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
     if (!pid.ok()) {
       log::Error("launch: {}", pid.status().message());
       Verdict v;
@@ -611,6 +565,7 @@ void Supervisor::StartRanks(const GenerationPlan& plan, Outcome* out) {
       break;
     }
     g_.pids[local] = *pid;
+    if (plan.live_vacancy) LiveFillVacancy(plan, local, *pid);
   }
   std::string where;
   for (int local = 0; local < n; ++local) {

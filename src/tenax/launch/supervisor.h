@@ -50,6 +50,10 @@ struct GenerationPlan {
   int nnodes = 1;
   std::string master_addr;  // rank 0's store
   int master_port = 0;      // 0: a free port on this machine (single node)
+  // resilience.mode = "live", several nodes: this node takes the place of node `node_rank`,
+  // lost while the generation runs: its ranks start as replacements that join the live members
+  // (supervisor_live.cc, LiveFillVacancy).
+  std::optional<rdzv::LiveVacancy> live_vacancy;
 };
 
 // Asked on every turn of the loop while a generation runs: a reason to stop it from outside
@@ -187,6 +191,10 @@ class Supervisor {
   // the generation ends as usual); and, every turn of the loop, the replacements: announced as
   // joining once ready, recorded once healed.
   void LiveStart(int gen);
+  // A vacancy's ranks (GenerationPlan::live_vacancy): the incarnation every one of them starts
+  // under, and the record of local rank `local`, started as `pid`, as a replacement on its way in.
+  int LiveVacancyIncarnation(const GenerationPlan& plan);
+  void LiveFillVacancy(const GenerationPlan& plan, int local, pid_t pid);
   bool LiveRecover(int gen, const std::vector<RankEnd>& failed, const Verdict& v);
   // A hang whose culprit is known: only that rank is killed (its death is then recovered from as
   // a failure of kind hang); false: not possible, every rank is killed as usual.

@@ -97,6 +97,55 @@ void Supervisor::LiveStart(int gen) {
   }
 }
 
+int Supervisor::LiveVacancyIncarnation(const GenerationPlan& plan) {
+  // Apart from every incarnation the lost node gave its replicas (they count from 1 there): the
+  // replica groups of HSDP meet under a name that holds it.
+  constexpr int kVacancyIncarnation = 1000;
+  const int k = job_.live_replica_ranks;
+  for (int local = 0; local < o_.nproc_per_node; local += k) {
+    g_.incarnation[static_cast<size_t>(Rank(local) / k)] = kVacancyIncarnation;
+  }
+  log::Info(
+      "launch: generation {}: this node takes the place of node {} (lost at step {}): its ranks "
+      "start as replacements and join the live members {}",
+      plan.generation, plan.node_rank, plan.live_vacancy->step,
+      fmt::join(plan.live_vacancy->members, ","));
+  return kVacancyIncarnation;
+}
+
+void Supervisor::LiveFillVacancy(const GenerationPlan& plan, int local, pid_t pid) {
+  const rdzv::LiveVacancy& v = *plan.live_vacancy;
+  const int rank = Rank(local);
+  const int k = job_.live_replica_ranks;
+  // On this launch's clock (the vacancy's time is the wall clock of the node that saw it).
+  const double lost_s = v.time_unix - t0_wall_;
+  Generation::Replacement r;
+  r.local = local;
+  r.incarnation = g_.incarnation[static_cast<size_t>(rank / k)];
+  r.entry = {{"time_s", lost_s},
+             {"generation", plan.generation},
+             {"rank", rank},
+             {"slot", slots_->SlotOf(local)},
+             {"host", host_},
+             {"node", plan.node_rank},
+             {"kind", "node-lost"},  // as the nodes' failure reports name it (rendezvous.h)
+             {"cause", fmt::format("node {} ({}) was lost: its etcd lease expired", plan.node_rank,
+                                   v.agent)},
+             {"step", v.step},
+             // The lease's lapse: the node went at most this long before the others saw it.
+             {"detection_s", o_.rdzv_lease_s},
+             {"epoch", v.epoch},
+             {"members", v.members},
+             {"replacement_pid", pid},
+             {"healed_at_s", -1}};
+  if (k > 1) {
+    r.entry["replica"] = rank / k;
+    r.entry["incarnation"] = r.incarnation;
+  }
+  r.record = goodput_.AddLiveRecovery(r.entry);
+  g_.replacements.push_back(std::move(r));
+}
+
 void Supervisor::LiveSync(int gen) {
   if (live_link_ == nullptr) return;
   if (std::optional<rdzv::LiveRecord> now = live_link_->Current(gen)) g_.live = std::move(*now);

@@ -1,10 +1,61 @@
-// The supervisor's reading of what the trainer records in the run folder (its loss spikes and
-// silent-data-corruption detections) into goodput.json; apart from supervisor.cc, which is the
-// supervision loop itself.
+// The supervisor's records, apart from supervisor.cc, which is the supervision loop itself: the
+// status the live page shows (Publish), goodput.json (WriteGoodput), and its reading of what the
+// trainer records in the run folder (its loss spikes and silent-data-corruption detections).
 #include "tenax/launch/supervisor.h"
+
+#include "tenax/core/fs.h"
+#include "tenax/core/log.h"
 #include "tenax/report/run_data.h"
 
 namespace tenax::launch {
+
+void Supervisor::Publish(int gen, bool force) {
+  if (monitor_) {
+    nlohmann::json ranks = nlohmann::json::array();
+    int alive = 0;
+    for (int local = 0; local < o_.nproc_per_node; ++local) {
+      const int slot = slots_->SlotOf(local);
+      const SlotProcess& p = slots_->process(slot);
+      const bool up = p.pid > 0 && p.local == local;
+      alive += up;
+      const protocol::Beat& b = g_.beats[local];
+      ranks.push_back({{"rank", Rank(local)},
+                       {"slot", slot},
+                       {"pid", up ? p.pid : -1},
+                       {"alive", up},
+                       {"step", b.step},
+                       {"phase", protocol::PhaseName(b.phase)},
+                       {"host", b.host},
+                       {"tokens_per_s", b.tokens_per_s}});
+    }
+    const double wall = Elapsed();
+    nlohmann::json status = {{"time_s", wall},
+                             {"generation", gen},
+                             {"ranks_alive", alive},
+                             {"ranks", ranks},
+                             {"step", goodput_.step()},
+                             {"tokens_per_s", goodput_.tokens_per_s()},
+                             {"restarts", goodput_.restarts()},
+                             {"failures", goodput_.failure_count()},
+                             {"spares_ready", slots_->ReadySpares()},
+                             {"quarantined_slots", slots_->QuarantinedSlots()},
+                             {"stragglers", straggler_count_},
+                             {"goodput", goodput_.Report(wall, 0, false)}};
+    monitor_->Update(status, force);
+  }
+  // goodput.json follows the run while it runs, so a launcher that is killed leaves its part
+  // behind for the next launch of the run (goodput.h).
+  if (force || Elapsed() - last_goodput_write_ >= 1.0) WriteGoodput(false, 0);
+}
+
+void Supervisor::WriteGoodput(bool ended, int exit_code) {
+  if (schedule_) goodput_.SetFaultSchedule(schedule_->Report());
+  if (job_.goodput_path.empty()) return;
+  last_goodput_write_ = Elapsed();
+  Status st = LocalFs().WriteFileAtomic(
+      job_.goodput_path, goodput_.Report(Elapsed(), exit_code, ended).dump(2) + "\n");
+  if (!st.ok()) log::Warn("launch: could not write {}: {}", job_.goodput_path, st.message());
+}
 
 std::vector<int> Supervisor::SdcNamedRanks(int generation) const {
   std::vector<int> out;

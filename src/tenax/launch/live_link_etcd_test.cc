@@ -1,0 +1,111 @@
+// The node agents' live link against a real etcd (testing_etcd.h), two nodes' links on one job:
+// the first record is put once, drops from both nodes at once both land (compare-and-swap), each
+// newer membership reaches the ranks' file, the nodes' rank states and a lost node's vacancy
+// reach the other node, and of two spares claiming one vacancy exactly one wins.
+#include "tenax/launch/live_link_etcd.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tenax/core/temp_dir.h"
+#include "tenax/etcd/testing_etcd.h"
+#include "tenax/protocol/live_membership.h"
+
+namespace tenax::launch {
+namespace {
+
+class EtcdLiveLinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
+    auto started = etcd::testing::TestingEtcd::Start();
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    etcd_ = std::move(*started);
+    for (int i = 0; i < 2; ++i) {
+      auto c = etcd::EtcdClient::Create(etcd_->client_options());
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      clients_.push_back(std::move(*c));
+      links_.push_back(std::make_unique<EtcdLiveLink>(clients_.back().get(), rdzv::Keys("job"),
+                                                      "agent" + std::to_string(i)));
+    }
+  }
+  static rdzv::LiveRecord First() {
+    rdzv::LiveRecord r;
+    r.membership.world = 4;
+    r.membership.members = {0, 1, 2, 3};
+    return r;
+  }
+  // Drops `leave` from the newest record (nothing if none of them is a member any more).
+  static Result<std::optional<rdzv::LiveRecord>> Drop(EtcdLiveLink& link, std::vector<int> leave) {
+    return link.Update(
+        0, [&](const std::optional<rdzv::LiveRecord>& now) -> std::optional<rdzv::LiveRecord> {
+          if (!now) return std::nullopt;
+          for (int r : leave) {
+            if (now->membership.Has(r)) return rdzv::NextLiveEpoch(*now, leave, {});
+          }
+          return std::nullopt;
+        });
+  }
+  std::unique_ptr<etcd::testing::TestingEtcd> etcd_;
+  std::vector<std::unique_ptr<etcd::EtcdClient>> clients_;
+  std::vector<std::unique_ptr<EtcdLiveLink>> links_;
+};
+
+TEST_F(EtcdLiveLinkTest, DropsFromTwoNodesAtOnceBothLandAndReachTheRanksFile) {
+  testing::TempDir a, b;
+  links_[0]->Begin(0, a.path());
+  links_[1]->Begin(0, b.path());
+  // Both nodes put the first record; one of them is it.
+  for (auto& link : links_) {
+    auto put = link->Update(
+        0, [](const std::optional<rdzv::LiveRecord>& was) -> std::optional<rdzv::LiveRecord> {
+          if (was) return std::nullopt;
+          return First();
+        });
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    ASSERT_TRUE(*put);
+    EXPECT_EQ((*put)->membership.epoch, 0);
+  }
+  // Node 0 drops rank 1 while node 1 drops rank 3: neither change is lost.
+  std::thread other([&] { ASSERT_TRUE(Drop(*links_[1], {3}).ok()); });
+  ASSERT_TRUE(Drop(*links_[0], {1}).ok());
+  other.join();
+  auto now = Drop(*links_[0], {1});  // a repeat: changes nothing
+  ASSERT_TRUE(now.ok() && *now);
+  EXPECT_EQ((*now)->membership.epoch, 2);
+  EXPECT_EQ((*now)->membership.members, (std::vector<int>{0, 2}));
+  // Each link took the newest record it met, and wrote it where its ranks read it.
+  auto file = protocol::ReadLiveMembership(a.path());
+  ASSERT_TRUE(file.ok() && *file);
+  EXPECT_EQ((*file)->members, (std::vector<int>{0, 2}));
+  ASSERT_TRUE(links_[0]->Current(0));
+  EXPECT_EQ(links_[0]->Current(0)->membership.epoch, 2);
+}
+
+TEST_F(EtcdLiveLinkTest, AVacancyIsPutOnceAndOneOfTwoSparesTakesIt) {
+  testing::TempDir a, b;
+  links_[0]->Begin(0, a.path());
+  ASSERT_TRUE(links_[0]->PublishOwn(0, 0, {{0, {1, false, true}}, {1, {1, true, true}}}).ok());
+  rdzv::LiveVacancy first{1, "lost", {2, 3}, 1000.5, 1, {0, 1}, 8};
+  ASSERT_TRUE(links_[0]->Vacate(0, first).ok());
+  rdzv::LiveVacancy second = first;
+  second.step = 99;
+  ASSERT_TRUE(links_[0]->Vacate(0, second).ok());  // another node saw it later: no change
+  // A spare that starts watching now reads what the other node said.
+  links_[1]->Begin(0, b.path());
+  ASSERT_EQ(links_[1]->Vacancies(0).count(1), 1u);
+  EXPECT_EQ(links_[1]->Vacancies(0).at(1), first);
+  EXPECT_EQ(links_[1]->Others(0).at(1), (rdzv::LiveRankState{1, true, true}));
+  // Two spares claim it: exactly one holds it, and both know which.
+  Result<bool> one = links_[0]->Claim(0, 1), two = links_[1]->Claim(0, 1);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_NE(*one, *two);
+  EXPECT_EQ(links_[1]->Claims(0).at(1), *one ? "agent0" : "agent1");
+  // Another generation's view has none of it.
+  EXPECT_TRUE(links_[1]->Vacancies(1).empty());
+  EXPECT_TRUE(links_[1]->Claims(1).empty());
+}
+
+}  // namespace
+}  // namespace tenax::launch

@@ -1,0 +1,102 @@
+// The node agent's part of live recovery across nodes (resilience.mode = "live", live_link.h):
+// a lost node's ranks leave the job's live record instead of ending the generation, a spare
+// takes the lost node's place with ranks that join the live members, and the job is done when
+// every node rank is done or was lost with nobody to take it.
+//   Lost      an active agent's key vanished (its lease expired): every node that saw it drops
+//             the lost node's ranks from the record (compare-and-swap; a repeat changes nothing)
+//             and puts its vacancy (gen/<G>/live/vacant/<node>, put once). Node 0 (it writes
+//             the job's goodput and gives rank 0's commits their consent) and a node rank taken
+//             once already in this generation end the generation as in restart mode.
+//   Claimed   a spare puts gen/<G>/live/claim/<node> if absent; the one that did runs that node
+//             rank's ranks as replacements (GenerationPlan::live_vacancy) and is watched by the
+//             others from then on, in the lost agent's place.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tenax/core/log.h"
+#include "tenax/launch/node_agent_internal.h"
+
+namespace tenax::launch::agent_internal {
+
+void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
+  const std::map<int, std::string> claims = live_->Claims(g);
+  for (const auto& [node, id] : claims) {
+    if (id != info_.id) view_.Activate(node, id);
+  }
+  const int n = o_.nproc_per_node;
+  for (const std::string& id : view_.Lost()) {
+    const int node = plan.NodeRankOf(id);
+    if (node <= 0 || claims.count(node) > 0) continue;  // the generation ends (see above)
+    if (!active) {
+      // A spare: the active nodes drop the lost one's ranks and say it is vacant (it has no
+      // step to tell); if they cannot, they end the generation, and so its wait.
+      view_.Forgive(id);
+      continue;
+    }
+    std::vector<int> leave;
+    for (int r = node * n; r < (node + 1) * n; ++r) leave.push_back(r);
+    Result<std::optional<rdzv::LiveRecord>> now = live_->Update(
+        static_cast<int>(g),
+        [&](const std::optional<rdzv::LiveRecord>& was) -> std::optional<rdzv::LiveRecord> {
+          const bool member = was && std::any_of(leave.begin(), leave.end(),
+                                                 [&](int r) { return was->membership.Has(r); });
+          if (!member) return std::nullopt;  // dropped already (by another node)
+          return rdzv::NextLiveEpoch(*was, leave, {});
+        });
+    if (!now.ok() || !*now) {
+      log::Error(
+          "launch: node {} ({}) lost; cannot drop its ranks from the live record ({}): the "
+          "generation ends",
+          node, id, now.ok() ? "there is none" : now.status().message());
+      continue;
+    }
+    // The step the members hold (a spare's view has no ranks: -1).
+    int64_t step = -1;
+    for (const protocol::Beat& b : supervisor_->beats()) step = std::max(step, b.step);
+    const rdzv::LiveRecord& r = **now;
+    rdzv::LiveVacancy v{node, id, leave, WallNow(), r.membership.epoch, r.membership.members, step};
+    if (Status st = live_->Vacate(static_cast<int>(g), v); !st.ok()) {
+      log::Error("launch: node {} ({}) lost; cannot record its vacancy ({}): the generation ends",
+                 node, id, st.message());
+      continue;
+    }
+    view_.Forgive(id);
+    log::Warn(
+        "launch: node {} ({}) lost; live recovery: rank(s) {} train on in epoch {}, a spare may "
+        "take node {}'s place",
+        node, id, fmt::join(r.membership.members, ","), r.membership.epoch, node);
+  }
+}
+
+std::optional<rdzv::LiveVacancy> NodeAgent::LiveClaimVacancy(int64_t g) {
+  const std::map<int, std::string> claims = live_->Claims(g);
+  for (const auto& [node, v] : live_->Vacancies(g)) {
+    if (claims.count(node) > 0) continue;
+    Result<bool> won = live_->Claim(static_cast<int>(g), node);
+    if (won.ok() && *won) {
+      log::Info("launch: generation {}: this spare takes the place of node {} ({}), lost", g, node,
+                v.agent);
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+bool NodeAgent::AllDone(int64_t g) {
+  Result<etcd::RangeResponse> d = etcd_->GetPrefix(keys_.dones(g));
+  if (!d.ok()) return false;
+  if (!live_) return static_cast<int>(d->kvs.size()) >= o_.nnodes;
+  std::set<int> done;
+  for (const etcd::KeyValue& kv : d->kvs) {
+    done.insert(static_cast<int>(rdzv::ParseInt(kv.key.substr(keys_.dones(g).size()), -1)));
+  }
+  // A node rank lost live that no spare took: its ranks left the record, nothing is left to do.
+  const std::map<int, rdzv::LiveVacancy> vacant = live_->Vacancies(g);
+  const std::map<int, std::string> claims = live_->Claims(g);
+  for (int node = 0; node < o_.nnodes; ++node) {
+    if (done.count(node) == 0 && (vacant.count(node) == 0 || claims.count(node) > 0)) return false;
+  }
+  return true;
+}
+
+}  // namespace tenax::launch::agent_internal

@@ -1,0 +1,217 @@
+// resilience.mode = "live" across nodes (issue 34, docs/resilience.md "Several nodes"), in the
+// multi-node suite's hosts (multinode_fixture.h): a rank killed, a rank hung and a whole node lost
+// while four data-parallel replicas train on two nodes; nothing restarts, and the run keeps the
+// unfailed run's trajectory. Needs root for the namespaces (skipped otherwise, with the reason).
+#include "multinode_fixture.h"
+
+namespace tenax::testing {
+namespace {
+
+class MultiNodeLive : public MultiNode {
+ protected:
+  // resilience.mode = "live" across two nodes (issue 34): four data-parallel replicas, 2 ranks per
+  // node, run by two agents on one etcd with `inject`. Checks that nothing restarted and the
+  // trajectory against an unfailed one-node run of the same layout (every step's loss within 1e-6
+  // relative, the same data cursor and tokens); returns goodput.json (node 0's, from etcd) and the
+  // agents' output.
+  static nlohmann::json LiveAcrossNodes(const TempDir& dir, const std::string& name,
+                                        const std::string& flags, std::string* out) {
+    auto etcd = Etcd();
+    std::vector<std::unique_ptr<Background>> agents;
+    agents.push_back(Agent(0, *etcd, name, flags, 3, "", {}, LiveLayout()));
+    agents.push_back(Agent(1, *etcd, name, flags, 3, "", {}, LiveLayout()));
+    for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
+    *out = AllOutput(agents);
+    return LiveTrajectory(dir, name, *out);
+  }
+  static std::string LiveLayout(const std::string& more = "") {
+    return "--set resilience.mode=live --set parallelism.data_parallel_replicate=4 "
+           "--set parallelism.data_parallel_shard=1 " +
+           more;
+  }
+  // Live run `name` against the unfailed one-node run (made the first time); returns its
+  // goodput.json.
+  static nlohmann::json LiveTrajectory(const TempDir& dir, const std::string& name,
+                                       const std::string& out) {
+    if (!std::filesystem::exists(dir / "live-clean/metrics.jsonl")) {
+      auto clean = RunTenax("launch --nproc-per-node 4 -- " + Train(dir.path(), "live-clean") +
+                                " --set parallelism.data_parallel_replicate=4 "
+                                "--set parallelism.data_parallel_shard=1",
+                            dir.path());
+      EXPECT_EQ(clean.exit_code, 0) << clean.output;
+    }
+    EXPECT_EQ(out.find("generation 0 -> 1"), std::string::npos) << out;  // nobody restarted
+    const std::vector<double> want = ReadMetric(dir / "live-clean/metrics.jsonl", "loss");
+    const std::vector<double> got = ReadMetric(dir / (name + "/metrics.jsonl"), "loss");
+    EXPECT_EQ(want.size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(got.size(), want.size()) << out;
+    for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 1e-6 * std::abs(want[i])) << "step " << i + 1;
+    }
+    char state[96];
+    std::snprintf(state, sizeof(state), "/checkpoints/step_%08d/train_state.json", kSteps);
+    const auto a = nlohmann::json::parse(ReadFile(dir / ("live-clean" + std::string(state))));
+    const auto b = nlohmann::json::parse(ReadFile(dir / (name + std::string(state))));
+    EXPECT_EQ(b["data"]["position"], a["data"]["position"]);  // no sample lost or trained twice
+    EXPECT_EQ(b["tokens_seen"], a["tokens_seen"]);
+    return nlohmann::json::parse(ReadFile(dir / (name + "/goodput.json")));
+  }
+
+  // goodput.json's one live recovery: `rank` on node 1 failed after `step` (`kind`), the others
+  // trained on in epoch 1 and its replacement healed from a live rank, joining in epoch 2.
+  static void ExpectHealedOnNode1(const nlohmann::json& report, int rank, int step,
+                                  const std::string& kind) {
+    EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+    EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+    ASSERT_EQ(report["live_recoveries"].size(), 1u) << report.dump(2);
+    const auto& l = report["live_recoveries"][0];
+    EXPECT_EQ(l["rank"], rank);
+    EXPECT_EQ(l["node"], 1);
+    EXPECT_EQ(l["kind"], kind);
+    EXPECT_EQ(l["step"], step) << "the last step it finished";
+    EXPECT_EQ(l["epoch"], 1);
+    nlohmann::json members = nlohmann::json::array();
+    for (int r = 0; r < 4; ++r) {
+      if (r != rank) members.push_back(r);
+    }
+    EXPECT_EQ(l["members"], members);
+    EXPECT_EQ(l["joined_epoch"], 2);
+    EXPECT_GT(l["healed_bytes"].get<int64_t>(), 100000);  // weights and Adam moments
+    EXPECT_NE(l["healed_from"], rank);
+    EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
+    EXPECT_GT(l["healed_at_s"].get<double>(), l["time_s"].get<double>());
+    EXPECT_GE(l["time_s"].get<double>(), 0.0);  // on the job's clock
+    std::printf(
+        "live recovery across nodes (%s): healed %.2f s after the failure, %d step(s) short\n",
+        kind.c_str(), l["healed_at_s"].get<double>() - l["time_s"].get<double>(),
+        l["steps_short_handed"].get<int>());
+  }
+};
+
+// Rank 3 (on node 1) is killed at step 6. Nothing restarts: node 1's agent drops it from the
+// job's membership in etcd, the other three ranks (on both nodes) train on with its samples, and
+// node 1 starts a replacement that heals from a live rank over the epoch's group, which meets in
+// etcd.
+TEST_F(MultiNodeLive, LiveRecoveryAcrossNodesTrainsThroughAKilledRank) {
+  std::string out;
+  // await-join holds rank 0 at step 10 until the replacement is in: the run is short.
+  const nlohmann::json report = LiveAcrossNodes(
+      *dir_, "live", "--inject crash:rank=3:step=6,await-join:rank=0:step=10", &out);
+  EXPECT_NE(out.find("live recovery: rank(s) 0,1,2 train on in epoch 1"), std::string::npos) << out;
+  ExpectHealedOnNode1(report, 3, 5, "crash");
+}
+
+// Rank 2 (on node 1) hangs before step 6's all-reduce: every rank stops. Node 1's flight records
+// name it and node 1 kills it alone; node 0, whose ranks wait for a rank elsewhere, lets that node
+// act instead of ending the generation. The rest is the crash's live recovery.
+TEST_F(MultiNodeLive, LiveRecoveryAcrossNodesKillsAHungRankAlone) {
+  std::string out;
+  const nlohmann::json report = LiveAcrossNodes(
+      *dir_, "live-hang", "--hang-timeout 3 --inject hang:rank=2:step=6,await-join:rank=0:step=12",
+      &out);
+  EXPECT_NE(out.find("killing rank 2 only"), std::string::npos) << out;
+  EXPECT_NE(out.find("wait for a rank on another node"), std::string::npos) << out;
+  EXPECT_NE(out.find("live recovery: rank(s) 0,1,3 train on in epoch 1"), std::string::npos) << out;
+  ExpectHealedOnNode1(report, 2, 5, "hang");
+}
+
+// A whole node lost (issue 34's 3-node case): 2 active nodes x 2 ranks and a spare, live DDP 4;
+// node 1 is killed (its agent and both ranks, SIGKILL) once 8 steps are logged. Nothing
+// restarts: node 0 drops ranks 2 and 3 from the job's record when node 1's lease expires and
+// trains on alone, the spare claims node 1's place and starts its ranks as replacements, which
+// heal from node 0's ranks and join. The trajectory is the unfailed run's; goodput.json has one
+// live recovery per lost rank, of kind node-lost, on node 1. await-join holds rank 0 at step 36
+// until they are in; a save every 20 steps keeps the kill away from a checkpoint's collectives.
+TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeTheSpareTakesItsPlace) {
+  auto etcd = Etcd();
+  const std::string job = "live-node";
+  const std::string flags = "--inject await-join:rank=0:step=36";
+  const std::string layout = LiveLayout("--set checkpoint.interval=20");
+  std::vector<std::unique_ptr<Background>> agents(3);
+  agents[0] = Agent(0, *etcd, job, flags, 3, "", {}, layout);
+  agents[1] = Agent(1, *etcd, job, flags, 3, "", {}, layout);
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
+  agents[2] = Agent(2, *etcd, job, flags, 3, "", {}, layout);  // the spare
+  const int victim = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(victim, 0) << AllOutput(agents);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
+      << AllOutput(agents);
+  SignalNode(*agents[victim], SIGKILL);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
+        << "host " << i << "\n"
+        << AllOutput(agents);
+  }
+  const std::string out = AllOutput(agents);
+  const nlohmann::json report = LiveTrajectory(*dir_, job, out);
+  EXPECT_NE(out.find("live recovery: rank(s) 0,1 train on in epoch 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("this spare takes the place of node 1"), std::string::npos) << out;
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  const std::map<int, nlohmann::json> by_rank = [&] {
+    std::map<int, nlohmann::json> m;
+    for (const auto& l : report["live_recoveries"]) m[l["rank"].get<int>()] = l;
+    return m;
+  }();
+  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+  double back_s = 0;
+  for (int rank : {2, 3}) {
+    ASSERT_EQ(by_rank.count(rank), 1u) << report.dump(2);
+    const nlohmann::json& l = by_rank.at(rank);
+    EXPECT_EQ(l["kind"], "node-lost");
+    EXPECT_EQ(l["node"], 1);
+    EXPECT_EQ(l["epoch"], 1);
+    EXPECT_EQ(l["members"], nlohmann::json({0, 1}));
+    EXPECT_EQ(l["joined_epoch"], 2);
+    EXPECT_GT(l["healed_bytes"].get<int64_t>(), 100000);  // weights and Adam moments
+    EXPECT_TRUE(l["healed_from"] == 0 || l["healed_from"] == 1) << l.dump(2);
+    EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
+    EXPECT_GT(l["healed_at_s"].get<double>(), l["time_s"].get<double>());
+    EXPECT_GE(l["time_s"].get<double>(), 0.0);  // on the job's clock
+    back_s = std::max(back_s, l["healed_at_s"].get<double>() - l["time_s"].get<double>());
+  }
+  std::printf(
+      "lost node: full quorum again %.2f s after the others saw the loss (plus up to the %d s "
+      "lease), %d step(s) short-handed\n",
+      back_s, 3, by_rank.at(2)["steps_short_handed"].get<int>());
+}
+
+// The same loss with no spare: node 0 trains the rest of the run alone (its two ranks run all
+// four replicas' samples), and the job is done when node 0 is, node rank 1 vacant with nobody to
+// take it. goodput.json records both lost ranks, never healed, short-handed to the end.
+TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeWithNoSpareTrainsToTheEndShortHanded) {
+  auto etcd = Etcd();
+  const std::string job = "live-alone";
+  const std::string layout = LiveLayout("--set checkpoint.interval=20");
+  std::vector<std::unique_ptr<Background>> agents(2);
+  agents[0] = Agent(0, *etcd, job, "", 3, "", {}, layout);
+  agents[1] = Agent(1, *etcd, job, "", 3, "", {}, layout);
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
+  const int victim = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(victim, 0) << AllOutput(agents);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
+      << AllOutput(agents);
+  SignalNode(*agents[victim], SIGKILL);
+  for (size_t i = 0; i < agents.size(); ++i) {
+    EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
+        << "host " << i << "\n"
+        << AllOutput(agents);
+  }
+  const std::string out = AllOutput(agents);
+  const nlohmann::json report = LiveTrajectory(*dir_, job, out);
+  EXPECT_NE(out.find("live recovery: rank(s) 0,1 train on in epoch 1"), std::string::npos) << out;
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+  for (const auto& l : report["live_recoveries"]) {
+    EXPECT_EQ(l["kind"], "node-lost");
+    EXPECT_EQ(l["node"], 1);
+    EXPECT_DOUBLE_EQ(l["healed_at_s"].get<double>(), -1.0);
+    EXPECT_EQ(l["steps_short_handed"].get<int64_t>(), kSteps - l["step"].get<int64_t>());
+  }
+}
+
+}  // namespace
+}  // namespace tenax::testing
