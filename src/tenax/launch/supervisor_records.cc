@@ -1,10 +1,9 @@
 // The supervisor's records, apart from supervisor.cc, which is the supervision loop itself: the
 // status the live page shows (Publish), goodput.json (WriteGoodput), and its reading of what the
 // trainer records in the run folder (its loss spikes and silent-data-corruption detections).
-#include "tenax/launch/supervisor.h"
-
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
+#include "tenax/launch/supervisor.h"
 #include "tenax/report/run_data.h"
 
 namespace tenax::launch {
