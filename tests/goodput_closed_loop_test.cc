@@ -111,7 +111,11 @@ void CheckClosedLoop(const std::string& schedule, bool live = false) {
   if (live) {
     const nlohmann::json& l = p["measured"]["live"];
     EXPECT_EQ(p["measured"]["failures"].get<size_t>() + l["failures"].get<size_t>(),
-              injected.size());
+              injected.size())
+        << plan.output << "\n"
+        << g["failures"].dump() << "\n"
+        << g["live_recoveries"].dump() << "\n"
+        << g["fault_schedule"].dump();
     EXPECT_EQ(l["failures"].get<size_t>(), g["live_recoveries"].size());
     EXPECT_EQ(l["heals"].get<int64_t>(), healed);
     EXPECT_EQ(l["replica_groups"], 2);
@@ -140,11 +144,12 @@ void CheckClosedLoop(const std::string& schedule, bool live = false) {
                        {"steps_short_handed", f.value("steps_short_handed", -1)}});
     }
   }
-  // Restart recovery: within issue 40's 2 percentage points. Live: not yet on a loaded machine
-  // (docs/planner.md: one heal time for all, a failure during a restart is a live replacement in
-  // tenax but a restart in the model); within 2 pp when the machine is quiet, 10-13 pp off in
-  // one run of four beside a compiling CI, so this bound only catches a broken model.
-  const double tolerance = live ? 0.15 : 0.02;
+  // Restart recovery: within issue 40's 2 percentage points. Live: within 2 pp in every bench run
+  // since a failure during a setup restarts in tenax as in the model (docs/planner.md: -0.4 to
+  // +1.8 pp in 12 runs beside a fresh-clone CI, the replay a point low on average), but this test
+  // beside a testing CI and another copy of itself was 3.4 pp off once in 8; 6 pp here, which a
+  // broken live model (a restart per failure, or none) misses by far.
+  const double tolerance = live ? 0.06 : 0.02;
   EXPECT_NEAR(measured, replay, tolerance) << plan.output << "\n"
                                            << g["time_s"].dump() << "\n"
                                            << brief.dump();
@@ -171,8 +176,8 @@ TEST(GoodputClosedLoop, CrashesHangsAndNaNs) {
 TEST(GoodputClosedLoop, CrashesAndNaNs) { CheckClosedLoop("poisson:crash=600/h:nan=240/h:seed=2"); }
 
 // Live recovery: the simulator's live model fed the run's own healing time and short-handed speed.
-// Crashes only here: with hangs (bench/goodput_closed_loop.sh's live-mixed) one run of five on a
-// loaded machine was 3.9 pp off, which is not understood yet (docs/planner.md).
+// Crashes only here (hangs add a hang timeout per failure to a test that is already the longest of
+// the four; bench/goodput_closed_loop.sh's live-mixed has them).
 TEST(GoodputClosedLoop, LiveRecoveryFromCrashes) {
   CheckClosedLoop("poisson:crash=720/h:seed=3", /*live=*/true);
 }

@@ -130,6 +130,27 @@ TEST_F(LiveRecoveryE2E, ARankLostInItsSetupRestartsTheJob) {
   EXPECT_NE(out.find("still in their setup"), std::string::npos) << out;
 }
 
+// A rank killed inside a checkpoint save, after writing its files: the others are in the save's
+// collectives, where a live group cannot change, and lose it there. The job restarts from the
+// previous checkpoint, and that restart is the killed rank's failure: one failure record (its
+// kind crash-in-checkpoint), no live recovery left beside it.
+TEST_F(LiveRecoveryE2E, ARankLostInsideASaveRestartsAsItsOwnFailure) {
+  auto r = RunTenax(
+      "launch --nproc-per-node 4 --max-restarts 2 --inject kill-in-ckpt:rank=2:step=6 "
+      "-- " +
+          Ddp("in-save", "--set resilience.mode=live"),
+      dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json report = nlohmann::json::parse(ReadFile(*dir_ / "in-save/goodput.json"));
+  EXPECT_EQ(report["generations"].size(), 2u) << report.dump(2);
+  ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["rank"], 2) << report.dump(2);
+  EXPECT_EQ(report["failures"][0]["kind"], "crash-in-checkpoint") << report.dump(2);
+  EXPECT_TRUE(report["live_recoveries"].empty()) << report.dump(2);
+  EXPECT_NE(r.output.find("the restart is rank 2's failure"), std::string::npos) << r.output;
+  EXPECT_EQ(FinalState("in-save")["data"]["position"], FinalState("clean")["data"]["position"]);
+}
+
 TEST_F(LiveRecoveryE2E, LosingRankZeroMovesTheMetricsToTheNextRank) {
   std::string out;
   const nlohmann::json report = Live("rank0", "crash:rank=0:step=4,await-join:rank=1:step=9", &out);

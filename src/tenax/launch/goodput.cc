@@ -209,6 +209,11 @@ void Goodput::AddExitFault(nlohmann::json fault) {
   exit_faults_.push_back(std::move(fault));
 }
 
+void Goodput::DropLiveRecovery(int index) {
+  if (index < 0 || index >= static_cast<int>(live_recoveries_.size())) return;
+  live_recoveries_.erase(static_cast<size_t>(index));
+}
+
 int Goodput::AddLiveRecovery(nlohmann::json r, int index) {
   for (const char* key : {"time_s", "healed_at_s"}) {
     // -1: not yet (healed_at_s)

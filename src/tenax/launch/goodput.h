@@ -73,6 +73,9 @@ class Goodput {
   // A live recovery (its time_s and healed_at_s on this launch's clock); `index` from a previous
   // call: replaces that entry (the record grows as the replacement heals).
   int AddLiveRecovery(nlohmann::json recovery, int index = -1);
+  // Takes entry `index` out again (a live recovery that became a restart's failure); the later
+  // entries' indices move down by one.
+  void DropLiveRecovery(int index);
   // Their times on the run's clock, which starts at run_start_unix().
   const nlohmann::json& live_recoveries() const { return live_recoveries_; }
   double run_start_unix() const { return run_start_unix_; }

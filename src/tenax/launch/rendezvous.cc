@@ -240,7 +240,8 @@ LiveRecord NextLiveEpoch(const LiveRecord& now, const std::vector<int>& leave,
 std::string LiveStatesJson(const std::map<int, LiveRankState>& ranks) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [rank, s] : ranks) {
-    j[std::to_string(rank)] = {{"epoch", s.epoch}, {"done", s.done}, {"ready", s.ready}};
+    j[std::to_string(rank)] = {
+        {"epoch", s.epoch}, {"done", s.done}, {"ready", s.ready}, {"finished", s.finished}};
   }
   return j.dump();
 }
@@ -255,7 +256,7 @@ Result<std::map<int, LiveRankState>> ParseLiveStates(const std::string& text) {
       return DataError(fmt::format("etcd holds an unreadable live state record (rank '{}')", key));
     }
     out[static_cast<int>(rank)] = {v.value("epoch", -1), v.value("done", false),
-                                   v.value("ready", false)};
+                                   v.value("ready", false), v.value("finished", false)};
   }
   return out;
 }

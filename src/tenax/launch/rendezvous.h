@@ -245,14 +245,16 @@ LiveRecord NextLiveEpoch(const LiveRecord& now, const std::vector<int>& leave,
                          const std::vector<int>& join);
 
 // live: one rank as its node tells the others (gen/<G>/live/state/<node>: rank -> state): the
-// epoch it trains in (-1: none yet), whether it is done (finished, or past the run's last step)
-// and whether it is set up (its process of G has beaten: past its setup's collectives).
+// epoch it trains in (-1: none yet), whether it is done (finished, or past the run's last step),
+// whether it is set up (its process of G has beaten: past its setup's collectives), and whether
+// it finished outright (its work done, or its process gone).
 struct LiveRankState {
   int epoch = -1;
   bool done = false;
   bool ready = false;
+  bool finished = false;
   bool operator==(const LiveRankState& o) const {
-    return epoch == o.epoch && done == o.done && ready == o.ready;
+    return epoch == o.epoch && done == o.done && ready == o.ready && finished == o.finished;
   }
 };
 std::string LiveStatesJson(const std::map<int, LiveRankState>& ranks);

@@ -111,7 +111,7 @@ TEST(LiveRecord, RoundTripsAndRejectsDamagedRecords) {
 TEST(LiveRankState, RoundTripsAndRejectsDamagedRecords) {
   std::map<int, LiveRankState> ranks;
   ranks[2] = {1, false, true};
-  ranks[3] = {-1, true, false};
+  ranks[3] = {-1, true, false, true};
   Result<std::map<int, LiveRankState>> back = ParseLiveStates(LiveStatesJson(ranks));
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(*back, ranks);

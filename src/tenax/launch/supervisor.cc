@@ -510,11 +510,11 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
   }
   if (job_.live) {
     LiveGoodputBeat(gen);
-    LiveEnd(gen, out);
+    LiveEnd(gen, &out);
   }
   goodput_.GenerationEnded(Elapsed(), out.exit_code);
   if (schedule_) {
-    if (out.verdict) out.scheduled = schedule_->awaiting();
+    if (out.verdict && out.scheduled < 0) out.scheduled = schedule_->awaiting();
     // The clock stood from the injection to the verdict; a generation that ended without one
     // (it finished, or was interrupted) frees it too.
     schedule_->Tick(Elapsed(),

@@ -205,7 +205,7 @@ class Supervisor {
   void LiveTick(int gen);
   // The generation ended (a restart, or the run's end): the records of replacements that had not
   // healed are closed as discarded.
-  void LiveEnd(int gen, const Outcome& out);
+  void LiveEnd(int gen, Outcome* out);
   // The newest step that `ranks` finished in generation `gen` (their beats, read now); -1: none.
   int64_t LiveGroupStep(int gen, const std::vector<int>& ranks) const;
   // The hang check's suspects (HangSuspect's inputs, for local ranks): a replacement still on its

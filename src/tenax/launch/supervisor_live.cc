@@ -178,8 +178,9 @@ std::map<int, rdzv::LiveRankState> Supervisor::LiveOwnStates(int gen) const {
     const std::optional<protocol::Beat> b = CurrentBeat(gen, i);
     s.ready = b.has_value();  // its first beat comes once its setup is done
     s.epoch = b ? b->live_epoch : -1;
+    s.finished = Done(i);
     // Past the run's last step: its final validation and save.
-    s.done = Done(i) || (b && job_.total_steps > 0 && b->step >= job_.total_steps);
+    s.done = s.finished || (b && job_.total_steps > 0 && b->step >= job_.total_steps);
   }
   return mine;
 }
@@ -365,20 +366,49 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   return true;
 }
 
-void Supervisor::LiveEnd(int gen, const Outcome& out) {
+void Supervisor::LiveEnd(int gen, Outcome* out) {
   std::vector<int> quorum;
   for (int rank : g_.live.membership.members) {
     if (LiveInQuorum(rank)) quorum.push_back(rank);
   }
   const int64_t group_step = LiveGroupStep(gen, quorum);
+  // Every rank that ended only lost its peers, while a live recovery was on its way: they could
+  // not train on after that failure (it struck while they were inside a save's collectives, or
+  // an evaluation's), so the restart is that failure's. Its live record gives way to the restart's
+  // (one failure, one record), and the verdict names it.
+  // (A poisson failure still awaiting its verdict is this one's cause instead: it struck one of
+  // them meanwhile, and the live record keeps its own failure.)
+  Generation::Replacement* cause = nullptr;
+  if (out->verdict && out->verdict->rank < 0 &&
+      out->verdict->code == protocol::ToInt(protocol::ExitCode::kPeerLost) &&
+      (!schedule_ || schedule_->awaiting() < 0)) {
+    for (Generation::Replacement& r : g_.replacements) {
+      if (r.healed || r.entry.contains("outcome")) continue;
+      if (cause == nullptr ||
+          r.entry["time_s"].get<double>() > cause->entry["time_s"].get<double>())
+        cause = &r;
+    }
+  }
+  if (cause != nullptr) {
+    Verdict& v = *out->verdict;
+    const nlohmann::json& e = cause->entry;
+    v.rank = e["rank"].get<int>();
+    v.kind = protocol::ParseFailureKind(e["kind"].get<std::string>()).value_or(v.kind);
+    v.host = e.value("host", v.host);
+    v.cause = fmt::format("{}; the others lost it in a collective live recovery cannot take ({})",
+                          e["cause"].get<std::string>(), v.cause);
+    out->scheduled = e.value("scheduled", -1);
+    log::Warn("launch: the restart is rank {}'s failure: {}", v.rank, v.cause);
+  }
   for (Generation::Replacement& r : g_.replacements) {
-    if (r.healed || r.entry.contains("outcome")) continue;
+    if (r.healed || r.entry.contains("outcome") || &r == cause) continue;
     LiveDiscard(&r,
-                out.verdict ? "discarded: the generation ended before it healed (" +
-                                  out.verdict->cause + ")"
-                            : "discarded: the generation ended before it healed",
+                out->verdict ? "discarded: the generation ended before it healed (" +
+                                   out->verdict->cause + ")"
+                             : "discarded: the generation ended before it healed",
                 group_step);
   }
+  if (cause != nullptr) goodput_.DropLiveRecovery(cause->record);  // the last use of the indices
   LiveSync(gen);  // several nodes: the records as they end, for node 0's goodput.json
 }
 
@@ -518,10 +548,14 @@ void Supervisor::LiveTick(int gen) {
   std::map<int, rdzv::LiveRankState> state = LiveStates(gen);
   // The members in the quorum are done: a replacement still on its way in has nothing left to
   // join, and waiting for it would leave the hang check a rank that makes no progress.
-  bool members_done = true;
+  // And once they have finished outright (their processes' work done): a replacement already
+  // announced may be taken in at the last step's boundary and train it with them, so it is left
+  // alone until then.
+  bool members_done = true, members_finished = true;
   for (int rank : g_.live.membership.members) {
     if (!LiveInQuorum(rank)) continue;  // a joiner: it holds nothing yet
     members_done = members_done && state[rank].done;
+    members_finished = members_finished && state[rank].finished;
   }
   // Replacements are announced one epoch at a time: every one that is ready, together, and only
   // once the previous announcement was taken in (a joiner forms exactly the epoch that listed it;
@@ -561,10 +595,12 @@ void Supervisor::LiveTick(int gen) {
     }
   }
   for (Generation::Replacement& r : g_.replacements) {
-    if (r.healed) continue;
-    if (members_done && g_.pids[r.local] > 0 &&
-        std::find(g_.cancelled.begin(), g_.cancelled.end(), g_.pids[r.local]) ==
-            g_.cancelled.end()) {
+    if (r.healed || r.entry.contains("outcome")) continue;  // closed already
+    const std::optional<protocol::Beat> beat = CurrentBeat(gen, r.local);
+    const bool healed = beat && r.announced_epoch >= 0 && beat->live_epoch >= r.announced_epoch &&
+                        beat->healed_bytes > 0;
+    if (!healed && (r.announced_epoch < 0 ? members_done : members_finished) &&
+        g_.pids[r.local] > 0) {
       // The others finished the run before it could join: nothing is left for it to do.
       log::Info("launch: the run ended before the replacement for rank {} joined; stopping it",
                 Rank(r.local));
@@ -575,11 +611,9 @@ void Supervisor::LiveTick(int gen) {
       goodput_.AddLiveRecovery(r.entry, r.record);
       continue;
     }
-    const std::optional<protocol::Beat> beat = CurrentBeat(gen, r.local);
-    if (!beat) continue;
+    // Not ready yet, waiting for its announcement, or healing.
+    if (!healed) continue;
     const int rank = Rank(r.local);
-    if (r.announced_epoch < 0) continue;  // not ready yet, or waiting for its announcement
-    if (beat->live_epoch < r.announced_epoch || beat->healed_bytes <= 0) continue;
     r.healed = true;
     LiveHealed(gen, rank);
     r.entry["healed_at_s"] = Elapsed();
