@@ -18,7 +18,7 @@
 #   nodes:       N live runs across nodes (network namespaces and an etcd, as the multi-node
 #                suite makes them; needs root): each runs one of the multi-node suite's live cases
 #                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
-#                place), which checks no restart, the unfailed run's trajectory and the recovery
+#                place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
 # Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
@@ -172,9 +172,10 @@ heal() {
 nodes() {
   local ok=0
   local cases=(LiveRecoveryAcrossNodesTrainsThroughAKilledRank LiveRecoveryAcrossNodesKillsAHungRankAlone
-               LiveRecoveryFromALostNodeTheSpareTakesItsPlace)
+               LiveRecoveryFromALostNodeTheSpareTakesItsPlace
+               LiveRecoveryFromALostNodeWithNoSpareTrainsToTheEndShortHanded)
   for i in $(seq 1 "$runs"); do
-    local c=${cases[$((RANDOM % 3))]}
+    local c=${cases[$((RANDOM % ${#cases[@]}))]}
     if build/tests/multinode_live_e2e_test --gtest_filter="MultiNodeLive.$c" > "$work/nodes$i.log" 2>&1; then
       ok=$((ok + 1)); verdict="ok ($(grep -o 'healed [0-9.]* s after the failure\|full quorum again [0-9.]* s' "$work/nodes$i.log" | head -1))"
     else
