@@ -86,6 +86,40 @@ class MultiNodeLive : public MultiNode {
         kind.c_str(), l["healed_at_s"].get<double>() - l["time_s"].get<double>(),
         l["steps_short_handed"].get<int>());
   }
+
+  // Runs `job` live on two active nodes (and a spare with `spare`), kills node 1 with its agent
+  // once 8 steps are logged, and checks that every other agent ends done, nobody restarted, the
+  // unfailed run's trajectory, and that ranks 0 and 1 trained on in epoch 1. Returns goodput.json
+  // and the agents' output. A save every 20 steps keeps the kill away from a checkpoint's
+  // collectives.
+  static nlohmann::json LoseNode1(const std::string& job, const std::string& flags, bool spare,
+                                  std::string* out) {
+    auto etcd = Etcd();
+    const std::string layout = LiveLayout("--set checkpoint.interval=20");
+    std::vector<std::unique_ptr<Background>> agents(spare ? 3 : 2);
+    agents[0] = Agent(0, *etcd, job, flags, 3, "", {}, layout);
+    agents[1] = Agent(1, *etcd, job, flags, 3, "", {}, layout);
+    const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
+    if (spare) agents[2] = Agent(2, *etcd, job, flags, 3, "", {}, layout);
+    const int victim = HostOf(agents, plan.nodes[1]);
+    EXPECT_GE(victim, 0) << AllOutput(agents);
+    EXPECT_TRUE(WaitFor(
+        [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
+        << AllOutput(agents);
+    if (victim >= 0) SignalNode(*agents[static_cast<size_t>(victim)], SIGKILL);
+    for (size_t i = 0; i < agents.size(); ++i) {
+      EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
+          << "host " << i << "\n"
+          << AllOutput(agents);
+    }
+    *out = AllOutput(agents);
+    EXPECT_NE(out->find("live recovery: rank(s) 0,1 train on in epoch 1"), std::string::npos)
+        << *out;
+    const nlohmann::json report = LiveTrajectory(*dir_, job, *out);
+    EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+    EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+    return report;
+  }
 };
 
 // Rank 3 (on node 1) is killed at step 6. Nothing restarts: node 1's agent drops it from the
@@ -121,34 +155,12 @@ TEST_F(MultiNodeLive, LiveRecoveryAcrossNodesKillsAHungRankAlone) {
 // trains on alone, the spare claims node 1's place and starts its ranks as replacements, which
 // heal from node 0's ranks and join. The trajectory is the unfailed run's; goodput.json has one
 // live recovery per lost rank, of kind node-lost, on node 1. await-join holds rank 0 at step 36
-// until they are in; a save every 20 steps keeps the kill away from a checkpoint's collectives.
+// until they are in.
 TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeTheSpareTakesItsPlace) {
-  auto etcd = Etcd();
-  const std::string job = "live-node";
-  const std::string flags = "--inject await-join:rank=0:step=36";
-  const std::string layout = LiveLayout("--set checkpoint.interval=20");
-  std::vector<std::unique_ptr<Background>> agents(3);
-  agents[0] = Agent(0, *etcd, job, flags, 3, "", {}, layout);
-  agents[1] = Agent(1, *etcd, job, flags, 3, "", {}, layout);
-  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
-  agents[2] = Agent(2, *etcd, job, flags, 3, "", {}, layout);  // the spare
-  const int victim = HostOf(agents, plan.nodes[1]);
-  ASSERT_GE(victim, 0) << AllOutput(agents);
-  ASSERT_TRUE(WaitFor(
-      [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
-      << AllOutput(agents);
-  SignalNode(*agents[victim], SIGKILL);
-  for (size_t i = 0; i < agents.size(); ++i) {
-    EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
-        << "host " << i << "\n"
-        << AllOutput(agents);
-  }
-  const std::string out = AllOutput(agents);
-  const nlohmann::json report = LiveTrajectory(*dir_, job, out);
-  EXPECT_NE(out.find("live recovery: rank(s) 0,1 train on in epoch 1"), std::string::npos) << out;
+  std::string out;
+  const nlohmann::json report =
+      LoseNode1("live-node", "--inject await-join:rank=0:step=36", /*spare=*/true, &out);
   EXPECT_NE(out.find("this spare takes the place of node 1"), std::string::npos) << out;
-  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
-  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
   const std::map<int, nlohmann::json> by_rank = [&] {
     std::map<int, nlohmann::json> m;
     for (const auto& l : report["live_recoveries"]) m[l["rank"].get<int>()] = l;
@@ -181,29 +193,8 @@ TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeTheSpareTakesItsPlace) {
 // four replicas' samples), and the job is done when node 0 is, node rank 1 vacant with nobody to
 // take it. goodput.json records both lost ranks, never healed, short-handed to the end.
 TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeWithNoSpareTrainsToTheEndShortHanded) {
-  auto etcd = Etcd();
-  const std::string job = "live-alone";
-  const std::string layout = LiveLayout("--set checkpoint.interval=20");
-  std::vector<std::unique_ptr<Background>> agents(2);
-  agents[0] = Agent(0, *etcd, job, "", 3, "", {}, layout);
-  agents[1] = Agent(1, *etcd, job, "", 3, "", {}, layout);
-  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
-  const int victim = HostOf(agents, plan.nodes[1]);
-  ASSERT_GE(victim, 0) << AllOutput(agents);
-  ASSERT_TRUE(WaitFor(
-      [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
-      << AllOutput(agents);
-  SignalNode(*agents[victim], SIGKILL);
-  for (size_t i = 0; i < agents.size(); ++i) {
-    EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
-        << "host " << i << "\n"
-        << AllOutput(agents);
-  }
-  const std::string out = AllOutput(agents);
-  const nlohmann::json report = LiveTrajectory(*dir_, job, out);
-  EXPECT_NE(out.find("live recovery: rank(s) 0,1 train on in epoch 1"), std::string::npos) << out;
-  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
-  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  std::string out;
+  const nlohmann::json report = LoseNode1("live-alone", "", /*spare=*/false, &out);
   ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
   for (const auto& l : report["live_recoveries"]) {
     EXPECT_EQ(l["kind"], "node-lost");
