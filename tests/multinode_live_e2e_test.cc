@@ -1,7 +1,7 @@
 // resilience.mode = "live" across nodes (issue 34, docs/resilience.md "Several nodes"), in the
-// multi-node suite's hosts (multinode_fixture.h): a rank killed, a rank hung and a whole node lost
-// while four data-parallel replicas train on two nodes; nothing restarts, and the run keeps the
-// unfailed run's trajectory. Needs root for the namespaces (skipped otherwise, with the reason).
+// multi-node suite's hosts (multinode_fixture.h): a rank killed, a rank hung, and node 1 or node 0
+// lost whole while four data-parallel replicas train on two nodes; nothing restarts, and the run
+// keeps the unfailed run's trajectory. Needs root for the namespaces (skipped otherwise).
 #include "multinode_fixture.h"
 
 namespace tenax::testing {
@@ -87,13 +87,14 @@ class MultiNodeLive : public MultiNode {
         l["steps_short_handed"].get<int>());
   }
 
-  // Runs `job` live on two active nodes (and a spare with `spare`), kills node 1 with its agent
-  // once 8 steps are logged, and checks that every other agent ends done, nobody restarted, the
-  // unfailed run's trajectory, and that ranks 0 and 1 trained on in epoch 1. Returns goodput.json
-  // and the agents' output. A save every 20 steps keeps the kill away from a checkpoint's
-  // collectives.
-  static nlohmann::json LoseNode1(const std::string& job, const std::string& flags, bool spare,
-                                  std::string* out) {
+  // Runs `job` live on two active nodes (and a spare with `spare`), kills node `node` (0 or 1)
+  // with its agent once 8 steps are logged, and checks that every other agent ends done, nobody
+  // restarted, the unfailed run's trajectory, and that the other node's two ranks trained on in
+  // epoch 1. Returns goodput.json and the agents' output, and in `writer` whose agent wrote
+  // goodput.json (generation 0's plan's "node N's agent", or "the spare"). A save every 20 steps
+  // keeps the kill away from a checkpoint's collectives.
+  static nlohmann::json LoseNode(int node, const std::string& job, const std::string& flags,
+                                 bool spare, std::string* out, std::string* writer = nullptr) {
     auto etcd = Etcd();
     const std::string layout = LiveLayout("--set checkpoint.interval=20");
     std::vector<std::unique_ptr<Background>> agents(spare ? 3 : 2);
@@ -101,7 +102,7 @@ class MultiNodeLive : public MultiNode {
     agents[1] = Agent(1, *etcd, job, flags, 3, "", {}, layout);
     const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
     if (spare) agents[2] = Agent(2, *etcd, job, flags, 3, "", {}, layout);
-    const int victim = HostOf(agents, plan.nodes[1]);
+    const int victim = HostOf(agents, plan.nodes[static_cast<size_t>(node)]);
     EXPECT_GE(victim, 0) << AllOutput(agents);
     EXPECT_TRUE(WaitFor(
         [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
@@ -113,12 +114,62 @@ class MultiNodeLive : public MultiNode {
           << AllOutput(agents);
     }
     *out = AllOutput(agents);
-    EXPECT_NE(out->find("live recovery: rank(s) 0,1 train on in epoch 1"), std::string::npos)
+    // Whether a rank failed in a step the others had finished (the two cases differ).
+    std::printf("a survivor behind the others at the loss: %s\n",
+                out->find("the others had finished it") != std::string::npos ? "yes" : "no");
+    EXPECT_NE(out->find(node == 0 ? "live recovery: rank(s) 2,3 train on in epoch 1"
+                                  : "live recovery: rank(s) 0,1 train on in epoch 1"),
+              std::string::npos)
         << *out;
     const nlohmann::json report = LiveTrajectory(*dir_, job, *out);
     EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
     EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+    if (writer != nullptr && !report["segments"].empty()) {
+      *writer = "nobody we know";
+      for (size_t i = 0; i < agents.size(); ++i) {
+        if (report["segments"].back()["pid"] != agents[i]->pid()) continue;
+        *writer = i == 2                                                 ? "the spare"
+                  : HostOf(agents, plan.nodes[0]) == static_cast<int>(i) ? "node 0's agent"
+                                                                         : "node 1's agent";
+      }
+    }
     return report;
+  }
+  // Node `node` lost and a spare in its place: goodput.json has one live recovery per lost rank,
+  // of kind node-lost, on that node, healed from the other node's ranks, which trained on in
+  // epoch 1 until the replacements joined in epoch 2.
+  static void ExpectTheSpareTookItsPlace(const nlohmann::json& report, int node,
+                                         const std::string& out) {
+    EXPECT_NE(out.find("this spare takes the place of node " + std::to_string(node)),
+              std::string::npos)
+        << out;
+    const std::map<int, nlohmann::json> by_rank = [&] {
+      std::map<int, nlohmann::json> m;
+      for (const auto& l : report["live_recoveries"]) m[l["rank"].get<int>()] = l;
+      return m;
+    }();
+    ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+    const int other = 1 - node;
+    double back_s = 0;
+    for (int rank : {2 * node, 2 * node + 1}) {
+      ASSERT_EQ(by_rank.count(rank), 1u) << report.dump(2);
+      const nlohmann::json& l = by_rank.at(rank);
+      EXPECT_EQ(l["kind"], "node-lost");
+      EXPECT_EQ(l["node"], node);
+      EXPECT_EQ(l["epoch"], 1);
+      EXPECT_EQ(l["members"], nlohmann::json({2 * other, 2 * other + 1}));
+      EXPECT_EQ(l["joined_epoch"], 2);
+      EXPECT_GT(l["healed_bytes"].get<int64_t>(), 100000);  // weights and Adam moments
+      EXPECT_TRUE(l["healed_from"] == 2 * other || l["healed_from"] == 2 * other + 1) << l.dump(2);
+      EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
+      EXPECT_GT(l["healed_at_s"].get<double>(), l["time_s"].get<double>());
+      EXPECT_GE(l["time_s"].get<double>(), 0.0);  // on the job's clock
+      back_s = std::max(back_s, l["healed_at_s"].get<double>() - l["time_s"].get<double>());
+    }
+    std::printf(
+        "lost node %d: full quorum again %.2f s after the others saw the loss (plus up to the %d "
+        "s lease), %d step(s) short-handed\n",
+        node, back_s, 3, by_rank.at(2 * node)["steps_short_handed"].get<int>());
   }
 };
 
@@ -159,34 +210,20 @@ TEST_F(MultiNodeLive, LiveRecoveryAcrossNodesKillsAHungRankAlone) {
 TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeTheSpareTakesItsPlace) {
   std::string out;
   const nlohmann::json report =
-      LoseNode1("live-node", "--inject await-join:rank=0:step=36", /*spare=*/true, &out);
-  EXPECT_NE(out.find("this spare takes the place of node 1"), std::string::npos) << out;
-  const std::map<int, nlohmann::json> by_rank = [&] {
-    std::map<int, nlohmann::json> m;
-    for (const auto& l : report["live_recoveries"]) m[l["rank"].get<int>()] = l;
-    return m;
-  }();
-  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
-  double back_s = 0;
-  for (int rank : {2, 3}) {
-    ASSERT_EQ(by_rank.count(rank), 1u) << report.dump(2);
-    const nlohmann::json& l = by_rank.at(rank);
-    EXPECT_EQ(l["kind"], "node-lost");
-    EXPECT_EQ(l["node"], 1);
-    EXPECT_EQ(l["epoch"], 1);
-    EXPECT_EQ(l["members"], nlohmann::json({0, 1}));
-    EXPECT_EQ(l["joined_epoch"], 2);
-    EXPECT_GT(l["healed_bytes"].get<int64_t>(), 100000);  // weights and Adam moments
-    EXPECT_TRUE(l["healed_from"] == 0 || l["healed_from"] == 1) << l.dump(2);
-    EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
-    EXPECT_GT(l["healed_at_s"].get<double>(), l["time_s"].get<double>());
-    EXPECT_GE(l["time_s"].get<double>(), 0.0);  // on the job's clock
-    back_s = std::max(back_s, l["healed_at_s"].get<double>() - l["time_s"].get<double>());
-  }
-  std::printf(
-      "lost node: full quorum again %.2f s after the others saw the loss (plus up to the %d s "
-      "lease), %d step(s) short-handed\n",
-      back_s, 3, by_rank.at(2)["steps_short_handed"].get<int>());
+      LoseNode(1, "live-node", "--inject await-join:rank=0:step=36", /*spare=*/true, &out);
+  ExpectTheSpareTookItsPlace(report, 1, out);
+}
+
+// Node 0 lost the same way: ranks 2 and 3 train on (rank 2, the live group's lowest member now,
+// writes the metrics and commits with node 1's consent), the spare takes node rank 0 and, holding
+// it at the end, writes goodput.json.
+TEST_F(MultiNodeLive, LiveRecoveryFromLosingNode0TheSpareTakesItsPlace) {
+  std::string out;
+  std::string writer;
+  const nlohmann::json report = LoseNode(0, "live-node0", "--inject await-join:rank=2:step=36",
+                                         /*spare=*/true, &out, &writer);
+  ExpectTheSpareTookItsPlace(report, 0, out);
+  EXPECT_EQ(writer, "the spare") << "holding node rank 0 at the end\n" << report.dump(2);
 }
 
 // The same loss with no spare: node 0 trains the rest of the run alone (its two ranks run all
@@ -194,11 +231,27 @@ TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeTheSpareTakesItsPlace) {
 // take it. goodput.json records both lost ranks, never healed, short-handed to the end.
 TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeWithNoSpareTrainsToTheEndShortHanded) {
   std::string out;
-  const nlohmann::json report = LoseNode1("live-alone", "", /*spare=*/false, &out);
+  const nlohmann::json report = LoseNode(1, "live-alone", "", /*spare=*/false, &out);
   ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
   for (const auto& l : report["live_recoveries"]) {
     EXPECT_EQ(l["kind"], "node-lost");
     EXPECT_EQ(l["node"], 1);
+    EXPECT_DOUBLE_EQ(l["healed_at_s"].get<double>(), -1.0);
+    EXPECT_EQ(l["steps_short_handed"].get<int64_t>(), kSteps - l["step"].get<int64_t>());
+  }
+}
+
+// Node 0 lost with no spare: node 1 trains the rest of the run alone, and, the lowest node rank
+// left, writes goodput.json with the lost ranks 0 and 1, never healed.
+TEST_F(MultiNodeLive, LiveRecoveryFromLosingNode0WithNoSpareNode1TrainsToTheEnd) {
+  std::string out;
+  std::string writer;
+  const nlohmann::json report = LoseNode(0, "live-alone0", "", /*spare=*/false, &out, &writer);
+  EXPECT_EQ(writer, "node 1's agent") << report.dump(2);
+  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+  for (const auto& l : report["live_recoveries"]) {
+    EXPECT_EQ(l["kind"], "node-lost");
+    EXPECT_EQ(l["node"], 0);
     EXPECT_DOUBLE_EQ(l["healed_at_s"].get<double>(), -1.0);
     EXPECT_EQ(l["steps_short_handed"].get<int64_t>(), kSteps - l["step"].get<int64_t>());
   }

@@ -2,6 +2,7 @@
 // rewrite) for the one operation that replaces the file.
 #include "tenax/core/metrics_writer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -84,6 +85,27 @@ Status TruncateAfterStep(const std::string& path, int64_t step, FileSystem& fs) 
   }
   if (kept == *text) return Status::Ok();
   return fs.WriteFileAtomic(path, kept);
+}
+
+Result<int64_t> LastStepWith(const std::string& path, const std::string& key, FileSystem& fs) {
+  Result<std::string> text = fs.ReadFile(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) return int64_t{-1};
+    return text.status();
+  }
+  int64_t last = -1;
+  size_t begin = 0;
+  while (begin < text->size()) {
+    size_t end = text->find('\n', begin);
+    if (end == std::string::npos) end = text->size();
+    const auto j = nlohmann::json::parse(std::string_view(text->data() + begin, end - begin),
+                                         nullptr, /*allow_exceptions=*/false);
+    begin = end + 1;
+    if (!j.is_object() || !j.contains(key)) continue;
+    auto s = j.find("step");
+    if (s != j.end() && s->is_number_integer()) last = std::max(last, s->get<int64_t>());
+  }
+  return last;
 }
 
 }  // namespace tenax

@@ -46,5 +46,9 @@ class JsonlWriter {
 // Call it before JsonlWriter::Open: the rewrite replaces the file, and a writer opened earlier
 // would go on appending to the replaced (unlinked) one.
 Status TruncateAfterStep(const std::string& path, int64_t step, FileSystem& fs = LocalFs());
+// The largest integer "step" among the lines of `path` that have `key` (e.g. "loss": training
+// lines, not evaluations); -1 when none does or the file does not exist. Torn lines are skipped.
+Result<int64_t> LastStepWith(const std::string& path, const std::string& key,
+                             FileSystem& fs = LocalFs());
 
 }  // namespace tenax

@@ -1,5 +1,6 @@
 // JsonlWriter appends flushed lines and repairs a torn last line; TruncateAfterStep keeps exactly
-// the lines a resumed run must not repeat, and is atomic through the FileSystem seam.
+// the lines a resumed run must not repeat, and is atomic through the FileSystem seam;
+// LastStepWith finds the newest line of a kind.
 #include "tenax/core/metrics_writer.h"
 
 #include <gtest/gtest.h>
@@ -95,6 +96,24 @@ TEST_F(MetricsWriterTest, TruncateAfterStepKeepsEarlierStepsAndRunEvents) {
 
   ASSERT_TRUE(TruncateAfterStep(path_, 0).ok());
   EXPECT_EQ(Contents(), "{\"event\":\"start\"}\n[1,2]\n");
+}
+
+// The newest training line's step: evaluations, events, other shapes and a torn line do not
+// count; no file is -1.
+TEST_F(MetricsWriterTest, LastStepWithAKeyCountsOnlyLinesThatHaveIt) {
+  EXPECT_EQ(LastStepWith(path_, "loss").value(), -1);
+  ASSERT_TRUE(LocalFs()
+                  .WriteFileAtomic(path_,
+                                   "{\"event\":\"start\"}\n"
+                                   "{\"step\":7,\"loss\":3.0}\n"
+                                   "{\"step\":9,\"val_loss\":2.0}\n"
+                                   "{\"step\":8,\"loss\":2.9}\n"
+                                   "[1,2]\n"
+                                   "{\"step\":11,\"lo")
+                  .ok());
+  EXPECT_EQ(LastStepWith(path_, "loss").value(), 8);
+  EXPECT_EQ(LastStepWith(path_, "val_loss").value(), 9);
+  EXPECT_EQ(LastStepWith(path_, "grad_norm").value(), -1);
 }
 
 TEST_F(MetricsWriterTest, TruncateMissingFileIsOk) {

@@ -47,6 +47,29 @@ void AddLeadBeats(const json& r, int64_t gen, double start_unix, Goodput* g) {
   if (last.step > ready.resume_step) g->LeadBeat(last, last.wall_s - start_unix, last.wall_s);
 }
 
+// The lead among a generation's reports (GenerationHistory::lead_report): the lowest node rank
+// whose report its planned agent wrote, else the lowest node rank's.
+json LeadReport(const etcd::RangeResponse& reports, const std::string& prefix,
+                const std::optional<rdzv::Plan>& plan) {
+  json lead;
+  std::pair<bool, int64_t> best{true, 0};  // (not the planned agent's, node rank): lowest wins
+  bool any = false;
+  for (const etcd::KeyValue& kv : reports.kvs) {
+    const int64_t node = rdzv::ParseInt(kv.key.substr(prefix.size()), -1);
+    json r = json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+    if (node < 0 || !r.is_object()) continue;
+    const bool planned = plan && node < static_cast<int64_t>(plan->nodes.size()) &&
+                         r.value("agent", std::string()) == plan->nodes[static_cast<size_t>(node)];
+    const std::pair<bool, int64_t> key{!planned, node};
+    if (!any || key < best) {
+      best = key;
+      lead = std::move(r);
+      any = true;
+    }
+  }
+  return lead;
+}
+
 // The failure a generation ended by, from every node's report (rdzv::FirstFailure).
 std::optional<FailureRecord> FailureOf(const GenerationHistory& gh, double start_unix) {
   std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(gh.failures);
@@ -97,9 +120,9 @@ Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys
     GenerationHistory gh;
     gh.generation = gen;
     if (Result<rdzv::Plan> p = rdzv::Plan::FromJson((*plan)->value); p.ok()) gh.plan = *p;
-    Result<std::optional<etcd::KeyValue>> rep = etcd.Get(keys.report(gen, 0));
-    if (rep.ok() && *rep) gh.node0_report = json::parse((**rep).value, nullptr, false);
-    if (!gh.node0_report.is_object()) gh.node0_report = json();
+    if (Result<etcd::RangeResponse> reps = etcd.GetPrefix(keys.reports(gen)); reps.ok()) {
+      gh.lead_report = LeadReport(*reps, keys.reports(gen), gh.plan);
+    }
     gh.stragglers = ObjectsUnder(etcd, keys.stragglers(gen));
     gh.exit_faults = ObjectsUnder(etcd, keys.exit_faults(gen));
     if (Result<etcd::RangeResponse> live = etcd.GetPrefix(keys.live_recoveries(gen)); live.ok()) {
@@ -148,7 +171,7 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
                     d);
       }
     }
-    const json& r = gh.node0_report;
+    const json& r = gh.lead_report;
     const double start = r.is_object() ? r.value("start_unix", -1.0) : -1.0;
     g.GenerationStarted(static_cast<int>(gh.generation), start >= 0 ? start - h.start_unix : now);
     if (r.is_object()) AddLeadBeats(r, gh.generation, h.start_unix, &g);
@@ -180,7 +203,7 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
     for (const rdzv::LiveVacancy& v : gh.live_vacancies) {
       if (gh.live_claimed.count(v.node) > 0) continue;
       const int64_t last =
-          gh.node0_report.is_object() ? gh.node0_report.value("last_step", v.step) : v.step;
+          gh.lead_report.is_object() ? gh.lead_report.value("last_step", v.step) : v.step;
       for (int rank : v.ranks) {
         g.AddLiveRecovery({{"time_s", v.time_unix - h.start_unix},
                            {"generation", gh.generation},

@@ -1,8 +1,9 @@
 // A multi-node job's history as the node agents left it in etcd (rendezvous.h's keys), and the
 // job's goodput.json made from it. Reading (ReadJobHistory) and accounting (JobGoodput) are
-// apart so that the accounting is tested without an etcd: whichever agent holds node rank 0
-// writes goodput.json from this, so the report covers every node and survives the loss of node
-// 0 (node_agent_goodput.cc).
+// apart so that the accounting is tested without an etcd: whichever agent holds node rank 0 (or,
+// with node 0 lost live and nobody in its place, the lowest node rank left) writes goodput.json
+// from this, so the report covers every node and survives the loss of node 0
+// (node_agent_goodput.cc).
 // Thread safety: none needed; values.
 #pragma once
 
@@ -26,10 +27,13 @@ namespace tenax::launch {
 struct GenerationHistory {
   int64_t generation = 0;
   std::optional<rdzv::Plan> plan;  // none when its record does not parse
-  // Node 0's report of the generation (gen/<G>/report/0: start_unix, ready_unix, resume_step,
+  // The generation's report (gen/<G>/report/<node>: agent, start_unix, ready_unix, resume_step,
   // run_dir, last_step, steps_s, checkpoint_s, tokens_per_s, last_step_unix, end_unix,
-  // exit_code); null when node 0 left none.
-  nlohmann::json node0_report;
+  // exit_code) of its lowest node rank run from the generation's start by the agent its plan
+  // names: node 0's, or, when node 0 was lost (live, or before a restart), the next one's. A
+  // spare that took a node's place live started late and is a last resort. Null when no node
+  // left one.
+  nlohmann::json lead_report;
   // Stragglers and exit faults the nodes recorded, with their time_unix.
   std::vector<nlohmann::json> stragglers;
   std::vector<nlohmann::json> exit_faults;

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tenax/etcd/client.h"
+#include "tenax/etcd/testing_etcd_test_fixture.h"
+
 namespace tenax::launch {
 namespace {
 
@@ -31,10 +34,10 @@ JobHistory TwoGenerations() {
   g0.plan = rdzv::Plan{};
   g0.plan->generation = 0;
   g0.plan->nodes = {"a", "b"};
-  g0.node0_report = {{"start_unix", 1000.0},  {"ready_unix", 1010.0},     {"resume_step", 0},
-                     {"last_step", 20},       {"steps_s", 40.0},          {"checkpoint_s", 2.0},
-                     {"tokens_per_s", 500.0}, {"last_step_unix", 1060.0}, {"end_unix", 1065.0},
-                     {"exit_code", 8}};
+  g0.lead_report = {{"start_unix", 1000.0},  {"ready_unix", 1010.0},     {"resume_step", 0},
+                    {"last_step", 20},       {"steps_s", 40.0},          {"checkpoint_s", 2.0},
+                    {"tokens_per_s", 500.0}, {"last_step_unix", 1060.0}, {"end_unix", 1065.0},
+                    {"exit_code", 8}};
   // Node 0's ranks lost their peers at 1061; node 1's lease expired, found at 1064.
   g0.failures = {Report("a", 0, "crash", /*secondary=*/true, 1061),
                  Report("c", 1, "node-lost", /*secondary=*/false, 1064)};
@@ -43,10 +46,10 @@ JobHistory TwoGenerations() {
   g1.plan = rdzv::Plan{};
   g1.plan->generation = 1;
   g1.plan->nodes = {"a", "d"};
-  g1.node0_report = {{"start_unix", 1066.0},  {"ready_unix", 1075.0},     {"resume_step", 20},
-                     {"last_step", 50},       {"steps_s", 60.0},          {"checkpoint_s", 0.0},
-                     {"tokens_per_s", 600.0}, {"last_step_unix", 1140.0}, {"end_unix", 1142.0},
-                     {"exit_code", 0}};
+  g1.lead_report = {{"start_unix", 1066.0},  {"ready_unix", 1075.0},     {"resume_step", 20},
+                    {"last_step", 50},       {"steps_s", 60.0},          {"checkpoint_s", 0.0},
+                    {"tokens_per_s", 600.0}, {"last_step_unix", 1140.0}, {"end_unix", 1142.0},
+                    {"exit_code", 0}};
   g1.stragglers = {{{"rank", 3}, {"time_unix", 1100.0}}};
   h.generations = {g0, g1};
   return h;
@@ -83,7 +86,7 @@ TEST(JobGoodput, AccountsEveryGenerationAndDatesALostNodeByItsPeers) {
 
 TEST(JobGoodput, AGenerationWithoutNodeZerosReportStartsNowAndARunningJobIsNotCut) {
   JobHistory h = TwoGenerations();
-  h.generations[1].node0_report = nullptr;  // node 0 of generation 1 has reported nothing yet
+  h.generations[1].lead_report = nullptr;  // node 0 of generation 1 has reported nothing yet
   const nlohmann::json r = JobGoodput(h, 1200, 0, /*ended=*/false, "host0", 42);
   EXPECT_DOUBLE_EQ(r["wall_s"].get<double>(), 200.0);
   ASSERT_EQ(r["generations"].size(), 2u);
@@ -167,6 +170,37 @@ TEST(JobGoodput, ANodeLostLiveThatNoSpareTookIsRecordedRankByRank) {
     EXPECT_NE(l["outcome"].get<std::string>().find("no spare took node 1's place"),
               std::string::npos);
   }
+}
+
+// ReadJobHistory against a real etcd: each generation's lead report is that of its lowest node
+// rank run by the agent its plan names. Generation 0 lost node 0 live and a spare ("s") took its
+// place late: node 1's report leads. Generation 1 is a plain one: node 0's. Generation 2 has only
+// the spare's report: a last resort, taken.
+using JobHistoryInEtcd = etcd::testing::EtcdTest;
+TEST_F(JobHistoryInEtcd, TheLeadReportIsTheLowestPlannedNodes) {
+  auto client = etcd::EtcdClient::Create(etcd_->client_options());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const rdzv::Keys keys("job");
+  auto put = [&](const std::string& key, const nlohmann::json& value) {
+    ASSERT_TRUE((*client)->Put(key, value.dump()).ok()) << key;
+  };
+  for (int64_t g = 0; g < 3; ++g) {
+    rdzv::Plan plan;
+    plan.generation = g;
+    plan.nodes = {"a", "b"};
+    put(keys.plan(g), plan.ToJson());
+  }
+  put(keys.report(0, 0), {{"agent", "s"}, {"start_unix", 1030.0}});
+  put(keys.report(0, 1), {{"agent", "b"}, {"start_unix", 1000.0}});
+  put(keys.report(1, 1), {{"agent", "b"}, {"start_unix", 1101.0}});
+  put(keys.report(1, 0), {{"agent", "a"}, {"start_unix", 1100.0}});
+  put(keys.report(2, 0), {{"agent", "s"}, {"start_unix", 1200.0}});
+  auto h = ReadJobHistory(**client, keys, /*current=*/2, /*start_unix=*/1000);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_EQ(h->generations.size(), 3u);
+  EXPECT_EQ(h->generations[0].lead_report.value("agent", ""), "b");
+  EXPECT_EQ(h->generations[1].lead_report.value("agent", ""), "a");
+  EXPECT_EQ(h->generations[2].lead_report.value("agent", ""), "s");
 }
 
 }  // namespace

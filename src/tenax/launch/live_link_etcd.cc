@@ -157,23 +157,24 @@ Status EtcdLiveLink::PublishRecoveries(int gen, int node, const nlohmann::json& 
       .status();
 }
 
-Status EtcdLiveLink::Vacate(int gen, const rdzv::LiveVacancy& v) {
-  const std::string key = keys_.live_vacant(gen, v.node);
-  TENAX_RETURN_IF_ERROR(Retry([&] { return etcd_->PutIfAbsent(key, v.ToJson().dump()); }).status());
-  // Seen here at once, whoever put it first (the watch brings it too).
+Result<std::optional<etcd::KeyValue>> EtcdLiveLink::PutOnce(int gen, const std::string& key,
+                                                            const std::string& value) {
+  TENAX_RETURN_IF_ERROR(Retry([&] { return etcd_->PutIfAbsent(key, value); }).status());
+  // Read back: what the key holds is whoever put it first's (also after a repeat of a put whose
+  // outcome was unknown), seen here at once (the watch brings it too).
   TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv, Retry([&] { return etcd_->Get(key); }));
   std::lock_guard<std::mutex> lock(mu_);
   if (kv && gen_ == gen) Take(kv->key, kv->value, kv->mod_revision);
-  return Status::Ok();
+  return kv;
+}
+
+Status EtcdLiveLink::Vacate(int gen, const rdzv::LiveVacancy& v) {
+  return PutOnce(gen, keys_.live_vacant(gen, v.node), v.ToJson().dump()).status();
 }
 
 Result<bool> EtcdLiveLink::Claim(int gen, int node) {
-  const std::string key = keys_.live_claim(gen, node);
-  TENAX_RETURN_IF_ERROR(Retry([&] { return etcd_->PutIfAbsent(key, agent_); }).status());
-  // A repeat after an unknown outcome finds its own claim: the value says who holds it.
-  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv, Retry([&] { return etcd_->Get(key); }));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (kv && gen_ == gen) Take(kv->key, kv->value, kv->mod_revision);
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv,
+                         PutOnce(gen, keys_.live_claim(gen, node), agent_));
   return kv && kv->value == agent_;
 }
 

@@ -53,6 +53,9 @@ class EtcdLiveLink : public LiveLink {
   void TakeStates(const std::string& key, const std::string& value, int64_t revision);
   // Under mu_: one key of the running generation's live/ prefix, put at `revision`.
   void Take(const std::string& key, const std::string& value, int64_t revision);
+  // Puts `key` unless it exists; returns what it holds then (taken in when of generation `gen`).
+  Result<std::optional<etcd::KeyValue>> PutOnce(int gen, const std::string& key,
+                                                const std::string& value);
 
   etcd::EtcdClient* const etcd_;
   const rdzv::Keys keys_;

@@ -9,19 +9,17 @@
 #include <thread>
 
 #include "tenax/core/temp_dir.h"
-#include "tenax/etcd/testing_etcd.h"
+#include "tenax/etcd/testing_etcd_test_fixture.h"
 #include "tenax/protocol/live_membership.h"
 
 namespace tenax::launch {
 namespace {
 
-class EtcdLiveLinkTest : public ::testing::Test {
+class EtcdLiveLinkTest : public etcd::testing::EtcdTest {
  protected:
   void SetUp() override {
-    if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
-    auto started = etcd::testing::TestingEtcd::Start();
-    ASSERT_TRUE(started.ok()) << started.status().ToString();
-    etcd_ = std::move(*started);
+    EtcdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     for (int i = 0; i < 2; ++i) {
       auto c = etcd::EtcdClient::Create(etcd_->client_options());
       ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -47,7 +45,6 @@ class EtcdLiveLinkTest : public ::testing::Test {
           return std::nullopt;
         });
   }
-  std::unique_ptr<etcd::testing::TestingEtcd> etcd_;
   std::vector<std::unique_ptr<etcd::EtcdClient>> clients_;
   std::vector<std::unique_ptr<EtcdLiveLink>> links_;
 };

@@ -209,14 +209,15 @@ Result<int> NodeAgent::Run() {
     }
     TENAX_ASSIGN_OR_RETURN(std::optional<rdzv::StopRecord> stop, ReadStop());
     if (stop) {
-      // The report is node 0's of the newest plan (a former node 0 must not overwrite it).
+      // The report is node 0's of the newest plan (a former node 0 must not overwrite it), or
+      // whoever took its place (ReportingAgent).
       Result<int64_t> newest = CurrentGeneration();
       Result<std::optional<etcd::KeyValue>> plan =
           newest.ok() ? etcd_->Get(keys_.plan(*newest))
                       : Result<std::optional<etcd::KeyValue>>(newest.status());
       if (plan.ok() && *plan) {
         Result<rdzv::Plan> p = rdzv::Plan::FromJson((**plan).value);
-        if (p.ok() && p->NodeRankOf(info_.id) == 0) WriteGoodput(true, stop->code);
+        if (p.ok() && ReportingAgent(*newest, *p) == info_.id) WriteGoodput(true, stop->code);
       }
       // Every agent's log ends with how the job ended (the other paths to the end say it too).
       if (stop->code == 0) {
@@ -418,7 +419,7 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
     // The job is over: a launch with this job id again only reports it (stop code 0).
     (void)etcd_->PutIfAbsent(keys_.stop(), rdzv::StopRecord{0, "finished"}.ToJson().dump());
     if (live_) (void)etcd_->DeletePrefix(keys_.live_store());  // the ranks' groups are gone
-    if (node_rank == 0) WriteGoodput(true, 0);
+    if (ReportingAgent(g, plan) == info_.id) WriteGoodput(true, 0);
     log::Info("launch: job {} finished on every node", a_.job_id);
     return std::optional<int>(0);
   }

@@ -142,6 +142,10 @@ class NodeAgent {
   void LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active);
   std::optional<rdzv::LiveVacancy> LiveClaimVacancy(int64_t g);
   bool AllDone(int64_t g);
+  // The agent that writes the job's goodput.json for generation g of `plan`: node 0's; live, the
+  // spare that took a lost node 0's place, or with nobody in it the lowest node rank's that was
+  // not lost.
+  std::string ReportingAgent(int64_t g, const rdzv::Plan& plan);
   Result<int64_t> CurrentGeneration();
   // Joins generation g and waits for its plan; nullopt when g is no longer current, the job
   // stopped, or the lease was lost.

@@ -4,9 +4,11 @@
 // every node rank is done or was lost with nobody to take it.
 //   Lost      an active agent's key vanished (its lease expired): every node that saw it drops
 //             the lost node's ranks from the record (compare-and-swap; a repeat changes nothing)
-//             and puts its vacancy (gen/<G>/live/vacant/<node>, put once). Node 0 (it writes
-//             the job's goodput and gives rank 0's commits their consent) and a node rank taken
-//             once already in this generation end the generation as in restart mode.
+//             and puts its vacancy (gen/<G>/live/vacant/<node>, put once). Node 0 too: the
+//             live group's lowest member leads (writes the metrics, commits checkpoints with its
+//             own agent's consent) and the job's goodput.json is written by whoever holds the
+//             lowest node rank left (ReportingAgent). A node rank taken once already in this
+//             generation ends the generation as in restart mode.
 //   Claimed   a spare puts gen/<G>/live/claim/<node> if absent; the one that did runs that node
 //             rank's ranks as replacements (GenerationPlan::live_vacancy) and is watched by the
 //             others from then on, in the lost agent's place.
@@ -26,7 +28,7 @@ void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
   const int n = o_.nproc_per_node;
   for (const std::string& id : view_.Lost()) {
     const int node = plan.NodeRankOf(id);
-    if (node <= 0 || claims.count(node) > 0) continue;  // the generation ends (see above)
+    if (node < 0 || claims.count(node) > 0) continue;  // the generation ends (see above)
     if (!active) {
       // A spare: the active nodes drop the lost one's ranks and say it is vacant (it has no
       // step to tell); if they cannot, they end the generation, and so its wait.
@@ -97,6 +99,17 @@ bool NodeAgent::AllDone(int64_t g) {
     if (done.count(node) == 0 && (vacant.count(node) == 0 || claims.count(node) > 0)) return false;
   }
   return true;
+}
+
+std::string NodeAgent::ReportingAgent(int64_t g, const rdzv::Plan& plan) {
+  if (!live_) return plan.nodes.empty() ? std::string() : plan.nodes[0];
+  const std::map<int, rdzv::LiveVacancy> vacant = live_->Vacancies(g);
+  const std::map<int, std::string> claims = live_->Claims(g);
+  for (int node = 0; node < static_cast<int>(plan.nodes.size()); ++node) {
+    if (vacant.count(node) == 0) return plan.nodes[static_cast<size_t>(node)];
+    if (auto c = claims.find(node); c != claims.end()) return c->second;
+  }
+  return std::string();  // every node rank lost: nobody is left to write it
 }
 
 }  // namespace tenax::launch::agent_internal

@@ -10,7 +10,7 @@
 #include <array>
 #include <thread>
 
-#include "tenax/etcd/testing_etcd.h"
+#include "tenax/etcd/testing_etcd_test_fixture.h"
 #include "tenax/parallel/communicator.h"
 
 namespace tenax::parallel {
@@ -21,16 +21,7 @@ using std::chrono::milliseconds;
 std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string Text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
-class EtcdStoreTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
-    auto started = etcd::testing::TestingEtcd::Start();
-    ASSERT_TRUE(started.ok()) << started.status().ToString();
-    etcd_ = std::move(*started);
-  }
-  std::unique_ptr<etcd::testing::TestingEtcd> etcd_;
-};
+using EtcdStoreTest = etcd::testing::EtcdTest;
 
 TEST_F(EtcdStoreTest, KeepsC10dsStoreContract) {
   EtcdStore store(etcd_->client_options(), "/job/a/", milliseconds(20000));

@@ -18,7 +18,7 @@
 
 #include "tenax/core/crc32.h"
 #include "tenax/core/temp_dir.h"
-#include "tenax/etcd/testing_etcd.h"
+#include "tenax/etcd/testing_etcd_test_fixture.h"
 
 namespace tenax::parallel {
 namespace {
@@ -267,11 +267,9 @@ void KillAMemberAndHealItsReplacement(const std::string& etcd = "") {
 TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacement) { KillAMemberAndHealItsReplacement(); }
 
 // The same with the epochs meeting in etcd, as the members on several nodes do.
-TEST(LiveGroup, SurvivesAKilledMemberAndHealsItsReplacementMeetingInEtcd) {
-  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib";
-  auto started = etcd::testing::TestingEtcd::Start();
-  ASSERT_TRUE(started.ok()) << started.status().ToString();
-  KillAMemberAndHealItsReplacement((*started)->endpoints()[0]);
+using LiveGroupInEtcd = etcd::testing::EtcdTest;
+TEST_F(LiveGroupInEtcd, SurvivesAKilledMemberAndHealsItsReplacement) {
+  KillAMemberAndHealItsReplacement(etcd_->endpoints()[0]);
 }
 
 // Slots 0 and 1 of a world of 3 try epoch 1 (members 0, 1, 2), in which slot 2 never connects;

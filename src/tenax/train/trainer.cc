@@ -72,6 +72,7 @@ Result<TrainSummary> Trainer::Run() {
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start_));
   for (int64_t step = progress_.step + 1; step <= last_step_; ++step) {
     TENAX_RETURN_IF_ERROR(Step(step));
+    if (live_step_received_) continue;  // the others evaluated and saved it (LiveStep)
     const bool last = step == last_step_;
     if ((config_.metrics.eval_interval > 0 && step % config_.metrics.eval_interval == 0) || last) {
       TENAX_RETURN_IF_ERROR(Evaluate(step));
@@ -178,9 +179,8 @@ Status Trainer::StepOnce(int64_t step) {
   m.eta_s =
       train_seconds_ / static_cast<double>(steps_timed_) * static_cast<double>(last_step_ - step);
   m.moe = std::move(moe_metrics);
-  if (reporter_out_ && (step % config_.metrics.log_interval == 0 || step == last_step_)) {
-    TENAX_RETURN_IF_ERROR(reporter_out_->LogStep(m));
-  }
+  if (reporter_out_ && LogsStep(step)) TENAX_RETURN_IF_ERROR(reporter_out_->LogStep(m));
+  last_metrics_ = std::move(m);
   return Status::Ok();
 }
 

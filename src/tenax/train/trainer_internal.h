@@ -104,6 +104,10 @@ class Trainer {
       int after, const std::function<bool(const protocol::LiveMembership&)>& wanted);
   Status LiveSyncState(const protocol::LiveMembership& next, bool has_state);
   bool live() const { return live_ != nullptr; }
+  // Whether step's line goes to metrics.jsonl (metrics.log_interval, and the last step).
+  bool LogsStep(int64_t step) const {
+    return step % config_.metrics.log_interval == 0 || step == last_step_;
+  }
   // HSDP live (several ranks per replica): the groups across replicas are the world's and this
   // shard index's (LiveReplicas: live_ itself when every rank is a replica); a replica's ranks
   // take every decision together through their shard group, which is never re-formed: they
@@ -230,11 +234,16 @@ class Trainer {
   bool failure_secondary_ = false;
   double local_loss_ = 0;  // this rank's loss of the current step, before the mean over ranks
   int live_slots_ = 1;     // data-parallel ranks whose samples this rank ran (live: maybe more)
-  bool live_has_state_ = true;       // live: this rank's state is a whole step's (ReplicaAgrees)
-  int64_t live_touched_ = 0;         // live: LiveReplicas().receives_begun() as the phase began
-  int64_t sdc_checks_ = 0;           // checks passed by this process
-  double sdc_replay_s_ = 0;          // the current check's replay
-  double sdc_verify_s_ = 0;          // the current check's gathering and comparing of digests
+  bool live_has_state_ = true;  // live: this rank's state is a whole step's (ReplicaAgrees)
+  int64_t live_touched_ = 0;    // live: LiveReplicas().receives_begun() as the phase began
+  // live: this rank was behind the others when a member was lost, and the state it received was
+  // past the step it ran: the others did that step's evaluation and save already, and the
+  // quorum round it took after the sync is the next step's (LiveStep).
+  bool live_step_received_ = false;
+  StepMetrics last_metrics_;  // the newest step's line, also the others' (live: LiveSyncState)
+  int64_t sdc_checks_ = 0;    // checks passed by this process
+  double sdc_replay_s_ = 0;   // the current check's replay
+  double sdc_verify_s_ = 0;   // the current check's gathering and comparing of digests
   double sdc_widest_agreement_ = 0;  // the largest Disagreement of agreeing pairs so far
   TrainSummary summary_;
 };

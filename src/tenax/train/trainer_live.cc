@@ -27,7 +27,9 @@
 #include <signal.h>
 
 #include <stdexcept>
+#include <utility>
 
+#include "tenax/core/metrics_writer.h"
 #include "tenax/train/trainer_internal.h"
 
 namespace tenax::train::trainer_internal {
@@ -263,20 +265,33 @@ Status Trainer::LiveStep(int64_t step) {
                             return m.Missing().empty();
                           }).status());
   }
+  // A rank behind the others at a failure took this step's quorum round already (below).
+  bool quorum_taken = false;
+  live_step_received_ = false;
   while (true) {
     try {
       // A switch to a newer epoch is followed by another round in it, as after a recovery and
       // as a replacement's first step begins, so every member issues the same collectives.
       Result<bool> switched = false;
-      LiveAcrossReplicas([&] {
-        switched = LiveQuorum();
-        // The newer epoch did not form (a member of it died first): as after a failed
-        // collective, the launcher's next epoch decides.
-        return !switched.ok() && !LiveFormed() ? switched.status().message() : std::string();
-      });
+      if (!std::exchange(quorum_taken, false)) {
+        LiveAcrossReplicas([&] {
+          switched = LiveQuorum();
+          // The newer epoch did not form (a member of it died first): as after a failed
+          // collective, the launcher's next epoch decides.
+          return !switched.ok() && !LiveFormed() ? switched.status().message() : std::string();
+        });
+      }
       if (!switched.ok()) return switched.status();
       if (*switched) continue;
-      if (progress_.step >= step) return Status::Ok();  // the newest state was past it already
+      if (progress_.step >= step) {
+        // The newest state was past this step: this rank failed in it while others had finished
+        // it and failed in the next one. They round the next step's quorum once after their
+        // recovery, as this rank just did: that round is the next step's here too, and what they
+        // did after this step (an evaluation, a save) is not done again.
+        log::Info("step {}: the others had finished it: this rank goes on from their state", step);
+        live_step_received_ = true;
+        return Status::Ok();
+      }
       return StepOnce(step);
     } catch (const LiveStepAbandoned& e) {
       TENAX_RETURN_IF_ERROR(LiveRecover(step, e.what()));
@@ -380,6 +395,15 @@ Status Trainer::LiveSync(const protocol::LiveMembership& next, bool has_state) {
                            Reporter::Open(run_dir_, config_.metrics, progress_.step));
     summary_.metrics_path = reporter_out_->metrics_path();
     summary_.tensorboard_dir = reporter_out_->tensorboard_dir();
+    // The former lead may have been lost in the step whose state the group holds, before its
+    // line: written here, from the state (every member's line of a step is the same but for
+    // its timing).
+    const int64_t held = progress_.step;
+    if (held > 0 && last_metrics_.step == held && LogsStep(held)) {
+      TENAX_ASSIGN_OR_RETURN(const int64_t logged,
+                             LastStepWith(reporter_out_->metrics_path(), "loss"));
+      if (logged < held) TENAX_RETURN_IF_ERROR(reporter_out_->LogStep(last_metrics_));
+    }
   }
   return Status::Ok();
 }
@@ -393,7 +417,14 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   for (size_t i = 0; i < history.size() && static_cast<int64_t>(i) < window.numel(); ++i) {
     window[static_cast<int64_t>(i)] = history[i];
   }
-  std::vector<at::Tensor> state = {meta, window};
+  // The newest step's metrics line, for a new lead that did not run that step (LiveSync).
+  const StepMetrics& l = last_metrics_;
+  at::Tensor line =
+      at::tensor({static_cast<double>(l.step), l.loss, l.lr, l.grad_norm, l.tokens_per_s,
+                  l.flops_per_s, static_cast<double>(l.mem_peak_bytes), l.step_time_s,
+                  static_cast<double>(l.tokens_seen), l.eta_s},
+                 at::kDouble);
+  std::vector<at::Tensor> state = {meta, window, line};
   for (auto& p : step_model_->optimizer_params()) state.push_back(p.tensor.detach());
   for (auto& s : optimizer_->StateTensors()) state.push_back(s.tensor.detach());
   TENAX_ASSIGN_OR_RETURN(parallel::LiveSyncReport r,
@@ -409,6 +440,19 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
     losses[i] = window[static_cast<int64_t>(i)].item<double>();
   spikes_->Restore(losses);
   progress_.loss_history = losses;
+  const double* d = line.data_ptr<double>();
+  last_metrics_ = StepMetrics{};
+  last_metrics_.step = static_cast<int64_t>(d[0]);
+  last_metrics_.total_steps = t_.steps;
+  last_metrics_.loss = d[1];
+  last_metrics_.lr = d[2];
+  last_metrics_.grad_norm = d[3];
+  last_metrics_.tokens_per_s = d[4];
+  last_metrics_.flops_per_s = d[5];
+  last_metrics_.mem_peak_bytes = static_cast<int64_t>(d[6]);
+  last_metrics_.step_time_s = d[7];
+  last_metrics_.tokens_seen = static_cast<int64_t>(d[8]);
+  last_metrics_.eta_s = d[9];
   loader_->Seek(progress_.data_position);
   // Slots of LiveReplicas() are replicas: named by their rank at this shard index.
   std::vector<int> receivers;
