@@ -4,18 +4,28 @@
 Steps, each timed, each with its own result in OUTDIR/gpu-check.json (the log beside it):
   machine     GPU, driver, torch, CUDA and NCCL versions, CPU cores
   build       tenax against the machine's own torch (cmake + make), or a build carried in
-              (--prebuilt DIR); seconds either way
-  gpu_tests   ctest -L gpu: passed / failed / skipped, by name
-  throughput  Llama 3 8B layer shapes, 8 layers, seq 8192, bf16, random tokens: `tenax train`
-              (tokens/s, MFU, peak memory from its metrics.jsonl) beside PyTorch eager
-              (bench/llama_eager.py) on the same shape in the same call
+              (--prebuilt DIR, made here by --pack DIR: the binaries and the shared libraries
+              of this machine they need; on the GPU machine only those it lacks are used, and a
+              pack that does not start there falls back to building); seconds either way
+  gpu_tests   ctest -L gpu (or, in a pack, the test binary itself): passed / failed /
+              skipped, by name
   hf_logits   a small model trained on the device, exported with `tenax export-hf`; its logits
               from tenax (bench_logits) against transformers' on the device (bench/hf_logits.py)
+  throughput  Llama 3 8B layer shapes, 8 layers, seq 8192, local batch 2 (issue 33's shape),
+              bf16, random tokens: `tenax train` (its GPU paths on, off with
+              training.fused_kernels = false, and on with selective activation checkpointing;
+              tokens/s, MFU, peak memory from its metrics.jsonl) beside PyTorch eager and
+              PyTorch with torch.compile per block and fused AdamW (torchtitan's recipe;
+              bench/llama_eager.py) on the same shape in the same call; then two more steps
+              of the first tenax run under its profiler (metrics.profile_step) and of eager
+              under torch.profiler, untimed: OUTDIR/profile-tenax.txt, profile-eager.txt (each
+              kernel's time per step, side by side) and tenax's Chrome trace
 --dry-run runs the same steps on the CPU with tiny shapes (no GPU, the existing build/): what CI
 runs, so the plumbing cannot rot between loans. Exit code 0 when every step is ok (in a dry run
 the GPU tests must all skip, none pass).
 """
 import argparse
+import glob
 import json
 import os
 import platform
@@ -83,11 +93,125 @@ def machine(args):
     return {"ok": True, **info}
 
 
+# What a GPU run needs of a build folder, as --pack lays it out (the same relative paths).
+PACKED = ("tenax", "tenax-torch", "bench/bench_logits", "tests/tenax_gpu_tests")
+# Libraries every Linux machine has in a compatible version: never carried.
+SYSTEM_LIBS = ("linux-vdso", "ld-linux", "libc.so", "libm.so", "libdl.so", "libpthread.so",
+               "librt.so", "libgcc_s.so", "libstdc++.so")
+
+
+def ldd(path, env=None):
+    """{soname: resolved path or None} of what path loads."""
+    p = subprocess.run(["ldd", path], capture_output=True, text=True, env=env)
+    libs = {}
+    for line in p.stdout.splitlines():
+        m = re.match(r"\s*(\S+) => (not found|(\S+))", line)
+        if m:
+            libs[m.group(1)] = m.group(3)
+    return libs
+
+
+def pack(args):
+    """Here, before a lease: build/'s binaries a GPU run needs (stripped) and the shared libraries
+    they load from this machine, other than the C and C++ runtimes and the wheel's own (libtorch,
+    CUDA, NCCL: the GPU machine's torch brings those). --prebuilt DIR there uses the pack, taking
+    of the carried libraries only those the machine lacks. Saves the build's minutes of device
+    time on every call (~2-3 min on 16 cores)."""
+    out = os.path.abspath(args.pack)
+    src = os.path.join(ROOT, "build")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "lib"))
+    libs = {}
+    for rel in PACKED:
+        if not os.path.exists(os.path.join(src, rel)):
+            print(f"gpu-check --pack: build/{rel} is missing: scripts/build --target "
+                  f"{os.path.basename(rel)} first", file=sys.stderr)
+            return 1
+        dst = os.path.join(out, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(os.path.join(src, rel), dst)
+        subprocess.run(["strip", "--strip-unneeded", dst], check=True)
+        for name, path in ldd(dst).items():
+            if path is None:
+                print(f"gpu-check --pack: build/{rel} needs {name}, which this machine lacks",
+                      file=sys.stderr)
+                return 1
+            if "site-packages" in path or name.startswith(SYSTEM_LIBS):
+                continue
+            libs[name] = path
+    for name, path in sorted(libs.items()):
+        shutil.copy2(os.path.realpath(path), os.path.join(out, "lib", name))
+    # What was built: the device machine's copy of the tree has no git history.
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout
+    info = {"commit": git("rev-parse", "HEAD").strip() or None,
+            "uncommitted": sorted(l[3:] for l in git("status", "--porcelain").splitlines()),
+            "packed_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with open(os.path.join(out, "build-info.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
+    print(f"gpu-check --pack: {out}: {', '.join(PACKED)} and {len(libs)} libraries "
+          f"({', '.join(sorted(libs))}), {size / 2**20:.1f} MiB")
+    return 0
+
+
+def use_pack(bdir):
+    """Makes a pack runnable on this machine: libtorch from this python's torch, and each carried
+    library that this machine does not have (ldd says 'not found') from the pack. Sets
+    LD_LIBRARY_PATH for every step's children; returns None or why the pack cannot run here."""
+    import torch
+    xlib = os.path.join(bdir, "lib-used")
+    shutil.rmtree(xlib, ignore_errors=True)
+    os.makedirs(xlib)
+    # libtorch, and the CUDA and NCCL wheels beside it (the binaries name libcudart directly).
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    wheels = sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib")))
+    os.environ["LD_LIBRARY_PATH"] = ":".join(
+        [os.path.join(os.path.dirname(torch.__file__), "lib")] + wheels + [xlib] +
+        [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p])
+    used = set()
+    for _ in range(5):  # a carried library may itself need another carried one
+        missing = set()
+        for rel in PACKED:
+            if os.path.exists(os.path.join(bdir, rel)):
+                missing |= {n for n, p in ldd(os.path.join(bdir, rel)).items() if p is None}
+        for name in list(missing):
+            if os.path.exists(os.path.join(bdir, "lib", name)) and name not in used:
+                os.symlink(os.path.join(bdir, "lib", name), os.path.join(xlib, name))
+                used.add(name)
+                missing.discard(name)
+        if not missing:
+            break
+    if missing:
+        return f"libraries missing here and not in the pack: {', '.join(sorted(missing))}"
+    code, out, _ = run([os.path.join(bdir, "tenax"), "model", "--preset", "llama3-8b"], 60)
+    if code != 0:
+        return f"the packed tenax does not run here (exit {code}): {out[-500:]}"
+    log(f"pack {bdir}: carried libraries used here: {', '.join(sorted(used)) or 'none'}")
+    return None
+
+
 def build(args):
+    fallback = None
     if args.prebuilt:
         if not os.path.exists(os.path.join(args.prebuilt, "tenax")):
             return {"ok": False, "error": f"--prebuilt {args.prebuilt} has no tenax binary"}
-        return {"ok": True, "mode": "prebuilt", "dir": args.prebuilt, "seconds": 0}
+        if args.dry_run or not os.path.isdir(os.path.join(args.prebuilt, "lib")):
+            return {"ok": True, "mode": "prebuilt", "dir": args.prebuilt, "seconds": 0}
+        why = use_pack(args.prebuilt)
+        if why is None:
+            with open(os.path.join(args.prebuilt, "build-info.json")) as f:
+                info = json.load(f)
+            return {"ok": True, "mode": "pack", "dir": args.prebuilt, "seconds": 0, **info}
+        log(f"the pack cannot be used ({why}); building here instead")
+        fallback = why
+        args.prebuilt = None
+    result = build_here(args)
+    if fallback:
+        result["pack_unusable"] = fallback
+    return result
+
+
+def build_here(args):
     bdir = os.path.join(ROOT, "build-gpu")
     cfg = ["cmake", "-S", ROOT, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
            f"-DTENAX_PYTHON={sys.executable}", "-DTORCH_CUDA_ARCH_LIST=9.0"]
@@ -114,21 +238,38 @@ def build(args):
 
 
 def gpu_tests(args):
+    """ctest -L gpu in a build folder; in a pack (no CTest files), the test binary itself with
+    GoogleTest's XML report, told where tenax, the sources and python are."""
     bdir = args.prebuilt
     junit = os.path.join(args.out, "gpu-tests.xml")
-    code, out, dt = run(["ctest", "--test-dir", bdir, "-L", "gpu", "--output-on-failure",
-                         "--timeout", "300", "--output-junit", junit], 900)
+    if os.path.exists(junit):
+        os.remove(junit)
+    direct = not os.path.exists(os.path.join(bdir, "CTestTestfile.cmake"))
+    if direct:
+        env = dict(os.environ, TENAX_BINARY=os.path.join(bdir, "tenax"), TENAX_SOURCE_DIR=ROOT,
+                   TENAX_PYTHON=sys.executable)
+        code, out, dt = run([os.path.join(bdir, "tests", "tenax_gpu_tests"),
+                             f"--gtest_output=xml:{junit}"], 900, env=env)
+    else:
+        code, out, dt = run(["ctest", "--test-dir", bdir, "-L", "gpu", "--output-on-failure",
+                             "--timeout", "300", "--output-junit", junit], 900)
     if not os.path.exists(junit):
-        return {"ok": False, "error": "ctest wrote no results (were the GPU tests built?)",
+        return {"ok": False, "error": "no test results were written (were the GPU tests built?)",
                 "tail": out[-3000:]}
     cases, reasons = {}, set()
     for case in ET.parse(junit).getroot().iter("testcase"):
-        status = case.get("status", "run")
+        status, result = case.get("status", "run"), case.get("result", "")
+        if status == "disabled" or result == "suppressed":
+            continue  # DISABLED_ helpers that other tests run as subprocesses
         failed = case.find("failure") is not None or status == "fail"
-        skipped = case.find("skipped") is not None or status in ("notrun", "disabled")
-        cases[case.get("name")] = "failed" if failed else "skipped" if skipped else "passed"
+        skip = case.find("skipped")
+        skipped = skip is not None or status == "notrun"
+        name = f"{case.get('classname')}.{case.get('name')}" if direct else case.get("name")
+        cases[name] = "failed" if failed else "skipped" if skipped else "passed"
         if skipped:  # the test's own line: "skipped: <why>"
-            reasons.update(re.findall(r"skipped: ([^\n]+)", case.findtext("system-out") or ""))
+            text = (case.findtext("system-out") or "") + (skip.get("message", "") if skip is not
+                                                           None else "")
+            reasons.update(re.findall(r"skipped: ([^\n]+)", text))
     counts = {k: sum(1 for v in cases.values() if v == k) for k in ("passed", "failed", "skipped")}
     reasons = sorted(reasons)
     if args.dry_run:
@@ -137,7 +278,13 @@ def gpu_tests(args):
               counts["skipped"] == len(cases) > 0 and len(reasons) > 0)
     else:
         ok = code == 0 and counts["failed"] == 0 and counts["passed"] == len(cases) > 0
-    return {"ok": ok, "seconds": round(dt, 1), **counts, "tests": cases, "skip_reasons": reasons}
+    result = {"ok": ok, "seconds": round(dt, 1), "runner": "gtest" if direct else "ctest",
+              **counts, "tests": cases, "skip_reasons": reasons}
+    if counts["failed"] or not ok:
+        result["tail"] = out[-4000:]
+    # What the tests printed that a reader of the JSON wants (e.g. the GPU's replay noise).
+    result["printed"] = [l for l in out.splitlines() if l.startswith("sdc statistics")][:4]
+    return result
 
 
 def write_tokens(path, n, vocab, seed):
@@ -159,74 +306,140 @@ def shape(args):
         return dict(dim=64, layers=2, heads=4, kv_heads=2, ffn=128, vocab=512, seq=128, batch=2,
                     steps=4, device="cpu")
     return dict(dim=4096, layers=8, heads=32, kv_heads=8, ffn=14336, vocab=128256, seq=8192,
-                batch=1, steps=args.steps, device="cuda")
+                batch=2, steps=args.steps, device="cuda")
 
 
-def throughput(args):
-    s = shape(args)
+def tenax_throughput(args, s, name, sets_extra, profile=False):
+    """One `tenax train` run on the shape; tokens/s, MFU and peak memory from its metrics.jsonl.
+    profile: two more steps after the timed ones, under tenax's profiler; the table and the
+    trace copied to OUTDIR/profile-tenax.{txt,json}."""
     data = os.path.join(args.out, "data")
-    os.makedirs(data, exist_ok=True)
-    tokens = s["seq"] * s["batch"] * (s["steps"] + 4) + 1
-    write_tokens(os.path.join(data, "train.bin"), tokens, s["vocab"], 1)
-    write_tokens(os.path.join(data, "val.bin"), s["seq"] * 2 + 1, s["vocab"], 2)
+    n_steps = s["steps"] + (2 if profile else 0)
+    if profile:
+        sets_extra = dict(sets_extra, **{"metrics.profile_step": s["steps"] + 1,
+                                         "metrics.profile_steps": 2})
     tenax = os.path.join(args.prebuilt, "tenax")
     sets = {
-        "job.name": "throughput", "job.dump_folder": os.path.join(args.out, "runs"),
+        "job.name": name, "job.dump_folder": os.path.join(args.out, "runs"),
         "data.source": "tokens", "data.path": os.path.join(data, "train.bin"),
         "data.val_path": os.path.join(data, "val.bin"),
         "model.preset": "debug-tiny", "model.dim": s["dim"], "model.n_layers": s["layers"],
         "model.n_heads": s["heads"], "model.n_kv_heads": s["kv_heads"],
         "model.ffn_hidden_dim": s["ffn"], "model.vocab_size": s["vocab"],
         "model.max_seq_len": s["seq"], "training.seq_len": s["seq"],
-        "training.local_batch_size": s["batch"], "training.steps": s["steps"],
+        "training.local_batch_size": s["batch"], "training.steps": n_steps,
         "training.device": s["device"], "training.mixed_precision": "bf16",
         "checkpoint.enable": "false", "metrics.eval_interval": 0, "metrics.log_interval": 1,
         "metrics.eval_tokens": s["seq"],
-        "metrics.progress": "never", "metrics.tensorboard": "false",
+        "metrics.progress": "never", "metrics.tensorboard": "false", **sets_extra,
     }
     cmd = [tenax, "train", "--defaults"]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
     code, out, dt = run(cmd, args.bench_timeout)
-    result = {"ok": False, "shape": s, "tenax": {"exit_code": code, "seconds": round(dt, 1)}}
-    metrics = os.path.join(args.out, "runs", "throughput", "metrics.jsonl")
+    r = {"ok": False, "exit_code": code, "seconds": round(dt, 1), "settings": sets_extra}
+    metrics = os.path.join(args.out, "runs", name, "metrics.jsonl")
     steps = []
     if os.path.exists(metrics):
         steps = [json.loads(l) for l in open(metrics) if '"tokens_per_s"' in l]
     if code != 0 or not steps:
-        result["tenax"]["tail"] = out[-3000:]
-        return result
+        r["error"] = "out of memory" if "out of memory" in out.lower() else "failed"
+        r["tail"] = out[-3000:]
+        return r
+    if profile:
+        base = os.path.join(args.out, "runs", name, "profile",
+                            f"rank0-steps{s['steps'] + 1}-{s['steps'] + 2}")
+        for ext in ("txt", "json"):
+            if os.path.exists(f"{base}.{ext}"):
+                shutil.copy(f"{base}.{ext}", os.path.join(args.out, f"profile-tenax.{ext}"))
+                r[f"profile_{ext}"] = os.path.join(args.out, f"profile-tenax.{ext}")
+        steps = [st for st in steps if st["step"] <= s["steps"]]  # the profiled ones are slower
     timed = steps[2:] if len(steps) > 3 else steps[-1:]  # the first steps warm up
     tps = statistics.median(st["tokens_per_s"] for st in timed)
-    flops_per_token = timed[-1]["flops_per_s"] / timed[-1]["tokens_per_s"]
     mfu = [st["mfu"] for st in timed if st.get("mfu") is not None]
-    result["tenax"].update({
-        "tokens_per_s": round(tps), "mfu": round(statistics.median(mfu), 4) if mfu else None,
-        "model_tflops": round(tps * flops_per_token / 1e12, 1),
+    r.update({
+        "ok": True, "tokens_per_s": round(tps),
+        "mfu": round(statistics.median(mfu), 4) if mfu else None,
+        "flops_per_token": timed[-1]["flops_per_s"] / timed[-1]["tokens_per_s"],
         "peak_allocated_gib": round(max(st["mem_peak_bytes"] for st in steps) / 2**30, 2),
         "peak_reserved_gib": round(max(st.get("mem_peak_reserved_bytes", 0) for st in steps)
                                    / 2**30, 2),
-        "steps_timed": len(timed), "loss_last": timed[-1]["loss"]})
-    # PyTorch eager, same shape, same process layout (one process, one device).
+        "steps_timed": len(timed), "step_time_s": [round(st.get("step_time_s", 0), 4) for st in steps],
+        "loss_last": timed[-1]["loss"]})
+    r["model_tflops"] = round(tps * r["flops_per_token"] / 1e12, 1)
+    return r
+
+
+def torch_throughput(args, s, impl, timeout, table=None):
+    """bench/llama_eager.py on the shape: PyTorch eager, or compiled per block (torchtitan's
+    recipe). Peak memory is torch.cuda.max_memory_allocated."""
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
-    ecmd = [sys.executable, os.path.join(ROOT, "bench", "llama_eager.py")] + [
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "llama_eager.py")] + [
         str(s[k]) for k in ("dim", "layers", "heads", "kv_heads", "ffn", "vocab")] + [
-        "bf16", str(s["seq"]), str(s["batch"]), str(max(2, s["steps"] - 2)), "0", s["device"]]
-    code, out, dt = run(ecmd, args.bench_timeout, env=env)
-    eager = {"exit_code": code, "seconds": round(dt, 1)}
-    m = re.search(r"impl=eager .*", out)
+        "bf16", str(s["seq"]), str(s["batch"]), str(max(2, s["steps"] - 2)), "0", s["device"],
+        impl] + ([table] if table else [])
+    code, out, dt = run(cmd, timeout, env=env)
+    r = {"ok": False, "exit_code": code, "seconds": round(dt, 1)}
+    m = re.search(r"impl=%s .*" % impl, out)
     if code == 0 and m:
         kv = dict(p.split("=", 1) for p in m.group(0).split() if "=" in p)
-        eager.update({k: float(v) if re.fullmatch(r"[-0-9.e]+", v) else v for k, v in kv.items()})
-        e_tps = float(kv["tokens_per_s"])
-        peak = result["tenax"]["mfu"] and (tps * flops_per_token / result["tenax"]["mfu"])
-        eager["mfu"] = round(e_tps * flops_per_token / peak, 4) if peak else None
-        result["tenax_over_eager"] = round(tps / e_tps, 3)
+        r.update({k: float(v) if re.fullmatch(r"[-0-9.e]+", v) else v for k, v in kv.items()})
+        r["ok"] = True
+        if "peak_mem_mib" in r:
+            r["peak_allocated_gib"] = round(r["peak_mem_mib"] / 1024, 2)
     else:
-        eager["error"] = "out of memory" if "out of memory" in out.lower() else "failed"
-        eager["tail"] = out[-2000:]
-    result["eager"] = eager
-    result["ok"] = True
+        r["error"] = "out of memory" if "out of memory" in out.lower() else "failed"
+        r["tail"] = out[-2000:]
+    return r
+
+
+def throughput(args):
+    """tenax (no recomputation, then selective as issue 33's anchor) beside PyTorch eager and
+    compiled, one after another in this call; the ratios against the best tenax run."""
+    s = shape(args)
+    data = os.path.join(args.out, "data")
+    os.makedirs(data, exist_ok=True)
+    tokens = s["seq"] * s["batch"] * (s["steps"] + 6) + 1
+    write_tokens(os.path.join(data, "train.bin"), tokens, s["vocab"], 1)
+    write_tokens(os.path.join(data, "val.bin"), s["seq"] * 2 + 1, s["vocab"], 2)
+    result = {"ok": False, "shape": s}
+    result["tenax"] = tenax_throughput(args, s, "throughput", {}, profile=True)
+    # The same with tenax's GPU paths off (training.fused_kernels): what they buy, in this call.
+    result["tenax_plain"] = tenax_throughput(args, s, "throughput-plain",
+                                             {"training.fused_kernels": "false"})
+    if args.tenax_only:  # a short lease: tenax's A/B alone, the baselines from an earlier call
+        result["ok"] = result["tenax"].get("ok", False) and result["tenax_plain"].get("ok", False)
+        if result["ok"]:
+            result["fused_over_plain"] = round(result["tenax"]["tokens_per_s"] /
+                                               result["tenax_plain"]["tokens_per_s"], 3)
+        return result
+    result["tenax_selective_ac"] = tenax_throughput(
+        args, s, "throughput-sac", {"parallelism.activation_checkpoint": "selective"})
+    result["eager"] = torch_throughput(args, s, "eager", args.bench_timeout,
+                                       table=os.path.join(args.out, "profile-eager.txt"))
+    if args.dry_run:
+        result["compile"] = {"ok": False, "skipped": "dry run: inductor's CPU compile is slow"}
+    else:
+        result["compile"] = torch_throughput(args, s, "compile", args.compile_timeout)
+    good = {k: result[k] for k in ("tenax", "tenax_selective_ac") if result[k].get("ok")}
+    if result["tenax"].get("ok") and result["tenax_plain"].get("ok"):
+        result["fused_over_plain"] = round(result["tenax"]["tokens_per_s"] /
+                                           result["tenax_plain"]["tokens_per_s"], 3)
+    if not good:
+        return result
+    best = max(good, key=lambda k: good[k]["tokens_per_s"])
+    result["best_tenax"] = best
+    fpt = good[best]["flops_per_token"]
+    peak = good[best]["mfu"] and good[best]["tokens_per_s"] * fpt / good[best]["mfu"]
+    for k in ("eager", "compile"):
+        r = result[k]
+        if r.get("ok"):
+            r["mfu"] = round(r["tokens_per_s"] * fpt / peak, 4) if peak else None
+            result[f"tenax_over_{k}"] = round(good[best]["tokens_per_s"] / r["tokens_per_s"], 3)
+    # Every tenax run and the eager baseline must have run; the compiled one may fail (its
+    # error is kept): it is a baseline, not tenax.
+    result["ok"] = (len(good) == 2 and result["tenax_plain"].get("ok", False) and
+                    result["eager"].get("ok", False))
     return result
 
 
@@ -269,25 +482,40 @@ def hf_logits(args):
     return result
 
 
+# Cheap checks before the long measurement, whose torch.compile baseline comes last of all: a run
+# cut short by the lease loses the least.
 STEPS = [("machine", machine), ("build", build), ("gpu_tests", gpu_tests),
-         ("throughput", throughput), ("hf_logits", hf_logits)]
+         ("hf_logits", hf_logits), ("throughput", throughput)]
 
 
 def main():
     global LOG
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", help="folder for gpu-check.json and gpu-check.log")
+    ap.add_argument("out", nargs="?", help="folder for gpu-check.json and gpu-check.log")
     ap.add_argument("--dry-run", action="store_true", help="the CPU parts, tiny shapes (CI)")
     ap.add_argument("--prebuilt", help="a build folder to use instead of building here")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--steps", type=int, default=8, help="training steps of the throughput run")
-    ap.add_argument("--only", default="", help="comma-separated steps (machine is always run)")
+    ap.add_argument("--only", default="", help="comma-separated steps (machine is always run, "
+                    "and build with --prebuilt)")
     ap.add_argument("--build-timeout", type=int, default=330)
     ap.add_argument("--bench-timeout", type=int, default=150)
+    ap.add_argument("--compile-timeout", type=int, default=240)
+    ap.add_argument("--tenax-only", action="store_true",
+                    help="throughput: tenax with its GPU paths on and off only (no baselines, "
+                    "no recomputation run), for a lease too short for the whole comparison")
+    ap.add_argument("--pack", metavar="DIR", help="here: lay build/'s binaries and the libraries "
+                    "they need into DIR, for --prebuilt DIR on the GPU machine; then exit")
     args = ap.parse_args()
+    if args.pack:
+        return pack(args)
+    if not args.out:
+        ap.error("OUTDIR is required (unless --pack DIR)")
     if args.dry_run and not args.prebuilt:
         args.prebuilt = os.path.join(ROOT, "build")
     args.out = os.path.abspath(args.out)
+    if args.prebuilt:
+        args.prebuilt = os.path.abspath(args.prebuilt)
     os.makedirs(args.out, exist_ok=True)
     LOG = open(os.path.join(args.out, "gpu-check.log"), "a")
     report = {"format": "tenax-gpu-check", "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
@@ -310,7 +538,10 @@ def main():
         os.replace(path + ".tmp", path)
 
     for name, fn in STEPS:
-        if only and name not in only and name != "machine":
+        # machine always; build too with --prebuilt (free, and a pack is made runnable there:
+        # skipping it left the binaries without their libraries)
+        if only and name not in only and name != "machine" and not (
+                name == "build" and args.prebuilt):
             continue
         log(f"{name} ...")
         t0 = time.time()
@@ -326,10 +557,13 @@ def main():
         if name == "build" and not result.get("ok"):
             break  # nothing else can run without binaries
     tp = report["steps"].get("throughput", {})
-    if tp.get("tenax"):
-        log(f"throughput: tenax {tp['tenax'].get('tokens_per_s')} tokens/s "
-            f"(MFU {tp['tenax'].get('mfu')}), eager {tp.get('eager', {}).get('tokens_per_s')} "
-            f"tokens/s, ratio {tp.get('tenax_over_eager')}")
+    for k in ("tenax", "tenax_plain", "tenax_selective_ac", "eager", "compile"):
+        r = tp.get(k)
+        if r:
+            log(f"throughput {k}: {r.get('tokens_per_s')} tokens/s, MFU {r.get('mfu')}, peak "
+                f"{r.get('peak_allocated_gib')} GiB{'' if r.get('ok') else ' ' + str(r.get('error') or r.get('skipped'))}")
+    if tp:
+        log(f"tenax/eager {tp.get('tenax_over_eager')}, tenax/compile {tp.get('tenax_over_compile')}")
     log(f"{'ok' if report['ok'] else 'FAILED'} in {report['seconds']} s; {path}")
     return 0 if report["ok"] else 1
 

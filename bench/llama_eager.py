@@ -6,7 +6,7 @@ key=value pairs in bench_train_step's format. Written for this benchmark, not a 
 correctness reference is tests/reference/llama_reference.py.
 
   llama_eager.py DIM LAYERS HEADS KV_HEADS FFN VOCAB fp32|bf16 [seq] [batch] [steps] [threads]
-                 [cpu|cuda]
+                 [cpu|cuda] [eager|compile] [PROFILE_TABLE]
   llama_eager.py matmul [threads]     # 2048^3 matmul rates, fp32 and bf16
 threads 0 (default): every core for bf16 (as the issue's baseline: autocast, all cores), torch's
 default for fp32. On cuda (scripts/gpu-check's baseline) attention is
@@ -14,6 +14,12 @@ F.scaled_dot_product_attention(is_causal=True), as a user writes it on a GPU (th
 (T, T) scores of the CPU path would not fit at 8K tokens), autocast runs on "cuda", steps are
 timed between synchronizations, and peak memory is torch.cuda.max_memory_allocated (printed as
 peak_mem_mib; with tokens/s and the achieved model TFLOP/s, 6N + 12 L T d per token).
+compile: torchtitan's recipe on one GPU instead of the plain user's: each block compiled by
+itself (torch.compile, fullgraph) and AdamW's fused implementation; the first two steps, which
+compile, are the warm-up and are not timed (their seconds are printed as compile_s).
+PROFILE_TABLE: after the timed steps, two more under torch.profiler; the GPU kernels' time per
+step by name and kind written there, in the format of tenax's metrics.profile_step table
+(train/profiler.cc, whose KernelKind the kinds below follow), for a side-by-side reading.
 """
 import math
 import os
@@ -143,6 +149,53 @@ def matmul_rates(threads):
     print(f"impl=matmul threads={torch.get_num_threads()} " + " ".join(out))
 
 
+def kernel_kind(name):
+    """train/profiler.cc's KernelKind, for tables that read side by side with tenax's."""
+    has = lambda *parts: any(p in name for p in parts)
+    if has("flash", "fmha", "attention", "Attention", "cudnn::fusion", "sdpa"):
+        return "attention"
+    if has("nccl", "NCCL"):
+        return "communication"
+    if has("gemm", "Gemm", "GEMM", "cutlass", "xmma", "nvjet", "cublas", "wgmma"):
+        return "matmul"
+    if has("Memcpy", "Memset", "memcpy", "memset"):
+        return "memory"
+    return "other"
+
+
+def profile_table(step, sync, steps, path):
+    from torch.profiler import ProfilerActivity, profile
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    names, kinds = {}, {}
+    events = prof.events()
+    kernels = [(e.name, e.time_range.elapsed_us()) for e in events
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not kernels:  # versions that attach kernels to their launching operator only
+        kernels = [(k.name, k.duration) for e in events for k in getattr(e, "kernels", [])]
+    for name, us in kernels:
+        for rows, key in ((names, name), (kinds, kernel_kind(name))):
+            r = rows.setdefault(key, [0.0, 0, kernel_kind(name)])
+            r[0] += us / 1e3
+            r[1] += 1
+    busy = sum(r[0] for r in kinds.values())
+    out = [f"{steps} step(s), {wall_ms / steps:.1f} ms per step (host clock)",
+           f"GPU busy {busy / steps:.1f} ms per step ({100 * busy / wall_ms:.1f}% of the step)", "",
+           f"{'kind':<14} {'ms/step':>12} {'share':>8} {'calls/step':>10}"]
+    for k, (ms, n, _) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
+        out.append(f"{k:<14} {ms / steps:>12.2f} {100 * ms / max(busy, 1e-9):>7.1f}% {n / steps:>10.1f}")
+    out += ["", f"{'ms/step':>10} {'calls/step':>10} {'kind':<14} name"]
+    for name, (ms, n, kind) in sorted(names.items(), key=lambda kv: -kv[1][0])[:40]:
+        name = name if len(name) <= 160 else name[:157] + "..."
+        out.append(f"{ms / steps:>10.3f} {n / steps:>10.1f} {kind:<14} {name}")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def main(argv):
     if len(argv) >= 1 and argv[0] == "matmul":
         matmul_rates(int(argv[1]) if len(argv) > 1 else 0)
@@ -157,6 +210,11 @@ def main(argv):
     steps = int(argv[9]) if len(argv) > 9 else 4
     threads = int(argv[10]) if len(argv) > 10 else 0
     device = argv[11] if len(argv) > 11 else "cpu"
+    impl = argv[12] if len(argv) > 12 else "eager"
+    table = argv[13] if len(argv) > 13 else None
+    if impl not in ("eager", "compile"):
+        print(f"unknown implementation {impl!r}: eager or compile", file=sys.stderr)
+        return 2
     if threads > 0:
         torch.set_num_threads(threads)
     elif precision == "bf16":
@@ -165,8 +223,12 @@ def main(argv):
     model = Llama(dim, layers, heads, kv_heads, hidden, vocab, seq).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    fused = {"fused": True} if impl == "compile" else {}
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-4)
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-4, **fused)
+    if impl == "compile":
+        for layer in model.layers:
+            layer.compile(fullgraph=True)
     tokens = torch.randint(0, vocab, (batch, seq + 1)).to(device)
     x, y = tokens[:, :-1], tokens[:, 1:]
     loss = None
@@ -182,14 +244,18 @@ def main(argv):
         loss = l.item()
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    t_warm = time.perf_counter()
     step()
     step()
     sync()
+    warm_s = time.perf_counter() - t_warm
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
     sync()
     dt = (time.perf_counter() - t0) / steps
+    if table:
+        profile_table(step, sync, 2, table)
     n_params = sum(p.numel() for p in model.parameters())
     tokens_per_s = batch * seq / dt
     # Model FLOPs per token: 6 per non-embedding-lookup parameter, plus causal attention's
@@ -197,9 +263,10 @@ def main(argv):
     flops = 6 * (n_params - vocab * dim) + 6 * layers * seq * dim
     mem = (f"peak_mem_mib={torch.cuda.max_memory_allocated() / 2**20:.0f}" if device == "cuda"
            else f"peak_rss_mib={peak_rss_mib():.0f}")
-    print(f"impl=eager device={device} precision={precision} threads={torch.get_num_threads()} "
+    print(f"impl={impl} device={device} precision={precision} threads={torch.get_num_threads()} "
           f"params={n_params / 1e6:.2f}M tokens_per_s={tokens_per_s:.0f} "
-          f"tflops={tokens_per_s * flops / 1e12:.1f} {mem} loss={loss:.4f}")
+          f"tflops={tokens_per_s * flops / 1e12:.1f} {mem} loss={loss:.4f} "
+          f"{'compile_s' if impl == 'compile' else 'warmup_s'}={warm_s:.1f}")
     return 0
 
 

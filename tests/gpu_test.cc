@@ -33,6 +33,7 @@
 #include "tenax/core/net.h"
 #include "tenax/core/temp_dir.h"
 #include "tenax/model/attention.h"
+#include "tenax/model/fused_cross_entropy.h"
 #include "tenax/model/llama.h"
 #include "tenax/model/model_checkpoint.h"
 #include "tenax/parallel/communicator.h"
@@ -161,6 +162,78 @@ TEST(Gpu, Bf16StepMatchesTheFp64CpuReference) {
     EXPECT_LT((a - b).abs().max().item<double>(),
               1e-6 * std::max(1.0, b.abs().max().item<double>()))
         << gpu.params()[i].name;
+  }
+}
+
+// The loss head on the GPU in bf16, in chunks of an odd size (37 rows: the last one short), with
+// cuBLAS's fp32-output GEMMs (the default) and with the plain composition, against fp64 on the
+// CPU from the same bf16-rounded inputs. The fp32 logits leave the loss almost exact (fp32
+// sums); the composition's bf16 logits round it (~4e-3 per logit). Gradients pass through a
+// bf16 softmax gradient either way.
+TEST(Gpu, ChunkedLossHeadMatchesTheFp64Composition) {
+  TENAX_REQUIRE_GPU();
+  const int64_t n = 301, c = 96, v = 1031;
+  at::Generator gen = at::detail::createCPUGenerator(17);
+  const at::Tensor x = at::randn({n, c}, gen, at::kDouble).to(at::kBFloat16).to(at::kDouble);
+  const at::Tensor w =
+      (at::randn({v, c}, gen, at::kDouble) * 0.2).to(at::kBFloat16).to(at::kDouble);
+  const at::Tensor t = at::randint(v, {n}, gen, at::kLong);
+  at::Tensor xr = x.clone().requires_grad_(), wr = w.clone().requires_grad_();
+  at::Tensor want = -at::log_softmax(at::mm(xr, wr.t()), 1).gather(1, t.unsqueeze(1)).mean();
+  want.backward();
+  for (const bool wide : {true, false}) {
+    model::EnableGpuWideGemms(wide);
+    at::Tensor xg = x.to(kGpu, at::kBFloat16).requires_grad_();
+    at::Tensor wg = w.to(kGpu, at::kFloat).requires_grad_();
+    at::Tensor loss = model::LinearCrossEntropy(xg, wg, t.to(kGpu), /*chunk_rows=*/37);
+    loss.backward();
+    const double loss_err =
+        std::abs(loss.item<double>() - want.item<double>()) / std::abs(want.item<double>());
+    EXPECT_LT(loss_err, wide ? 1e-5 : 2e-3) << (wide ? "fp32-output GEMMs" : "composition");
+    EXPECT_LT(RelativeError(xg.grad().to(at::kCPU, at::kDouble), xr.grad()), 1e-2) << wide;
+    EXPECT_LT(RelativeError(wg.grad().to(at::kCPU, at::kDouble), wr.grad()), 1e-2) << wide;
+    EXPECT_EQ(wg.grad().scalar_type(), at::kFloat);
+  }
+  model::EnableGpuWideGemms(true);
+}
+
+// AdamW's fused kernel (the GPU's default, kFused) against its flat update (kFlat) on the same
+// parameters and gradients over three steps: matrices decayed, norm gains not. The same formula;
+// the fused kernel interpolates the first moment (lerp), so a few fp32 ulps apart at most.
+TEST(Gpu, FusedAdamWMatchesTheFlatUpdate) {
+  TENAX_REQUIRE_GPU();
+  OptimizerOptions oo;
+  oo.lr = 1e-3;
+  oo.weight_decay = 0.1;
+  model::Llama a(StepSpec(), 21, kGpu), b(StepSpec(), 21, kGpu);
+  train::AdamW fused(oo, a.params()), flat(oo, b.params());
+  fused.set_update_mode(train::AdamW::UpdateMode::kFused);
+  flat.set_update_mode(train::AdamW::UpdateMode::kFlat);
+  at::Generator gen = at::detail::createCPUGenerator(23);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < a.params().size(); ++i) {
+      const at::Tensor& p = a.params()[i].tensor;
+      const at::Tensor g = at::randn(p.sizes(), gen, at::kFloat).to(kGpu);
+      a.params()[i].tensor.mutable_grad() = g.clone();
+      b.params()[i].tensor.mutable_grad() = g.clone();
+    }
+    fused.Step(oo.lr);
+    flat.Step(oo.lr);
+  }
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    const at::Tensor x = a.params()[i].tensor.detach().to(at::kCPU, at::kDouble);
+    const at::Tensor y = b.params()[i].tensor.detach().to(at::kCPU, at::kDouble);
+    EXPECT_LT((x - y).abs().max().item<double>(),
+              1e-6 * std::max(1.0, y.abs().max().item<double>()))
+        << a.params()[i].name;
+  }
+  const auto sa = fused.StateTensors(), sb = flat.StateTensors();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t i = 0; i < sa.size(); ++i) {
+    EXPECT_LT(RelativeError(sa[i].tensor.to(at::kCPU, at::kDouble),
+                            sb[i].tensor.to(at::kCPU, at::kDouble)),
+              1e-6)
+        << sa[i].name;
   }
 }
 

@@ -161,6 +161,9 @@ std::vector<KeySpec> BuildKeys() {
   add(TENAX_KEY(training.mixed_precision, "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"))
       .OneOf({"auto", "bf16", "fp32"});
   add(TENAX_KEY(training.device, "auto | cpu | cuda")).OneOf({"auto", "cpu", "cuda"});
+  add(TENAX_KEY(training.fused_kernels,
+                "GPU: tenax's fused paths (the loss head's fp32-output GEMMs, the fused AdamW "
+                "kernel); false runs the plain libtorch composition (A/B, debugging)"));
   add(TENAX_KEY(training.threads,
                 "CPU intra-op threads; 0 = chosen from the machine (logged at start)"))
       .AtLeast(0);
@@ -260,6 +263,11 @@ std::vector<KeySpec> BuildKeys() {
   add(TENAX_KEY(metrics.tensorboard, "also write TensorBoard event files (run folder/tb)"));
   add(TENAX_KEY(metrics.progress, "auto (a live line on a terminal) | always | never"))
       .OneOf({"auto", "always", "never"});
+  add(TENAX_KEY(metrics.profile_step,
+                "profile from this step on (libtorch's profiler: a Chrome trace and a table of "
+                "each GPU kernel's time per step in the run folder's profile/); 0 = never"))
+      .AtLeast(0);
+  add(TENAX_KEY(metrics.profile_steps, "steps profiled from metrics.profile_step")).Above(0);
   // [resilience]
   add(TENAX_KEY(resilience.mode,
                 "restart (every rank restarts from the newest checkpoint) | live (a failed "

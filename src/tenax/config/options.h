@@ -104,6 +104,10 @@ struct TrainingOptions {
   std::string mixed_precision = "auto";  // auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
   std::string device = "auto";           // auto | cpu | cuda
   int64_t threads = 0;                   // CPU intra-op threads; 0 = chosen from the machine
+  // GPU: tenax's fused paths (so far the loss head's fp32-output GEMMs in larger chunks:
+  // model/fused_cross_entropy.h; PyTorch's fused AdamW kernel: train/adamw.h); false runs the
+  // plain libtorch composition, for A/B.
+  bool fused_kernels = true;
   // Stop (after checkpointing) once this step is done; the schedule still spans `steps`. For
   // time-boxed jobs: the next run with resume = "latest" continues the same trajectory. 0 = off.
   int64_t stop_at = 0;
@@ -184,6 +188,11 @@ struct MetricsOptions {
   int64_t eval_tokens = 65536;  // validation tokens per evaluation
   bool tensorboard = true;
   std::string progress = "auto";  // auto (live line on a TTY) | always | never
+  // Steps profile_step .. profile_step + profile_steps - 1 run under libtorch's profiler (0:
+  // never): a Chrome trace and a table of where the time went per rank, in the run folder's
+  // profile/ (train/profiler.h).
+  int64_t profile_step = 0;
+  int64_t profile_steps = 2;
 };
 
 // [resilience]: how the job lives through a failure (docs/resilience.md).

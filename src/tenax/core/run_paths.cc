@@ -23,6 +23,15 @@ std::string RunPaths::sdc() const { return JoinPath(root_, "sdc.json"); }
 std::string RunPaths::goodput() const { return JoinPath(root_, "goodput.json"); }
 std::string RunPaths::report_html() const { return JoinPath(root_, "report.html"); }
 std::string RunPaths::flight() const { return JoinPath(root_, "flight"); }
+std::string RunPaths::profile() const { return JoinPath(root_, "profile"); }
+std::string RunPaths::profile_trace(int rank, int64_t first, int64_t last) const {
+  return JoinPath(profile(), "rank" + std::to_string(rank) + "-steps" + std::to_string(first) +
+                                 "-" + std::to_string(last) + ".json");
+}
+std::string RunPaths::profile_table(int rank, int64_t first, int64_t last) const {
+  return JoinPath(profile(), "rank" + std::to_string(rank) + "-steps" + std::to_string(first) +
+                                 "-" + std::to_string(last) + ".txt");
+}
 std::string RunPaths::lock() const { return JoinPath(root_, ".tenax.lock"); }
 std::string RunPaths::owner() const { return JoinPath(root_, ".tenax.owner"); }
 

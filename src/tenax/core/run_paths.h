@@ -9,6 +9,8 @@
 //   goodput.json       the launcher's account of every second
 //   report.html        the run report, its charts as SVG in report/
 //   flight/            flight records and heartbeats of a rank run without a launcher
+//   profile/           rank<R>-steps<A>-<B>.json (Chrome trace) and .txt (where the time
+//                      went) of the steps metrics.profile_step names (train/profiler.h)
 //   checkpoints/       step_XXXXXXXX/ folders (checkpoint.folder: relative to the run folder
 //                      unless absolute)
 //   .tenax.lock        the owner's lock, .tenax.owner who holds it (core/run_lock.h)
@@ -42,6 +44,10 @@ class RunPaths {
   std::string goodput() const;
   std::string report_html() const;
   std::string flight() const;
+  std::string profile() const;
+  // profile/rank<R>-steps<A>-<B>.json and .txt.
+  std::string profile_trace(int rank, int64_t first, int64_t last) const;
+  std::string profile_table(int rank, int64_t first, int64_t last) const;
   std::string lock() const;
   std::string owner() const;
 

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "tenax/core/check.h"
@@ -13,6 +14,13 @@
 
 namespace tenax::model {
 namespace {
+
+std::atomic<bool> g_gpu_wide{true};
+
+// cuBLAS's bf16 x bf16 -> fp32 products (mm/addmm with out_dtype): CUDA only in libtorch.
+bool GpuWide(const at::Tensor& x) {
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16 && g_gpu_wide.load();
+}
 
 // The loops index the logits by target without a bounds check of their own; the composition's
 // gather throws for such a target, and so does this.
@@ -36,6 +44,7 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
     const int64_t n = x.size(0), v = weight.size(0);
     const auto stats = StatsDtype(x.scalar_type());
     const bool same = x.scalar_type() == stats;
+    const bool wide = GpuWide(x);
     // bf16 on the CPU: each row's softmax statistics, loss and gradient in one pass over its bf16
     // logits (cpu_kernels.h), instead of widening them into `buf` and eight passes over it.
     const bool loops = x.device().is_cpu() && x.scalar_type() == at::kBFloat16;
@@ -70,6 +79,8 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
         at::Tensor p = buf.narrow(0, 0, len);                           // (len, V)
         if (same) {
           MmOut(p, xc, w.t(), /*accumulate=*/false);  // fp32: oneDNN sgemm (cpu_gemm.h)
+        } else if (wide) {
+          at::mm_out(p, xc, w.t(), at::kFloat);  // fp32 logits straight from cuBLAS
         } else {
           p.copy_(at::mm(xc, w.t()));  // bf16 logits, widened
         }
@@ -88,6 +99,10 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
       if (first) grad_w = at::empty({v, x.size(1)}, x.options().dtype(stats));
       if (same) {
         MmOut(grad_w, g.t(), xc, /*accumulate=*/!first);
+      } else if (wide && first) {
+        at::mm_out(grad_w, g.t(), xc, at::kFloat);
+      } else if (wide) {
+        at::addmm_out(grad_w, grad_w, g.t(), xc, at::kFloat);  // cuBLAS's beta = 1, in fp32
       } else {
         MmOutWide(grad_w, g.t(), xc, /*accumulate=*/!first);  // bf16 products summed in fp32
       }
@@ -114,16 +129,19 @@ struct ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinea
 
 }  // namespace
 
-int64_t CrossEntropyChunkRows(int64_t vocab) {
-  constexpr int64_t kChunkElements = (int64_t{128} << 20) / 4;  // 128 MiB of fp32
-  return std::max<int64_t>(1, kChunkElements / std::max<int64_t>(vocab, 1));
+int64_t CrossEntropyChunkRows(int64_t vocab, bool gpu) {
+  const int64_t bytes = gpu ? int64_t{1} << 30 : int64_t{128} << 20;  // of fp32 logits
+  return std::max<int64_t>(1, bytes / 4 / std::max<int64_t>(vocab, 1));
 }
+
+void EnableGpuWideGemms(bool on) { g_gpu_wide.store(on); }
 
 at::Tensor LinearCrossEntropy(const at::Tensor& x, const at::Tensor& weight,
                               const at::Tensor& targets, int64_t chunk_rows) {
   TENAX_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1));
   TENAX_CHECK(targets.dim() == 1 && targets.size(0) == x.size(0));
-  const int64_t rows = chunk_rows > 0 ? chunk_rows : CrossEntropyChunkRows(weight.size(0));
+  const int64_t rows =
+      chunk_rows > 0 ? chunk_rows : CrossEntropyChunkRows(weight.size(0), GpuWide(x));
   const bool need_grad =
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
   return ChunkedLinearCrossEntropy::apply(x, weight, targets.to(at::kLong), rows, need_grad);

@@ -22,9 +22,18 @@
 
 namespace tenax::model {
 
-// Rows per chunk for a vocabulary of `vocab`: the chunk's fp32 logits stay near 128 MiB
-// (1 row minimum), so a 4K vocabulary runs in one chunk for up to 8K tokens.
-int64_t CrossEntropyChunkRows(int64_t vocab);
+// Rows per chunk for a vocabulary of `vocab`: the chunk's fp32 logits stay near 128 MiB on the
+// CPU (1 row minimum), so a 4K vocabulary runs in one chunk for up to 8K tokens; near 1 GiB on a
+// GPU, where every chunk costs a pass over the (V, C) weight gradient and launches: 2,093 rows
+// of a 128K vocabulary (8 chunks of 16K tokens), not 261 (63 chunks; measured on an H200:
+// docs/performance.md, "GPU").
+int64_t CrossEntropyChunkRows(int64_t vocab, bool gpu = false);
+
+// GPU, bf16 (and the larger chunks above with it): cuBLAS writes each chunk's logits in fp32 and
+// accumulates the weight gradient in fp32 itself (mm/addmm with an fp32 output), instead of a bf16
+// product widened and added in separate passes. On by default; off runs the composition (A/B,
+// debugging: the trainer sets it from training.fused_kernels). Process-wide.
+void EnableGpuWideGemms(bool on);
 
 // mean_i [ logsumexp(x_i W^T) - (x_i W^T)[targets_i] ], differentiable in x and weight.
 // x (N, C) in the compute dtype; weight (V, C) (fp32 master, cast to x's dtype at use);

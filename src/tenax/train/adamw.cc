@@ -132,6 +132,30 @@ void AdamW::StepFlat(Group& g, double lr, double bias1, double bias2_sqrt) {
   }
 }
 
+void AdamW::StepFused(Group& g, double lr) {
+  const at::Tensor& first = params_[g.members.front()].tensor;
+  if (!g.steps.defined()) {
+    g.steps = at::empty({static_cast<int64_t>(g.members.size())}, first.options());
+  }
+  g.steps.fill_(static_cast<double>(step_));
+  for (const bool decayed : {true, false}) {
+    std::vector<at::Tensor> p, grad, m, v, steps;
+    for (size_t k = 0; k < g.members.size(); ++k) {
+      const size_t i = g.members[k];
+      if (decay_[i] != decayed) continue;
+      p.push_back(params_[i].tensor);
+      grad.push_back(params_[i].tensor.grad());
+      m.push_back(exp_avg_[i]);
+      v.push_back(exp_avg_sq_[i]);
+      steps.push_back(g.steps.narrow(0, static_cast<int64_t>(k), 1).view({}));
+    }
+    if (p.empty()) continue;
+    at::_fused_adamw_(p, grad, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, options_.beta1,
+                      options_.beta2, decayed ? options_.weight_decay : 0.0, options_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
+
 void AdamW::Step(double lr) {
   at::NoGradGuard no_grad;
   ++step_;
@@ -141,7 +165,14 @@ void AdamW::Step(double lr) {
     bool complete = true;
     for (size_t i : g.members) complete = complete && params_[i].tensor.grad().defined();
     const bool cpu = g.exp_avg.device().is_cpu();
-    const bool flat = mode_ == UpdateMode::kFlat || (mode_ == UpdateMode::kAuto && !cpu);
+    const at::Tensor& first = params_[g.members.front()].tensor;
+    if (mode_ == UpdateMode::kFused && complete && decay_masks_.empty() && first.is_cuda() &&
+        first.scalar_type() == at::kFloat) {
+      StepFused(g, lr);
+      continue;
+    }
+    const bool flat = mode_ == UpdateMode::kFlat ||
+                      ((mode_ == UpdateMode::kAuto || mode_ == UpdateMode::kFused) && !cpu);
     if (flat && complete) {
       StepFlat(g, lr, bias1, bias2_sqrt);
       continue;

@@ -22,6 +22,12 @@
 //    slower than the old loop; per parameter (at most a few MB) the operations after the first
 //    hit the cache, and what the old loop lost was allocating two fresh tensors (page faults) per
 //    parameter per step.
+//  - on a GPU with tenax's GPU paths on (kFused, training.fused_kernels): PyTorch's fused AdamW
+//    kernel (what torch.optim.AdamW(fused=True) runs), one launch per group of decayed and of
+//    undecayed parameters, reading and writing each parameter, gradient and moment once where
+//    kFlat makes eight passes (measured on an H200: docs/performance.md, "GPU"). The same
+//    formula; within a few fp32 ulps of kFlat (it interpolates the first moment with lerp).
+//    Decay masks (FSDP's flat shards) and fp64 fall back to kFlat.
 // The flat and per-tensor paths give the per-parameter loop's result bit for bit on CPU
 // (optim_test.cc keeps that loop as its reference): every element sees the same IEEE operations
 // in the same order. The one-pass loop gives its moments bit for bit and its parameters within
@@ -54,7 +60,7 @@ class AdamW {
 
   // How Step runs the update (see the file comment); the result is the same. kAuto: kLoop for
   // fp32 on the CPU, kPerTensor for other CPU dtypes, kFlat elsewhere. For tests and benchmarks.
-  enum class UpdateMode { kAuto, kFlat, kPerTensor, kLoop };
+  enum class UpdateMode { kAuto, kFlat, kPerTensor, kLoop, kFused };
   void set_update_mode(UpdateMode mode) { mode_ = mode; }
 
   // One update with learning rate `lr` using each parameter's .grad().
@@ -76,10 +82,15 @@ class AdamW {
     // kFlat's (numel,) fp32 scratch, allocated at its first step: the gradients, then the
     // denominator, then the update. (kPerTensor allocates its (largest,) denominator per step.)
     at::Tensor work;
+    // kFused's step count, one fp32 element per member (the kernel takes a tensor each; they
+    // are views of this one, set to the step in one fill).
+    at::Tensor steps;
   };
   // The per-parameter update of parameter i, its denominator in `scratch` (>= its numel).
   void StepOne(size_t i, double lr, double bias1, double bias2_sqrt, const at::Tensor& scratch);
   void StepFlat(Group& g, double lr, double bias1, double bias2_sqrt);
+  // kFused: the group's decayed and undecayed members, each set in one fused launch.
+  void StepFused(Group& g, double lr);
   // The per-parameter update of parameter i in one pass (adamw_kernel.h); fp32 CPU tensors.
   void StepLoop(size_t i, double lr, double bias1, double bias2_sqrt);
   void Decay(size_t i, double lr);

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include "tenax/core/run_paths.h"
 #include "tenax/train/trainer_internal.h"
 
 namespace tenax::train {
@@ -71,7 +72,9 @@ Result<TrainSummary> Trainer::Run() {
             tokens_per_step_);
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start_));
   for (int64_t step = progress_.step + 1; step <= last_step_; ++step) {
+    ProfileBefore(step);
     TENAX_RETURN_IF_ERROR(Step(step));
+    ProfileAfter(step);
     if (live_step_received_) continue;  // the others evaluated and saved it (LiveStep)
     const bool last = step == last_step_;
     if ((config_.metrics.eval_interval > 0 && step % config_.metrics.eval_interval == 0) || last) {
@@ -384,6 +387,44 @@ Status Trainer::Save(int64_t step) {
   beats_->SetWritingCheckpoint(checkpointer_->in_flight().value_or(-1));
   beats_->CheckpointDone(step, Seconds(Clock::now() - c0));  // the blocking part
   return Status::Ok();
+}
+
+void Trainer::ProfileBefore(int64_t step) {
+  if (config_.metrics.profile_step <= 0 || step != config_.metrics.profile_step) return;
+  profiler_ = std::make_unique<StepProfiler>(device_.device.is_cuda());
+  if (Status s = profiler_->Start(); !s.ok()) {
+    log::Warn("profiling: {}; training goes on unprofiled", s.message());
+    profiler_.reset();
+  }
+}
+
+void Trainer::ProfileAfter(int64_t step) {
+  const MetricsOptions& m = config_.metrics;
+  if (!profiler_ || (step < m.profile_step + m.profile_steps - 1 && step < last_step_)) return;
+  const RunPaths paths(run_dir_);
+  const int64_t first = m.profile_step;
+  Result<ProfileSummary> s =
+      LocalFs().CreateDirs(paths.profile()).ok()
+          ? profiler_->Stop(paths.profile_trace(env_.rank, first, step), step - first + 1)
+          : Result<ProfileSummary>(IoError("cannot create " + paths.profile()));
+  profiler_.reset();
+  const std::string table_path = paths.profile_table(env_.rank, first, step);
+  Status written = s.ok() ? LocalFs().WriteFileAtomic(table_path, FormatProfile(*s)) : s.status();
+  if (!written.ok()) {
+    log::Warn("profiling steps {}..{}: {}", first, step, written.message());
+    return;
+  }
+  std::string kinds;
+  for (const ProfileRow& r : s->by_kind) {
+    kinds += fmt::format("{}{} {:.1f} ms", kinds.empty() ? "" : ", ", r.kind,
+                         r.total_ms / static_cast<double>(s->steps));
+  }
+  log::Info("profile of steps {}..{}: {:.1f} ms per step{}{}; {} and its trace beside it", first,
+            step, s->wall_ms / static_cast<double>(s->steps),
+            s->gpu ? fmt::format(", GPU busy {:.1f} ms: ",
+                                 s->device_busy_ms / static_cast<double>(s->steps))
+                   : "",
+            kinds, table_path);
 }
 
 Status Trainer::Finish() {

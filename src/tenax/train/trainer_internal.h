@@ -39,6 +39,7 @@
 #include "tenax/train/loss_spike.h"
 #include "tenax/train/lr_schedule.h"
 #include "tenax/train/parallel_model.h"
+#include "tenax/train/profiler.h"
 #include "tenax/train/reporter.h"
 #include "tenax/train/sdc_check.h"
 #include "tenax/train/step_model.h"
@@ -160,6 +161,11 @@ class Trainer {
   Status Evaluate(int64_t step);
   Status Save(int64_t step);
   Status Finish();
+  // metrics.profile_step: the window's first step starts the profiler, its last (or the run's
+  // last) stops it and writes this rank's trace and table. Profiling never fails a run: an
+  // error is logged and training goes on.
+  void ProfileBefore(int64_t step);
+  void ProfileAfter(int64_t step);
   // The `finish` beat: this rank's work is done and durable (tests may hang it here: exit-hang).
   void Finished(int64_t step);
   // Decides about a spike at `step` (logs it, records it); kNone when the loss is no spike.
@@ -219,6 +225,7 @@ class Trainer {
   std::optional<data::EvalLoader> val_loader_;
   std::unique_ptr<Reporter> reporter_out_;  // the lead rank's terminal, metrics and TensorBoard
   std::unique_ptr<protocol::HeartbeatWriter> beats_;
+  std::unique_ptr<StepProfiler> profiler_;  // inside the metrics.profile_step window only
 
   // Training state.
   TrainProgress progress_;

@@ -29,6 +29,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "tenax/core/check.h"
 #include "tenax/core/metrics_writer.h"
 #include "tenax/train/trainer_internal.h"
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "tenax/core/crc32.h"
+#include "tenax/model/fused_cross_entropy.h"
 #include "tenax/train/trainer_internal.h"
 
 namespace tenax::train::trainer_internal {
@@ -56,6 +57,10 @@ Status Trainer::Setup() {
     log::Info("{}", DescribeCompute(device_, threads, cpu));
   }
   if (!device_.device.is_cuda()) log::Info("memory: {}", SetUpCpuAllocator().reason);
+  model::EnableGpuWideGemms(t_.fused_kernels);
+  if (device_.device.is_cuda() && !t_.fused_kernels) {
+    log::Info("training.fused_kernels = false: the plain libtorch composition throughout");
+  }
   TENAX_RETURN_IF_ERROR(SetupData());
   TENAX_RETURN_IF_ERROR(SetupRunFolder());
   TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
@@ -230,6 +235,8 @@ Status Trainer::SetupModel() {
   }
   optimizer_ = std::make_unique<AdamW>(config_.optimizer, step_model_->optimizer_params(),
                                        step_model_->decay_masks());
+  // AdamW::UpdateMode::kFused (PyTorch's fused kernel) is not chosen here yet: it waits for its
+  // GPU test (Gpu.FusedAdamWMatchesTheFlatUpdate) and a measurement on a lent GPU.
   target_ = std::unique_ptr<TrainTarget>(
       new TrainTarget{*model_,
                       *optimizer_,
