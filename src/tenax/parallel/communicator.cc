@@ -126,6 +126,20 @@ class C10dCommunicator final : public Communicator {
       return x;
     });
   }
+  PendingCollective RecvAsync(at::Tensor t, int peer, int tag) override {
+    TENAX_CHECK(t.is_contiguous());
+    at::Tensor x = OnDevice(t);
+    std::vector<at::Tensor> v{x};
+    auto [work, id] = Issue("recv", t.nbytes(), [&] { return group_->recv(v, peer, tag); });
+    stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
+    ++stats_.calls;
+    return PendingCollective([this, work = work, id = id, x, t]() mutable {
+      Wait(work);
+      Waited(id);
+      Restore(t, x);
+      return t;
+    });
+  }
   void Recv(at::Tensor& t, int peer, int tag) override {
     TENAX_CHECK(t.is_contiguous());
     at::Tensor x = OnDevice(t);

@@ -149,6 +149,14 @@ class Communicator {
     Send(t, peer, tag);
     return PendingCollective([t] { return t; });
   }
+  // Receive without waiting for it: posts the receive into `t` (contiguous) at once, in issue
+  // order like Recv; Wait blocks until the message is in `t` and returns it. Lets a pipeline post
+  // its receives in the one order that pairs them (NCCL has no tags) and wait only where the
+  // message is used. This default blocks.
+  virtual PendingCollective RecvAsync(at::Tensor t, int peer, int tag = 0) {
+    Recv(t, peer, tag);
+    return PendingCollective([t] { return t; });
+  }
   // One step of a ring shift (context parallelism's keys and values): sends `send` to group
   // rank `to` and receives `recv` (contiguous; its shape and dtype are what `to`'s peer sends)
   // from `from`, both at once; Wait returns `recv`. Every rank of the ring issues its exchanges

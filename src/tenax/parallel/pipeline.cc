@@ -171,8 +171,9 @@ struct PipelineExecutor::StepState {
                                     // the last stage; kept with its graph until the backward
   std::vector<at::Tensor> inbox;    // [slot of consumer] received or handed-over tensor
   std::vector<at::Tensor> outbox;   // [slot of producer] tensor waiting for its Send
-  std::vector<DeferredWeights> deferred;  // [slot of F] between a split backward's I and W
-  at::Tensor loss_sum;                    // () fp64, last stage only
+  std::vector<PendingCollective> receiving;  // [slot of consumer] posted, not yet waited for
+  std::vector<DeferredWeights> deferred;     // [slot of F] between a split backward's I and W
+  at::Tensor loss_sum;                       // () fp64, last stage only
   int in_flight = 0;
   StepTimeline timeline;
   int64_t rows = 0, seq = 0;  // micro-batch shape (B / m, T)
@@ -327,13 +328,43 @@ void PipelineExecutor::RunCompute(StepState& st, const Action& a) {
   if (!split) --st.in_flight;
 }
 
+// The slot of the message a compute action consumes, if it receives one: a forward's activation
+// (stages after the first) or a B / I's output gradient (stages before the last). A W consumes
+// nothing.
+std::optional<size_t> PipelineExecutor::InputSlot(const Action& a) const {
+  const int stage = plan_.StageOf(comm_.rank(), a.chunk);
+  if (a.kind == ActionKind::kForward) {
+    if (stage == 0) return std::nullopt;
+    return Slot(plan_, a.kind, a.microbatch, a.chunk);
+  }
+  if (a.kind == ActionKind::kBackwardWeight || stage == plan_.num_stages() - 1) return std::nullopt;
+  return Slot(plan_, ActionKind::kBackward, a.microbatch, a.chunk);
+}
+
 void PipelineExecutor::RunStep(StepState& st) {
   const at::TensorOptions act =
       at::TensorOptions().dtype(options_.compute_dtype).device(model_.device());
   const Clock::time_point t0 = Clock::now();
   std::vector<PendingCollective> sends;  // waited for at the end of the step
+  auto record = [&](StepType type, const ProgramStep& e, Clock::time_point start) {
+    TimelineEvent rec{type, e.action, e.stage, Seconds(t0, start), Seconds(t0, Clock::now())};
+    const double d = rec.end_s - rec.start_s;
+    (type == StepType::kCompute ? st.timeline.compute_s
+     : type == StepType::kSend  ? st.timeline.send_s
+                                : st.timeline.recv_s) += d;
+    st.timeline.events.push_back(rec);
+  };
   for (const ProgramStep& e : program_) {
-    TimelineEvent rec{e.type, e.action, e.stage, 0, 0};
+    if (e.type == StepType::kCompute) {
+      // Receives are posted where the program pairs them and waited for only here, by the
+      // compute that uses the message: a rank never blocks on a message its next compute does
+      // not need (the wait is the timeline's receive span, not compute).
+      if (std::optional<size_t> in = InputSlot(e.action); in && st.receiving[*in].pending()) {
+        const Clock::time_point start = Clock::now();
+        st.receiving[*in].Wait();
+        record(StepType::kRecv, e, start);
+      }
+    }
     const Clock::time_point start = Clock::now();
     switch (e.type) {
       case StepType::kCompute:
@@ -353,28 +384,15 @@ void PipelineExecutor::RunStep(StepState& st) {
         // (B / m, T / tp, C): with tensor parallelism each rank passes its sequence shard.
         at::Tensor buf =
             at::empty({st.rows, st.seq / model_.sequence_shards(), model_.spec().dim}, act);
-        comm_.Recv(buf, e.peer, e.tag);
-        st.inbox[Slot(plan_, e.action.kind, e.action.microbatch, e.action.chunk)] = buf;
+        const size_t slot = Slot(plan_, e.action.kind, e.action.microbatch, e.action.chunk);
+        st.receiving[slot] = comm_.RecvAsync(buf, e.peer, e.tag);
+        st.inbox[slot] = buf;
         break;
       }
     }
-    const Clock::time_point end = Clock::now();
-    rec.start_s = Seconds(t0, start);
-    rec.end_s = Seconds(t0, end);
-    const double d = rec.end_s - rec.start_s;
-    switch (e.type) {
-      case StepType::kCompute:
-        st.timeline.compute_s += d;
-        break;
-      case StepType::kSend:
-        st.timeline.send_s += d;
-        break;
-      case StepType::kRecv:
-        st.timeline.recv_s += d;
-        break;
-    }
-    st.timeline.events.push_back(rec);
+    record(e.type, e, start);
   }
+  for (PendingCollective& r : st.receiving) TENAX_CHECK(!r.pending());  // every one consumed
   for (PendingCollective& s : sends) s.Wait();
   TENAX_CHECK(st.in_flight == 0);
   if (options_.barrier_for_timing) comm_.Barrier();
@@ -427,6 +445,7 @@ Result<PipelineStepResult> PipelineExecutor::Step(const at::Tensor& tokens,
   st.outputs.resize(slots);
   st.inbox.resize(slots);
   st.outbox.resize(slots);
+  st.receiving.resize(slots);
   st.deferred.resize(slots);
   st.rows = tokens.size(0) / m;
   st.seq = tokens.size(1);

@@ -3,7 +3,7 @@
 // rank r of the pipeline group runs chunks c = 0..v-1 holding the stages the plan places there
 // (c * p + r, or r and 2p - 1 - r in the V of zbv and dualpipev), and one Step runs a
 // PipelinePlan (pipeline_schedule.h) over m micro-batches of a (B, T) batch, passing activations
-// forward and their gradients backward with blocking Send/Recv. A split backward's I computes
+// forward and their gradients backward (messages: below). A split backward's I computes
 // only the stage input's gradient and its W the weight gradients (pipeline.cc, WeightGroup).
 //
 // The stage model may hold the whole model (LlamaStage, in tests: only the parameters of the
@@ -12,9 +12,13 @@
 // projection is owned by the first and the last stage; Step sums its two halves so both ranks
 // hold the full gradient.
 //
-// Non-goals: activation memory beyond what the schedule holds, overlapping receives with compute
-// (a receive blocks; sends are issued without waiting and waited for at the end of the step;
-// BuildPrograms in pipeline_schedule.h orders them so that they cannot deadlock).
+// Messages: sends and receives are both issued without waiting, in the order BuildPrograms
+// (pipeline_schedule.h) gives every rank, which pairs them up without deadlock even where
+// messages carry no tags (NCCL). A send is waited for at the end of the step; a receive by the
+// compute that uses its message, so a transfer runs under the computes before it (DualPipeV's
+// forward and backward of a pair each have their message in flight while the other computes).
+//
+// Non-goals: activation memory beyond what the schedule holds.
 //
 // Cross-process contract: every rank of `comm` calls Step with tensors of the same shape, in the
 // same order; the executor issues the same Send/Recv pairs and one Broadcast per step on all
@@ -25,6 +29,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +60,8 @@ struct PipelineOptions {
 // host side (kernel launches) unless the on_action hook synchronizes.
 struct TimelineEvent {
   StepType type = StepType::kCompute;
-  Action action;  // for Send/Recv: the action whose input (Recv) or output (Send) moves
+  Action action;  // for Send/Recv: the action whose input (Recv: its posting, and the wait
+                  // before that action) or output (Send) moves
   int stage = 0;  // model stage of that action
   double start_s = 0;
   double end_s = 0;
@@ -65,8 +71,8 @@ struct StepTimeline {
   std::vector<TimelineEvent> events;  // in execution order
   double step_s = 0;       // wall clock of the step's actions (barrier to barrier if requested)
   double compute_s = 0;    // sum of compute spans
-  double recv_s = 0;       // time blocked in Recv
-  double send_s = 0;       // time blocked in Send
+  double recv_s = 0;       // time spent posting receives and waiting for their messages
+  double send_s = 0;       // time spent issuing sends
   int peak_in_flight = 0;  // max (micro-batch, chunk) activations held at once
   // Measured bubble, same definition as the simulator's: (step - compute) / compute.
   double idle_fraction() const { return (step_s - compute_s) / compute_s; }
@@ -113,6 +119,7 @@ class PipelineExecutor {
 
   PipelineExecutor(StageModel& model, Communicator& comm, PipelineOptions options,
                    PipelinePlan plan, std::vector<LayerRange> stage_layers);
+  std::optional<size_t> InputSlot(const Action& a) const;
   void RunCompute(StepState& st, const Action& a);
   void RunStep(StepState& st);
   void SumTiedEmbeddingGrad(const at::Tensor& grad_before);
