@@ -14,6 +14,10 @@
 //    Gloo ring, against the plain attention over the whole sequence in fp64;
 //  - a checkpoint written on the GPU by `tenax train` resumes on the GPU with the state it saved
 //    bit for bit, and loads on the CPU and back unchanged;
+//  - the float8 layer (training.mixed_precision = "fp8") through cuBLASLt's float8 GEMMs against
+//    the same layer on the CPU (oneDNN's, checked there against fp64 GEMMs of the dequantized
+//    operands in model/fp8_test.cc): the scaling and layouts are the same code, so only the
+//    GEMMs' accumulation (fast accumulation in forward) separates them;
 //  - the silent-data-corruption check's statistics on the GPU: the same bf16 step computed twice
 //    (what a replay does) differs by the kernels' noise, which must stay far below the
 //    tolerance's scale, and a corruption of a tenth of the gradients' norm is far above it.
@@ -27,12 +31,14 @@
 #endif
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "tenax/core/net.h"
 #include "tenax/core/temp_dir.h"
 #include "tenax/model/attention.h"
+#include "tenax/model/fp8.h"
 #include "tenax/model/fused_cross_entropy.h"
 #include "tenax/model/llama.h"
 #include "tenax/model/model_checkpoint.h"
@@ -195,6 +201,29 @@ TEST(Gpu, ChunkedLossHeadMatchesTheFp64Composition) {
     EXPECT_EQ(wg.grad().scalar_type(), at::kFloat);
   }
   model::EnableGpuWideGemms(true);
+}
+
+TEST(Gpu, Fp8LinearMatchesTheCpuFloat8Layer) {
+  TENAX_REQUIRE_GPU();
+  at::Generator gen = at::detail::createCPUGenerator(23);
+  const at::Tensor x = at::randn({4, 64, 256}, gen, at::kFloat).to(at::kBFloat16);  // (B, T, K)
+  const at::Tensor w = at::randn({384, 256}, gen, at::kFloat) * 0.05;               // (N, K)
+  const at::Tensor dy = at::randn({4, 64, 384}, gen, at::kFloat).to(at::kBFloat16);
+  auto run = [&](const at::Device& d) {
+    at::Tensor xd = x.to(d).requires_grad_(), wd = w.to(d).requires_grad_();
+    at::Tensor y = model::Fp8Linear(xd, wd);
+    y.backward(dy.to(d));
+    return std::vector<at::Tensor>{y.to(at::kCPU, at::kDouble), xd.grad().to(at::kCPU, at::kDouble),
+                                   wd.grad().to(at::kCPU, at::kDouble)};
+  };
+  const std::vector<at::Tensor> cpu = run(at::kCPU), gpu = run(kGpu);
+  const char* names[] = {"output", "input gradient", "weight gradient"};
+  for (size_t i = 0; i < 3; ++i) {
+    const double err = RelativeError(gpu[i], cpu[i]);
+    std::printf("float8 layer, GPU against CPU: %s %.3g\n", names[i], err);
+    // bf16 outputs round at 2^-9; the float8 operands are identical on both sides.
+    EXPECT_LT(err, 1e-2) << names[i];
+  }
 }
 
 // AdamW's fused kernel (the GPU's default, kFused) against its flat update (kFlat) on the same

@@ -158,8 +158,10 @@ std::vector<KeySpec> BuildKeys() {
                 "it, so a resume on another number of ranks keeps the batch (config/batch.h)"))
       .AtLeast(0);
   add(TENAX_KEY(training.max_norm, "global gradient-norm clip; 0 disables")).AtLeast(0);
-  add(TENAX_KEY(training.mixed_precision, "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32"))
-      .OneOf({"auto", "bf16", "fp32"});
+  add(TENAX_KEY(training.mixed_precision,
+                "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32 | fp8 (bf16, with the blocks' "
+                "matmuls as float8 GEMMs, tensorwise dynamic scaling: docs/performance.md)"))
+      .OneOf({"auto", "bf16", "fp32", "fp8"});
   add(TENAX_KEY(training.device, "auto | cpu | cuda")).OneOf({"auto", "cpu", "cuda"});
   add(TENAX_KEY(training.fused_kernels,
                 "GPU: tenax's fused paths (the loss head's fp32-output GEMMs, the fused AdamW "

@@ -5,6 +5,7 @@
 
 #include "tenax/model/attention.h"
 #include "tenax/model/cpu_gemm.h"
+#include "tenax/model/fp8.h"
 #include "tenax/model/fused_layers.h"
 
 namespace tenax::model {
@@ -56,22 +57,27 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
   return at::matmul(x, weight.to(x.scalar_type()).t());
 }
 
+at::Tensor BlockLinear(const at::Tensor& x, const at::Tensor& weight, BlockMatmul mm) {
+  return mm == BlockMatmul::kFp8 ? Fp8Linear(x, weight) : Linear(x, weight);
+}
+
 at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
                      const at::Tensor& wv, const at::Tensor& wo, int64_t n_heads,
-                     int64_t n_kv_heads, const RopeTable& rope, const AttentionFn& attend) {
+                     int64_t n_kv_heads, const RopeTable& rope, const AttentionFn& attend,
+                     BlockMatmul mm) {
   const int64_t b = x.size(0), t = x.size(1);
   const int64_t d = wq.size(0) / n_heads;
-  at::Tensor q = ApplyRope(Linear(x, wq).view({b, t, n_heads, d}), rope);     // (B, T, H, D)
-  at::Tensor k = ApplyRope(Linear(x, wk).view({b, t, n_kv_heads, d}), rope);  // (B, T, K, D)
-  at::Tensor v = Linear(x, wv).view({b, t, n_kv_heads, d});                   // (B, T, K, D)
+  at::Tensor q = ApplyRope(BlockLinear(x, wq, mm).view({b, t, n_heads, d}), rope);  // (B, T, H, D)
+  at::Tensor k = ApplyRope(BlockLinear(x, wk, mm).view({b, t, n_kv_heads, d}), rope);
+  at::Tensor v = BlockLinear(x, wv, mm).view({b, t, n_kv_heads, d});  // k, v: (B, T, K, D)
   // K and V stay at K heads: the path (fused, grouped, blockwise) is chosen in one place.
   at::Tensor y = attend ? attend(q, k, v) : CausalGqaAttention(q, k, v);  // (B, T, H, D)
-  return Linear(y.reshape({b, t, n_heads * d}), wo);
+  return BlockLinear(y.reshape({b, t, n_heads * d}), wo, mm);
 }
 
 at::Tensor FeedForward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
-                       const at::Tensor& w3) {
-  return Linear(SiluMul(Linear(x, w1), Linear(x, w3)), w2);
+                       const at::Tensor& w3, BlockMatmul mm) {
+  return BlockLinear(SiluMul(BlockLinear(x, w1, mm), BlockLinear(x, w3, mm)), w2, mm);
 }
 
 }  // namespace tenax::model

@@ -38,16 +38,24 @@ at::Tensor ApplyRope(const at::Tensor& x, const RopeTable& rope);
 // y = x W^T with the fp32 master weight cast to x's dtype.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
+// How the transformer blocks' matmuls (attention's wq, wk, wv, wo and the feed-forward's w1, w2,
+// w3) run: in the activations' dtype (Linear), or as float8 GEMMs (training.mixed_precision =
+// "fp8", fp8.h). The embedding, the output projection and attention itself stay in the
+// activations' dtype either way.
+enum class BlockMatmul { kComputeDtype, kFp8 };
+at::Tensor BlockLinear(const at::Tensor& x, const at::Tensor& weight, BlockMatmul mm);
+
 // x (B, T, C) -> (B, T, C). wq (H*D, C), wk and wv (K*D, C), wo (C, H*D). Grouped-query: each kv
 // head serves H/K consecutive query heads. `rope` holds row t for the token at x's position t
 // (its global position's angles under context parallelism); `attend` replaces
 // CausalGqaAttention when given (attention.h).
 at::Tensor Attention(const at::Tensor& x, const at::Tensor& wq, const at::Tensor& wk,
                      const at::Tensor& wv, const at::Tensor& wo, int64_t n_heads,
-                     int64_t n_kv_heads, const RopeTable& rope, const AttentionFn& attend = {});
+                     int64_t n_kv_heads, const RopeTable& rope, const AttentionFn& attend = {},
+                     BlockMatmul mm = BlockMatmul::kComputeDtype);
 
 // SwiGLU: w2(silu(w1 x) * w3 x). w1, w3 (F, C), w2 (C, F).
 at::Tensor FeedForward(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w2,
-                       const at::Tensor& w3);
+                       const at::Tensor& w3, BlockMatmul mm = BlockMatmul::kComputeDtype);
 
 }  // namespace tenax::model

@@ -173,14 +173,14 @@ void Llama::SetActivationCheckpoint(const std::string& mode) {
 
 at::Tensor Llama::Block(const Layer& l, const at::Tensor& x, const RopeTable& rope) const {
   at::Tensor h = x + Attention(RmsNorm(x, l.attention_norm, spec_.norm_eps), l.wq, l.wk, l.wv, l.wo,
-                               spec_.n_heads, spec_.n_kv_heads, rope);
+                               spec_.n_heads, spec_.n_kv_heads, rope, {}, block_matmul_);
   if (l.is_moe) {  // tokens are routed independently: (B, T, C) -> (B T, C) and back
     const at::Tensor y = RmsNorm(h, l.ffn_norm, spec_.norm_eps);
     const int64_t layer = &l - layers_.data();
     return h + MoeFeedForward(y.reshape({-1, y.size(-1)}), l.moe, spec_.moe, *moe_, layer)
                    .view(y.sizes());
   }
-  return h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3);
+  return h + FeedForward(RmsNorm(h, l.ffn_norm, spec_.norm_eps), l.w1, l.w2, l.w3, block_matmul_);
 }
 
 at::Tensor Llama::Embed(const at::Tensor& tokens, at::ScalarType compute_dtype) {

@@ -94,6 +94,9 @@ class Llama {
   // recomputes every second block (torchtitan's layer-frequency option), about half the saving
   // for half the extra compute. Gradients are identical in every mode.
   void SetActivationCheckpoint(const std::string& mode);
+  // How the blocks' matmuls run (layers.h); the activations' dtype by default. MoE experts stay
+  // in the activations' dtype.
+  void SetBlockMatmul(BlockMatmul mm) { block_matmul_ = mm; }
 
   // Copies `values` (name -> tensor, any device/dtype convertible to fp32) into the parameters;
   // every parameter must be present with the right shape, and no extra names are allowed.
@@ -126,10 +129,9 @@ class Llama {
   std::unique_ptr<MoeState> moe_;  // MoE models only
   RopeTable rope_;                 // cached for the longest sequence seen so far
   int64_t rope_len_ = 0;
-  int checkpoint_every_ = 0;
-  std::vector<std::function<at::Tensor(const at::Tensor&)>>
-      block_fns_;  // one per layer  // recompute block i in backward when (i + 1) % this == 0; 0:
-                   // never
+  int checkpoint_every_ = 0;  // recompute block i in backward when (i + 1) % this == 0; 0: never
+  BlockMatmul block_matmul_ = BlockMatmul::kComputeDtype;
+  std::vector<std::function<at::Tensor(const at::Tensor&)>> block_fns_;  // one per layer
 };
 
 }  // namespace tenax::model

@@ -147,7 +147,7 @@ at::Tensor ShardedLlama::Block(int64_t layer, const at::Tensor& h) {
   // holds 1 / tp of its positions.
   if (!spec_.moe.IsMoeLayer(layer)) {
     TensorParallelLayer l{p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8)};
-    return TensorParallelBlock(spec_, l, tp_, h, rope_, attend_);
+    return TensorParallelBlock(spec_, l, tp_, h, rope_, attend_, block_matmul_);
   }
   TensorParallelLayer attention;  // the attention half's fields only
   attention.attention_norm = p(0);
@@ -155,7 +155,8 @@ at::Tensor ShardedLlama::Block(int64_t layer, const at::Tensor& h) {
   attention.wk = p(2);
   attention.wv = p(3);
   attention.wo = p(4);
-  const at::Tensor r = TensorParallelAttentionResidual(spec_, attention, tp_, h, rope_, attend_);
+  const at::Tensor r =
+      TensorParallelAttentionResidual(spec_, attention, tp_, h, rope_, attend_, block_matmul_);
   model::MoeWeights w;
   w.router = p(6);
   w.first_expert = own_.expert_begin;

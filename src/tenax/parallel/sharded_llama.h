@@ -79,6 +79,8 @@ class ShardedLlama final : public StageModel {
   int IndexOf(const std::string& name) const;
 
   void SetActivationCheckpoint(const std::string& mode);  // none | selective | full
+  // How the blocks' matmuls run (model/layers.h); MoE experts stay in the activations' dtype.
+  void SetBlockMatmul(model::BlockMatmul mm) { block_matmul_ = mm; }
   // Routing statistics, balancing biases and (set by the caller) the MoE runtime; null for a
   // dense model.
   model::MoeState* moe() { return moe_.get(); }
@@ -121,6 +123,7 @@ class ShardedLlama final : public StageModel {
   Communicator* cp_ = nullptr;  // context parallelism, when set and of more than one rank
   model::AttentionFn attend_;   // ring attention over cp_; empty: the default attention
   int checkpoint_every_ = 0;    // recompute block i when (i + 1) % this == 0; 0: never
+  model::BlockMatmul block_matmul_ = model::BlockMatmul::kComputeDtype;
   BlockHooks* hooks_ = nullptr;
 };
 

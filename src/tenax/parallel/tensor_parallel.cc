@@ -252,7 +252,8 @@ at::Tensor TensorParallelEmbed(const at::Tensor& table, const at::Tensor& tokens
 at::Tensor TensorParallelAttentionResidual(const ModelSpec& spec, const TensorParallelLayer& l,
                                            Communicator& tp, const at::Tensor& h,
                                            const model::RopeTable& rope,
-                                           const model::AttentionFn& attend) {
+                                           const model::AttentionFn& attend,
+                                           model::BlockMatmul mm) {
   const int64_t n = tp.size();
   const int64_t local_heads = spec.n_heads / n, local_kv_heads = spec.n_kv_heads / n;
   TENAX_CHECK(l.wq.size(0) == local_heads * spec.head_dim());
@@ -260,17 +261,18 @@ at::Tensor TensorParallelAttentionResidual(const ModelSpec& spec, const TensorPa
   at::Tensor x =
       GatherSequence(model::RmsNorm(h, l.attention_norm, spec.norm_eps), tp);  // (B, T, C)
   at::Tensor a = model::Attention(x, l.wq, l.wk, l.wv, l.wo,  // wk, wv (K/tp*D, C); wo (C, H/tp*D)
-                                  local_heads, local_kv_heads, rope, attend);  // (B, T, C)
-  return h + ReduceScatterSequence(a, tp);                                     // (B, T/tp, C)
+                                  local_heads, local_kv_heads, rope, attend, mm);  // (B, T, C)
+  return h + ReduceScatterSequence(a, tp);                                         // (B, T/tp, C)
 }
 
 at::Tensor TensorParallelBlock(const ModelSpec& spec, const TensorParallelLayer& l,
                                Communicator& tp, const at::Tensor& h_in,
-                               const model::RopeTable& rope, const model::AttentionFn& attend) {
-  at::Tensor h = TensorParallelAttentionResidual(spec, l, tp, h_in, rope, attend);  // (B, T/tp, C)
+                               const model::RopeTable& rope, const model::AttentionFn& attend,
+                               model::BlockMatmul mm) {
+  at::Tensor h = TensorParallelAttentionResidual(spec, l, tp, h_in, rope, attend, mm);
   at::Tensor x = GatherSequence(model::RmsNorm(h, l.ffn_norm, spec.norm_eps), tp);  // (B, T, C)
-  at::Tensor f = model::FeedForward(x, l.w1, l.w2, l.w3);  // w1, w3 (F/tp, C); w2 (C, F/tp)
-  return h + ReduceScatterSequence(f, tp);                 // (B, T/tp, C)
+  at::Tensor f = model::FeedForward(x, l.w1, l.w2, l.w3, mm);  // w1, w3 (F/tp, C); w2 (C, F/tp)
+  return h + ReduceScatterSequence(f, tp);                     // (B, T/tp, C)
 }
 
 at::Tensor TensorParallelHeadLoss(const ModelSpec& spec, const at::Tensor& norm,

@@ -100,16 +100,17 @@ at::Tensor TensorParallelEmbed(const at::Tensor& table, const at::Tensor& tokens
 // The attention half of TensorParallelBlock, h + attention(norm(h)): (B, T/tp, C) ->
 // (B, T/tp, C); reads only the attention fields of `layer` (MoE blocks follow it with their own
 // feed-forward half on the sequence shard, parallel/expert_parallel.h).
-// `attend`: as in model::Attention (context parallelism's ring attention).
-at::Tensor TensorParallelAttentionResidual(const ModelSpec& spec, const TensorParallelLayer& layer,
-                                           Communicator& tp, const at::Tensor& h,
-                                           const model::RopeTable& rope,
-                                           const model::AttentionFn& attend = {});
+// `attend`, `mm`: as in model::Attention (context parallelism's ring attention; float8 matmuls).
+at::Tensor TensorParallelAttentionResidual(
+    const ModelSpec& spec, const TensorParallelLayer& layer, Communicator& tp, const at::Tensor& h,
+    const model::RopeTable& rope, const model::AttentionFn& attend = {},
+    model::BlockMatmul mm = model::BlockMatmul::kComputeDtype);
 // (B, T/tp, C) -> (B, T/tp, C); `rope` covers the full sequence T (under context parallelism,
 // this rank's part of it: a row per local position).
 at::Tensor TensorParallelBlock(const ModelSpec& spec, const TensorParallelLayer& layer,
                                Communicator& tp, const at::Tensor& h, const model::RopeTable& rope,
-                               const model::AttentionFn& attend = {});
+                               const model::AttentionFn& attend = {},
+                               model::BlockMatmul mm = model::BlockMatmul::kComputeDtype);
 // Final norm, output projection and the mean cross-entropy of the full (B, T) batch (targets are
 // the full (B, T); every rank gets the same value).
 at::Tensor TensorParallelHeadLoss(const ModelSpec& spec, const at::Tensor& norm,

@@ -95,12 +95,36 @@ Result<DeviceInfo> ResolveDevice(const TrainingOptions& o, int local_rank) {
     info.name = "cpu";
   }
   const std::string mp = o.mixed_precision;
-  if (mp == "bf16" || (mp == "auto" && info.device.is_cuda())) {
+  info.fp8_matmuls = mp == "fp8";
+  if (mp == "bf16" || mp == "fp8" || (mp == "auto" && info.device.is_cuda())) {
     info.compute_dtype = at::kBFloat16;
   } else {
     info.compute_dtype = at::kFloat;
   }
   return info;
+}
+
+Status CheckFp8Shapes(const DeviceInfo& device, const ModelSpec& spec, int64_t seq_len,
+                      int64_t tensor_parallel, int64_t context_parallel) {
+  if (!device.fp8_matmuls || !device.device.is_cuda()) return Status::Ok();
+  const int64_t tp = tensor_parallel;
+  const std::pair<const char*, int64_t> dims[] = {
+      {"model.dim", spec.dim},
+      {"the query width n_heads x head_dim / tensor_parallel", spec.n_heads * spec.head_dim() / tp},
+      {"the key/value width n_kv_heads x head_dim / tensor_parallel",
+       spec.n_kv_heads * spec.head_dim() / tp},
+      {"the feed-forward width / tensor_parallel", spec.ffn_hidden_dim / tp},
+      {"training.seq_len / context_parallel", seq_len / context_parallel},
+  };
+  for (const auto& [what, value] : dims) {
+    if (value % 16 != 0) {
+      return InvalidArgument(
+          fmt::format("training.mixed_precision = \"fp8\": {} is {}, and float8 GEMMs on GPUs need "
+                      "multiples of 16; change the model or layout, or train in \"bf16\"",
+                      what, value));
+    }
+  }
+  return Status::Ok();
 }
 
 CpuFacts ReadCpuFacts() {

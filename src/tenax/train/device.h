@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "tenax/config/model_spec.h"
 #include "tenax/config/options.h"
 #include "tenax/core/status.h"
 
@@ -18,7 +19,8 @@ namespace tenax::train {
 struct DeviceInfo {
   at::Device device = at::kCPU;
   at::ScalarType compute_dtype = at::kFloat;
-  std::string name;                  // "cpu" or the GPU's name
+  bool fp8_matmuls = false;  // the blocks' matmuls in float8 (training.mixed_precision = "fp8")
+  std::string name;          // "cpu" or the GPU's name
   std::optional<double> peak_flops;  // bf16 dense FLOP/s, when the GPU is known
 };
 
@@ -26,6 +28,13 @@ struct DeviceInfo {
 // current device before anything else touches CUDA (one GPU per rank, as torchrun and
 // `tenax launch --nproc-per-node` assume). An error when the node has fewer GPUs than ranks.
 Result<DeviceInfo> ResolveDevice(const TrainingOptions& options, int local_rank = 0);
+
+// Float8 matmuls on GPUs (cuBLASLt) need every GEMM dimension to be a multiple of 16: the model
+// dim, the per-rank widths of the attention projections and the feed-forward (1 / tp of them),
+// and the tokens of a micro-batch (whole local sequences, seq_len / cp tokens each). An error
+// naming the first that is not, before training; always Ok without fp8 or on the CPU.
+Status CheckFp8Shapes(const DeviceInfo& device, const ModelSpec& spec, int64_t seq_len,
+                      int64_t tensor_parallel, int64_t context_parallel);
 
 // What the CPU offers for training, read once from the machine (the usable cores of this
 // process's affinity mask, bf16 instructions, the BLAS behind libblas.so.3).

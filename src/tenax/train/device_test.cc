@@ -181,5 +181,40 @@ TEST(ResolveDevice, CpuRanksAndTheGpuErrorNameTheFix) {
   }
 }
 
+// training.mixed_precision = "fp8": bf16 compute with float8 block matmuls; on GPUs a model or
+// layout whose GEMM dimensions cuBLASLt cannot take is refused before training, naming it.
+TEST(ResolveDevice, Fp8IsBf16WithFloat8MatmulsAndGpuShapesAreChecked) {
+  TrainingOptions o;
+  o.device = "cpu";
+  o.mixed_precision = "fp8";
+  auto cpu = ResolveDevice(o, 0);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->compute_dtype, at::kBFloat16);
+  EXPECT_TRUE(cpu->fp8_matmuls);
+  ModelSpec spec;
+  spec.dim = 4096;
+  spec.n_heads = 32;
+  spec.n_kv_heads = 8;
+  spec.ffn_hidden_dim = 14336;
+  EXPECT_TRUE(CheckFp8Shapes(*cpu, spec, 8192, 1, 1).ok());
+  DeviceInfo gpu = *cpu;
+  gpu.device = at::Device(at::kCUDA, 0);
+  EXPECT_TRUE(CheckFp8Shapes(gpu, spec, 8192, 8, 4).ok());
+  const Status ffn = CheckFp8Shapes(gpu, spec, 8192, 64, 1);  // 14336 / 64 = 224, kv 1024 / 64
+  EXPECT_TRUE(ffn.ok()) << ffn.message();
+  const Status seq = CheckFp8Shapes(gpu, spec, 8200, 1, 1);
+  ASSERT_FALSE(seq.ok());
+  EXPECT_NE(seq.message().find("training.seq_len / context_parallel is 8200"), std::string::npos)
+      << seq.message();
+  spec.dim = 4104;  // head_dim 128.25 -> 128, still a multiple; the model dim is not
+  const Status dim = CheckFp8Shapes(gpu, spec, 8192, 1, 1);
+  ASSERT_FALSE(dim.ok());
+  EXPECT_NE(dim.message().find("model.dim is 4104"), std::string::npos) << dim.message();
+  EXPECT_NE(dim.message().find("train in \"bf16\""), std::string::npos) << dim.message();
+  DeviceInfo bf16 = gpu;
+  bf16.fp8_matmuls = false;
+  EXPECT_TRUE(CheckFp8Shapes(bf16, spec, 8200, 1, 1).ok());
+}
+
 }  // namespace
 }  // namespace tenax::train

@@ -89,6 +89,7 @@ class ParallelModel final : public StepModel {
   int64_t ResidentStateBytes() const override { return fsdp_->ResidentStateBytes(); }
   int replicas() const { return groups_.replicate->size(); }
   model::MoeState* moe_state() override { return model_->moe(); }
+  void SetBlockMatmul(model::BlockMatmul mm) { model_->SetBlockMatmul(mm); }
   // Ranks holding each layer (the MoE statistics' copies): all but the pipeline axis.
   int moe_layer_copies() const override { return groups_.world->size() / groups_.pp->size(); }
 

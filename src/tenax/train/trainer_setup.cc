@@ -89,6 +89,9 @@ Status Trainer::SetupData() {
         "raise model.max_seq_len",
         t_.seq_len, spec_.max_seq_len));
   }
+  TENAX_RETURN_IF_ERROR(CheckFp8Shapes(device_, spec_, t_.seq_len,
+                                       config_.parallelism.tensor_parallel,
+                                       config_.parallelism.context_parallel));
   TENAX_ASSIGN_OR_RETURN(mesh_, parallel::Mesh::Create(config_.parallelism, env_.world, spec_, t_));
   TENAX_ASSIGN_OR_RETURN(batch_, ResolveBatch(t_, mesh_->dp()));
   flops_ = TrainingFlopsPerToken(spec_, t_.seq_len);
@@ -228,8 +231,10 @@ Status Trainer::SetupModel() {
                            ParallelModel::Create(spec_, model_->params(), pg, config_.parallelism,
                                                  device_.device, device_.compute_dtype, live()));
     model_->ReleaseParams();
+    if (device_.fp8_matmuls) parallel_model_->SetBlockMatmul(model::BlockMatmul::kFp8);
     step_model_ = parallel_model_.get();
   } else {
+    if (device_.fp8_matmuls) model_->SetBlockMatmul(model::BlockMatmul::kFp8);
     single_model_ = std::make_unique<SingleProcessModel>(*model_, device_.compute_dtype);
     step_model_ = single_model_.get();
   }
@@ -270,7 +275,9 @@ Status Trainer::SetupModel() {
                               spec_.moe.top_k, spec_.moe.n_experts)
                 : "",
             FormatCount(flops_.total()), t_.seq_len, device_.name,
-            device_.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights" : "fp32");
+            device_.fp8_matmuls ? "bf16 compute, float8 block matmuls, fp32 master weights"
+            : device_.compute_dtype == at::kBFloat16 ? "bf16 compute, fp32 master weights"
+                                                     : "fp32");
   log::Info("parameters + gradients + optimizer state per rank: {} ({} bytes)",
             FormatGiB(static_cast<double>(step_model_->ResidentStateBytes())),
             step_model_->ResidentStateBytes());
