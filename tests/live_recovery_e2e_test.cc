@@ -314,6 +314,56 @@ TEST_F(LiveRecoveryE2E, HsdpAHungRankTakesItsReplicaOutAndTheOtherTrainsOn) {
   }
 }
 
+// HSDP 2 x 2, a failure at a loss spike: rank 0's loss at step 11 is inflated (a spike, skipped),
+// and rank 3 is killed right after the spike's record is written, before the ranks meet to
+// confirm it. That meeting is a collective across replicas after the step's vote, voted on too
+// (Trainer::CheckSpike): replica 1 is taken out, replica 0 runs step 11 again on its own (the
+// spike found again, its update skipped again, the record not written twice) and the
+// replacements heal. Against an unfailed run with the same spike: the same samples, and the same
+// losses at every step but 11 (where the injected factor is averaged over two ranks instead of
+// four).
+TEST_F(LiveRecoveryE2E, HsdpAFailureAtALossSpikeIsRecoveredLive) {
+  const std::string layout =
+      "--set parallelism.data_parallel_replicate=2 --set parallelism.data_parallel_shard=2 "
+      "--set training.loss_spike_factor=3 --set training.on_loss_spike=skip ";
+  auto clean = RunTenax(
+      "launch --nproc-per-node 4 --inject spike:rank=0:step=11 -- " + Ddp("spike_clean", layout),
+      dir_->path());
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  auto r = RunTenax(
+      "launch --nproc-per-node 4 --inject "
+      "spike:rank=0:step=11,crash:rank=3:step=11:at=spike,await-join:rank=0:step=14 -- " +
+          Ddp("spike_live", layout + "--set resilience.mode=live"),
+      dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("injected fault: crash (kill) at step 11's loss spike"),
+            std::string::npos)
+      << r.output;
+  const nlohmann::json report = nlohmann::json::parse(ReadFile(*dir_ / "spike_live/goodput.json"));
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
+  EXPECT_EQ(by_rank[3]["kind"], "crash");
+  EXPECT_EQ(by_rank[2]["kind"], "peer-lost");
+  ASSERT_EQ(report["loss_spikes"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["loss_spikes"][0]["step"], 11);
+  EXPECT_EQ(report["loss_spikes"][0]["action"], "skip");
+  const std::vector<double> a = Losses("spike_clean"), b = Losses("spike_live");
+  ASSERT_EQ(a.size(), 16u);
+  ASSERT_EQ(b.size(), 16u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (i + 1 == 11) {
+      EXPECT_GT(b[i], 3 * b[i - 1]) << "step 11 is a spike live too";
+      continue;
+    }
+    EXPECT_NEAR(b[i], a[i], 1e-6 * std::abs(a[i])) << "step " << i + 1;
+  }
+  const nlohmann::json x = FinalState("spike_clean"), y = FinalState("spike_live");
+  EXPECT_EQ(y["data"]["position"], x["data"]["position"]);
+  EXPECT_EQ(y["optimizer_step"], x["optimizer_step"]);
+}
+
 // A checkpoint written while a rank was missing (three files' worth of the group that wrote it)
 // is an ordinary checkpoint: the run resumed from it on all four ranks ends on the same
 // trajectory.

@@ -111,10 +111,11 @@ const char* FaultKindName(FaultKind k);
 struct Fault {
   FaultKind kind = FaultKind::kCrash;
   int rank = 0;
-  int64_t step = 0;   // 0 with time_s > 0: a crash at a time; 0 without: in the setup
-  double time_s = 0;  // seconds since the launch started (RankContext::launch_time_unix)
-  double factor = 1;  // slow; spike (default 100)
-  bool kill = true;   // crash: SIGKILL (how=kill) or exit with `code` (how=exit)
+  int64_t step = 0;       // 0 with time_s > 0: a crash at a time; 0 without: in the setup
+  double time_s = 0;      // seconds since the launch started (RankContext::launch_time_unix)
+  double factor = 1;      // slow; spike (default 100)
+  bool kill = true;       // crash: SIGKILL (how=kill) or exit with `code` (how=exit)
+  bool at_spike = false;  // crash: at the step's loss-spike record (at=spike), not its start
   int code = 1;
   int generation = 0;  // kEveryGeneration: all of them
   int index = 0;       // position in the spec
@@ -182,6 +183,10 @@ class FaultInjector {
   bool CrashDue(int64_t step) const;
   // Start of every step: crash faults by step.
   void OnStepBegin(int64_t step);
+  // A loss spike found at `step`, after its record is written and before the ranks meet to
+  // confirm it: crash faults with at=spike (a live replacement skips one already fired in this
+  // generation).
+  void OnLossSpike(int64_t step);
   // In the setup, before the rank joins its process groups (the others then wait for it to
   // join): crash faults at step 0.
   void OnSetup();

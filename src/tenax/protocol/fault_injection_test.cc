@@ -361,5 +361,29 @@ TEST(FaultInjectorDeathTest, CrashAtStepZeroFiresInTheSetupOnly) {
   EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 0);
 }
 
+// crash at=spike fires where the trainer finds the step's loss spike, not at the step's start.
+TEST(FaultInjectorDeathTest, CrashAtSpikeFiresAtTheSpikeOnly) {
+  TempDir dir;
+  static ExitReporter reporter;
+  reporter = ExitReporter(dir.path(), 1, 0);
+  Result<std::vector<Fault>> parsed = ParseFaults("crash:rank=1:step=7:at=spike");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE((*parsed)[0].at_spike);
+  EXPECT_FALSE(ParseFaults("crash:rank=1:time=5:at=spike").ok());
+  EXPECT_FALSE(ParseFaults("hang:rank=1:step=5:at=spike").ok());
+  RankContext ctx = Context(dir, "crash:rank=1:step=7:at=spike:how=exit:code=44");
+  EXPECT_EXIT(
+      {
+        auto f = FaultInjector::Create(ctx, 1, &reporter);
+        if ((*f)->CrashDue(7)) std::_Exit(3);  // not a start-of-step crash
+        (*f)->OnStepBegin(7);
+        (*f)->OnLossSpike(6);
+        (*f)->OnLossSpike(7);
+      },
+      ::testing::ExitedWithCode(44), "injected fault: crash \\(exit\\) at step 7's loss spike");
+  ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
+  EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 7);
+}
+
 }  // namespace
 }  // namespace tenax::protocol

@@ -70,6 +70,11 @@ Result<std::vector<LossSpikeRecord>> ReadLossSpikes(const std::string& run_dir) 
 
 Status AppendLossSpike(const std::string& run_dir, const LossSpikeRecord& record) {
   TENAX_ASSIGN_OR_RETURN(std::vector<LossSpikeRecord> all, ReadLossSpikes(run_dir));
+  for (const LossSpikeRecord& r : all) {
+    // A step run again in the same generation (live recovery after a failure in it) finds its
+    // own spike again: one record.
+    if (r.step == record.step && r.generation == record.generation) return Status::Ok();
+  }
   all.push_back(record);
   nlohmann::json spikes = nlohmann::json::array();
   for (const auto& r : all) {

@@ -53,7 +53,8 @@ struct LossSpikeRecord {
 // <run_dir>/loss_spikes.json; an absent file is an empty list.
 std::string LossSpikesPath(const std::string& run_dir);
 Result<std::vector<LossSpikeRecord>> ReadLossSpikes(const std::string& run_dir);
-// Rewrites the file atomically with `record` appended.
+// Rewrites the file atomically with `record` appended; nothing when the file already holds its
+// step in its generation (the step ran again after a live recovery).
 Status AppendLossSpike(const std::string& run_dir, const LossSpikeRecord& record);
 
 }  // namespace tenax::train

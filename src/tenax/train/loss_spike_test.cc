@@ -62,6 +62,8 @@ TEST(LossSpikeTest, RecordRoundTripsAndRejectsDamage) {
   EXPECT_TRUE(none->empty());
   ASSERT_TRUE(AppendLossSpike(run, {10, 55.5, 2.5, "restart", 0}).ok());
   ASSERT_TRUE(AppendLossSpike(run, {10, 55.5, 2.5, "skip", 1}).ok());
+  // Step 10 of generation 1 run again (live recovery) finds its spike again: still one record.
+  ASSERT_TRUE(AppendLossSpike(run, {10, 99.0, 2.5, "skip", 1}).ok());
   Result<std::vector<LossSpikeRecord>> two = ReadLossSpikes(run);
   ASSERT_TRUE(two.ok()) << two.status().message();
   ASSERT_EQ(two->size(), 2u);
@@ -71,6 +73,7 @@ TEST(LossSpikeTest, RecordRoundTripsAndRejectsDamage) {
   EXPECT_EQ((*two)[0].action, "restart");
   EXPECT_EQ((*two)[1].action, "skip");
   EXPECT_EQ((*two)[1].generation, 1);
+  EXPECT_DOUBLE_EQ((*two)[1].loss, 55.5);  // the first finding stands
   ASSERT_TRUE(LocalFs().WriteFileAtomic(LossSpikesPath(run), "{\"spikes\": 3}").ok());
   Result<std::vector<LossSpikeRecord>> bad = ReadLossSpikes(run);
   ASSERT_FALSE(bad.ok());

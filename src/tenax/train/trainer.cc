@@ -307,7 +307,18 @@ Result<SpikeAction> Trainer::CheckSpike(int64_t step, double loss) {
     TENAX_RETURN_IF_ERROR(
         AppendLossSpike(run_dir_, {step, loss, *median, action, ctx_.generation}));
   }
-  groups_->world().Barrier();  // the record is written before anyone exits
+  if (faults_) faults_->OnLossSpike(step);  // --inject crash:...:at=spike
+  // The record is written before anyone exits. Live, this is a collective across replicas after
+  // the step's vote (reduce, above): it is voted on too, so a failure in it takes a replica out
+  // on all of its ranks or none, and the step runs again in the next epoch.
+  if (live()) {
+    LiveAcrossReplicas([&] {
+      groups_->world().Barrier();
+      return std::string();
+    });
+  } else {
+    groups_->world().Barrier();
+  }
   if (action == "warn") return SpikeAction::kWarn;
   if (action == "skip") return SpikeAction::kSkip;
   if (reporter_out_) reporter_out_->Finish();
