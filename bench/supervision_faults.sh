@@ -15,12 +15,17 @@
 #                replacement fails while healing (--inject heal-fail, at a random point, killed
 #                or stopped); counts the runs that finish with exit 0, no restart, the first
 #                replacement discarded and the second one healed.
+#   spike:       N live HSDP 2x2 runs where a random rank's loss spikes at a random step (skipped)
+#                and a random rank is killed there, after the spike's record and before the
+#                ranks confirm it (--inject crash:...:at=spike); counts the runs that finish with
+#                exit 0, no restart, one spike record for that step, and the killed rank's and its
+#                replica partner's recoveries.
 #   nodes:       N live runs across nodes (network namespaces and an etcd, as the multi-node
 #                suite makes them; needs root): each runs one of the multi-node suite's live cases
 #                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
 #                place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|nodes|all] [N]
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|spike|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
@@ -169,6 +174,29 @@ heal() {
   [ "$ok" -eq "$runs" ]
 }
 
+spike() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local rank=$((RANDOM % 4)) spiker=$((RANDOM % 4)) step=$((10 + RANDOM % 30)) name="spike$i"
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 4 \
+      --inject "spike:rank=$spiker:step=$step,crash:rank=$rank:step=$step:at=spike" -- \
+      $(train "$name") --set training.steps=60 --set parallelism.data_parallel_replicate=2 \
+      --set parallelism.data_parallel_shard=2 --set resilience.mode=live \
+      --set training.loss_spike_factor=3 --set training.on_loss_spike=skip \
+      > "$work/$name.log" 2>&1
+    local code=$? got want partner=$((rank ^ 1))
+    got=$(json "$work/$name/goodput.json" "'%d %s %s' % (len(j['generations']), ','.join(str(s['step']) for s in j['loss_spikes']), ','.join('%d:%s' % (r['rank'], r['kind']) for r in sorted(j['live_recoveries'], key=lambda r: r['rank'])))")
+    want="1 $step $(( rank < partner ? rank : partner )):$([ $rank -lt $partner ] && echo crash || echo peer-lost),$(( rank < partner ? partner : rank )):$([ $rank -lt $partner ] && echo peer-lost || echo crash)"
+    if [ "$code" = 0 ] && [ "$got" = "$want" ]; then ok=$((ok + 1)); verdict=ok; else
+      verdict="WRONG (exit $code; generations, spike steps, recoveries: $got; wanted $want)"; fi
+    echo "spike run $i: rank $spiker spikes at step $step, rank $rank killed there -> $verdict"
+    rm -rf "${work:?}/$name"
+  done
+  echo "spike: $ok of $runs recovered live from a failure at a loss spike, one record each"
+  [ "$ok" -eq "$runs" ]
+}
+
 nodes() {
   local ok=0
   local cases=(LiveRecoveryAcrossNodesTrainsThroughAKilledRank LiveRecoveryAcrossNodesKillsAHungRankAlone
@@ -196,8 +224,10 @@ case "$what" in
   live) live || status=1 ;;
   hsdp) live 2 || status=1 ;;
   heal) heal || status=1 ;;
+  spike) spike || status=1 ;;
   nodes) nodes || status=1 ;;
-  all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1; heal || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|nodes|all] [N]" >&2; exit 2 ;;
+  all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1; heal || status=1
+       spike || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|spike|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status
