@@ -307,6 +307,9 @@ class Supervisor {
       int announced_epoch = -1;  // the epoch listing it as joining; -1: not yet
       bool healed = false;
       int incarnation = 0;  // of its replica (TENAX_LIVE_JOIN)
+      // The rank whose failure this one ended with: its own rank, or the culprit's when it was
+      // found dead in the same check as the culprit (it lost the culprit and exited).
+      int failed_with = -1;
     };
     // Per replica: its incarnation, raised with each failure of it (its new ranks form the
     // replica's own group under that number).

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 
@@ -302,6 +303,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     // Killed by the launcher for a hang (LiveKillHung): the hang is the failure, not the kill;
     // killed with its replica: the other rank's failure is.
     Verdict why = v;
+    int failed_with = rank;
     if (auto h = g_.hung.find(rank); h != g_.hung.end()) {
       why = h->second;
       g_.hung.erase(h);
@@ -312,6 +314,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     } else if (v.rank != rank) {
       why.kind = protocol::FailureKind::kCrash;
       why.cause = fmt::format("rank {} {} (with rank {}'s failure)", rank, how[rank], v.rank);
+      if (v.rank >= 0) failed_with = v.rank;
     }
     int slot = slots_->SlotOf(local);
     if (protocol::BlamesSlot(why.kind)) slot = slots_->Exclude(slot);
@@ -330,6 +333,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     Generation::Replacement r;
     r.local = local;
     r.incarnation = incarnation;
+    r.failed_with = failed_with;
     r.entry = {{"time_s", Elapsed()},
                {"generation", gen},
                {"rank", rank},
@@ -388,6 +392,28 @@ void Supervisor::LiveEnd(int gen, Outcome* out) {
           r.entry["time_s"].get<double>() > cause->entry["time_s"].get<double>())
         cause = &r;
     }
+    // A rank found dead beside that failure (it lost the culprit in a save's collectives before
+    // the launcher saw the culprit go) is not the cause: the culprit's record is.
+    if (cause != nullptr && cause->failed_with >= 0 && cause->failed_with != Rank(cause->local)) {
+      for (Generation::Replacement& r : g_.replacements) {
+        if (!r.healed && !r.entry.contains("outcome") && Rank(r.local) == cause->failed_with) {
+          cause = &r;
+          break;
+        }
+      }
+    }
+  }
+  // The records of the ranks that died with the cause go with its record: one failure, one
+  // record (dropped below, last index first: dropping shifts the later ones).
+  std::vector<int> dropped;
+  if (cause != nullptr) {
+    for (Generation::Replacement& r : g_.replacements) {
+      if (&r == cause || r.healed || r.entry.contains("outcome")) continue;
+      if (r.failed_with == Rank(cause->local) && Rank(r.local) != r.failed_with) {
+        dropped.push_back(r.record);
+        r.entry["outcome"] = "dropped with the restart";  // skipped by the discards below
+      }
+    }
   }
   if (cause != nullptr) {
     Verdict& v = *out->verdict;
@@ -408,7 +434,9 @@ void Supervisor::LiveEnd(int gen, Outcome* out) {
                              : "discarded: the generation ended before it healed",
                 group_step);
   }
-  if (cause != nullptr) goodput_.DropLiveRecovery(cause->record);  // the last use of the indices
+  if (cause != nullptr) dropped.push_back(cause->record);
+  std::sort(dropped.begin(), dropped.end(), std::greater<int>());
+  for (int record : dropped) goodput_.DropLiveRecovery(record);  // the last use of the indices
   LiveSync(gen);  // several nodes: the records as they end, for node 0's goodput.json
 }
 
