@@ -106,6 +106,12 @@ TEST_F(LiveRecoveryE2E, KilledReplicaLeavesTheOthersTrainOnAndItsReplacementHeal
   const nlohmann::json report = Live("live", "crash:rank=2:step=6,await-join:rank=0:step=10", &out);
   ExpectHealed(report, 2, 5);
   EXPECT_NE(out.find("live epoch 1 formed by ranks 0,1,3"), std::string::npos) << out;
+  // The others ran step 6's own samples before they lost rank 2 in its gradient reduction: they
+  // run only rank 2's again (dealt to rank 0), adding to the gradients they kept.
+  EXPECT_NE(out.find("step 6: the gradients of slot(s) 0 kept through the failure: running only "
+                     "slot(s) 2"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("received step 9's state from rank"), std::string::npos) << out;
   const std::string html = ReadFile(*dir_ / "live/report.html");  // the run report shows it too
   EXPECT_NE(html.find("id=\"live-recoveries\""), std::string::npos);
@@ -265,6 +271,12 @@ TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
   EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
   EXPECT_NE(out.find("killing rank 0 with rank 1 of its replica"), std::string::npos) << out;
   EXPECT_NE(out.find("live epoch 1 formed by ranks 2,3"), std::string::npos) << out;
+  // Replica 1 had run step 6's own samples: each of its ranks runs only replica 0's at its shard
+  // index again, adding to the shard's gradient it kept.
+  for (const char* kept : {"slot(s) 2 kept through the failure: running only slot(s) 0",
+                           "slot(s) 3 kept through the failure: running only slot(s) 1"}) {
+    EXPECT_NE(out.find(std::string("step 6: the gradients of ") + kept), std::string::npos) << out;
+  }
   ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
   std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
   ASSERT_EQ(by_rank.count(0) + by_rank.count(1), 2u) << report.dump(2);

@@ -59,6 +59,10 @@ struct Fsdp::Unit {
   at::Tensor bucket;         // (padded) fp32 gradients collected by hooks in this backward
   int grads_seen = 0;
   std::vector<PendingCollective> reductions;  // reduce-scatters in flight
+  // options.keep_local_gradients: this rank's own gradients of the step, from FinishStep until
+  // ForgetKeptGradients (DDP: each parameter's unreduced .grad; sharded: a copy of the shard's
+  // gradient summed over the shard group, before the reduction across replicas).
+  std::vector<at::Tensor> kept;
 };
 
 Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, FsdpOptions options,
@@ -70,6 +74,8 @@ Fsdp::Fsdp(ShardedLlama& model, Communicator& shard, Communicator& replicate, Fs
       expert_shard_(expert_shard != &shard ? expert_shard : nullptr) {
   TENAX_CHECK_MSG(expert_shard_ == nullptr || sharded(),
                   "expert parallelism borrows from data_parallel_shard, which must be > 1");
+  TENAX_CHECK_MSG(!options_.keep_local_gradients || !options_.reduce_in_backward,
+                  "keep_local_gradients needs the reductions issued in FinishStep");
   auto& params = model_.params();
   const int64_t n_layers = model_.spec().n_layers;
   units_of_layer_.assign(static_cast<size_t>(n_layers), {});
@@ -369,6 +375,14 @@ void Fsdp::FinishStep() {
     for (auto& u : units_) {
       TENAX_CHECK_MSG(u->grads_seen == 0, ("partial gradients in DDP unit " + u->name).c_str());
     }
+    if (options_.keep_local_gradients) {
+      // The flat buckets below are copies: the .grad tensors are this rank's own until replaced.
+      for (auto& u : units_) {
+        u->kept.clear();
+        for (int i : u->params)
+          u->kept.push_back(model_.params()[static_cast<size_t>(i)].tensor.grad());
+      }
+    }
     std::vector<std::pair<Unit*, PendingCollective>> inflight;
     for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
       Unit& u = **it;
@@ -419,6 +433,9 @@ void Fsdp::FinishStep() {
   }
   std::vector<PendingCollective> across;  // HSDP: shard gradients summed over replicas
   if (replicate_.size() > 1) {
+    if (options_.keep_local_gradients) {
+      for (auto& u : units_) u->kept = {u->shard.grad().clone()};  // summed in place below
+    }
     for (auto& u : units_) across.push_back(replicate_.AllReduceSumAsync(u->shard.grad()));
   }
   for (auto& a : across) a.Wait();
@@ -445,8 +462,11 @@ void Fsdp::FinishStep() {
   }
 }
 
-void Fsdp::AbandonStep() {
+bool Fsdp::AbandonStep(bool keep) {
+  bool kept = false;
   for (auto& u : units_) {
+    if (!keep) u->kept.clear();
+    kept = kept || !u->kept.empty();
     u->reductions.clear();
     u->bucket = at::Tensor();
     u->grads_seen = 0;
@@ -455,6 +475,26 @@ void Fsdp::AbandonStep() {
     if (u->shard.defined()) u->shard.mutable_grad() = at::Tensor();
     Reshard(*u);
   }
+  return kept;
+}
+
+void Fsdp::ResumeStep() {
+  for (auto& u : units_) {
+    if (u->kept.empty()) continue;
+    if (sharded()) {
+      // The reduce-scatters of the micro-batches still to run add to it (WaitReduction).
+      u->shard.mutable_grad() = u->kept[0];
+    } else {
+      for (size_t e = 0; e < u->params.size(); ++e) {
+        model_.params()[static_cast<size_t>(u->params[e])].tensor.mutable_grad() = u->kept[e];
+      }
+    }
+    u->kept.clear();
+  }
+}
+
+void Fsdp::ForgetKeptGradients() {
+  for (auto& u : units_) u->kept.clear();
 }
 
 void Fsdp::GatherAll() {

@@ -90,6 +90,13 @@ struct FsdpOptions {
   // issues the same collectives however many micro-batches it ran (live recovery, whose ranks
   // run a lost rank's micro-batches too).
   bool reduce_in_backward = true;
+  // Live recovery (needs reduce_in_backward = false): this rank's own gradients of the step, as
+  // they were before any reduction across replicas, are kept from FinishStep until
+  // ForgetKeptGradients (DDP: the unreduced .grad tensors it would otherwise free; sharded: a copy
+  // of the shard's gradient summed over the shard group, a shard's size). A step whose reduction
+  // across replicas failed can then run again adding only the samples dealt to this rank since
+  // (AbandonStep(true), ResumeStep).
+  bool keep_local_gradients = false;
 };
 
 // Sees this rank's own computation for silent-data-corruption checks (train/sdc_check.h): the
@@ -144,8 +151,15 @@ class Fsdp final : public BlockHooks {
   void BeginStep();   // before the step's first forward
   void FinishStep();  // after the step's last backward: averaged gradients in optimizer_params()
   // After a failed collective: forgets the step's buckets and the reductions pending on the lost
-  // group (their results are never waited for) and reshards, as at the start of a step.
-  void AbandonStep();
+  // group (their results are never waited for) and reshards, as at the start of a step. With
+  // `keep` (and options.keep_local_gradients), this rank's own gradients of the step, kept by
+  // FinishStep, stay for ResumeStep; returns whether there were any.
+  bool AbandonStep(bool keep = false);
+  // After BeginStep of the step abandoned with its gradients kept: puts them back, so that the
+  // next backward passes add to them and FinishStep reduces the sum.
+  void ResumeStep();
+  // Drops what FinishStep kept (the step went through, or it cannot be resumed).
+  void ForgetKeptGradients();
   // Silent-data-corruption checks: the observer (null: none), and replay, in which gradients are
   // observed and dropped, never reduced (FinishStep leaves none). Every rank of the groups
   // replays the same steps together: the gathers are still collectives.

@@ -90,6 +90,7 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   parallel::FsdpOptions fo;
   fo.reshard_after_forward = p == 1;
   fo.reduce_in_backward = !reduce_once_per_step;
+  fo.keep_local_gradients = reduce_once_per_step;
   TENAX_ASSIGN_OR_RETURN(fo.param_dtype,
                          FsdpParamDtype(options.fsdp_param_dtype, device, compute_dtype));
   m->fsdp_ =
@@ -203,9 +204,10 @@ void ParallelModel::ZeroGrad() {
   for (auto& o : optimizer_params()) o.tensor.mutable_grad() = at::Tensor();
 }
 
-void ParallelModel::AbandonStep() {
-  fsdp_->AbandonStep();
+bool ParallelModel::AbandonStep(bool keep) {
+  const bool kept = fsdp_->AbandonStep(keep);
   ZeroGrad();
+  return kept;
 }
 
 Result<double> ParallelModel::EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) {

@@ -76,7 +76,8 @@ class ParallelModel final : public StepModel {
   // `full`: the initial parameters of the whole model (same on every rank; only the parts this
   // rank holds are copied). The groups must outlive the object.
   // `reduce_once_per_step`: the same gradient collectives on every rank whatever its number of
-  // micro-batches (live recovery; parallel::FsdpOptions::reduce_in_backward).
+  // micro-batches, and this rank's own gradients kept through a failed reduction across
+  // replicas (live recovery; parallel::FsdpOptions::reduce_in_backward, keep_local_gradients).
   static Result<std::unique_ptr<ParallelModel>> Create(
       const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups groups,
       const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype,
@@ -104,7 +105,9 @@ class ParallelModel final : public StepModel {
   // all of them scaled to max_norm (0: no clipping).
   double ClipGradNorm(double max_norm) override;
   void ZeroGrad() override;
-  void AbandonStep() override;
+  bool AbandonStep(bool keep = false) override;
+  void ResumeStep() override { fsdp_->ResumeStep(); }
+  void ForgetKeptGradients() override { fsdp_->ForgetKeptGradients(); }
   // Silent-data-corruption checks (train/sdc_check.h): parallel::Fsdp's observer and replay.
   void SetComputeObserver(parallel::ComputeObserver* observer) { fsdp_->SetObserver(observer); }
   void SetReplay(bool replay) { fsdp_->SetReplay(replay); }

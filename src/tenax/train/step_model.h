@@ -38,8 +38,18 @@ class StepModel {
   // Drops every gradient (the next step starts from none).
   virtual void ZeroGrad() = 0;
   // After a collective of the step failed (live recovery): drops the step's partial gradients
-  // and any reduction still pending on the lost group, so the step can run again.
-  virtual void AbandonStep() { ZeroGrad(); }
+  // and any reduction still pending on the lost group, so the step can run again. With `keep`,
+  // a model that kept this rank's own gradients of the step (before any reduction across
+  // replicas) holds on to them and returns true: the step may then run again from BeginStep,
+  // ResumeStep, and only the micro-batches it did not run yet.
+  virtual bool AbandonStep(bool keep = false) {
+    (void)keep;
+    ZeroGrad();
+    return false;
+  }
+  virtual void ResumeStep() {}
+  // What AbandonStep could keep is dropped (the step went through, or cannot be resumed).
+  virtual void ForgetKeptGradients() {}
 
   // Forward only: mean loss of (tokens, targets).
   virtual Result<double> EvalLoss(const at::Tensor& tokens, const at::Tensor& targets) = 0;

@@ -2,6 +2,10 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <iterator>
 
 #include "tenax/core/run_paths.h"
 #include "tenax/train/trainer_internal.h"
@@ -145,6 +149,9 @@ Status Trainer::StepOnce(int64_t step) {
                                     step_model_->moe_layer_copies());
   }
   TENAX_ASSIGN_OR_RETURN(const SpikeAction spike, CheckSpike(step, loss));
+  // The last collective across replicas is done: no failure makes this step run again now.
+  step_model_->ForgetKeptGradients();
+  live_kept_.from_step = -1;
   checkpointer_->BeforeUpdate();  // a GPU snapshot's copies read the state first
   if (spike != SpikeAction::kSkip) optimizer_->Step(lr);
   // The sigmoid router's biases move with the step's loads (not when its update was skipped).
@@ -216,6 +223,10 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
   // cursor is read from progress_, which moves once the step is done, so a step run again after
   // a lost member reads the same samples.
   std::vector<int> slots = {mesh_->dp_index(env_.rank)};
+  // Live, after a recovery: the micro-batches this rank ran before the failure need not run again
+  // (their gradients were kept: ReCoVer's way), only the lost ranks' dealt to it since.
+  std::vector<int> run = slots;
+  double kept_loss = 0;
   if (live()) {
     // The replicas' shares: each is its rank at this shard index (HSDP; the rank itself in DDP).
     slots.clear();
@@ -223,12 +234,26 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
                                       env_.rank / live_replica_ranks_)) {
       slots.push_back(mesh_->dp_index(LiveRankOf(q)));
     }
+    run = slots;
+    if (LiveResumesKept(slots)) {
+      run.clear();
+      std::set_difference(slots.begin(), slots.end(), live_kept_.slots.begin(),
+                          live_kept_.slots.end(), std::back_inserter(run));
+      kept_loss = live_kept_.loss_sum;
+      step_model_->ResumeStep();
+      log::Info(
+          "step {}: the gradients of slot(s) {} kept through the failure: running only slot(s) "
+          "{}",
+          progress_.step + 1, fmt::join(live_kept_.slots, ","), fmt::join(run, ","));
+    }
   }
-  TENAX_ASSIGN_OR_RETURN(const double loss, RunMicroBatches(slots));
+  TENAX_ASSIGN_OR_RETURN(const double run_loss, RunMicroBatches(run));
+  const double loss_sum = kept_loss + run_loss;
+  if (live()) live_kept_ = {progress_.step, slots, loss_sum, LiveReplicas().receives_begun()};
   const int64_t per_micro = t_.local_batch_size * mesh_->dp();
   loader_->Seek(progress_.data_position + batch_.accum * per_micro);
   live_slots_ = static_cast<int>(slots.size());
-  return loss;
+  return loss_sum / static_cast<double>(batch_.accum * static_cast<int64_t>(slots.size()));
 }
 
 Result<double> Trainer::RunMicroBatches(const std::vector<int>& slots) {
@@ -245,7 +270,7 @@ Result<double> Trainer::RunMicroBatches(const std::vector<int>& slots) {
       loss_sum += l;
     }
   }
-  return loss_sum / static_cast<double>(batch_.accum * static_cast<int64_t>(slots.size()));
+  return loss_sum;
 }
 
 double Trainer::MeanOverRanks(double loss) {

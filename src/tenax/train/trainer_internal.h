@@ -154,8 +154,12 @@ class Trainer {
   double InjectIntoLoss(int64_t step, double loss);
   Result<double> ForwardBackwardMicroBatches();
   // The micro-batches of the data-parallel `slots` at the current data position: forward and
-  // backward; their mean loss. Neither the cursor nor anything else moves.
+  // backward; their losses summed. Neither the cursor nor anything else moves.
   Result<double> RunMicroBatches(const std::vector<int>& slots);
+  // Live, a step run again after a recovery: whether this rank's own gradients kept through the
+  // failure (live_kept_) stand for part of `slots`, the ones it runs now (on every rank of an
+  // HSDP replica alike: they vote). If not, they are dropped.
+  bool LiveResumesKept(const std::vector<int>& slots);
   double MeanOverRanks(double loss);
   Status FailNonFinite(int64_t step, double loss, double grad_norm);
   Status Evaluate(int64_t step);
@@ -247,6 +251,18 @@ class Trainer {
   // past the step it ran: the others did that step's evaluation and save already, and the
   // quorum round it took after the sync is the next step's (LiveStep).
   bool live_step_received_ = false;
+  // live: what the gradients the step model kept through a failure across replicas
+  // (StepModel::AbandonStep(true)) stand for: the state they were computed from (progress_.step;
+  // -1: none kept), the data-parallel slots whose micro-batches they hold and those micro-batches'
+  // losses summed, and LiveReplicas().receives_begun() then (no state has come in since).
+  struct LiveKept {
+    int64_t from_step = -1;
+    std::vector<int> slots;
+    double loss_sum = 0;
+    int64_t receives = 0;
+  };
+  LiveKept live_kept_;
+  bool live_rerun_ = false;   // live: the step runs again after a recovery (LiveRecover)
   StepMetrics last_metrics_;  // the newest step's line, also the others' (live: LiveSyncState)
   int64_t sdc_checks_ = 0;    // checks passed by this process
   double sdc_replay_s_ = 0;   // the current check's replay

@@ -1,9 +1,10 @@
 // Live recovery's part of the Trainer (resilience.mode = "live", docs/resilience.md): every rank
 // is a data-parallel replica in a parallel::LiveGroup whose membership the launcher decides.
-//   A member dies    the step's collectives throw on the others; they drop the step's partial
-//                    gradients, form the launcher's next epoch without it and run the step again
-//                    with its samples dealt among them (ForwardBackwardMicroBatches), so the
-//                    global batch and the sample order stay those of an unfailed run.
+//   A member dies    the step's collectives throw on the others; they drop what the reduction
+//                    summed, keep their own gradients of the step, form the launcher's next
+//                    epoch without it and finish the step, running only its samples dealt among
+//                    them (ForwardBackwardMicroBatches, LiveResumesKept), so the global batch and
+//                    the sample order stay those of an unfailed run.
 //   A replacement    started by the launcher in the lost rank's place (ctx_.live_join), it sets up
 //                    without reading a checkpoint, says it is ready, and waits to be listed as
 //                    joining; the members take it in at their next step boundary (LiveQuorum)
@@ -26,6 +27,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -268,6 +270,7 @@ Status Trainer::LiveStep(int64_t step) {
   }
   // A rank behind the others at a failure took this step's quorum round already (below).
   bool quorum_taken = false;
+  live_rerun_ = false;
   live_step_received_ = false;
   while (true) {
     try {
@@ -322,7 +325,9 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
       "step {}: a collective of live epoch {} failed ({}); waiting for the launcher's next "
       "membership",
       step, epoch, FirstLine(what));
-  step_model_->AbandonStep();
+  // This rank's own gradients of the step are kept for its run again (not on a step checked for
+  // silent data corruption: its replay comes first).
+  if (!step_model_->AbandonStep(/*keep=*/!SdcDue(step))) live_kept_.from_step = -1;
   LiveLeave();
   if (beats_) {
     beats_->SetLiveEpoch(-1);
@@ -377,7 +382,27 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
       "missing, their samples run by the others",
       step, m.epoch, fmt::join(m.members, ","), Seconds(Clock::now() - t0),
       fmt::join(m.Missing(), ","));
+  live_rerun_ = true;  // on every rank of this replica (it agreed above)
   return Status::Ok();
+}
+
+bool Trainer::LiveResumesKept(const std::vector<int>& slots) {
+  if (!std::exchange(live_rerun_, false)) return false;
+  const LiveKept& k = live_kept_;
+  bool usable = k.from_step == progress_.step && k.receives == LiveReplicas().receives_begun() &&
+                std::includes(slots.begin(), slots.end(), k.slots.begin(), k.slots.end());
+  if (live_replica_ranks_ > 1) {
+    // Every rank of the replica runs the same micro-batches: their gathers are collectives of
+    // the shard group.
+    at::Tensor t = at::tensor({usable ? int64_t{0} : int64_t{1}}, at::kLong);
+    shard_group_->AllReduceSum(t);
+    usable = t.item<int64_t>() == 0;
+  }
+  if (!usable) {
+    step_model_->ForgetKeptGradients();
+    live_kept_.from_step = -1;
+  }
+  return usable;
 }
 
 // Forms `next` (this rank a member) and brings every member to the newest state: the progress

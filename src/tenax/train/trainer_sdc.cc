@@ -105,7 +105,7 @@ Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
   if (loss.ok()) step_model_->FinishStep();  // observes the unreduced gradients, drops them
   step_model_->AbandonStep();
   parallel_model_->SetReplay(false);
-  const ComputeDigest d = sdc_->Disarm(loss.ok() ? *loss : 0.0);
+  const ComputeDigest d = sdc_->Disarm(loss.ok() ? *loss / static_cast<double>(batch_.accum) : 0.0);
   TENAX_RETURN_IF_ERROR(loss.status());
   if (distance == 1) sdc_replay_s_ = Seconds(Clock::now() - t0);
   return d;
