@@ -112,6 +112,10 @@ TEST_F(LiveRecoveryE2E, KilledReplicaLeavesTheOthersTrainOnAndItsReplacementHeal
                      "slot(s) 2"),
             std::string::npos)
       << out;
+  EXPECT_NE(out.find("step 6: the gradients of slot(s) 3 kept through the failure: nothing more "
+                     "to run"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("received step 9's state from rank"), std::string::npos) << out;
   const std::string html = ReadFile(*dir_ / "live/report.html");  // the run report shows it too
   EXPECT_NE(html.find("id=\"live-recoveries\""), std::string::npos);

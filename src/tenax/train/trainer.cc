@@ -241,10 +241,10 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
                           live_kept_.slots.end(), std::back_inserter(run));
       kept_loss = live_kept_.loss_sum;
       step_model_->ResumeStep();
-      log::Info(
-          "step {}: the gradients of slot(s) {} kept through the failure: running only slot(s) "
-          "{}",
-          progress_.step + 1, fmt::join(live_kept_.slots, ","), fmt::join(run, ","));
+      log::Info("step {}: the gradients of slot(s) {} kept through the failure: {}",
+                progress_.step + 1, fmt::join(live_kept_.slots, ","),
+                run.empty() ? std::string("nothing more to run")
+                            : fmt::format("running only slot(s) {}", fmt::join(run, ",")));
     }
   }
   TENAX_ASSIGN_OR_RETURN(const double run_loss, RunMicroBatches(run));
