@@ -3,10 +3,11 @@
 # ranks, STEPS steps, K ranks killed (SIGKILL, by --inject crash) at evenly spaced steps, rotating
 # over the ranks; once with resilience.mode = "restart" (every failure: stop every rank, resume from
 # the newest checkpoint, redo the steps since) and once with "live" (the others train on, a
-# replacement heals from them), plus an unfailed run. Prints a Markdown table: wall time, the
-# goodput split's effective training ratio, the effective time measured against the unfailed run
-# (its failure-free computation over the time the run took, both without the start-up and
-# shut-down every run has), `tenax simulate`'s prediction for both recoveries from the costs the
+# replacement heals from them), plus an unfailed run of each mode. Prints a Markdown table: wall
+# time, the goodput split's effective training ratio, the effective time measured against the
+# unfailed run of the same mode (its failure-free computation over the time the run took, both
+# without the start-up and shut-down every run has; the modes' unfailed runs differ: restart mode
+# also keeps memory replicas of its checkpoints), `tenax simulate`'s prediction for both recoveries from the costs the
 # runs measured (detection, restart, healing), steps redone, restarts, replacements healed; and
 # writes it as JSON to OUT when given. Effective time, not speed: run it on an idle machine.
 # SHAPE=29m trains the 29M shape (dim 512, 8 layers, 8/4 heads, FFN 1536, vocab 4000, sequences
@@ -14,7 +15,12 @@
 # so that a kill costs what it would beside steps of a realistic length.
 # LAYOUT=hsdp runs HSDP 2x2 (two replicas of two ranks: a kill takes its rank's replica out and
 # both of its ranks heal) instead of DDP 4 (four replicas of one rank).
-# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+# CAP=F gives every rank process a CPU quota of F cores of its own (a cgroup v1 cpu controller,
+# as root): with CAP=0.5 on 2 cores a rank cannot take a lost rank's share of the CPU, as a GPU
+# cannot take another GPU's, so the short-handed steps cost what they would on GPUs (without it
+# the three survivors share the 2 cores that four ranks shared, and a short-handed step is no
+# slower per sample than a full one).
+# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [CAP=F] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-400}"
@@ -22,7 +28,40 @@ kills="${2:-8}"
 out="${3:-}"
 bin="${TENAX_BIN:-$PWD/build/tenax}"  # TENAX_BIN: a copy, to rebuild while this runs
 work="$(mktemp -d /tmp/tenax-live-bench-XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+cap="${CAP:-}"
+cgroup=""
+capper=""
+cleanup() {
+  if [ -n "$capper" ]; then kill "$capper" 2>/dev/null || true; wait "$capper" 2>/dev/null || true; fi
+  if [ -n "$cgroup" ]; then
+    for g in "$cgroup"/*/; do rmdir "$g" 2>/dev/null || true; done
+    rmdir "$cgroup" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+if [ -n "$cap" ]; then
+  cgroup=/sys/fs/cgroup/cpu/tenax-live-bench-$$
+  mkdir "$cgroup" || { echo "live_recovery.sh: CAP needs a writable cgroup v1 cpu controller (/sys/fs/cgroup/cpu, as root)" >&2; exit 2; }
+  quota=$(python3 -c "print(int(float('$cap') * 100000))")
+  # Every rank process (tenax-torch), replacements and standbys too, in a cgroup of its own as
+  # soon as it appears (its threads follow it).
+  (
+    while :; do
+      for pid in $(pgrep -x tenax-torch); do
+        [ -d "$cgroup/$pid" ] && continue
+        mkdir "$cgroup/$pid" 2>/dev/null || continue
+        echo 100000 > "$cgroup/$pid/cpu.cfs_period_us"
+        echo "$quota" > "$cgroup/$pid/cpu.cfs_quota_us"
+        echo "$pid" > "$cgroup/$pid/cgroup.procs" 2>/dev/null || true
+      done
+      # Emptied groups of ranks that ended.
+      for g in "$cgroup"/*/; do [ -s "$g/cgroup.procs" ] || rmdir "$g" 2>/dev/null || true; done
+      sleep 0.05
+    done
+  ) &
+  capper=$!
+fi
 
 shape="${SHAPE:-tiny}"
 case "$shape" in
@@ -74,14 +113,16 @@ run() {  # run NAME EXTRA-LAUNCH-FLAGS... -- EXTRA-TRAIN-ARGS
 }
 
 run clean --
+run clean-live -- --set resilience.mode=live
 run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
 run live --inject "$live_spec" -- --set resilience.mode=live
 
-python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" <<'PY'
+python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" <<'PY'
 import json, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-shape, layout, replicas = sys.argv[6], sys.argv[7], int(sys.argv[8])
-g = {m: json.load(open(f"{work}/{m}/goodput.json")) for m in ("clean", "restart", "live")}
+shape, layout, replicas, cap = sys.argv[6], sys.argv[7], int(sys.argv[8]), sys.argv[9]
+g = {m: json.load(open(f"{work}/{m}/goodput.json"))
+     for m in ("clean", "restart", "clean-live", "live")}
 # The failure-free computation, and what the two runs measured per failure: the inputs of
 # `tenax simulate`, whose prediction is printed beside the measurement.
 duration = g["clean"]["time_s"]["productive"]
@@ -111,13 +152,16 @@ cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
 sim = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 predicted = {"live": sim["effective"], "restart": sim["restart_recovery"]["effective"]}
 rows = []
-print(f"| mode ({shape}, {layout}, {steps} steps, {kills} kills, 4 ranks) | wall s | effective ratio (goodput.json) "
+print(f"| mode ({shape}, {layout}, {steps} steps, {kills} kills, 4 ranks{', ' + cap + ' core each' if cap else ''}) | wall s | effective ratio (goodput.json) "
       "| effective, measured | predicted (5th-95th pct) | steps redone | restarts | replacements healed |")
 print("|---|---|---|---|---|---|---|---|")
-for m in ("clean", "restart", "live"):
+for m in ("clean", "restart", "clean-live", "live"):
     j = g[m]
     healed = sum(1 for r in j.get("live_recoveries", []) if r.get("healed_at_s", -1) >= 0)
-    effective = duration / (j["wall_s"] - fixed)  # the failure-free computation over the time it took
+    # The failure-free computation over the time it took, against the same mode's unfailed run.
+    base = g["clean-live" if "live" in m else "clean"]
+    base_duration = base["time_s"]["productive"]
+    effective = base_duration / (j["wall_s"] - (base["wall_s"] - base_duration))
     p = predicted.get(m)
     row = {"mode": m, "wall_s": j["wall_s"], "effective_ratio": j["effective_training_ratio"],
            "effective_measured": effective, "predicted": p, "steps_redone": j["steps_redone"],
@@ -131,7 +175,8 @@ print("measured inputs: " + ", ".join(f"{k} {v:.3f}" for k, v in measured_in.ite
 print("prediction: " + " ".join(cmd))
 if out:
     json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "layout": layout,
-               "replicas": replicas, "rows": rows,
+               "replicas": replicas, "cap_cores_per_rank": float(cap) if cap else None,
+               "rows": rows,
                "inputs": measured_in,
                "simulate": cmd[1:]}, open(out, "w"), indent=1)
 PY
