@@ -20,7 +20,9 @@
 # cannot take another GPU's, so the short-handed steps cost what they would on GPUs (without it
 # the three survivors share the 2 cores that four ranks shared, and a short-handed step is no
 # slower per sample than a full one).
-# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [CAP=F] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+# SPARES=N passes --spares N to every run: N standby processes started in advance (their
+# libraries loaded) take the lost ranks' places, so a replacement's start-up is shorter.
+# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [CAP=F] [SPARES=N] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-400}"
@@ -29,6 +31,7 @@ out="${3:-}"
 bin="${TENAX_BIN:-$PWD/build/tenax}"  # TENAX_BIN: a copy, to rebuild while this runs
 work="$(mktemp -d /tmp/tenax-live-bench-XXXXXX)"
 cap="${CAP:-}"
+spares="${SPARES:-0}"
 cgroup=""
 capper=""
 cleanup() {
@@ -108,7 +111,7 @@ run() {  # run NAME EXTRA-LAUNCH-FLAGS... -- EXTRA-TRAIN-ARGS
   while [ "$1" != "--" ]; do flags+=("$1"); shift; done
   shift
   # shellcheck disable=SC2046
-  "$bin" launch --nproc-per-node 4 "${flags[@]}" -- $(train "$name") "$@" > "$work/$name.log" 2>&1 || {
+  "$bin" launch --nproc-per-node 4 --spares "$spares" "${flags[@]}" -- $(train "$name") "$@" > "$work/$name.log" 2>&1 || {
     echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
 }
 
@@ -117,10 +120,10 @@ run clean-live -- --set resilience.mode=live
 run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
 run live --inject "$live_spec" -- --set resilience.mode=live
 
-python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" <<'PY'
+python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" "$spares" <<'PY'
 import json, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-shape, layout, replicas, cap = sys.argv[6], sys.argv[7], int(sys.argv[8]), sys.argv[9]
+shape, layout, replicas, cap, spares = sys.argv[6], sys.argv[7], int(sys.argv[8]), sys.argv[9], int(sys.argv[10])
 g = {m: json.load(open(f"{work}/{m}/goodput.json"))
      for m in ("clean", "restart", "clean-live", "live")}
 # The failure-free computation, and what the two runs measured per failure: the inputs of
@@ -139,6 +142,9 @@ measured_in = {
     "detect_s": sum(r["detection_s"] for r in live) / max(1, len(live)),
     "heal_s": sum(r["healed_at_s"] - r["time_s"] for r in live if r["healed_at_s"] >= 0)
               / max(1, sum(1 for r in live if r["healed_at_s"] >= 0)),
+    # Of which the replacement's start-up (until the launcher saw it ready to join).
+    "ready_s": sum(r["ready_at_s"] - r["time_s"] for r in live if r.get("ready_at_s", -1) >= 0)
+               / max(1, sum(1 for r in live if r.get("ready_at_s", -1) >= 0)),
 }
 cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
        "--failure-rate", f"{measured_in['failure_rate_per_node_hour']:.3f}/node-hour",
@@ -152,7 +158,7 @@ cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
 sim = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 predicted = {"live": sim["effective"], "restart": sim["restart_recovery"]["effective"]}
 rows = []
-print(f"| mode ({shape}, {layout}, {steps} steps, {kills} kills, 4 ranks{', ' + cap + ' core each' if cap else ''}) | wall s | effective ratio (goodput.json) "
+print(f"| mode ({shape}, {layout}, {steps} steps, {kills} kills, 4 ranks{', ' + cap + ' core each' if cap else ''}{f', {spares} spare(s)' if spares else ''}) | wall s | effective ratio (goodput.json) "
       "| effective, measured | predicted (5th-95th pct) | steps redone | restarts | replacements healed |")
 print("|---|---|---|---|---|---|---|---|")
 for m in ("clean", "restart", "clean-live", "live"):
@@ -176,6 +182,7 @@ print("prediction: " + " ".join(cmd))
 if out:
     json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "layout": layout,
                "replicas": replicas, "cap_cores_per_rank": float(cap) if cap else None,
+               "spares": spares,
                "rows": rows,
                "inputs": measured_in,
                "simulate": cmd[1:]}, open(out, "w"), indent=1)

@@ -88,6 +88,10 @@ class LiveRecoveryE2E : public ::testing::Test {
     EXPECT_NE(l["healed_from"], rank);
     EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
     EXPECT_GT(l["healed_at_s"].get<double>(), l["time_s"].get<double>());
+    // Its replacement was seen ready (set up) in between: the healing's two parts.
+    ASSERT_TRUE(l.contains("ready_at_s")) << l.dump();
+    EXPECT_GE(l["ready_at_s"].get<double>(), l["time_s"].get<double>());
+    EXPECT_LE(l["ready_at_s"].get<double>(), l["healed_at_s"].get<double>());
   }
   // goodput.json's live_recoveries, by the rank each is for.
   static std::map<int, nlohmann::json> RecoveriesByRank(const nlohmann::json& report) {
@@ -166,6 +170,30 @@ TEST_F(LiveRecoveryE2E, LosingRankZeroMovesTheMetricsToTheNextRank) {
   const nlohmann::json report = Live("rank0", "crash:rank=0:step=4,await-join:rank=1:step=9", &out);
   ExpectHealed(report, 0, 3);
   EXPECT_NE(out.find("live epoch 1 formed by ranks 1,2,3"), std::string::npos) << out;
+}
+
+// --spares 1: a standby process, started (its libraries loaded) before any failure, takes the
+// lost rank's place; once that replacement has healed, a new standby starts in the freed slot and
+// takes the next lost rank's.
+TEST_F(LiveRecoveryE2E, WithSparesEachReplacementIsAStandbyStartedInAdvance) {
+  std::string out;
+  const nlohmann::json report = Live("spares",
+                                     "crash:rank=1:step=4,await-join:rank=0:step=7,"
+                                     "crash:rank=3:step=10,await-join:rank=0:step=13",
+                                     &out, "--spares 1");
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
+  ASSERT_EQ(by_rank.size(), 2u) << report.dump(2);
+  EXPECT_EQ(by_rank[1]["slot"], 4) << "the standby's slot";
+  EXPECT_EQ(by_rank[3]["slot"], 1) << "the new standby, in the slot rank 1 left";
+  for (int rank : {1, 3}) {
+    EXPECT_GE(by_rank[rank]["healed_at_s"].get<double>(), by_rank[rank]["ready_at_s"].get<double>())
+        << by_rank[rank].dump(2);
+  }
+  EXPECT_NE(out.find("launch: slot 1 excluded; the spare in slot 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("launch: slot 3 excluded; the spare in slot 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("[rank 3] live replacement: set up in"), std::string::npos) << out;
 }
 
 // A rank stopped (SIGSTOP) inside step 8: the others wait in its all-reduce, the launcher's hang

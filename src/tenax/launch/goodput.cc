@@ -215,7 +215,7 @@ void Goodput::DropLiveRecovery(int index) {
 }
 
 int Goodput::AddLiveRecovery(nlohmann::json r, int index) {
-  for (const char* key : {"time_s", "healed_at_s"}) {
+  for (const char* key : {"time_s", "ready_at_s", "healed_at_s"}) {
     // -1: not yet (healed_at_s)
     if (r.contains(key) && r[key].is_number() && r[key].get<double>() >= 0) {
       r[key] = Run(r[key].get<double>());
@@ -428,8 +428,12 @@ std::string Goodput::Summary(const nlohmann::json& r) {
         l.value("rank", -1), l.value("kind", std::string()), l.value("step", int64_t{0}),
         l.value("members", nlohmann::json::array()).size(),
         l.value("healed_at_s", -1.0) >= 0
-            ? fmt::format(", healed {:.2f}s later from rank {} ({} bytes)",
+            ? fmt::format(", healed {:.2f}s later{} from rank {} ({} bytes)",
                           l.value("healed_at_s", 0.0) - l.value("time_s", 0.0),
+                          l.value("ready_at_s", -1.0) >= 0
+                              ? fmt::format(" (its replacement ready after {:.2f}s)",
+                                            l.value("ready_at_s", 0.0) - l.value("time_s", 0.0))
+                              : "",
                           l.value("healed_from", -1), l.value("healed_bytes", int64_t{0}))
             : "");
   }

@@ -155,6 +155,7 @@ TEST(GoodputTest, ALiveRecoveryIsRecordedWithoutAGeneration) {
                       {"members", {0, 1, 3}}, {"healed_at_s", -1}};
   const int index = g.AddLiveRecovery(e);
   EXPECT_EQ(g.Report(6, 0, false)["live_recoveries"][0]["healed_at_s"], -1);
+  e["ready_at_s"] = 6.25;
   e["healed_at_s"] = 7.5;
   e["healed_from"] = 0;
   e["healed_bytes"] = 1000;
@@ -169,16 +170,18 @@ TEST(GoodputTest, ALiveRecoveryIsRecordedWithoutAGeneration) {
   EXPECT_EQ(r["live_recoveries"][0]["time_s"], 5.0);
   EXPECT_EQ(r["live_recoveries"][0]["healed_at_s"], 7.5);
   EXPECT_NE(Goodput::Summary(r).find("live recovery: rank 2 crash at step 3; the other 3 rank(s) "
-                                     "trained on, healed 2.50s later from rank 0 (1000 bytes)"),
+                                     "trained on, healed 2.50s later (its replacement ready after "
+                                     "1.25s) from rank 0 (1000 bytes)"),
             std::string::npos)
       << Goodput::Summary(r);
   Goodput again(kStart + 100, &r, "host", 2);  // the next launch: on its clock, kept as it was
   EXPECT_EQ(again.Report(1, 0, true)["live_recoveries"], r["live_recoveries"]);
-  nlohmann::json later = {{"time_s", 1.0}, {"rank", 0}, {"healed_at_s", 2.0}};
+  nlohmann::json later = {{"time_s", 1.0}, {"rank", 0}, {"ready_at_s", 1.5}, {"healed_at_s", 2.0}};
   again.AddLiveRecovery(later);
   const nlohmann::json r2 = again.Report(3, 0, true);
   ASSERT_EQ(r2["live_recoveries"].size(), 2u);
   EXPECT_NEAR(r2["live_recoveries"][1]["time_s"].get<double>(), 101, 1e-6);
+  EXPECT_NEAR(r2["live_recoveries"][1]["ready_at_s"].get<double>(), 101.5, 1e-6);
   EXPECT_NEAR(r2["live_recoveries"][1]["healed_at_s"].get<double>(), 102, 1e-6);
   EXPECT_EQ(r2["live_recoveries"][1]["segment"], 1);
 }

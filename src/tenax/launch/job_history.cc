@@ -188,8 +188,8 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
     for (const json& x : gh.stragglers) g.AddStraggler(on_job_clock(x));
     for (const json& x : gh.exit_faults) g.AddExitFault(on_job_clock(x));
     for (json x : gh.live_recoveries) {
-      // time_s, healed_at_s (-1 until it healed) and discarded_at_s on the job's clock.
-      for (const std::string key : {"time", "healed_at", "discarded_at"}) {
+      // time_s, ready_at_s, healed_at_s (-1 until it healed) and discarded_at_s on the job's clock.
+      for (const std::string key : {"time", "ready_at", "healed_at", "discarded_at"}) {
         if (x.contains(key + "_unix")) {
           x[key + "_s"] = x[key + "_unix"].get<double>() - h.start_unix;
           x.erase(key + "_unix");

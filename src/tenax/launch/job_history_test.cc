@@ -126,6 +126,8 @@ TEST(JobGoodput, PlacesEveryNodesLiveRecoveriesOnTheJobsClock) {
                                        {"generation", 1},
                                        {"time_s", 4.0},  // node 1's clock
                                        {"time_unix", 1100.0},
+                                       {"ready_at_s", 5.0},
+                                       {"ready_at_unix", 1101.0},
                                        {"healed_at_s", 5.5},
                                        {"healed_at_unix", 1101.5}},
                                       {{"rank", 2},
@@ -141,8 +143,10 @@ TEST(JobGoodput, PlacesEveryNodesLiveRecoveriesOnTheJobsClock) {
   const nlohmann::json& healed = r["live_recoveries"][0];
   EXPECT_EQ(healed["rank"], 3);
   EXPECT_DOUBLE_EQ(healed["time_s"].get<double>(), 100.0);
+  EXPECT_DOUBLE_EQ(healed["ready_at_s"].get<double>(), 101.0);
   EXPECT_DOUBLE_EQ(healed["healed_at_s"].get<double>(), 101.5);
   EXPECT_FALSE(healed.contains("time_unix"));
+  EXPECT_FALSE(healed.contains("ready_at_unix"));
   EXPECT_FALSE(healed.contains("healed_at_unix"));
   const nlohmann::json& discarded = r["live_recoveries"][1];
   EXPECT_DOUBLE_EQ(discarded["time_s"].get<double>(), 105.0);

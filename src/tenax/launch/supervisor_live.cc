@@ -160,7 +160,7 @@ void Supervisor::LiveSync(int gen) {
   for (const nlohmann::json& l : goodput_.live_recoveries()) {
     if (l.value("generation", -1) != gen) continue;
     nlohmann::json r = l;
-    for (const std::string key : {"time", "healed_at", "discarded_at"}) {
+    for (const std::string key : {"time", "ready_at", "healed_at", "discarded_at"}) {
       const double s = r.value(key + "_s", -1.0);
       if (s >= 0) r[key + "_unix"] = goodput_.run_start_unix() + s;
     }
@@ -590,6 +590,14 @@ void Supervisor::LiveTick(int gen) {
   // a newer one announced meanwhile would leave it waiting alone): nobody is healing. And only
   // once every member trains in the current epoch (its beats say so): a member still on its way
   // into it would read the newer record instead and form that, apart from the others.
+  // When each replacement was first seen ready (set up, waiting to be taken in): its healing
+  // splits into its start-up and the rest (waiting for a step boundary, the transfer).
+  for (Generation::Replacement& r : g_.replacements) {
+    if (!r.entry.contains("ready_at_s") && !r.entry.contains("outcome") &&
+        CurrentBeat(gen, r.local)) {
+      r.entry["ready_at_s"] = Elapsed();
+    }
+  }
   bool settled = g_.live.healing.empty();
   for (int rank : g_.live.membership.members) {
     settled = settled && state[rank].epoch == g_.live.membership.epoch;
@@ -653,11 +661,17 @@ void Supervisor::LiveTick(int gen) {
     // Steps the others trained while short of this rank (its samples run on the others).
     r.entry["steps_short_handed"] = beat->step - r.entry["step"].get<int64_t>();
     goodput_.AddLiveRecovery(r.entry, r.record);
+    // --spares: the standby it came from is replaced now that it trains (started earlier, its
+    // start-up would have taken CPU from the replacement's own).
+    Prewarm();
     log::Info(
         "launch: rank {} healed from rank {} ({} bytes in {:.3f}s) and trains again at step {}: "
-        "{:.2f}s after its failure, {} step(s) short-handed",
+        "{:.2f}s after its failure (its replacement ready after {:.2f}s), {} step(s) "
+        "short-handed",
         rank, beat->healed_from, beat->healed_bytes, beat->healed_s, beat->step,
-        Elapsed() - r.entry["time_s"].get<double>(), r.entry["steps_short_handed"].get<int64_t>());
+        Elapsed() - r.entry["time_s"].get<double>(),
+        r.entry.value("ready_at_s", Elapsed()) - r.entry["time_s"].get<double>(),
+        r.entry["steps_short_handed"].get<int64_t>());
     WriteGoodput(false, 0);
   }
 }

@@ -257,7 +257,8 @@ std::string LiveRecoveryTable(const nlohmann::json& s) {
           "reloaded; each replacement copied the state from a live rank.</p>\n"
           "<table id=\"live-recoveries\">") +
       kRankEventHeader +
-      "<th>kind</th><th>what happened</th><th>trained on</th><th>healed after (s)</th>"
+      "<th>kind</th><th>what happened</th><th>trained on</th><th>replacement ready after "
+      "(s)</th><th>healed after (s)</th>"
       "<th>from rank</th><th>bytes</th><th>steps short-handed</th></tr>\n";
   for (const auto& x : s) {
     std::string members;
@@ -265,8 +266,10 @@ std::string LiveRecoveryTable(const nlohmann::json& s) {
       members += (members.empty() ? "" : ",") + std::to_string(m.get<int>());
     }
     const double healed = Num(x, "healed_at_s", -1);
+    const double ready = Num(x, "ready_at_s", -1);
     out += "<tr>" + RankEventCells(x) + Td(x.value("kind", std::string())) +
            Td(x.value("cause", std::string())) + Td(members) +
+           Td(ready >= 0 ? fmt::format("{:.2f}", ready - Num(x, "time_s")) : "-", true) +
            Td(healed >= 0 ? fmt::format("{:.2f}", healed - Num(x, "time_s"))
                           : x.value("outcome", std::string("not yet")),
               healed >= 0) +

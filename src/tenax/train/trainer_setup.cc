@@ -61,17 +61,35 @@ Status Trainer::Setup() {
   if (device_.device.is_cuda() && !t_.fused_kernels) {
     log::Info("training.fused_kernels = false: the plain libtorch composition throughout");
   }
+  // Each part's seconds, said by a live replacement (its start-up is what the others train
+  // short-handed through).
+  std::vector<std::string> parts;
+  Clock::time_point mark = Clock::now();
+  auto timed = [&](const char* what) {
+    const Clock::time_point now = Clock::now();
+    parts.push_back(fmt::format("{} {:.2f}s", what, Seconds(now - mark)));
+    mark = now;
+  };
+  parts.push_back(fmt::format("compute {:.2f}s", Seconds(mark - t_start_)));
   TENAX_RETURN_IF_ERROR(SetupData());
+  timed("data");
   TENAX_RETURN_IF_ERROR(SetupRunFolder());
   TENAX_ASSIGN_OR_RETURN(faults_, protocol::FaultInjector::Create(ctx_, env_.rank, &reporter_));
   // --inject crash:...:step=0, before this rank joins its groups (the others wait for it there);
   // a live replacement's setup is not the one it names.
   if (faults_ && !ctx_.live_join) faults_->OnSetup();
   TENAX_RETURN_IF_ERROR(SetupGroups());
+  timed("groups");
   TENAX_RETURN_IF_ERROR(SetupModel());
+  timed("model");
   TENAX_RETURN_IF_ERROR(SetupCheckpoints());
   TENAX_RETURN_IF_ERROR(SetupLoaders());
+  timed("checkpoints and loaders");
   failure_kind_ = FailureKind::kCrash;
+  if (ctx_.live_join) {
+    log::Info("live replacement: set up in {:.2f}s ({}); ready to join",
+              Seconds(Clock::now() - t_start_), fmt::join(parts, ", "));
+  }
   return Status::Ok();
 }
 
