@@ -194,6 +194,16 @@ TEST_F(LiveRecoveryE2E, WithSparesEachReplacementIsAStandbyStartedInAdvance) {
   EXPECT_NE(out.find("launch: slot 1 excluded; the spare in slot 4"), std::string::npos) << out;
   EXPECT_NE(out.find("launch: slot 3 excluded; the spare in slot 1"), std::string::npos) << out;
   EXPECT_NE(out.find("[rank 3] live replacement: set up in"), std::string::npos) << out;
+  // Every process of the job starts as a standby (the first ranks are assigned at once) and opens
+  // its data before its assignment: ranks 1 and 3 did twice, as first ranks and as replacements.
+  auto count = [&out](const std::string& line) {
+    int n = 0;
+    for (size_t at = out.find(line); at != std::string::npos; at = out.find(line, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("[rank 1] data: opened while this process waited as a standby"), 2) << out;
+  EXPECT_EQ(count("[rank 3] data: opened while this process waited as a standby"), 2) << out;
+  EXPECT_EQ(count("[rank 2] data: opened while this process waited as a standby"), 1) << out;
 }
 
 // A rank stopped (SIGSTOP) inside step 8: the others wait in its all-reduce, the launcher's hang

@@ -64,6 +64,15 @@ Status RunTrain(const TrainCommand& command) {
   // still setting up has no flight recorder to install the handler yet, and the default action
   // would kill it. Ignored until the recorder's watchdog takes the signal over.
   std::signal(SIGUSR1, SIG_IGN);
+  // A standby (started in advance by tenax launch --spares) first sets up what needs no rank,
+  // then waits for its assignment: as a replacement it then has that much less to do.
+  std::shared_ptr<train::Prepared> prepared;
+  if (const std::optional<int> slot = protocol::StandbySlot()) {
+    log::SetStandby(*slot);
+    if (Result<Config> early = LoadTrainConfig(command); early.ok()) {
+      prepared = train::PrepareBeforeAssignment(*early);
+    }
+  }
   // Waits for the standby assignment first when the launcher started this process in advance.
   TENAX_ASSIGN_OR_RETURN(const protocol::RankContext ctx, protocol::ReadRankContext());
   TENAX_ASSIGN_OR_RETURN(const parallel::DistEnv env, parallel::ReadDistEnv());
@@ -93,7 +102,8 @@ Status RunTrain(const TrainCommand& command) {
     log::Info("live page at http://{}:{}/ (Prometheus metrics at /metrics)", command.metrics_addr,
               live->port());
   }
-  TENAX_ASSIGN_OR_RETURN(train::TrainSummary s, train::Train(*config, ctx, env, reporter));
+  TENAX_ASSIGN_OR_RETURN(train::TrainSummary s,
+                         train::Train(*config, ctx, env, reporter, std::move(prepared)));
   if (env.rank == 0) {
     PrintSummary(s);  // rank 0 speaks for the job
     // Under tenax launch the launcher writes it, with the goodput of the whole run.

@@ -10,6 +10,8 @@ namespace tenax::log {
 
 // Set once at start-up; -1 means single-process (no rank prefix).
 void SetRank(int rank);
+// A standby process before its assignment ("[standby in slot 4] ..."), until SetRank.
+void SetStandby(int slot);
 int Rank();
 void Write(const std::string& level, const std::string& message);
 

@@ -100,6 +100,32 @@ TEST(LayerGradients, SwiGlu) {
        Randn({12, 8}, g, 0.3)});
 }
 
+// A model whose weights are about to be overwritten draws none: the same parameters (names,
+// shapes, dtype), matrices at zero and norms at one, and loading weights makes it the model they
+// came from.
+TEST(LlamaInit, OverwrittenSkipsTheDrawsAndLoadsLikeAnyOther) {
+  const ModelSpec s = SmallSpec();
+  Llama drawn(s, 7, at::kCPU);
+  Llama blank(s, 7, at::kCPU, Llama::Init::kOverwritten);
+  ASSERT_EQ(blank.params().size(), drawn.params().size());
+  for (size_t i = 0; i < drawn.params().size(); ++i) {
+    const auto& a = drawn.params()[i];
+    const auto& b = blank.params()[i];
+    EXPECT_EQ(b.name, a.name);
+    EXPECT_EQ(b.tensor.sizes(), a.tensor.sizes()) << a.name;
+    EXPECT_EQ(b.tensor.scalar_type(), at::kFloat) << a.name;
+    EXPECT_TRUE(b.tensor.requires_grad()) << a.name;
+    const double expected = a.tensor.dim() == 1 ? 1.0 : 0.0;
+    EXPECT_EQ(b.tensor.min().item<double>(), expected) << a.name;
+    EXPECT_EQ(b.tensor.max().item<double>(), expected) << a.name;
+  }
+  ASSERT_TRUE(blank.LoadParams(drawn.params()).ok());
+  at::Tensor tokens = at::tensor({1, 5, 2, 9, 3, 3, 0, 10}, at::kLong).view({2, 4});
+  at::Tensor targets = at::tensor({5, 2, 9, 3, 3, 0, 10, 4}, at::kLong).view({2, 4});
+  EXPECT_EQ(blank.Loss(tokens, targets, at::kFloat).item<double>(),
+            drawn.Loss(tokens, targets, at::kFloat).item<double>());
+}
+
 // The whole model: embedding, blocks, final norm, untied and tied output, cross-entropy.
 TEST(LayerGradients, WholeModelLoss) {
   for (bool tied : {false, true}) {

@@ -50,7 +50,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> Llama::ParamShapes(con
   return out;
 }
 
-Llama::Llama(ModelSpec spec, uint64_t seed, const at::Device& device)
+Llama::Llama(ModelSpec spec, uint64_t seed, const at::Device& device, Init init)
     : spec_(std::move(spec)), device_(device) {
   at::Generator gen = at::detail::createCPUGenerator(seed);
   const double resid_std = spec_.init_std / std::sqrt(2.0 * static_cast<double>(spec_.n_layers));
@@ -62,6 +62,8 @@ Llama::Llama(ModelSpec spec, uint64_t seed, const at::Device& device)
     };
     if (shape.size() == 1) {
       t = at::ones(shape, at::kFloat);
+    } else if (init == Init::kOverwritten) {
+      t = at::zeros(shape, at::TensorOptions().dtype(at::kFloat).device(device_));
     } else {
       const double std =
           (ends_with("wo.weight") || ends_with("w2.weight")) ? resid_std : spec_.init_std;

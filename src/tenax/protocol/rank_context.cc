@@ -167,6 +167,14 @@ Result<RankContext> ReadRankContext() {
   return ReadRankContext([](const char* n) { return std::getenv(n); });
 }
 
+std::optional<int> StandbySlot() {
+  const char* fd = std::getenv(kEnvStandbyFd);
+  if (fd == nullptr || *fd == '\0') return std::nullopt;
+  const char* slot = std::getenv(kEnvSlot);
+  Result<long long> n = ParseInteger(kEnvSlot, slot != nullptr ? slot : "", 0);
+  return n.ok() ? static_cast<int>(*n) : -1;
+}
+
 std::vector<std::string> StandbyEnvironment(const StandbySetup& s) {
   std::vector<std::string> env = {
       fmt::format("{}={}", kEnvSlot, s.slot),

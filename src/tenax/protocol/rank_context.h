@@ -9,8 +9,9 @@
 //                        means the launcher is gone, and the rank stops (LauncherWatch)
 //   TENAX_RUN_LOCK_FD    the run folder's lock (core/run_lock.h), held by the launcher and
 //                        inherited, so the folder stays owned while any process of the job lives
-//   TENAX_STANDBY_FD     read end of the assignment pipe: the process starts up, then blocks in
-//                        WaitForAssignment until the launcher writes one line
+//   TENAX_STANDBY_FD     read end of the assignment pipe: the process starts up (tenax train also
+//                        opens its data, StandbySlot), then blocks in WaitForAssignment until
+//                        the launcher writes one line
 //   TENAX_SLOT, TENAX_HEARTBEAT_DIR, TENAX_LAUNCH_TIME (unix seconds), TENAX_INJECT (fault spec)
 //   TENAX_AGENT_SOCKET   (several nodes) the node agent's channel: rank 0 commits checkpoints
 //                        through it, fenced by the generation (agent_channel.h)
@@ -34,6 +35,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,10 @@ Result<RankContext> ReadRankContext(const GetEnv& getenv);
 // The process's own context: first waits for the standby assignment when TENAX_STANDBY_FD is
 // set (exporting it), then reads the environment. Call once, before any thread starts.
 Result<RankContext> ReadRankContext();
+
+// In a standby process not yet assigned (TENAX_STANDBY_FD set): its slot, so that it can prepare
+// what needs no rank before ReadRankContext waits; nullopt otherwise.
+std::optional<int> StandbySlot();
 
 // Launcher side. The environment of a process started in `slot` (standby_fd / launcher_fd /
 // lock_fd: descriptors the child inherits; -1 leaves the variable out).

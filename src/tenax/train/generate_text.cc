@@ -52,7 +52,7 @@ Result<Loaded> Load(const GenerateRequest& r, const at::Device& device) {
     }
     out.where = ckpt.dir;
   }
-  out.model = std::make_unique<model::Llama>(spec, 0, device);
+  out.model = std::make_unique<model::Llama>(spec, 0, device, model::Llama::Init::kOverwritten);
   TENAX_RETURN_IF_ERROR(out.model->LoadParams(params).WithContext(out.where));
   return out;
 }

@@ -42,8 +42,9 @@ FailureKind SaveFailureKind(const Status& st) {
 Result<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                  const protocol::RankContext& context,
                                                  const parallel::DistEnv& env,
-                                                 const protocol::ExitReporter& reporter) {
-  std::unique_ptr<Trainer> t(new Trainer(config, context, env, reporter));
+                                                 const protocol::ExitReporter& reporter,
+                                                 std::shared_ptr<Prepared> prepared) {
+  std::unique_ptr<Trainer> t(new Trainer(config, context, env, reporter, std::move(prepared)));
   Status st = t->Setup();
   if (!st.ok()) {
     // Said before the teardown (which makes the peers fail too).
@@ -523,8 +524,20 @@ void Trainer::Finished(int64_t step) {
 using protocol::FailureKind;
 using trainer_internal::Trainer;
 
+std::shared_ptr<Prepared> PrepareBeforeAssignment(const Config& config) {
+  // Nothing here may end the process: it has no rank, and no exit report to write, yet.
+  try {
+    Result<data::DataSplits> data = data::OpenDataSource(config.data);
+    if (!data.ok()) return nullptr;
+    return std::make_shared<Prepared>(Prepared{ConfigToToml(config), std::move(*data)});
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
 Result<TrainSummary> Train(const Config& config, const protocol::RankContext& context,
-                           const parallel::DistEnv& env, const protocol::ExitReporter& reporter) {
+                           const parallel::DistEnv& env, const protocol::ExitReporter& reporter,
+                           std::shared_ptr<Prepared> prepared) {
   if (env.distributed()) log::SetRank(env.rank);
   std::unique_ptr<Trainer> trainer;
   // libtorch and c10d throw; a collective whose partner died throws on this thread (or on a
@@ -534,7 +547,8 @@ Result<TrainSummary> Train(const Config& config, const protocol::RankContext& co
   FailureKind kind = FailureKind::kSetup;
   bool secondary = false;
   try {
-    Result<std::unique_ptr<Trainer>> created = Trainer::Create(config, context, env, reporter);
+    Result<std::unique_ptr<Trainer>> created =
+        Trainer::Create(config, context, env, reporter, std::move(prepared));
     if (!created.ok()) return created.status();  // Create reported it
     trainer = std::move(*created);
     kind = FailureKind::kCrash;

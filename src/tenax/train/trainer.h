@@ -42,10 +42,18 @@ struct TrainSummary {
   std::string tensorboard_dir;
 };
 
+// What a standby process (tenax launch --spares) sets up before it knows its rank, while it
+// waits: its data source, opened from the config. A replacement started that way skips that part
+// of its start-up, which its peers would train short-handed through.
+struct Prepared;
+// nullptr when it could not: the error is met again, and said, once the rank is assigned.
+std::shared_ptr<Prepared> PrepareBeforeAssignment(const Config& config);
+
 // Trains this rank. On failure, `reporter` has written the exit report (kind and cause) before
-// this returns.
+// this returns. `prepared`: from PrepareBeforeAssignment with the same config, or nullptr.
 Result<TrainSummary> Train(const Config& config, const protocol::RankContext& context,
-                           const parallel::DistEnv& env, const protocol::ExitReporter& reporter);
+                           const parallel::DistEnv& env, const protocol::ExitReporter& reporter,
+                           std::shared_ptr<Prepared> prepared = nullptr);
 
 // A single process without a launcher (tests, benchmarks): Train with a default context.
 Result<TrainSummary> Train(const Config& config);

@@ -46,6 +46,17 @@
 #include "tenax/train/train_checkpoint.h"
 #include "tenax/train/trainer.h"
 
+namespace tenax::train {
+
+// trainer.h's PrepareBeforeAssignment: a standby's data source, and the config it was opened for
+// (ConfigToToml; the trainer uses it only for the very same config).
+struct Prepared {
+  std::string config_toml;
+  data::DataSplits data;
+};
+
+}  // namespace tenax::train
+
 namespace tenax::train::trainer_internal {
 
 using Clock = std::chrono::steady_clock;
@@ -65,7 +76,8 @@ class Trainer {
   static Result<std::unique_ptr<Trainer>> Create(const Config& config,
                                                  const protocol::RankContext& context,
                                                  const parallel::DistEnv& env,
-                                                 const protocol::ExitReporter& reporter);
+                                                 const protocol::ExitReporter& reporter,
+                                                 std::shared_ptr<Prepared> prepared = nullptr);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   ~Trainer();
@@ -77,8 +89,13 @@ class Trainer {
 
  private:
   Trainer(const Config& config, const protocol::RankContext& context, const parallel::DistEnv& env,
-          const protocol::ExitReporter& reporter)
-      : config_(config), ctx_(context), env_(env), reporter_(reporter), t_(config_.training) {}
+          const protocol::ExitReporter& reporter, std::shared_ptr<Prepared> prepared)
+      : config_(config),
+        ctx_(context),
+        env_(env),
+        reporter_(reporter),
+        t_(config_.training),
+        prepared_(std::move(prepared)) {}
 
   Status Setup();
   Status SetupData();
@@ -191,6 +208,7 @@ class Trainer {
   const protocol::ExitReporter& reporter_;
   const TrainingOptions& t_;
   const Clock::time_point t_start_ = Clock::now();
+  std::shared_ptr<Prepared> prepared_;  // a standby's (PrepareBeforeAssignment), used once
 
   // Set up once, in Setup's order. Destroyed in reverse: the process groups outlive everything
   // that issues collectives, the run lock outlives everything that writes the run folder.

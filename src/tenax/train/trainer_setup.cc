@@ -94,7 +94,13 @@ Status Trainer::Setup() {
 }
 
 Status Trainer::SetupData() {
-  TENAX_ASSIGN_OR_RETURN(data_, data::OpenDataSource(config_.data));
+  if (prepared_ && prepared_->config_toml == ConfigToToml(config_)) {
+    data_ = std::move(prepared_->data);
+    log::Info("data: opened while this process waited as a standby");
+  } else {
+    TENAX_ASSIGN_OR_RETURN(data_, data::OpenDataSource(config_.data));
+  }
+  prepared_.reset();
   log::Info("data: {}", data_.description);
   if (data_.entropy_rate_nats) {
     log::Info("data: exact entropy rate {:.4f} nats/token (the best achievable loss)",
@@ -235,8 +241,12 @@ Status Trainer::SetupGroups() {
 }
 
 Status Trainer::SetupModel() {
-  // Same seed on every rank: identical initial weights, no broadcast needed.
-  model_ = std::make_unique<model::Llama>(spec_, config_.job.seed, device_.device);
+  // Same seed on every rank: identical initial weights, no broadcast needed. A live replacement
+  // draws none: its weights come from a live rank (LiveJoin), and its start-up is time the
+  // others train short-handed.
+  model_ = std::make_unique<model::Llama>(
+      spec_, config_.job.seed, device_.device,
+      ctx_.live_join ? model::Llama::Init::kOverwritten : model::Llama::Init::kRandom);
   model_->SetActivationCheckpoint(config_.parallelism.activation_checkpoint);
   const parallel::Mesh& mesh = *mesh_;
   if (env_.distributed()) {
