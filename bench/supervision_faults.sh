@@ -20,12 +20,18 @@
 #                ranks confirm it (--inject crash:...:at=spike); counts the runs that finish with
 #                exit 0, no restart, one spike record for that step, and the killed rank's and its
 #                replica partner's recoveries.
+#   between:     N live runs (DDP 4 or HSDP 2x2 at random) where a random rank is killed between
+#                two steps: in a random evaluation, once it evaluated its windows (--inject
+#                crash:...:at=eval), or inside a random checkpoint save, after writing its files
+#                (--inject kill-in-ckpt); counts the runs that finish with exit 0, no restart, the
+#                killed rank's recovery (and its replica partner's) recorded, that evaluation and
+#                save done again, and every evaluation logged exactly once.
 #   nodes:       N live runs across nodes (network namespaces and an etcd, as the multi-node
 #                suite makes them; needs root): each runs one of the multi-node suite's live cases
 #                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
 #                place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|spike|nodes|all] [N]
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|spike|between|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
@@ -197,6 +203,42 @@ spike() {
   [ "$ok" -eq "$runs" ]
 }
 
+between() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local rank=$((RANDOM % 4)) step=$((5 * (2 + RANDOM % 10))) name="between$i" layout where inject kind
+    local replicate=4 shard=1 want
+    if ((RANDOM % 2)); then replicate=2; shard=2; fi
+    layout="DDP 4"; [ "$shard" = 2 ] && layout="HSDP 2x2"
+    if ((RANDOM % 2)); then where="evaluation"; inject="crash:rank=$rank:step=$step:at=eval"; kind=crash
+    else where="save"; inject="kill-in-ckpt:rank=$rank:step=$step"; kind=crash-in-checkpoint; fi
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 4 --inject "$inject" -- \
+      $(train "$name") --set training.steps=60 --set metrics.eval_interval=5 \
+      --set checkpoint.interval=5 --set parallelism.data_parallel_replicate=$replicate \
+      --set parallelism.data_parallel_shard=$shard --set resilience.mode=live \
+      > "$work/$name.log" 2>&1
+    local code=$? got partner=$((rank ^ 1)) evals again
+    got=$(json "$work/$name/goodput.json" "'%d %s' % (len(j['generations']), ','.join('%d:%s' % (r['rank'], r['kind']) for r in sorted(j['live_recoveries'], key=lambda r: r['rank'])))")
+    if [ "$shard" = 1 ]; then want="1 $rank:$kind"
+    elif [ "$rank" -lt "$partner" ]; then want="1 $rank:$kind,$partner:peer-lost"
+    else want="1 $partner:peer-lost,$rank:$kind"; fi
+    evals=$(python3 -c "import json,sys
+steps=[json.loads(l)['step'] for l in open(sys.argv[1]) if 'val_loss' in l]
+print('ok' if steps == list(range(5, 61, 5)) else steps)" "$work/$name/metrics.jsonl" 2>/dev/null)
+    again=$(grep -c "step $step: evaluated and saved again" "$work/$name.log")
+    if [ "$code" = 0 ] && [ "$got" = "$want" ] && [ "$evals" = ok ] && [ "$again" -ge 1 ]; then
+      ok=$((ok + 1)); verdict=ok
+    else
+      verdict="WRONG (exit $code; generations, recoveries: $got, wanted $want; evaluations: $evals; done again: $again)"
+    fi
+    echo "between run $i: $layout, rank $rank killed in step $step's $where -> $verdict"
+    rm -rf "${work:?}/$name"
+  done
+  echo "between: $ok of $runs recovered live from a failure in an evaluation or a save, each done again once"
+  [ "$ok" -eq "$runs" ]
+}
+
 nodes() {
   local ok=0
   local cases=(LiveRecoveryAcrossNodesTrainsThroughAKilledRank LiveRecoveryAcrossNodesKillsAHungRankAlone
@@ -225,9 +267,10 @@ case "$what" in
   hsdp) live 2 || status=1 ;;
   heal) heal || status=1 ;;
   spike) spike || status=1 ;;
+  between) between || status=1 ;;
   nodes) nodes || status=1 ;;
   all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1; heal || status=1
-       spike || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|spike|nodes|all] [N]" >&2; exit 2 ;;
+       spike || status=1; between || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

@@ -41,6 +41,9 @@ class LiveRecoveryE2E : public ::testing::Test {
   static std::vector<double> Losses(const std::string& run) {
     return ReadMetric(*dir_ / (run + "/metrics.jsonl"), "loss");
   }
+  static std::vector<double> ValLosses(const std::string& run) {
+    return ReadMetric(*dir_ / (run + "/metrics.jsonl"), "val_loss");
+  }
   static nlohmann::json FinalState(const std::string& run) {
     return nlohmann::json::parse(
         ReadFile(*dir_ / (run + "/checkpoints/step_00000016/train_state.json")));
@@ -61,6 +64,14 @@ class LiveRecoveryE2E : public ::testing::Test {
     EXPECT_EQ(live.size(), 16u) << r.output;  // every step logged, whoever led the group
     for (size_t i = 0; i < clean.size() && i < live.size(); ++i) {
       EXPECT_NEAR(live[i], clean[i], 1e-6 * std::abs(clean[i])) << "step " << i + 1;
+    }
+    // Every evaluation (steps 5, 10, 15, 16) logged once, over all of the validation windows
+    // (short-handed, the missing replicas' too).
+    const std::vector<double> clean_val = ValLosses(clean_run), live_val = ValLosses(name);
+    EXPECT_EQ(clean_val.size(), 4u);
+    EXPECT_EQ(live_val.size(), clean_val.size()) << r.output;
+    for (size_t i = 0; i < clean_val.size() && i < live_val.size(); ++i) {
+      EXPECT_NEAR(live_val[i], clean_val[i], 1e-6 * std::abs(clean_val[i])) << "evaluation " << i;
     }
     const nlohmann::json a = FinalState(clean_run), b = FinalState(name);
     EXPECT_EQ(b["data"]["position"], a["data"]["position"]);  // no sample lost or trained twice
@@ -92,6 +103,14 @@ class LiveRecoveryE2E : public ::testing::Test {
     ASSERT_TRUE(l.contains("ready_at_s")) << l.dump();
     EXPECT_GE(l["ready_at_s"].get<double>(), l["time_s"].get<double>());
     EXPECT_LE(l["ready_at_s"].get<double>(), l["healed_at_s"].get<double>());
+  }
+  // HSDP 2 x 2, and its unfailed run (`hsdp_clean`, made once per test process).
+  static constexpr const char* kHsdp =
+      "--set parallelism.data_parallel_replicate=2 --set parallelism.data_parallel_shard=2";
+  static void HsdpClean() {
+    if (std::filesystem::exists(*dir_ / "hsdp_clean/metrics.jsonl")) return;
+    auto clean = RunTenax("launch --nproc-per-node 4 -- " + Ddp("hsdp_clean", kHsdp), dir_->path());
+    ASSERT_EQ(clean.exit_code, 0) << clean.output;
   }
   // goodput.json's live_recoveries, by the rank each is for.
   static std::map<int, nlohmann::json> RecoveriesByRank(const nlohmann::json& report) {
@@ -144,25 +163,54 @@ TEST_F(LiveRecoveryE2E, ARankLostInItsSetupRestartsTheJob) {
   EXPECT_NE(out.find("still in their setup"), std::string::npos) << out;
 }
 
-// A rank killed inside a checkpoint save, after writing its files: the others are in the save's
-// collectives, where a live group cannot change, and lose it there. The job restarts from the
-// previous checkpoint, and that restart is the killed rank's failure: one failure record (its
-// kind crash-in-checkpoint), no live recovery left beside it.
-TEST_F(LiveRecoveryE2E, ARankLostInsideASaveRestartsAsItsOwnFailure) {
-  auto r = RunTenax(
-      "launch --nproc-per-node 4 --max-restarts 2 --inject kill-in-ckpt:rank=2:step=6 "
-      "-- " +
-          Ddp("in-save", "--set resilience.mode=live"),
-      dir_->path());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json report = nlohmann::json::parse(ReadFile(*dir_ / "in-save/goodput.json"));
-  EXPECT_EQ(report["generations"].size(), 2u) << report.dump(2);
-  ASSERT_EQ(report["failures"].size(), 1u) << report.dump(2);
-  EXPECT_EQ(report["failures"][0]["rank"], 2) << report.dump(2);
-  EXPECT_EQ(report["failures"][0]["kind"], "crash-in-checkpoint") << report.dump(2);
-  EXPECT_TRUE(report["live_recoveries"].empty()) << report.dump(2);
-  EXPECT_NE(r.output.find("the restart is rank 2's failure"), std::string::npos) << r.output;
-  EXPECT_EQ(FinalState("in-save")["data"]["position"], FinalState("clean")["data"]["position"]);
+// A rank killed inside a checkpoint save, after writing its files and before the commit: the
+// others lose it in the save's collectives. They recover as from a failed step (no restart) and,
+// in the next epoch, save step 6 again; the replacement heals. The checkpoint is committed once,
+// and the rest is the unfailed run's trajectory.
+TEST_F(LiveRecoveryE2E, ARankLostInsideASaveIsRecoveredLive) {
+  std::string out;
+  const nlohmann::json report =
+      Live("in-save", "kill-in-ckpt:rank=2:step=6,await-join:rank=0:step=10", &out);
+  ExpectHealed(report, 2, 6, "crash-in-checkpoint");
+  EXPECT_NE(out.find("step 6: evaluated and saved again after the member lost in them"),
+            std::string::npos)
+      << out;
+  // Saved (committed) once, in the second attempt.
+  const std::string saved = "saved checkpoint " + (*dir_ / "in-save/checkpoints/step_00000006");
+  ASSERT_NE(out.find(saved), std::string::npos) << out;
+  EXPECT_EQ(out.find(saved, out.find(saved) + 1), std::string::npos) << out;
+  EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
+}
+
+// The same in the last step's save: the others settle it in the run's last quorum round and
+// finish; the run's final checkpoint is committed.
+TEST_F(LiveRecoveryE2E, ARankLostInsideTheLastSaveIsRecoveredLive) {
+  std::string out;
+  const nlohmann::json report = Live("in-last-save", "kill-in-ckpt:rank=1:step=16", &out);
+  EXPECT_EQ(report["exit_code"], 0);
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  ASSERT_EQ(report["live_recoveries"].size(), 1u) << report.dump(2);
+  EXPECT_EQ(report["live_recoveries"][0]["rank"], 1);
+  EXPECT_EQ(report["live_recoveries"][0]["kind"], "crash-in-checkpoint");
+  EXPECT_NE(out.find("step 16: evaluated and saved again after the member lost in them"),
+            std::string::npos)
+      << out;
+}
+
+// A rank killed in an evaluation (step 5's), once it evaluated its windows: the others lose it
+// where the windows' losses are combined. They recover and evaluate again in the next epoch, the
+// lost rank's windows included: one evaluation line, the unfailed run's value (Live checks).
+TEST_F(LiveRecoveryE2E, ARankLostInsideAnEvaluationIsRecoveredLive) {
+  std::string out;
+  const nlohmann::json report =
+      Live("in-eval", "crash:rank=1:step=5:at=eval,await-join:rank=0:step=9", &out);
+  ExpectHealed(report, 1, 5);
+  EXPECT_NE(out.find("injected fault: crash (kill) at step 5's evaluation"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("step 5: evaluated and saved again after the member lost in them"),
+            std::string::npos)
+      << out;
 }
 
 TEST_F(LiveRecoveryE2E, LosingRankZeroMovesTheMetricsToTheNextRank) {
@@ -302,10 +350,8 @@ TEST_F(LiveRecoveryE2E, AReplacementLostWhileHealingIsDiscardedAndTheNextOneHeal
 // ranks are replaced together, each healing its own shard from replica 1's rank at the same
 // shard index. Against an unfailed HSDP run: the same samples, losses within 1e-6 at every step.
 TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
-  const std::string hsdp =
-      "--set parallelism.data_parallel_replicate=2 --set parallelism.data_parallel_shard=2";
-  auto clean = RunTenax("launch --nproc-per-node 4 -- " + Ddp("hsdp_clean", hsdp), dir_->path());
-  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  const std::string hsdp = kHsdp;
+  ASSERT_NO_FATAL_FAILURE(HsdpClean());
   std::string out;
   const nlohmann::json report =
       Live("hsdp", "crash:rank=1:step=6,await-join:rank=2:step=10", &out, "", hsdp, "hsdp_clean");
@@ -344,12 +390,8 @@ TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
 // others' flight records and kills it alone; then its replica (rank 3 with it) is taken out and
 // replaced as after a crash, while replica 0 trains on.
 TEST_F(LiveRecoveryE2E, HsdpAHungRankTakesItsReplicaOutAndTheOtherTrainsOn) {
-  const std::string hsdp =
-      "--set parallelism.data_parallel_replicate=2 --set parallelism.data_parallel_shard=2";
-  if (!std::filesystem::exists(*dir_ / "hsdp_clean/metrics.jsonl")) {
-    auto clean = RunTenax("launch --nproc-per-node 4 -- " + Ddp("hsdp_clean", hsdp), dir_->path());
-    ASSERT_EQ(clean.exit_code, 0) << clean.output;
-  }
+  const std::string hsdp = kHsdp;
+  ASSERT_NO_FATAL_FAILURE(HsdpClean());
   std::string out;
   const nlohmann::json report = Live("hsdp_hang", "stop:rank=2:step=8,await-join:rank=0:step=12",
                                      &out, "--hang-timeout 4", hsdp, "hsdp_clean");
@@ -416,6 +458,30 @@ TEST_F(LiveRecoveryE2E, HsdpAFailureAtALossSpikeIsRecoveredLive) {
   const nlohmann::json x = FinalState("spike_clean"), y = FinalState("spike_live");
   EXPECT_EQ(y["data"]["position"], x["data"]["position"]);
   EXPECT_EQ(y["optimizer_step"], x["optimizer_step"]);
+}
+
+// HSDP 2 x 2, rank 3 killed inside step 6's save: its replica (rank 2 with it) is taken out,
+// replica 0 saves step 6 again on its own (its two shards) and the replacements heal.
+TEST_F(LiveRecoveryE2E, HsdpARankLostInsideASaveIsRecoveredLive) {
+  const std::string hsdp = kHsdp;
+  ASSERT_NO_FATAL_FAILURE(HsdpClean());
+  std::string out;
+  const nlohmann::json report =
+      Live("hsdp_save", "kill-in-ckpt:rank=3:step=6,await-join:rank=0:step=10", &out, "", hsdp,
+           "hsdp_clean");
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
+  ASSERT_EQ(by_rank.size(), 2u) << report.dump(2);
+  EXPECT_EQ(by_rank[3]["kind"], "crash-in-checkpoint");
+  EXPECT_EQ(by_rank[2]["kind"], "peer-lost");
+  for (int rank : {2, 3}) EXPECT_EQ(by_rank[rank]["healed_from"], rank - 2);
+  EXPECT_NE(out.find("step 6: evaluated and saved again after the member lost in them"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("saved checkpoint " + (*dir_ / "hsdp_save/checkpoints/step_00000006")),
+            std::string::npos)
+      << out;
 }
 
 // A checkpoint written while a rank was missing (three files' worth of the group that wrote it)

@@ -228,17 +228,21 @@ class LiveProxy final : public Communicator {
 std::unique_ptr<Communicator> LiveGroup::NewProxy() { return std::make_unique<LiveProxy>(*this); }
 
 Result<std::optional<protocol::LiveMembership>> LiveGroup::NewestEpoch(
-    const std::optional<protocol::LiveMembership>& seen) {
+    const std::optional<protocol::LiveMembership>& seen, int64_t* flag) {
   Communicator& c = comm();
   const int mine = seen && seen->epoch > membership_.epoch ? seen->epoch : membership_.epoch;
-  at::Tensor epochs = c.AllGather(at::full({1}, static_cast<int64_t>(mine), at::kLong));
-  epochs = epochs.contiguous();
-  const int64_t* e = epochs.data_ptr<int64_t>();
+  // Each member's (epoch, flag), in one gather.
+  at::Tensor all =
+      c.AllGather(at::tensor({static_cast<int64_t>(mine), flag ? *flag : int64_t{0}}, at::kLong));
+  all = all.contiguous();
+  const int64_t* e = all.data_ptr<int64_t>();
   int source = 0;
   for (int r = 1; r < c.size(); ++r) {
-    if (e[r] > e[source]) source = r;
+    if (e[2 * r] > e[2 * source]) source = r;
+    if (flag) *flag = std::max(*flag, e[2 * r + 1]);
   }
-  if (e[source] <= membership_.epoch) return std::optional<protocol::LiveMembership>();
+  if (flag) *flag = std::max(*flag, e[1]);
+  if (e[2 * source] <= membership_.epoch) return std::optional<protocol::LiveMembership>();
   TENAX_ASSIGN_OR_RETURN(protocol::LiveMembership m,
                          BroadcastMembership(c, c.rank() == source ? *seen : membership_, source));
   return std::optional<protocol::LiveMembership>(std::move(m));

@@ -101,9 +101,10 @@ class LiveGroup {
   // The per-step quorum: `seen` is the newest record this member read (nullopt: none newer than
   // the current epoch). Returns the newest record over all members, or nullopt when nobody saw
   // one newer than the current epoch; the lowest member that saw it broadcasts it, so every
-  // member gets the same record even if the file changes meanwhile.
+  // member gets the same record even if the file changes meanwhile. `flag` (optional), a number
+  // the caller agrees on in the same round: this member's in, the members' largest out.
   Result<std::optional<protocol::LiveMembership>> NewestEpoch(
-      const std::optional<protocol::LiveMembership>& seen);
+      const std::optional<protocol::LiveMembership>& seen, int64_t* flag = nullptr);
 
   // After Form: brings every member to the newest state (see the file comment). `state`: the
   // same tensors, shapes and dtypes on every member (contiguous, CPU); `step`: the step they

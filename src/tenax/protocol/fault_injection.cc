@@ -21,7 +21,8 @@ namespace tenax::protocol {
 namespace {
 
 const char* kGrammar =
-    "crash:rank=R:(step=S|time=T)[:at=start|spike][:how=kill|exit][:code=N], hang:rank=R:step=S, "
+    "crash:rank=R:(step=S|time=T)[:at=start|spike|eval][:how=kill|exit][:code=N], "
+    "hang:rank=R:step=S, "
     "stop:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
@@ -153,9 +154,11 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       } else if (key == "how" && (value == "kill" || value == "stop") &&
                  f.kind == FaultKind::kHealFail) {
         f.stop = value == "stop";
-      } else if (key == "at" && (value == "start" || value == "spike") &&
+      } else if (key == "at" && (value == "start" || value == "spike" || value == "eval") &&
                  f.kind == FaultKind::kCrash) {
-        f.at_spike = value == "spike";
+        f.at = value == "spike"  ? Fault::At::kSpike
+               : value == "eval" ? Fault::At::kEval
+                                 : Fault::At::kStart;
       } else if (key == "at" && (value == "form" || value == "transfer") &&
                  f.kind == FaultKind::kHealFail) {
         f.heal_at = value == "form" ? HealPoint::kForm : HealPoint::kTransfer;
@@ -189,7 +192,7 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
             "--inject " + item + ": bad field '" + part +
             "' (rank=R, step=S >= 1 (crash: >= 0), time=T > 0 (crash), factor=F >= 1 and "
             "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
-            "where=grad|activation|weight (sdc), at=start|spike (crash), at=form|transfer and "
+            "where=grad|activation|weight (sdc), at=start|spike|eval (crash), at=form|transfer and "
             "how=kill|stop (heal-fail), gen=G or gen=all)");
       }
     }
@@ -204,9 +207,11 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     } else if (f.kind == FaultKind::kCrash && (have_step == (f.time_s > 0))) {
       return InvalidArgument("--inject " + item +
                              ": a crash needs rank=R and step=S or time=T (one of them)");
-    } else if (f.kind == FaultKind::kCrash && f.at_spike && f.step < 1) {
-      return InvalidArgument("--inject " + item +
-                             ": a crash at=spike needs step=S >= 1 (the step whose loss spikes)");
+    } else if (f.kind == FaultKind::kCrash && f.at != Fault::At::kStart && f.step < 1) {
+      return InvalidArgument(
+          "--inject " + item + ": a crash at=" + (f.at == Fault::At::kSpike ? "spike" : "eval") +
+          " needs step=S >= 1 (the step whose " +
+          (f.at == Fault::At::kSpike ? "loss spikes" : "evaluation it strikes") + ")");
     } else if (f.kind == FaultKind::kPushLoss || f.kind == FaultKind::kExitHang ||
                f.kind == FaultKind::kExitCrash || f.kind == FaultKind::kHealFail) {
       if (have_step) {
@@ -438,32 +443,40 @@ void FaultInjector::Crash(const Fault& f, int64_t step, const std::string& where
 
 bool FaultInjector::CrashDue(int64_t step) const {
   for (const Fault& f : faults_) {
-    if (f.kind == FaultKind::kCrash && !f.at_spike && f.step == step) return true;
+    if (f.kind == FaultKind::kCrash && f.at == Fault::At::kStart && f.step == step) return true;
   }
   return false;
 }
 
 void FaultInjector::OnStepBegin(int64_t step) {
   for (const Fault& f : faults_) {
-    if (f.kind == FaultKind::kCrash && !f.at_spike && f.step == step) {
+    if (f.kind == FaultKind::kCrash && f.at == Fault::At::kStart && f.step == step) {
       Crash(f, step, "at step " + std::to_string(step));
     }
   }
 }
 
-void FaultInjector::OnLossSpike(int64_t step) {
+void FaultInjector::CrashWithinStep(Fault::At at, int64_t step, const std::string& where) {
   for (const Fault& f : faults_) {
-    if (f.kind != FaultKind::kCrash || !f.at_spike || f.step != step) continue;
+    if (f.kind != FaultKind::kCrash || f.at != at || f.step != step) continue;
     if (ctx_.live_join && UnfiredFaults({f}, ReadFiredFaults(ctx_.heartbeat_dir)).empty()) {
       continue;  // its first incarnation crashed there already
     }
-    Crash(f, step, "at step " + std::to_string(step) + "'s loss spike");
+    Crash(f, step, "at step " + std::to_string(step) + "'s " + where);
   }
+}
+
+void FaultInjector::OnLossSpike(int64_t step) {
+  CrashWithinStep(Fault::At::kSpike, step, "loss spike");
+}
+
+void FaultInjector::OnEvaluated(int64_t step) {
+  CrashWithinStep(Fault::At::kEval, step, "evaluation");
 }
 
 void FaultInjector::OnSetup() {
   for (const Fault& f : faults_) {
-    if (f.kind == FaultKind::kCrash && !f.at_spike && f.step == 0 && f.time_s <= 0) {
+    if (f.kind == FaultKind::kCrash && f.at == Fault::At::kStart && f.step == 0 && f.time_s <= 0) {
       Crash(f, 0, "in its setup");
     }
   }

@@ -111,11 +111,13 @@ const char* FaultKindName(FaultKind k);
 struct Fault {
   FaultKind kind = FaultKind::kCrash;
   int rank = 0;
-  int64_t step = 0;       // 0 with time_s > 0: a crash at a time; 0 without: in the setup
-  double time_s = 0;      // seconds since the launch started (RankContext::launch_time_unix)
-  double factor = 1;      // slow; spike (default 100)
-  bool kill = true;       // crash: SIGKILL (how=kill) or exit with `code` (how=exit)
-  bool at_spike = false;  // crash: at the step's loss-spike record (at=spike), not its start
+  int64_t step = 0;   // 0 with time_s > 0: a crash at a time; 0 without: in the setup
+  double time_s = 0;  // seconds since the launch started (RankContext::launch_time_unix)
+  double factor = 1;  // slow; spike (default 100)
+  bool kill = true;   // crash: SIGKILL (how=kill) or exit with `code` (how=exit)
+  // crash: where in step S it strikes: its start (at=start), its loss-spike record (at=spike), or
+  // its evaluation, once this rank's windows are done and before the ranks combine them (at=eval)
+  enum class At { kStart, kSpike, kEval } at = At::kStart;
   int code = 1;
   int generation = 0;  // kEveryGeneration: all of them
   int index = 0;       // position in the spec
@@ -187,6 +189,10 @@ class FaultInjector {
   // confirm it: crash faults with at=spike (a live replacement skips one already fired in this
   // generation).
   void OnLossSpike(int64_t step);
+  // An evaluation after `step`, once this rank evaluated its windows and before the ranks combine
+  // them (the others then wait in that collective): crash faults with at=eval (a live replacement
+  // skips one already fired in this generation).
+  void OnEvaluated(int64_t step);
   // In the setup, before the rank joins its process groups (the others then wait for it to
   // join): crash faults at step 0.
   void OnSetup();
@@ -221,6 +227,9 @@ class FaultInjector {
                 std::vector<Fault> faults);
   void Record(const Fault& f, int64_t step);  // appends to the fired-faults file
   [[noreturn]] void Crash(const Fault& f, int64_t step, const std::string& where);
+  // Crash faults of `step` at `at` (not at its start), unless a live replacement's first
+  // incarnation fired it already.
+  void CrashWithinStep(Fault::At at, int64_t step, const std::string& where);
   void TimerLoop(double deadline_unix, Fault f);
 
   // Constant after construction.

@@ -368,7 +368,7 @@ TEST(FaultInjectorDeathTest, CrashAtSpikeFiresAtTheSpikeOnly) {
   reporter = ExitReporter(dir.path(), 1, 0);
   Result<std::vector<Fault>> parsed = ParseFaults("crash:rank=1:step=7:at=spike");
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  EXPECT_TRUE((*parsed)[0].at_spike);
+  EXPECT_EQ((*parsed)[0].at, Fault::At::kSpike);
   EXPECT_FALSE(ParseFaults("crash:rank=1:time=5:at=spike").ok());
   EXPECT_FALSE(ParseFaults("hang:rank=1:step=5:at=spike").ok());
   RankContext ctx = Context(dir, "crash:rank=1:step=7:at=spike:how=exit:code=44");
@@ -383,6 +383,34 @@ TEST(FaultInjectorDeathTest, CrashAtSpikeFiresAtTheSpikeOnly) {
       ::testing::ExitedWithCode(44), "injected fault: crash \\(exit\\) at step 7's loss spike");
   ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
   EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 7);
+}
+
+// crash at=eval fires in the step's evaluation only: not at its start, nor at its loss spike.
+TEST(FaultInjectorDeathTest, CrashAtEvalFiresInTheEvaluationOnly) {
+  TempDir dir;
+  static ExitReporter reporter;
+  reporter = ExitReporter(dir.path(), 1, 0);
+  Result<std::vector<Fault>> parsed = ParseFaults("crash:rank=1:step=5:at=eval");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ((*parsed)[0].at, Fault::At::kEval);
+  Result<std::vector<Fault>> no_step = ParseFaults("crash:rank=1:step=0:at=eval");
+  ASSERT_FALSE(no_step.ok());
+  EXPECT_NE(no_step.status().message().find("the step whose evaluation it strikes"),
+            std::string::npos)
+      << no_step.status().message();
+  RankContext ctx = Context(dir, "crash:rank=1:step=5:at=eval:how=exit:code=45");
+  EXPECT_EXIT(
+      {
+        auto f = FaultInjector::Create(ctx, 1, &reporter);
+        if ((*f)->CrashDue(5)) std::_Exit(3);  // not a start-of-step crash
+        (*f)->OnStepBegin(5);
+        (*f)->OnLossSpike(5);
+        (*f)->OnEvaluated(4);
+        (*f)->OnEvaluated(5);
+      },
+      ::testing::ExitedWithCode(45), "injected fault: crash \\(exit\\) at step 5's evaluation");
+  ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
+  EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 5);
 }
 
 }  // namespace

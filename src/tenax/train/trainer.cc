@@ -58,7 +58,8 @@ Trainer::~Trainer() = default;
 
 Result<TrainSummary> Trainer::Run() {
   if (ctx_.live_join) TENAX_RETURN_IF_ERROR(LiveJoin());  // a replacement: state from a live rank
-  if (progress_.step >= last_step_) {
+  // (A replacement that joined at the run's last round takes part in it below.)
+  if (progress_.step >= last_step_ && !ctx_.live_join) {
     // Nothing to do is not an error: a scheduler that requeues a finished job must see success.
     log::Info(
         "already complete: the newest checkpoint is at step {} and the run ends at step {} "
@@ -72,21 +73,22 @@ Result<TrainSummary> Trainer::Run() {
     return summary_;
   }
   summary_.first_step = progress_.step + 1;
-  log::Info("training steps {}..{} of {}: global batch {} x {} tokens = {} tokens/step",
-            summary_.first_step, last_step_, t_.steps, DescribeBatch(batch_), t_.seq_len,
-            tokens_per_step_);
+  if (summary_.first_step <= last_step_) {
+    log::Info("training steps {}..{} of {}: global batch {} x {} tokens = {} tokens/step",
+              summary_.first_step, last_step_, t_.steps, DescribeBatch(batch_), t_.seq_len,
+              tokens_per_step_);
+  }
   log::Info("setup took {:.2f}s", Seconds(Clock::now() - t_start_));
   for (int64_t step = progress_.step + 1; step <= last_step_; ++step) {
     ProfileBefore(step);
     TENAX_RETURN_IF_ERROR(Step(step));
     ProfileAfter(step);
     if (live_step_received_) continue;  // the others evaluated and saved it (LiveStep)
-    const bool last = step == last_step_;
-    if ((config_.metrics.eval_interval > 0 && step % config_.metrics.eval_interval == 0) || last) {
-      TENAX_RETURN_IF_ERROR(Evaluate(step));
-    }
-    if (checkpointer_->Due(step, last)) TENAX_RETURN_IF_ERROR(Save(step));
+    TENAX_RETURN_IF_ERROR(live() ? LiveBetweenSteps(step) : BetweenSteps(step));
   }
+  // Live: one more quorum round, where the members settle the last step's evaluation and save if
+  // a member was lost in them.
+  if (live()) TENAX_RETURN_IF_ERROR(LiveStep(last_step_ + 1));
   TENAX_RETURN_IF_ERROR(Finish());
   return summary_;
 }
@@ -223,19 +225,12 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
   // sum divided by the nominal world (Fsdp) is the gradient of the whole global batch. The
   // cursor is read from progress_, which moves once the step is done, so a step run again after
   // a lost member reads the same samples.
-  std::vector<int> slots = {mesh_->dp_index(env_.rank)};
+  const std::vector<int> slots = DataSlots();
   // Live, after a recovery: the micro-batches this rank ran before the failure need not run again
   // (their gradients were kept: ReCoVer's way), only the lost ranks' dealt to it since.
   std::vector<int> run = slots;
   double kept_loss = 0;
   if (live()) {
-    // The replicas' shares: each is its rank at this shard index (HSDP; the rank itself in DDP).
-    slots.clear();
-    for (int q : protocol::SlotsRunBy(LiveReplicaView(live_->membership()),
-                                      env_.rank / live_replica_ranks_)) {
-      slots.push_back(mesh_->dp_index(LiveRankOf(q)));
-    }
-    run = slots;
     if (LiveResumesKept(slots)) {
       run.clear();
       std::set_difference(slots.begin(), slots.end(), live_kept_.slots.begin(),
@@ -255,6 +250,17 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
   loader_->Seek(progress_.data_position + batch_.accum * per_micro);
   live_slots_ = static_cast<int>(slots.size());
   return loss_sum / static_cast<double>(batch_.accum * static_cast<int64_t>(slots.size()));
+}
+
+std::vector<int> Trainer::DataSlots() {
+  if (!live()) return {mesh_->dp_index(env_.rank)};
+  // The replicas' shares: each is its rank at this shard index (HSDP; the rank itself in DDP).
+  std::vector<int> slots;
+  for (int q : protocol::SlotsRunBy(LiveReplicaView(live_->membership()),
+                                    env_.rank / live_replica_ranks_)) {
+    slots.push_back(mesh_->dp_index(LiveRankOf(q)));
+  }
+  return slots;
 }
 
 Result<double> Trainer::RunMicroBatches(const std::vector<int>& slots) {
@@ -386,7 +392,16 @@ int Trainer::OriginOf(double local_loss, bool nonfinite) {
   return nonfinite ? -1 : rank_of(largest);
 }
 
-Status Trainer::Evaluate(int64_t step) {
+Status Trainer::BetweenSteps(int64_t step, bool again) {
+  const bool last = step == last_step_;
+  if ((config_.metrics.eval_interval > 0 && step % config_.metrics.eval_interval == 0) || last) {
+    TENAX_RETURN_IF_ERROR(Evaluate(step, again));
+  }
+  if (checkpointer_->Due(step, last)) TENAX_RETURN_IF_ERROR(Save(step, again));
+  return Status::Ok();
+}
+
+Status Trainer::Evaluate(int64_t step, bool again) {
   if (flight_) flight_->SetPhase(step, "eval");
   auto loss_of = [&](const at::Tensor& x, const at::Tensor& y) {
     Result<double> l = step_model_->EvalLoss(x, y);
@@ -394,12 +409,25 @@ Status Trainer::Evaluate(int64_t step) {
     beats_->EvalProgress(step);  // a long evaluation is progress, not a hang
     return at::full({}, l.ok() ? *l : std::nan(""), at::kDouble);
   };
-  // This rank's share of the validation windows, combined over all ranks. `copies`: how many
-  // ranks evaluate each data-parallel slice (the TP and PP ranks of a group).
-  const EvalResult local = EvaluateLoss(loss_of, *val_loader_, device_.device);
-  at::Tensor t = at::tensor(
-      {local.loss * static_cast<double>(local.tokens), static_cast<double>(local.tokens)},
-      at::kDouble);
+  // This rank's share of the validation windows (live, also the missing replicas' dealt to it,
+  // so that a short-handed evaluation covers every window), combined over all ranks. `copies`:
+  // how many ranks evaluate each data-parallel slice (the TP and PP ranks of a group).
+  double loss_sum = 0, local_tokens = 0;
+  for (int slot : DataSlots()) {
+    auto it = val_loaders_.find(slot);
+    if (it == val_loaders_.end()) {
+      TENAX_ASSIGN_OR_RETURN(
+          data::EvalLoader l,
+          data::EvalLoader::Create(data_.val, t_.seq_len, t_.local_batch_size,
+                                   config_.metrics.eval_tokens, slot, mesh_->dp()));
+      it = val_loaders_.emplace(slot, std::move(l)).first;
+    }
+    const EvalResult r = EvaluateLoss(loss_of, it->second, device_.device);
+    loss_sum += r.loss * static_cast<double>(r.tokens);
+    local_tokens += static_cast<double>(r.tokens);
+  }
+  if (faults_) faults_->OnEvaluated(step);  // --inject crash:...:at=eval
+  at::Tensor t = at::tensor({loss_sum, local_tokens}, at::kDouble);
   groups_->world().AllReduceSum(t);
   const double tokens = t[1].item<double>();
   const int copies = env_.world / mesh_->dp();
@@ -407,11 +435,36 @@ Status Trainer::Evaluate(int64_t step) {
                       static_cast<int64_t>(tokens) / copies};
   step_model_->EndEval();
   summary_.final_val_loss = ev.loss;
-  if (reporter_out_) TENAX_RETURN_IF_ERROR(reporter_out_->LogEval(step, ev.loss, ev.tokens));
+  if (reporter_out_) {
+    // Again after a lost member: the lead's line may be there already (a former lead's too).
+    bool logged = false;
+    if (again) {
+      Result<int64_t> last = LastStepWith(reporter_out_->metrics_path(), "val_loss");
+      logged = last.ok() && *last >= step;
+    }
+    if (!logged) TENAX_RETURN_IF_ERROR(reporter_out_->LogEval(step, ev.loss, ev.tokens));
+  }
   return Status::Ok();
 }
 
-Status Trainer::Save(int64_t step) {
+Status Trainer::Save(int64_t step, bool again) {
+  if (again) {
+    // A live group's second attempt: the lead may have committed it before a member was lost in
+    // the save's last collectives. It says, and then every member does the same.
+    Result<std::vector<int64_t>> committed =
+        groups_->world().rank() == 0 ? store_->ListCommitted() : std::vector<int64_t>{};
+    at::Tensor done = at::full(
+        {1},
+        committed.ok() && std::find(committed->begin(), committed->end(), step) != committed->end()
+            ? int64_t{1}
+            : int64_t{0},
+        at::kLong);
+    groups_->world().Broadcast(done, 0);
+    if (done.item<int64_t>() == 1) {
+      log::Info("step {}: its checkpoint was committed before the member was lost", step);
+      return Status::Ok();
+    }
+  }
   const auto c0 = Clock::now();
   beats_->CheckpointBegin(step);
   if (flight_) flight_->SetPhase(step, "checkpoint");

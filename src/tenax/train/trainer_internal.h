@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -112,8 +113,20 @@ class Trainer {
   // and the state that travels to a rank that lacks it.
   Status CheckLiveLayout(const parallel::GroupOptions& go);
   Status SetupLiveWorld(const parallel::GroupOptions& go);
+  // `step` past the run's last: only the quorum rounds (what a lost member left owed, settled).
   Status LiveStep(int64_t step);
-  Result<bool> LiveQuorum();  // true: switched to a newer epoch
+  // The step's quorum round: true when it switched to a newer epoch. `owed`: this rank's
+  // live_owed_ in, the members' largest out.
+  Result<bool> LiveQuorum(int64_t* owed);
+  // Live: the evaluation and save after `step` (BetweenSteps) as a phase across replicas. A member
+  // lost in them leaves the others to recover at once (not a restart); they owe the step's
+  // evaluation and save (live_owed_), which every member then does again at the next quorum
+  // round (LiveStep), where the lead logs no evaluation twice and saves no committed checkpoint
+  // again.
+  Status LiveBetweenSteps(int64_t step);
+  // The data-parallel indices whose samples this rank runs: its own, and live the missing
+  // replicas' dealt to it (protocol::SlotsRunBy).
+  std::vector<int> DataSlots();
   Status LiveRecover(int64_t step, const std::string& what);
   Status LiveJoin();
   Status LiveSync(const protocol::LiveMembership& next, bool has_state);
@@ -179,8 +192,11 @@ class Trainer {
   bool LiveResumesKept(const std::vector<int>& slots);
   double MeanOverRanks(double loss);
   Status FailNonFinite(int64_t step, double loss, double grad_norm);
-  Status Evaluate(int64_t step);
-  Status Save(int64_t step);
+  // What follows a step's update when due: the evaluation, then the checkpoint. `again`: a live
+  // group's second attempt after a member was lost in them (nothing is logged or saved twice).
+  Status BetweenSteps(int64_t step, bool again = false);
+  Status Evaluate(int64_t step, bool again = false);
+  Status Save(int64_t step, bool again = false);
   Status Finish();
   // metrics.profile_step: the window's first step starts the profiler, its last (or the run's
   // last) stops it and writes this rank's trace and table. Profiling never fails a run: an
@@ -244,7 +260,9 @@ class Trainer {
   std::unique_ptr<ckpt::CheckpointStore> store_;
   std::unique_ptr<TrainCheckpointer> checkpointer_;
   std::optional<data::BatchLoader> loader_;
-  std::optional<data::EvalLoader> val_loader_;
+  // Validation windows by data-parallel index: this rank's, and live the missing replicas' it
+  // evaluates in their place (made when first needed).
+  std::map<int, data::EvalLoader> val_loaders_;
   std::unique_ptr<Reporter> reporter_out_;  // the lead rank's terminal, metrics and TensorBoard
   std::unique_ptr<protocol::HeartbeatWriter> beats_;
   std::unique_ptr<StepProfiler> profiler_;  // inside the metrics.profile_step window only
@@ -269,6 +287,12 @@ class Trainer {
   // past the step it ran: the others did that step's evaluation and save already, and the
   // quorum round it took after the sync is the next step's (LiveStep).
   bool live_step_received_ = false;
+  // live: this rank's next quorum round was taken already, at the end of a step it had been
+  // behind in (live_step_received_), so its next LiveStep starts without one.
+  bool live_quorum_taken_ = false;
+  // live: the step whose evaluation and save this rank began but did not get through (a member
+  // was lost in them); -1: none.
+  int64_t live_owed_ = -1;
   // live: what the gradients the step model kept through a failure across replicas
   // (StepModel::AbandonStep(true)) stand for: the state they were computed from (progress_.step;
   // -1: none kept), the data-parallel slots whose micro-batches they hold and those micro-batches'

@@ -21,9 +21,10 @@
 //                   A rank that received state in a phase its replica then failed makes the
 //                   whole replica stateless (live_has_state_ = false) until a later sync.
 // Several nodes: the groups meet in etcd (ctx_.live_store, given by the node agents).
-// Non-goals for now: tensor, pipeline or context parallelism inside a replica, MoE, NCCL,
-// a failure during an evaluation or a checkpoint save (the launcher then restarts
-// every rank as in restart mode).
+//   Between steps   an evaluation's and a save's collectives across replicas are a phase too
+//                   (LiveBetweenSteps): a member lost in them leaves the others to recover, and
+//                   every member of the next epoch does them again (LiveStep: live_owed_).
+// Non-goals for now: tensor, pipeline or context parallelism inside a replica, MoE, NCCL.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -269,7 +270,7 @@ Status Trainer::LiveStep(int64_t step) {
                           }).status());
   }
   // A rank behind the others at a failure took this step's quorum round already (below).
-  bool quorum_taken = false;
+  bool quorum_taken = std::exchange(live_quorum_taken_, false);
   live_rerun_ = false;
   live_step_received_ = false;
   while (true) {
@@ -277,9 +278,10 @@ Status Trainer::LiveStep(int64_t step) {
       // A switch to a newer epoch is followed by another round in it, as after a recovery and
       // as a replacement's first step begins, so every member issues the same collectives.
       Result<bool> switched = false;
+      int64_t owed = live_owed_;
       if (!std::exchange(quorum_taken, false)) {
         LiveAcrossReplicas([&] {
-          switched = LiveQuorum();
+          switched = LiveQuorum(&owed);
           // The newer epoch did not form (a member of it died first): as after a failed
           // collective, the launcher's next epoch decides.
           return !switched.ok() && !LiveFormed() ? switched.status().message() : std::string();
@@ -287,6 +289,26 @@ Status Trainer::LiveStep(int64_t step) {
       }
       if (!switched.ok()) return switched.status();
       if (*switched) continue;
+      if (owed >= 0) {
+        // A member was lost in step `owed`'s evaluation or save: every member holds that step's
+        // state now (a lagging one received it) and does them again, then rounds again.
+        if (progress_.step != owed) {
+          return Internal(fmt::format(
+              "live: step {}'s evaluation and save are owed, but this rank holds step {}", owed,
+              progress_.step));
+        }
+        live_owed_ = owed;
+        Status st;
+        LiveAcrossReplicas([&] {
+          st = BetweenSteps(owed, /*again=*/true);
+          return st.code() == StatusCode::kPeerLost ? st.message() : std::string();
+        });
+        TENAX_RETURN_IF_ERROR(st);
+        live_owed_ = -1;
+        log::Info("step {}: evaluated and saved again after the member lost in them", owed);
+        continue;
+      }
+      if (step > last_step_) return Status::Ok();  // the run's last round (Run)
       if (progress_.step >= step) {
         // The newest state was past this step: this rank failed in it while others had finished
         // it and failed in the next one. They round the next step's quorum once after their
@@ -294,6 +316,7 @@ Status Trainer::LiveStep(int64_t step) {
         // did after this step (an evaluation, a save) is not done again.
         log::Info("step {}: the others had finished it: this rank goes on from their state", step);
         live_step_received_ = true;
+        live_quorum_taken_ = true;
         return Status::Ok();
       }
       return StepOnce(step);
@@ -308,14 +331,39 @@ Status Trainer::LiveStep(int64_t step) {
 
 // Once per step, before its first collective: a newer epoch seen by any member (a replacement
 // joining) is taken by all of them here, at the same step boundary.
-Result<bool> Trainer::LiveQuorum() {
+Result<bool> Trainer::LiveQuorum(int64_t* owed) {
   TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> seen,
                          protocol::ReadLiveMembership(ctx_.heartbeat_dir));
   if (seen && seen->generation != ctx_.generation) seen.reset();
-  TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> next, live_->NewestEpoch(seen));
+  TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> next,
+                         live_->NewestEpoch(seen, owed));
   if (!next) return false;
   TENAX_RETURN_IF_ERROR(LiveSync(*next, live_has_state_));
   return true;
+}
+
+Status Trainer::LiveBetweenSteps(int64_t step) {
+  const FailureKind kind = failure_kind_;
+  const bool secondary = failure_secondary_;
+  Status st;
+  std::string lost;
+  try {
+    LiveAcrossReplicas([&] {
+      st = BetweenSteps(step);
+      return st.code() == StatusCode::kPeerLost ? st.message() : std::string();
+    });
+    return st;
+  } catch (const LiveStepAbandoned& e) {
+    lost = e.what();
+  } catch (const std::exception& e) {
+    if (!protocol::IsPeerLostError(e.what())) throw;
+    lost = e.what();
+  }
+  // The step itself is done on every member; they owe its evaluation and save (LiveStep).
+  live_owed_ = step;
+  failure_kind_ = kind;  // a save's peer-lost verdict (Fail) was recovered from
+  failure_secondary_ = secondary;
+  return LiveRecover(step, lost);
 }
 
 Status Trainer::LiveRecover(int64_t step, const std::string& what) {

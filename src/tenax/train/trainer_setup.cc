@@ -431,10 +431,11 @@ Status Trainer::SetupLoaders() {
   loader_->Seek(progress_.data_position);
   // Validation windows split over data-parallel ranks; the ranks of a TP group evaluate the
   // same windows together (their collectives must see the same batch).
-  TENAX_ASSIGN_OR_RETURN(
-      val_loader_,
-      data::EvalLoader::Create(data_.val, t_.seq_len, t_.local_batch_size,
-                               config_.metrics.eval_tokens, mesh.dp_index(env_.rank), mesh.dp()));
+  const int own = mesh.dp_index(env_.rank);
+  TENAX_ASSIGN_OR_RETURN(data::EvalLoader val,
+                         data::EvalLoader::Create(data_.val, t_.seq_len, t_.local_batch_size,
+                                                  config_.metrics.eval_tokens, own, mesh.dp()));
+  val_loaders_.emplace(own, std::move(val));
   if (env_.rank == 0 && !ctx_.live_join) {  // a replacement opens it once healed (LiveJoin)
     TENAX_ASSIGN_OR_RETURN(reporter_out_,
                            Reporter::Open(run_dir_, config_.metrics, progress_.step));
