@@ -14,6 +14,7 @@
 
 #include "tenax/core/log.h"
 #include "tenax/core/net.h"
+#include "tenax/core/sha256.h"
 #include "tenax/launch/node_agent_internal.h"
 
 namespace tenax::launch::agent_internal {
@@ -28,13 +29,6 @@ namespace {
 // evidence to report it (AwaitCulprit): that node's launcher decides within its 0.25 s window
 // once its ranks end, and a generation rarely ends later on one node than on another by more.
 constexpr double kAwaitCulpritS = 3.0;
-
-std::string RandomHex(int bytes) {
-  std::random_device rd;
-  std::string out;
-  for (int i = 0; i < bytes; ++i) out += fmt::format("{:02x}", rd() & 0xff);
-  return out;
-}
 
 // The first IPv4 address of an interface that is up and not loopback (GLOO_SOCKET_IFNAME's when
 // set: the address the ranks use), else the host name.
@@ -159,6 +153,7 @@ Result<std::optional<int>> NodeAgent::Start() {
   supervisor_ =
       std::make_unique<Supervisor>(o_, local, info_.address, 0, exe_, std::move(children));
   supervisor_->LeaveStragglersToAgent();  // judged among every rank of the job (ProgressLoop)
+  supervisor_->SetJobSecret(secret_);
   supervisor_->SetRemoteHangHook(
       [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
   if (job_.live) {

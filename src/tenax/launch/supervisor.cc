@@ -101,6 +101,7 @@ Result<pid_t> Supervisor::Spawn(int slot, int read_fd) {
   setup.inject = o_.inject;
   setup.agent_socket = agent_socket_;
   setup.live_store = live_store_;
+  setup.job_secret = job_secret_;
   if (ram_folder_) setup.ram_folder = ram_folder_->path();
   Result<int> standby = inherit(read_fd);
   Result<int> liveness = standby.ok() ? inherit(liveness_[0]) : standby;

@@ -27,6 +27,7 @@
 
 #include "tenax/core/owned_folder.h"
 #include "tenax/core/run_lock.h"
+#include "tenax/core/sha256.h"
 #include "tenax/core/status.h"
 #include "tenax/launch/attribution.h"
 #include "tenax/launch/child_watch.h"
@@ -141,6 +142,9 @@ class Supervisor {
     live_link_ = link;
     live_store_ = std::move(store);
   }
+  // Several nodes: the job's secret from etcd instead of this launch's own (TENAX_JOB_SECRET of
+  // every rank started from now on).
+  void SetJobSecret(std::string secret) { job_secret_ = std::move(secret); }
   // The running or last generation's ranks that hung or crashed after they finished (their work
   // done: no restart), as goodput.json `exit_faults` entries plus `time_unix`.
   const std::vector<nlohmann::json>& exit_faults() const { return g_.exit_faults; }
@@ -258,11 +262,12 @@ class Supervisor {
   std::unique_ptr<Monitor> monitor_;
   Goodput goodput_;
   StragglerDetector stragglers_;
-  int node_rank_ = 0;                      // this generation's
-  int nnodes_ = 1;                         // this generation's
-  std::string agent_socket_;               // several nodes: protocol/agent_channel.h
-  LiveLink* live_link_ = nullptr;          // several nodes, live: the node agent's; else null
-  protocol::LiveStoreAddress live_store_;  // several nodes, live: where the live groups meet
+  int node_rank_ = 0;                       // this generation's
+  int nnodes_ = 1;                          // this generation's
+  std::string agent_socket_;                // several nodes: protocol/agent_channel.h
+  LiveLink* live_link_ = nullptr;           // several nodes, live: the node agent's; else null
+  protocol::LiveStoreAddress live_store_;   // several nodes, live: where the live groups meet
+  std::string job_secret_ = RandomHex(32);  // the ranks' TENAX_JOB_SECRET
   int straggler_count_ = 0;
   bool local_stragglers_ = true;  // false: the node agent finds them
   RemoteHangFn remote_hang_;

@@ -12,6 +12,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/crc32.h"
+#include "tenax/core/sha256.h"
 
 namespace tenax::parallel {
 namespace {
@@ -303,14 +304,33 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
     crc = Crc32(x.data_ptr(), x.nbytes(), crc);
     report.bytes += static_cast<int64_t>(x.nbytes());
   }
-  at::Tensor sent = at::full({1}, static_cast<int64_t>(crc), at::kLong);
+  // The source's CRC-32 and its signature: HMAC-SHA-256 with the job's secret over what the state
+  // is (job, epoch, step, checksum).
+  const std::string signed_text = fmt::format("tenax live state|epoch {}|step {}|crc32 {:08x}",
+                                              membership_.epoch, report.step, crc);
+  const Sha256Digest tag = HmacSha256(options_.secret, signed_text);
+  at::Tensor sent = at::zeros({8 + static_cast<int64_t>(tag.size())}, at::kByte);
+  for (int i = 0; i < 8; ++i) sent[i] = static_cast<int64_t>((uint64_t{crc} >> (8 * i)) & 0xff);
+  std::memcpy(sent.data_ptr<uint8_t>() + 8, tag.data(), tag.size());
   c.Broadcast(sent, source);
   report.bytes += static_cast<int64_t>(sent.nbytes()) + all.nbytes() / c.size();
-  if (sent.item<int64_t>() != static_cast<int64_t>(crc)) {
+  const uint8_t* got = sent.data_ptr<uint8_t>();
+  uint64_t sent_crc = 0;
+  for (int i = 0; i < 8; ++i) sent_crc |= uint64_t{got[i]} << (8 * i);
+  if (sent_crc != crc) {
     return DataError(fmt::format(
         "live epoch {}: the state received from slot {} fails its checksum (crc32 {:08x}, sent "
         "{:08x}); this replacement is discarded",
-        membership_.epoch, report.source_slot, crc, static_cast<uint32_t>(sent.item<int64_t>())));
+        membership_.epoch, report.source_slot, crc, static_cast<uint32_t>(sent_crc)));
+  }
+  Sha256Digest sent_tag;
+  std::memcpy(sent_tag.data(), got + 8, sent_tag.size());
+  if (!DigestsEqual(sent_tag, tag)) {
+    return DataError(fmt::format(
+        "live epoch {}: the state received from slot {} is not signed with this job's secret "
+        "(TENAX_JOB_SECRET: is the sender a process of another job or launch?); this "
+        "replacement is discarded",
+        membership_.epoch, report.source_slot));
   }
   report.transferred = true;
   report.seconds = Since(t0);

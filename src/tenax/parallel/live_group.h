@@ -19,7 +19,9 @@
 //   Healing     after a group forms, Sync() compares every member's (has state, step); when they
 //               differ, the member with the newest state broadcasts it (the caller's tensors:
 //               weights, optimizer state, data cursor...) to every member, with a CRC-32 that
-//               each receiver checks before using it.
+//               each receiver checks before using it, and an HMAC-SHA-256 of it keyed with the
+//               job's secret (Options::secret): a receiver uses only state signed by a holder
+//               of the secret, as the node agents serve checkpoint files only to one.
 // Contract: every method is collective over the members of the current epoch, called in the
 // same order by each; a member that throws out of one must Leave() before forming again.
 // Thread safety: one thread.
@@ -68,6 +70,9 @@ class LiveGroup {
     std::function<void()> on_wait;
     // Runs on a member receiving state in Sync, after its i-th tensor arrived (fault injection).
     std::function<void(size_t i)> on_received;
+    // The job's secret (TENAX_JOB_SECRET): the state a member sends is signed with it, and a
+    // receiver refuses state signed with another.
+    std::string secret;
     // Several nodes: each epoch meets in etcd under `<etcd_prefix><name>-epoch-E/` (check-ins as
     // keys, the group through an EtcdStore: parallel/etcd_store.h) instead of in files of
     // store_dir. The record is still read from store_dir, where the node agent keeps it.

@@ -68,6 +68,7 @@ TEST(LiveGroupWorker, DISABLED_Member) {
   o.store_dir = dir;
   o.slot = slot;
   o.world = 4;
+  o.secret = "the job's secret";
   o.group.timeout = std::chrono::seconds(60);
   if (!Env("LIVE_ETCD").empty()) {
     // Several nodes: the epochs meet in etcd; the record stays in the folder.
@@ -153,12 +154,34 @@ TEST(LiveGroupWorker, DISABLED_Member) {
   std::ofstream(fmt::format("{}/result-{}{}", dir, slot, join ? "-joined" : "")) << out.dump();
 }
 
-pid_t Spawn(const std::map<std::string, std::string>& env) {
+// A member of a two-slot group with the secret LIVE_SECRET: slot 0 has the state (a step 7
+// tensor), slot 1 joins without; both sync once and write what Sync returned.
+TEST(LiveGroupWorker, DISABLED_SyncOnce) {
+  const std::string dir = Env("LIVE_DIR");
+  const int slot = std::atoi(Env("LIVE_SLOT").c_str());
+  LiveGroup::Options o;
+  o.store_dir = dir;
+  o.slot = slot;
+  o.world = 2;
+  o.group.timeout = std::chrono::seconds(60);
+  o.secret = Env("LIVE_SECRET");
+  LiveGroup g(o);
+  ASSERT_TRUE(g.Form({0, 0, 2, {0, 1}, {1}}).ok());
+  at::Tensor w = slot == 0 ? at::arange(kWidth, at::kDouble) : at::zeros({kWidth}, at::kDouble);
+  Result<LiveSyncReport> r = g.Sync({w}, slot == 0 ? 7 : 0, slot == 0);
+  const nlohmann::json out = {
+      {"ok", r.ok()}, {"error", r.ok() ? "" : r.status().message()}, {"crc", CrcOf(w)}};
+  std::ofstream(fmt::format("{}/sync-{}", dir, slot)) << out.dump();
+}
+
+pid_t Spawn(const std::map<std::string, std::string>& env,
+            const std::string& worker = "DISABLED_Member") {
   const pid_t pid = ::fork();
   if (pid == 0) {
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    ::execl("/proc/self/exe", "worker", "--gtest_filter=LiveGroupWorker.DISABLED_Member",
-            "--gtest_also_run_disabled_tests", static_cast<char*>(nullptr));
+    const std::string filter = "--gtest_filter=LiveGroupWorker." + worker;
+    ::execl("/proc/self/exe", "worker", filter.c_str(), "--gtest_also_run_disabled_tests",
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   return pid;
@@ -241,7 +264,8 @@ void KillAMemberAndHealItsReplacement(const std::string& etcd = "") {
     if (name == "result-2-joined") {
       EXPECT_EQ(r["epochs"], nlohmann::json::array({2}));
       // The weights and the step travelled once, with their checksum and the state header.
-      EXPECT_EQ(r["healed_bytes"].get<int64_t>(), kWidth * 8 + 8 + 8 + 16);
+      // (The checksum and its signature: 8 + 32 bytes.)
+      EXPECT_EQ(r["healed_bytes"].get<int64_t>(), kWidth * 8 + 8 + 40 + 16);
       EXPECT_EQ(r["receives_begun"], 1);  // its own state was written into once
     } else {
       EXPECT_EQ(r["receives_begun"], 0);  // the members' state never was
@@ -367,5 +391,34 @@ TEST(LiveGroup, AMemberThatDiesAfterCheckingInIsLeftForTheNextOne) {
     EXPECT_EQ(got.sums[slot], 3.0) << "slot " << slot;
   }
 }
+
+// The state a member sends is signed with the job's secret: a replacement with the same secret
+// takes it (the sender's weights, bit for bit); one whose secret differs (a process of another
+// job or launch) refuses it, naming the secret, and keeps nothing it could train from.
+TEST(LiveGroup, AReplacementTakesOnlyStateSignedWithTheJobsSecret) {
+  for (const bool same : {true, false}) {
+    SCOPED_TRACE(same ? "same secret" : "another secret");
+    testing::TempDir dir;
+    const pid_t source =
+        Spawn({{"LIVE_DIR", dir.path()}, {"LIVE_SLOT", "0"}, {"LIVE_SECRET", "secret-a"}},
+              "DISABLED_SyncOnce");
+    const pid_t joiner = Spawn({{"LIVE_DIR", dir.path()},
+                                {"LIVE_SLOT", "1"},
+                                {"LIVE_SECRET", same ? "secret-a" : "secret-b"}},
+                               "DISABLED_SyncOnce");
+    EXPECT_EQ(WaitExit(source), 0);
+    EXPECT_EQ(WaitExit(joiner), 0);
+    const nlohmann::json got = ReadJson(dir.Join("sync-1"));
+    EXPECT_EQ(got["ok"], same) << got.dump();
+    if (same) {
+      EXPECT_EQ(got["crc"].get<uint32_t>(), CrcOf(at::arange(kWidth, at::kDouble)));
+    } else {
+      EXPECT_NE(got["error"].get<std::string>().find("not signed with this job's secret"),
+                std::string::npos)
+          << got.dump();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tenax::parallel

@@ -85,6 +85,7 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   s.heartbeat_dir = "/tmp/beats";
   s.inject = "crash:rank=1:step=3";
   s.ram_folder = "/dev/shm/tenax-ram-run-4242-0a1b2c3d";
+  s.job_secret = "5ec12e7";
   s.live_store.endpoints = {"10.0.0.2:2379", "etcd-b:2380"};
   s.live_store.prefix = "/tenax/jobs/j1/live/";
   s.live_store.ca_file = "/etc/tenax/ca.pem";
@@ -123,6 +124,7 @@ TEST(RankContextTest, ReadsWhatTheLauncherWrites) {
   EXPECT_EQ(ctx->heartbeat_dir, "/tmp/beats");
   EXPECT_EQ(ctx->inject, "crash:rank=1:step=3");
   EXPECT_EQ(ctx->ram_folder, "/dev/shm/tenax-ram-run-4242-0a1b2c3d");
+  EXPECT_EQ(ctx->job_secret, "5ec12e7");
   EXPECT_TRUE(ctx->live_join);
   EXPECT_EQ(ctx->live_incarnation, 3);
   EXPECT_EQ(env["TENAX_LIVE_STORE"], "etcd://10.0.0.2:2379,etcd-b:2380/tenax/jobs/j1/live/");
@@ -145,6 +147,7 @@ TEST(RankContextTest, NoVariablesIsAnUnsupervisedProcess) {
   EXPECT_EQ(ctx->launcher_fd, -1);
   EXPECT_TRUE(ctx->heartbeat_dir.empty());
   EXPECT_TRUE(ctx->ram_folder.empty());
+  EXPECT_TRUE(ctx->job_secret.empty());
 }
 
 TEST(RankContextTest, MalformedValuesNameTheVariable) {

@@ -141,6 +141,7 @@ Result<RankContext> ReadRankContext(const GetEnv& getenv) {
   if (const char* v = get(kEnvInject)) ctx.inject = v;
   if (const char* v = get(kEnvAgentSocket)) ctx.agent_socket = v;
   if (const char* v = get(kEnvRamFolder)) ctx.ram_folder = v;
+  if (const char* v = get(kEnvJobSecret)) ctx.job_secret = v;
   if (const char* v = get(kEnvLiveJoin)) {
     char* end = nullptr;
     const long k = std::strtol(v, &end, 10);
@@ -192,6 +193,7 @@ std::vector<std::string> StandbyEnvironment(const StandbySetup& s) {
     env.push_back(fmt::format("{}={}", kEnvAgentSocket, s.agent_socket));
   }
   if (!s.ram_folder.empty()) env.push_back(fmt::format("{}={}", kEnvRamFolder, s.ram_folder));
+  if (!s.job_secret.empty()) env.push_back(fmt::format("{}={}", kEnvJobSecret, s.job_secret));
   if (!s.live_store.empty()) {
     env.push_back(fmt::format("{}={}", kEnvLiveStore, LiveStoreUrl(s.live_store)));
     for (const auto& [name, file] : {std::pair{kEnvLiveStoreCa, &s.live_store.ca_file},

@@ -18,6 +18,9 @@
 //   TENAX_RAM_FOLDER     (checkpoint.memory_replicas) a tmpfs folder that lives exactly as long
 //                        as the launcher (core/owned_folder.h): the ranks keep their checkpoint
 //                        copies there, so ranks it restarts find them and nothing outlives it
+//   TENAX_JOB_SECRET     the job's secret (random per launch; several nodes: the one the first
+//                        agent put in etcd, which the agents' transfers carry): a live member
+//                        signs the state it sends a replacement with it (parallel/live_group.h)
 //   TENAX_LIVE_STORE     (several nodes, resilience.mode = "live") where the ranks' live groups
 //                        meet: "etcd://HOST:PORT[,HOST:PORT...]/PREFIX", the agent's etcd and a
 //                        key prefix of the job's; TENAX_LIVE_STORE_CA, _CERT, _KEY: its TLS files
@@ -56,6 +59,7 @@ inline constexpr const char* kEnvRunElapsed = "TENAX_RUN_ELAPSED_S";
 inline constexpr const char* kEnvAgentSocket = "TENAX_AGENT_SOCKET";
 inline constexpr const char* kEnvRamFolder = "TENAX_RAM_FOLDER";
 inline constexpr const char* kEnvLiveJoin = "TENAX_LIVE_JOIN";
+inline constexpr const char* kEnvJobSecret = "TENAX_JOB_SECRET";
 inline constexpr const char* kEnvLiveStore = "TENAX_LIVE_STORE";
 inline constexpr const char* kEnvLiveStoreCa = "TENAX_LIVE_STORE_CA";
 inline constexpr const char* kEnvLiveStoreCert = "TENAX_LIVE_STORE_CERT";
@@ -91,6 +95,7 @@ struct RankContext {
   bool live_join = false;       // a replacement joining a running generation (live recovery)
   int live_incarnation = 0;     // its replica's incarnation: 0 for the generation's first ranks
   LiveStoreAddress live_store;  // several nodes: where the live groups meet
+  std::string job_secret;       // empty: not started by tenax launch
 };
 
 using GetEnv = std::function<const char*(const char*)>;
@@ -120,6 +125,7 @@ struct StandbySetup {
   std::string agent_socket;
   std::string ram_folder;
   LiveStoreAddress live_store;
+  std::string job_secret;
 };
 std::vector<std::string> StandbyEnvironment(const StandbySetup& s);  // "KEY=VALUE" entries
 

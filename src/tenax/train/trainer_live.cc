@@ -104,6 +104,7 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   o.slot = env_.rank;
   o.world = env_.world;
   o.group = go;
+  o.secret = ctx_.job_secret;
   o.on_wait = [this] {
     if (beats_) beats_->Refresh();  // waiting for the others is not a hang
   };
