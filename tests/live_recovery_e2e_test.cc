@@ -460,6 +460,25 @@ TEST_F(LiveRecoveryE2E, HsdpAFailureAtALossSpikeIsRecoveredLive) {
   EXPECT_EQ(y["optimizer_step"], x["optimizer_step"]);
 }
 
+// HSDP 2 x 2 with two standbys: rank 1 killed, rank 0 killed with it. Both replacements are
+// standbys started in advance: rank 1's because its slot is to blame, rank 0's because its own
+// slot's process is gone while a standby is up (a replica heals only once both ranks are in).
+TEST_F(LiveRecoveryE2E, HsdpWithSparesBothRanksOfTheReplicaAreStandbys) {
+  const std::string hsdp = kHsdp;
+  ASSERT_NO_FATAL_FAILURE(HsdpClean());
+  std::string out;
+  const nlohmann::json report = Live("hsdp_spares", "crash:rank=1:step=6,await-join:rank=2:step=10",
+                                     &out, "--spares 2", hsdp, "hsdp_clean");
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
+  ASSERT_EQ(by_rank.size(), 2u) << report.dump(2);
+  EXPECT_GE(by_rank[0]["slot"].get<int>(), 4) << "a spare slot";
+  EXPECT_GE(by_rank[1]["slot"].get<int>(), 4) << "a spare slot";
+  EXPECT_NE(by_rank[0]["slot"], by_rank[1]["slot"]);
+  EXPECT_NE(out.find("launch: slot 1 excluded; the spare in slot"), std::string::npos) << out;
+  EXPECT_NE(out.find("takes slot 0's rank"), std::string::npos) << out;
+}
+
 // HSDP 2 x 2, rank 3 killed inside step 6's save: its replica (rank 2 with it) is taken out,
 // replica 0 saves step 6 again on its own (its two shards) and the replacements heal.
 TEST_F(LiveRecoveryE2E, HsdpARankLostInsideASaveIsRecoveredLive) {

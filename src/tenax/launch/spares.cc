@@ -134,6 +134,24 @@ std::vector<pid_t> SlotTable::RankPids() const {
   return out;
 }
 
+int SlotTable::TakeReadySpare(int slot) {
+  int local = -1;
+  for (size_t r = 0; r < rank_slot_.size(); ++r) {
+    if (rank_slot_[r] == slot) local = static_cast<int>(r);
+  }
+  const SlotProcess& own = slots_[slot].proc;
+  if (local < 0 || (own.pid > 0 && own.fd >= 0)) return slot;  // a standby waits there already
+  for (int i = 0; i < size(); ++i) {
+    const SlotProcess& p = slots_[i].proc;
+    if (i == slot || Used(i) || quarantined(i) || p.pid <= 0 || p.local >= 0) continue;
+    rank_slot_[local] = i;
+    log::Info("launch: the spare in slot {} (pid {}, ready for {:.1f}s) takes slot {}'s rank", i,
+              p.pid, now_() - p.started_s, slot);
+    return i;
+  }
+  return slot;
+}
+
 int SlotTable::Exclude(int slot, bool at_once) {
   int local = -1;
   for (size_t r = 0; r < rank_slot_.size(); ++r) {

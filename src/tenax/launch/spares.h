@@ -79,6 +79,11 @@ class SlotTable {
   // `at_once`: the failure is proof enough (silent data corruption found by replay): the slot is
   // quarantined now, as if it had failed --quarantine-after times.
   int Exclude(int slot, bool at_once = false);
+  // The rank of `slot`, whose process ended through no fault of the slot (live recovery: killed
+  // with its replica), starts again sooner in a standby that is already up: moves it to a ready
+  // spare in a healthy slot no rank uses, counting no failure against `slot`. Returns the slot now
+  // holding the rank (`slot` when it still has a standby, or no spare is ready).
+  int TakeReadySpare(int slot);
 
  private:
   struct Slot {

@@ -80,6 +80,30 @@ TEST_F(SlotTableTest, AFailedSlotIsExcludedAndBecomesASpare) {
   EXPECT_EQ(t->process(1).local, -1);
 }
 
+// Live recovery, HSDP: rank 0 killed with its replica partner (no fault of its slot). Its slot's
+// process is gone, so a ready spare takes the rank without a failure counted against the slot;
+// with no spare ready, or with a standby still in the slot, the rank stays.
+TEST_F(SlotTableTest, ARankKilledThroughNoFaultOfItsSlotTakesAReadySpare) {
+  auto t = Make(2, 2, 1, 3600);
+  Generation(*t);
+  EXPECT_EQ(t->ReadySpares(), 2);
+  t->Reaped(t->process(0).pid);
+  EXPECT_EQ(t->TakeReadySpare(0), 2);
+  EXPECT_EQ(t->SlotOf(0), 2);
+  EXPECT_EQ(t->recent_failures(0), 0);  // not blamed: with --quarantine-after 1 still healthy
+  EXPECT_FALSE(t->quarantined(0));
+  ASSERT_TRUE(t->Assign(0, "RANK=0").ok());
+  EXPECT_EQ(t->process(2).local, 0);
+  ASSERT_TRUE(t->FillStandbys().ok());  // the freed slot 0 gets a standby: a spare again
+  EXPECT_EQ(t->process(0).local, -1);
+  EXPECT_GT(t->process(0).pid, 0);
+  EXPECT_EQ(t->TakeReadySpare(0), 0);  // no rank in slot 0 now: nothing moves
+  t->Reaped(t->process(1).pid);
+  t->Reaped(t->process(3).pid);
+  t->Reaped(t->process(0).pid);
+  EXPECT_EQ(t->TakeReadySpare(1), 1);  // no spare ready: the rank runs again in place
+}
+
 // Silent data corruption proven by replay: one failure quarantines (no standby in the slot).
 TEST_F(SlotTableTest, AProvenFaultQuarantinesAtOnce) {
   auto t = Make(2, 1, 3, 3600);

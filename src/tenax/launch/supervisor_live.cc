@@ -317,7 +317,9 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
       if (v.rank >= 0) failed_with = v.rank;
     }
     int slot = slots_->SlotOf(local);
-    if (protocol::BlamesSlot(why.kind)) slot = slots_->Exclude(slot);
+    // A slot to blame is left; one that is not (a rank killed with its replica) is left too when
+    // a standby is up elsewhere: a replica heals only once all of its ranks are in.
+    slot = protocol::BlamesSlot(why.kind) ? slots_->Exclude(slot) : slots_->TakeReadySpare(slot);
     protocol::Assignment a = AssignmentOf(gen, local);
     const int incarnation = g_.incarnation[static_cast<size_t>(rank / k)];
     a.live_incarnation = incarnation;
