@@ -54,6 +54,12 @@ void Compress(uint32_t h[8], const uint8_t* block) {
   h[7] += k;
 }
 
+void AppendHex(uint8_t b, std::string* s) {
+  static const char* kDigits = "0123456789abcdef";
+  *s += kDigits[b >> 4];
+  *s += kDigits[b & 15];
+}
+
 }  // namespace
 
 Sha256Digest Sha256(std::string_view data) {
@@ -95,24 +101,15 @@ Sha256Digest HmacSha256(std::string_view key, std::string_view message) {
 }
 
 std::string HexOf(const Sha256Digest& d) {
-  static const char* kDigits = "0123456789abcdef";
   std::string s;
-  for (uint8_t b : d) {
-    s += kDigits[b >> 4];
-    s += kDigits[b & 15];
-  }
+  for (uint8_t b : d) AppendHex(b, &s);
   return s;
 }
 
 std::string RandomHex(int bytes) {
   std::random_device rd;
-  static const char* kDigits = "0123456789abcdef";
   std::string out;
-  for (int i = 0; i < bytes; ++i) {
-    const unsigned b = rd() & 0xff;
-    out += kDigits[b >> 4];
-    out += kDigits[b & 15];
-  }
+  for (int i = 0; i < bytes; ++i) AppendHex(static_cast<uint8_t>(rd() & 0xff), &out);
   return out;
 }
 

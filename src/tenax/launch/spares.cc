@@ -134,29 +134,37 @@ std::vector<pid_t> SlotTable::RankPids() const {
   return out;
 }
 
-int SlotTable::TakeReadySpare(int slot) {
+int SlotTable::LocalIn(int slot) const {
   int local = -1;
   for (size_t r = 0; r < rank_slot_.size(); ++r) {
     if (rank_slot_[r] == slot) local = static_cast<int>(r);
   }
-  const SlotProcess& own = slots_[slot].proc;
-  if (local < 0 || (own.pid > 0 && own.fd >= 0)) return slot;  // a standby waits there already
+  return local;
+}
+
+int SlotTable::ReadySpare() const {
   for (int i = 0; i < size(); ++i) {
     const SlotProcess& p = slots_[i].proc;
-    if (i == slot || Used(i) || quarantined(i) || p.pid <= 0 || p.local >= 0) continue;
-    rank_slot_[local] = i;
-    log::Info("launch: the spare in slot {} (pid {}, ready for {:.1f}s) takes slot {}'s rank", i,
-              p.pid, now_() - p.started_s, slot);
-    return i;
+    if (!Used(i) && !quarantined(i) && p.pid > 0 && p.local < 0) return i;
   }
-  return slot;
+  return -1;
+}
+
+int SlotTable::TakeReadySpare(int slot) {
+  const int local = LocalIn(slot);
+  const SlotProcess& own = slots_[slot].proc;
+  if (local < 0 || (own.pid > 0 && own.fd >= 0)) return slot;  // a standby waits there already
+  const int i = ReadySpare();
+  if (i < 0) return slot;
+  rank_slot_[local] = i;
+  const SlotProcess& p = slots_[i].proc;
+  log::Info("launch: the spare in slot {} (pid {}, ready for {:.1f}s) takes slot {}'s rank", i,
+            p.pid, now_() - p.started_s, slot);
+  return i;
 }
 
 int SlotTable::Exclude(int slot, bool at_once) {
-  int local = -1;
-  for (size_t r = 0; r < rank_slot_.size(); ++r) {
-    if (rank_slot_[r] == slot) local = static_cast<int>(r);
-  }
+  const int local = LocalIn(slot);
   if (local < 0) return slot;
   slots_[slot].failures.push_back(now_());
   while (at_once && !quarantined(slot)) slots_[slot].failures.push_back(now_());
@@ -169,10 +177,9 @@ int SlotTable::Exclude(int slot, bool at_once) {
         "--quarantine-window): quarantined",
         slot, recent_failures(slot), policy_.window_s, policy_.after);
   }
-  for (int i = 0; i < size(); ++i) {
-    const SlotProcess& p = slots_[i].proc;
-    if (Used(i) || quarantined(i) || p.pid <= 0 || p.local >= 0) continue;
+  if (const int i = ReadySpare(); i >= 0) {
     rank_slot_[local] = i;
+    const SlotProcess& p = slots_[i].proc;
     log::Info(
         "launch: slot {} excluded; the spare in slot {} (pid {}, ready for {:.1f}s) takes "
         "its rank",

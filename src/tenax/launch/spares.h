@@ -92,6 +92,8 @@ class SlotTable {
   };
   Status Start(int slot);
   bool Used(int slot) const;
+  int LocalIn(int slot) const;  // the local rank in `slot`, or -1
+  int ReadySpare() const;       // a standby in a healthy slot no rank uses, or -1
 
   const QuarantinePolicy policy_;
   SpawnFn spawn_;

@@ -310,13 +310,14 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
                                               membership_.epoch, report.step, crc);
   const Sha256Digest tag = HmacSha256(options_.secret, signed_text);
   at::Tensor sent = at::zeros({8 + static_cast<int64_t>(tag.size())}, at::kByte);
-  for (int i = 0; i < 8; ++i) sent[i] = static_cast<int64_t>((uint64_t{crc} >> (8 * i)) & 0xff);
+  const uint64_t crc64 = crc;
+  std::memcpy(sent.data_ptr<uint8_t>(), &crc64, 8);
   std::memcpy(sent.data_ptr<uint8_t>() + 8, tag.data(), tag.size());
   c.Broadcast(sent, source);
   report.bytes += static_cast<int64_t>(sent.nbytes()) + all.nbytes() / c.size();
   const uint8_t* got = sent.data_ptr<uint8_t>();
   uint64_t sent_crc = 0;
-  for (int i = 0; i < 8; ++i) sent_crc |= uint64_t{got[i]} << (8 * i);
+  std::memcpy(&sent_crc, got, 8);
   if (sent_crc != crc) {
     return DataError(fmt::format(
         "live epoch {}: the state received from slot {} fails its checksum (crc32 {:08x}, sent "

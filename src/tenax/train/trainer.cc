@@ -451,14 +451,12 @@ Status Trainer::Save(int64_t step, bool again) {
   if (again) {
     // A live group's second attempt: the lead may have committed it before a member was lost in
     // the save's last collectives. It says, and then every member does the same.
-    Result<std::vector<int64_t>> committed =
-        groups_->world().rank() == 0 ? store_->ListCommitted() : std::vector<int64_t>{};
-    at::Tensor done = at::full(
-        {1},
-        committed.ok() && std::find(committed->begin(), committed->end(), step) != committed->end()
-            ? int64_t{1}
-            : int64_t{0},
-        at::kLong);
+    bool committed = false;
+    if (groups_->world().rank() == 0) {
+      Result<std::vector<int64_t>> steps = store_->ListCommitted();
+      committed = steps.ok() && std::find(steps->begin(), steps->end(), step) != steps->end();
+    }
+    at::Tensor done = at::full({1}, committed ? int64_t{1} : int64_t{0}, at::kLong);
     groups_->world().Broadcast(done, 0);
     if (done.item<int64_t>() == 1) {
       log::Info("step {}: its checkpoint was committed before the member was lost", step);
