@@ -11,6 +11,7 @@
 #                recorded (healed, or the run ended before its replacement could join).
 #   hsdp:        the same with HSDP 2x2 (two replicas of two ranks): the failed rank's replica
 #                partner goes with it (peer-lost), and both recoveries are recorded.
+#   tp:          the same with DDP 2 x tensor parallelism 2 (two replicas of two TP ranks).
 #   heal:        N live runs where a random rank crashes at a random step and its first
 #                replacement fails while healing (--inject heal-fail, at a random point, killed
 #                or stopped); counts the runs that finish with exit 0, no restart, the first
@@ -31,7 +32,7 @@
 #                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
 #                place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|heal|spike|between|nodes|all] [N]
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|heal|spike|between|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
@@ -123,16 +124,20 @@ orphans() {
   [ "$ok" -eq "$runs" ]
 }
 
-live() {  # live [SHARD]: 4 ranks as 4/SHARD replicas of SHARD ranks (1: DDP, 2: HSDP 2x2)
-  local shard="${1:-1}" ok=0 label=live
+live() {  # live [SHARD [TP]]: 4 ranks as replicas of SHARD x TP ranks (1: DDP, 2: HSDP 2x2, 1 2:
+          # DDP 2 x TP 2)
+  local shard="${1:-1}" tp="${2:-1}" ok=0 label=live
+  local k=$((shard * tp))
   [ "$shard" = 1 ] || label=hsdp
+  [ "$tp" = 1 ] || label=tp
   for i in $(seq 1 "$runs"); do
     local rank=$((RANDOM % 4)) how name="$label$i" status="$work/$label$i-status.json"
     case $((RANDOM % 3)) in 0) how=ABRT ;; 1) how=SEGV ;; 2) how=KILL ;; esac
     # shellcheck disable=SC2046
     "$bin" launch --nproc-per-node 4 --status-file "$status" -- $(train "$name") \
-      --set training.steps=400 --set parallelism.data_parallel_replicate=$((4 / shard)) \
-      --set parallelism.data_parallel_shard="$shard" --set resilience.mode=live \
+      --set training.steps=400 --set parallelism.data_parallel_replicate=$((4 / k)) \
+      --set parallelism.data_parallel_shard="$shard" --set parallelism.tensor_parallel="$tp" \
+      --set resilience.mode=live \
       > "$work/$name.log" 2>&1 &
     local launcher=$!
     local pid
@@ -145,7 +150,7 @@ live() {  # live [SHARD]: 4 ranks as 4/SHARD replicas of SHARD ranks (1: DDP, 2:
     local got want
     got=$(json "$work/$name/goodput.json" "'%d %s %s' % (len(j['generations']), ','.join('%d:%s' % (r['rank'], r['kind'] if r['kind'] == 'peer-lost' else 'own') for r in j['live_recoveries']), ','.join('healed' if r['healed_at_s'] >= 0 else r.get('outcome', 'open') for r in j['live_recoveries']))")
     want="1 $rank:own"
-    for r in $(seq $((rank / shard * shard)) $((rank / shard * shard + shard - 1))); do
+    for r in $(seq $((rank / k * k)) $((rank / k * k + k - 1))); do
       [ "$r" = "$rank" ] || want+=",$r:peer-lost"
     done
     if [ "$code" = 0 ] && [ "${got% *}" = "$want" ]; then ok=$((ok + 1)); verdict="ok (${got##* })"; else
@@ -265,12 +270,13 @@ case "$what" in
   orphans) orphans || status=1 ;;
   live) live || status=1 ;;
   hsdp) live 2 || status=1 ;;
+  tp) live 1 2 || status=1 ;;
   heal) heal || status=1 ;;
   spike) spike || status=1 ;;
   between) between || status=1 ;;
   nodes) nodes || status=1 ;;
-  all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1; heal || status=1
-       spike || status=1; between || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
+  all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1
+       live 1 2 || status=1; heal || status=1; spike || status=1; between || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

@@ -242,11 +242,11 @@ TEST_F(ParallelE2E, ZeroBubblePipelinesMatchGpipe) {
   };
   const std::string pp2 = "--set parallelism.pipeline_parallel=2 --set parallelism.microbatches=4 ";
   const std::vector<double> gpipe =
-      run("pp_gpipe", 2, 8, pp2 + "--set parallelism.pipeline_schedule=gpipe");
+      run("zb_gpipe", 2, 8, pp2 + "--set parallelism.pipeline_schedule=gpipe");
   ASSERT_EQ(gpipe.size(), 8u);
   for (const char* schedule : {"zbv", "dualpipev"}) {
     SCOPED_TRACE(schedule);
-    ExpectSameLosses(run(std::string("pp_") + schedule, 2, 8,
+    ExpectSameLosses(run(std::string("zb_") + schedule, 2, 8,
                          pp2 +
                              "--set parallelism.virtual_stages=2 "
                              "--set parallelism.pipeline_schedule=" +

@@ -448,7 +448,7 @@ struct ProcessGroups::Impl {
   // one its owner has destroyed is still safe to abort). Guarded by mu.
   std::vector<c10::intrusive_ptr<c10d::Backend>> made;
   // Adopt: the groups it can give (live recovery); null otherwise.
-  std::function<std::unique_ptr<Communicator>(const std::vector<int>&)> make_group;
+  GroupMaker make_group;
 };
 
 ProcessGroups::~ProcessGroups() = default;
@@ -520,9 +520,9 @@ Result<std::unique_ptr<ProcessGroups>> ProcessGroups::Connect(const DistEnv& env
   return pg;
 }
 
-std::unique_ptr<ProcessGroups> ProcessGroups::Adopt(
-    const DistEnv& env, std::unique_ptr<Communicator> world,
-    std::function<std::unique_ptr<Communicator>(const std::vector<int>&)> make_group) {
+std::unique_ptr<ProcessGroups> ProcessGroups::Adopt(const DistEnv& env,
+                                                    std::unique_ptr<Communicator> world,
+                                                    GroupMaker make_group) {
   std::unique_ptr<ProcessGroups> pg(new ProcessGroups());
   pg->impl_ = std::make_unique<Impl>();
   pg->impl_->env = env;
@@ -538,10 +538,11 @@ Result<std::unique_ptr<Communicator>> ProcessGroups::NewGroup(const std::string&
   if (it == ranks.end()) return Internal("rank " + std::to_string(me) + " is not in group " + name);
   if (ranks.size() == 1 && !impl_->options.c10d_for_one_rank) return MakeLocalCommunicator();
   if (impl_->make_group) {
-    if (std::unique_ptr<Communicator> c = impl_->make_group(ranks)) return c;
+    TENAX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c, impl_->make_group(ranks));
+    if (c) return c;
     return InvalidArgument(fmt::format(
         "group {} ({} of {} ranks) is not supported with this world (live recovery re-forms the "
-        "data-parallel groups only)",
+        "groups across replicas and inside one only)",
         name, ranks.size(), impl_->env.world));
   }
   const int local = static_cast<int>(it - ranks.begin());

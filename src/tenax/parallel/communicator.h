@@ -235,11 +235,13 @@ class ProcessGroups {
   static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,
                                                         std::chrono::milliseconds timeout);
   // Around a world made elsewhere (live recovery's proxy: parallel/live_group.h): NewGroup
-  // returns a group of one rank as local and any other as `make_group(ranks)`, which returns null
+  // returns a group of one rank as local and any other as `make_group(ranks)`: its error, or null
   // for a group it cannot give (a layout live mode does not run: NewGroup refuses it).
-  static std::unique_ptr<ProcessGroups> Adopt(
-      const DistEnv& env, std::unique_ptr<Communicator> world,
-      std::function<std::unique_ptr<Communicator>(const std::vector<int>& ranks)> make_group);
+  using GroupMaker =
+      std::function<Result<std::unique_ptr<Communicator>>(const std::vector<int>& ranks)>;
+  static std::unique_ptr<ProcessGroups> Adopt(const DistEnv& env,
+                                              std::unique_ptr<Communicator> world,
+                                              GroupMaker make_group);
   ~ProcessGroups();
   Communicator& world() { return *world_; }
   Backend backend() const;

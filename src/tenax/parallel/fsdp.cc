@@ -353,12 +353,30 @@ void Fsdp::WaitReduction(Unit& u) {
   u.reductions.clear();
 }
 
+void Fsdp::SumOverTp(const std::vector<std::pair<const Unit*, at::Tensor>>& flats) {
+  Communicator& tp = model_.tp();
+  if (tp.size() == 1) return;
+  // Replicated-over-TP parameters: each TP rank holds its sequence shard's contribution. One
+  // bucket: they are the norms, tiny, and one collective beats one per unit on latency.
+  std::vector<at::Tensor> parts;
+  for (const auto& [u, flat] : flats) {
+    for (auto [b, n] : u->tp_replicated) parts.push_back(flat.narrow(0, b, n));
+  }
+  if (parts.empty()) return;
+  at::Tensor bucket = at::cat(parts);
+  tp.AllReduceSum(bucket);
+  int64_t off = 0;
+  for (auto& p : parts) {
+    p.copy_(bucket.narrow(0, off, p.numel()));
+    off += p.numel();
+  }
+}
+
 void Fsdp::FinishStep() {
   at::NoGradGuard no_grad;
   // The mean over every data-parallel rank's samples (a live group short of members runs the
   // missing ranks' samples on the others: nominal_size, not size).
   const double scale = 1.0 / (shard_.size() * replicate_.nominal_size());
-  Communicator& tp = model_.tp();
   if (replay_) {
     // Hooked units showed their buckets during backward; the others now, in the order the
     // reductions below issue them.
@@ -369,6 +387,12 @@ void Fsdp::FinishStep() {
     }
     return;
   }
+  // Every collective inside a replica (the shard group's, the tensor-parallel group's) is done
+  // before the first one across replicas is issued: a rank that fails a collective across
+  // replicas (a replica lost, live recovery) has then issued the same collectives inside its
+  // replica as its peers there, so those groups stay usable (train/trainer_live.cc). Hooked DDP
+  // units (never live: keep_local_gradients issues every reduction here) reduced across replicas
+  // in backward already; their TP sum comes after.
   if (!sharded()) {
     // DDP: hooked units' buckets are in flight since their backward; the others (the root, or
     // every unit of a pipeline stage) go now, one bucket per unit, all issued before any wait.
@@ -383,37 +407,41 @@ void Fsdp::FinishStep() {
           u->kept.push_back(model_.params()[static_cast<size_t>(i)].tensor.grad());
       }
     }
-    std::vector<std::pair<Unit*, PendingCollective>> inflight;
+    std::vector<std::pair<const Unit*, at::Tensor>> local, hooked;
     for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
       Unit& u = **it;
       if (u.layout.total == 0) continue;
-      if (u.hooked) {
-        // Micro-batches of an accumulated step each reduced their own bucket: sum them.
-        at::Tensor sum;
-        for (auto& r : u.reductions) {
-          at::Tensor g = r.Wait();
-          sum = sum.defined() ? sum.add_(g) : g;
-        }
-        u.reductions.clear();
-        if (!sum.defined()) {
-          sum = at::zeros({u.layout.padded},
-                          model_.params()[static_cast<size_t>(u.params[0])].tensor.options());
-        }
-        inflight.push_back({&u, PendingCollective([sum] { return sum; })});
+      if (!u.hooked) {
+        local.push_back({&u, ObservedGrads(u)});
         continue;
       }
-      inflight.push_back({&u, replicate_.AllReduceSumAsync(ObservedGrads(u))});
+      // Micro-batches of an accumulated step each reduced their own bucket: sum them.
+      at::Tensor sum;
+      for (auto& r : u.reductions) {
+        at::Tensor g = r.Wait();
+        sum = sum.defined() ? sum.add_(g) : g;
+      }
+      u.reductions.clear();
+      if (!sum.defined()) {
+        sum = at::zeros({u.layout.padded},
+                        model_.params()[static_cast<size_t>(u.params[0])].tensor.options());
+      }
+      hooked.push_back({&u, sum});
     }
-    for (auto& [u, pending] : inflight) {
-      at::Tensor flat = pending.Wait();
+    SumOverTp(local);
+    std::vector<std::pair<const Unit*, PendingCollective>> inflight;
+    for (auto& [u, flat] : local) inflight.push_back({u, replicate_.AllReduceSumAsync(flat)});
+    auto assign = [&](const Unit* u, at::Tensor flat) {
       flat.mul_(scale);
       for (size_t e = 0; e < u->params.size(); ++e) {
         const auto& en = u->layout.entries[e];
         model_.params()[static_cast<size_t>(u->params[e])].tensor.mutable_grad() =
             flat.narrow(0, en.offset, en.numel).view(en.shape);
       }
-    }
-    if (tp.size() > 1) model_.FinishGradients();
+    };
+    for (auto& [u, pending] : inflight) assign(u, pending.Wait());
+    SumOverTp(hooked);
+    for (auto& [u, sum] : hooked) assign(u, sum);
     return;
   }
   for (auto& u : units_) {
@@ -423,40 +451,23 @@ void Fsdp::FinishStep() {
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
     if (!(*it)->hooked) ReduceFromGrads(**it);
   }
-  // Every reduce-scatter (the shard group) is waited for before the first all-reduce across
-  // replicas is issued: a rank that fails an all-reduce across replicas (a replica lost, live
-  // recovery) has then issued the same shard-group collectives as its shard peers, so the shard
-  // group stays usable (train/trainer_live.cc).
+  std::vector<std::pair<const Unit*, at::Tensor>> shards;
   for (auto& u : units_) {
     WaitReduction(*u);
     if (!u->shard.grad().defined()) u->shard.mutable_grad() = at::zeros_like(u->shard);
+    shards.push_back({u.get(), u->shard.grad()});
   }
   std::vector<PendingCollective> across;  // HSDP: shard gradients summed over replicas
+  if (replicate_.size() > 1 && options_.keep_local_gradients) {
+    for (auto& u : units_) u->kept = {u->shard.grad().clone()};  // before the sums below
+  }
+  SumOverTp(shards);
   if (replicate_.size() > 1) {
-    if (options_.keep_local_gradients) {
-      for (auto& u : units_) u->kept = {u->shard.grad().clone()};  // summed in place below
-    }
     for (auto& u : units_) across.push_back(replicate_.AllReduceSumAsync(u->shard.grad()));
   }
   for (auto& a : across) a.Wait();
-  for (auto& u : units_) u->shard.mutable_grad().mul_(scale);
-  if (tp.size() > 1) {
-    // Replicated-over-TP parameters: each TP rank holds its sequence shard's contribution.
-    std::vector<at::Tensor> parts;
-    for (auto& u : units_) {
-      for (auto [b, n] : u->tp_replicated) parts.push_back(u->shard.grad().narrow(0, b, n));
-    }
-    if (!parts.empty()) {
-      at::Tensor bucket = at::cat(parts);
-      tp.AllReduceSum(bucket);
-      int64_t off = 0;
-      for (auto& p : parts) {
-        p.copy_(bucket.narrow(0, off, p.numel()));
-        off += p.numel();
-      }
-    }
-  }
   for (auto& u : units_) {
+    u->shard.mutable_grad().mul_(scale);
     for (auto& leaf : u->leaves) leaf.mutable_grad() = at::Tensor();
     Reshard(*u);
   }

@@ -53,6 +53,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tenax/parallel/communicator.h"
@@ -200,6 +201,8 @@ class Fsdp final : public BlockHooks {
   void WaitReduction(Unit& u);
   at::Tensor ObservedGrads(const Unit& u);  // FlatGrads, shown to the observer
   void DropGrads(Unit& u);                  // replay: the unit's gradients go nowhere
+  // Sums each unit's TP-replicated ranges (Unit::tp_replicated) of `flats` over the TP group.
+  void SumOverTp(const std::vector<std::pair<const Unit*, at::Tensor>>& flats);
   const std::vector<int>& UnitsOfLayer(int64_t layer) const;  // empty when not held
 
   // Constant after construction.

@@ -205,6 +205,4 @@ at::Tensor ShardedLlama::Loss(const at::Tensor& tokens, const at::Tensor& target
   return HeadLoss(Blocks(Embed(tokens, dtype), 0, spec_.n_layers), targets);
 }
 
-void ShardedLlama::FinishGradients() { AllReduceReplicatedGrads(params_, specs_, tp_); }
-
 }  // namespace tenax::parallel

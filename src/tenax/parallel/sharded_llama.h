@@ -95,10 +95,6 @@ class ShardedLlama final : public StageModel {
   // The whole forward + loss; requires owning everything (no pipeline).
   at::Tensor Loss(const at::Tensor& tokens, const at::Tensor& targets, at::ScalarType dtype);
 
-  // After backward without FSDP: replicated parameters' gradients are partial sums over the
-  // sequence shards; this sums them over the TP group (FSDP does it on its shards instead).
-  void FinishGradients();
-
  private:
   at::Tensor Block(int64_t layer, const at::Tensor& h);
   const model::RopeTable& Rope(int64_t seq_len);

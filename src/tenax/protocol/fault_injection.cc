@@ -154,11 +154,13 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       } else if (key == "how" && (value == "kill" || value == "stop") &&
                  f.kind == FaultKind::kHealFail) {
         f.stop = value == "stop";
-      } else if (key == "at" && (value == "start" || value == "spike" || value == "eval") &&
+      } else if (key == "at" &&
+                 (value == "start" || value == "reduce" || value == "spike" || value == "eval") &&
                  f.kind == FaultKind::kCrash) {
-        f.at = value == "spike"  ? Fault::At::kSpike
-               : value == "eval" ? Fault::At::kEval
-                                 : Fault::At::kStart;
+        f.at = value == "reduce"  ? Fault::At::kReduce
+               : value == "spike" ? Fault::At::kSpike
+               : value == "eval"  ? Fault::At::kEval
+                                  : Fault::At::kStart;
       } else if (key == "at" && (value == "form" || value == "transfer") &&
                  f.kind == FaultKind::kHealFail) {
         f.heal_at = value == "form" ? HealPoint::kForm : HealPoint::kTransfer;
@@ -192,7 +194,9 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
             "--inject " + item + ": bad field '" + part +
             "' (rank=R, step=S >= 1 (crash: >= 0), time=T > 0 (crash), factor=F >= 1 and "
             "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
-            "where=grad|activation|weight (sdc), at=start|spike|eval (crash), at=form|transfer and "
+            "where=grad|activation|weight (sdc), at=start|reduce|spike|eval (crash), "
+            "at=form|transfer "
+            "and "
             "how=kill|stop (heal-fail), gen=G or gen=all)");
       }
     }
@@ -208,10 +212,14 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       return InvalidArgument("--inject " + item +
                              ": a crash needs rank=R and step=S or time=T (one of them)");
     } else if (f.kind == FaultKind::kCrash && f.at != Fault::At::kStart && f.step < 1) {
-      return InvalidArgument(
-          "--inject " + item + ": a crash at=" + (f.at == Fault::At::kSpike ? "spike" : "eval") +
-          " needs step=S >= 1 (the step whose " +
-          (f.at == Fault::At::kSpike ? "loss spikes" : "evaluation it strikes") + ")");
+      const char* at = f.at == Fault::At::kReduce  ? "reduce"
+                       : f.at == Fault::At::kSpike ? "spike"
+                                                   : "eval";
+      const char* whose = f.at == Fault::At::kReduce  ? "gradient reduction it strikes"
+                          : f.at == Fault::At::kSpike ? "loss spikes"
+                                                      : "evaluation it strikes";
+      return InvalidArgument(fmt::format(
+          "--inject {}: a crash at={} needs step=S >= 1 (the step whose {})", item, at, whose));
     } else if (f.kind == FaultKind::kPushLoss || f.kind == FaultKind::kExitHang ||
                f.kind == FaultKind::kExitCrash || f.kind == FaultKind::kHealFail) {
       if (have_step) {
@@ -483,6 +491,7 @@ void FaultInjector::OnSetup() {
 }
 
 void FaultInjector::BeforeGradientReduce(int64_t step, double compute_s) {
+  CrashWithinStep(Fault::At::kReduce, step, "gradient reduction");
   for (const Fault& f : faults_) {
     if (f.kind == FaultKind::kHang && f.step == step) {
       Record(f, step);

@@ -115,9 +115,11 @@ struct Fault {
   double time_s = 0;  // seconds since the launch started (RankContext::launch_time_unix)
   double factor = 1;  // slow; spike (default 100)
   bool kill = true;   // crash: SIGKILL (how=kill) or exit with `code` (how=exit)
-  // crash: where in step S it strikes: its start (at=start), its loss-spike record (at=spike), or
-  // its evaluation, once this rank's windows are done and before the ranks combine them (at=eval)
-  enum class At { kStart, kSpike, kEval } at = At::kStart;
+  // crash: where in step S it strikes: its start (at=start), its gradient reduction, once its
+  // forward/backward is done and before its first reduction (at=reduce), its loss-spike record
+  // (at=spike), or its evaluation, once this rank's windows are done and before the ranks combine
+  // them (at=eval)
+  enum class At { kStart, kReduce, kSpike, kEval } at = At::kStart;
   int code = 1;
   int generation = 0;  // kEveryGeneration: all of them
   int index = 0;       // position in the spec
@@ -197,7 +199,8 @@ class FaultInjector {
   // join): crash faults at step 0.
   void OnSetup();
   // Right before the gradient reduction of `step`, after `compute_s` seconds of this step's
-  // forward/backward: `slow` sleeps (factor - 1) x compute_s, `hang` blocks forever (the peers
+  // forward/backward: crash faults with at=reduce (a live replacement skips one already fired in
+  // this generation), `slow` sleeps (factor - 1) x compute_s, `hang` blocks forever (the peers
   // then wait inside the reduction, like a stuck kernel), `stop` raises SIGSTOP (the same, and
   // the rank cannot even dump its flight record).
   void BeforeGradientReduce(int64_t step, double compute_s);

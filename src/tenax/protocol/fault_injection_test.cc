@@ -413,5 +413,36 @@ TEST(FaultInjectorDeathTest, CrashAtEvalFiresInTheEvaluationOnly) {
   EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 5);
 }
 
+// crash at=reduce fires right before the step's gradient reduction only: not at its start, its
+// loss spike or its evaluation, nor before another step's reduction.
+TEST(FaultInjectorDeathTest, CrashAtReduceFiresBeforeTheGradientReductionOnly) {
+  TempDir dir;
+  static ExitReporter reporter;
+  reporter = ExitReporter(dir.path(), 1, 0);
+  Result<std::vector<Fault>> parsed = ParseFaults("crash:rank=1:step=6:at=reduce");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ((*parsed)[0].at, Fault::At::kReduce);
+  Result<std::vector<Fault>> no_step = ParseFaults("crash:rank=1:step=0:at=reduce");
+  ASSERT_FALSE(no_step.ok());
+  EXPECT_NE(no_step.status().message().find("the step whose gradient reduction it strikes"),
+            std::string::npos)
+      << no_step.status().message();
+  RankContext ctx = Context(dir, "crash:rank=1:step=6:at=reduce:how=exit:code=46");
+  EXPECT_EXIT(
+      {
+        auto f = FaultInjector::Create(ctx, 1, &reporter);
+        if ((*f)->CrashDue(6)) std::_Exit(3);  // not a start-of-step crash
+        (*f)->OnStepBegin(6);
+        (*f)->OnLossSpike(6);
+        (*f)->OnEvaluated(6);
+        (*f)->BeforeGradientReduce(5, 0.1);
+        (*f)->BeforeGradientReduce(6, 0.1);
+      },
+      ::testing::ExitedWithCode(46),
+      "injected fault: crash \\(exit\\) at step 6's gradient reduction");
+  ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
+  EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 6);
+}
+
 }  // namespace
 }  // namespace tenax::protocol

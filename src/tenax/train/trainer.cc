@@ -254,7 +254,7 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
 
 std::vector<int> Trainer::DataSlots() {
   if (!live()) return {mesh_->dp_index(env_.rank)};
-  // The replicas' shares: each is its rank at this shard index (HSDP; the rank itself in DDP).
+  // The replicas' shares: each is its rank at this position (HSDP, TP; the rank itself in DDP).
   std::vector<int> slots;
   for (int q : protocol::SlotsRunBy(LiveReplicaView(live_->membership()),
                                     env_.rank / live_replica_ranks_)) {

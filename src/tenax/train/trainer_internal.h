@@ -148,7 +148,7 @@ class Trainer {
   // replica, the groups across replicas are left and LiveStepAbandoned is thrown).
   parallel::LiveGroup& LiveReplicas() { return live_replicas_ ? *live_replicas_ : *live_; }
   protocol::LiveMembership LiveReplicaView(const protocol::LiveMembership& m) const;
-  int LiveRankOf(int replica) const;  // that replica's rank at this rank's shard index
+  int LiveRankOf(int replica) const;  // that replica's rank at this rank's position
   Status LiveForm(const protocol::LiveMembership& m);
   void LiveLeave();
   bool LiveFormed() const;
@@ -237,10 +237,13 @@ class Trainer {
   FlopsPerToken flops_;
   std::string run_dir_, ckpt_dir_, config_toml_;
   // Live recovery only; they outlive their proxies below. live_: every rank (slot = rank);
-  // live_replicas_ (HSDP): this rank's shard index across replicas (slot = replica).
+  // live_replicas_ (several ranks per replica): this rank's position across replicas (slot =
+  // replica). live_inside_: the replica's own group, all of its ranks (its votes).
   std::unique_ptr<parallel::LiveGroup> live_, live_replicas_;
-  std::unique_ptr<parallel::Communicator> live_shard_;  // HSDP: the replica's group, until adopted
-  int live_replica_ranks_ = 1;                          // ranks per replica (HSDP's shard degree)
+  std::unique_ptr<parallel::Communicator> live_inside_;
+  // Ranks per replica: data_parallel_shard x tensor_parallel, consecutive (replicate is the
+  // outermost axis); a rank's position in its replica is rank % live_replica_ranks_.
+  int live_replica_ranks_ = 1;
   std::unique_ptr<parallel::ProcessGroups> groups_;
   // shard_group_ spans data_parallel_shard x context (mesh.h's ShardGroupOf).
   std::unique_ptr<parallel::Communicator> shard_group_, replicate_group_, tp_group_, pp_group_;

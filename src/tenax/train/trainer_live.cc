@@ -9,26 +9,29 @@
 //                    without reading a checkpoint, says it is ready, and waits to be listed as
 //                    joining; the members take it in at their next step boundary (LiveQuorum)
 //                    and the newest state travels to it from a live member, checksummed.
-//   HSDP            a replica is several ranks (its shard group). Its ranks are dropped and
-//                   replaced together (the launcher kills the others of a failed rank's
-//                   replica), so the shard group of a replica that survives is never re-formed:
-//                   only the world's group and each shard index's group across replicas are.
-//                   Every collective across replicas of a step comes after its last shard-group
-//                   collective (Fsdp::FinishStep waits for every reduce-scatter first), and the
-//                   replica's ranks vote through their shard group on each phase of them
-//                   (LiveAcrossReplicas): a replica commits a step, or takes a new epoch, on all
-//                   of its ranks or on none, so no shard of it is ever a step ahead of another.
-//                   A rank that received state in a phase its replica then failed makes the
-//                   whole replica stateless (live_has_state_ = false) until a later sync.
+//   HSDP, TP        a replica is several ranks (data_parallel_shard x tensor_parallel,
+//                   consecutive). Its ranks are dropped and replaced together (the launcher
+//                   kills the others of a failed rank's replica), so the groups inside a
+//                   replica that survives (its own, FSDP's shard group, the tensor-parallel
+//                   group) are never re-formed: only the world's group and each position's group
+//                   across replicas are. Every collective across replicas of a step comes after
+//                   its last collective inside the replica (Fsdp::FinishStep finishes the
+//                   reduce-scatters and the TP sums first), and the replica's ranks vote through
+//                   the replica's own group on each phase of them (LiveAcrossReplicas): a
+//                   replica commits a step, or takes a new epoch, on all of its ranks or on
+//                   none, so no rank of it is ever a step ahead of another. A rank that received
+//                   state in a phase its replica then failed makes the whole replica stateless
+//                   (live_has_state_ = false) until a later sync.
 // Several nodes: the groups meet in etcd (ctx_.live_store, given by the node agents).
 //   Between steps   an evaluation's and a save's collectives across replicas are a phase too
 //                   (LiveBetweenSteps): a member lost in them leaves the others to recover, and
 //                   every member of the next epoch does them again (LiveStep: live_owed_).
-// Non-goals for now: tensor, pipeline or context parallelism inside a replica, MoE, NCCL.
+// Non-goals for now: pipeline or context parallelism inside a replica, MoE, NCCL.
 #include <fmt/format.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 #include <utility>
 
@@ -69,13 +72,14 @@ Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
         "on several nodes, a store the nodes share (TENAX_LIVE_STORE), which this tenax launch "
         "does not give its ranks");
   }
-  const int replicas = mesh_->degree(parallel::Axis::kReplicate);
-  if (replicas < 2 || replicas * mesh_->degree(parallel::Axis::kShard) != env_.world) {
+  const parallel::Mesh& mesh = *mesh_;
+  if (mesh.degree(parallel::Axis::kReplicate) < 2 || mesh.degree(parallel::Axis::kPipeline) != 1 ||
+      mesh.degree(parallel::Axis::kContext) != 1) {
     needs.push_back(fmt::format(
         "data-parallel replicas that can outlive each other: data_parallel_replicate >= 2, "
-        "data_parallel_replicate x data_parallel_shard = the world ({}) and the other degrees 1, "
-        "not {}",
-        env_.world, mesh_->Describe()));
+        "each replica sharded (data_parallel_shard) and split by tensor parallelism only, "
+        "pipeline_parallel = context_parallel = 1, not {}",
+        mesh.Describe()));
   }
   if (go.backend != parallel::Backend::kGloo) {
     needs.push_back("CPU ranks (Gloo): NCCL groups are not re-formed yet");
@@ -93,11 +97,12 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   // rank that just died must fail (and be recovered from), not kill this one with SIGPIPE.
   ::signal(SIGPIPE, SIG_IGN);
   const parallel::Mesh& mesh = *mesh_;
-  live_replica_ranks_ = mesh.degree(parallel::Axis::kShard);
-  const int replica = mesh.coord(env_.rank, parallel::Axis::kReplicate);
-  const int position = mesh.coord(env_.rank, parallel::Axis::kShard);
-  // ReplicaView and the launcher count on it: replicate is the outermost axis.
-  TENAX_CHECK(env_.rank == replica * live_replica_ranks_ + position);
+  live_replica_ranks_ = env_.world / mesh.degree(parallel::Axis::kReplicate);
+  const int replica = env_.rank / live_replica_ranks_;
+  const int position = env_.rank % live_replica_ranks_;
+  // ReplicaView and the launcher count on it: replicate is the outermost axis, so a replica's
+  // ranks are consecutive.
+  TENAX_CHECK(mesh.coord(env_.rank, parallel::Axis::kReplicate) == replica);
   parallel::LiveGroup::Options o;
   o.store_dir = ctx_.heartbeat_dir;
   o.name = fmt::format("live-g{}", ctx_.generation);
@@ -122,25 +127,36 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
     o.etcd_prefix = ctx_.live_store.prefix;
   }
   live_ = std::make_unique<parallel::LiveGroup>(o);
+  // The groups inside this replica (the replica's own; FSDP's shard group, the tensor-parallel
+  // one), formed once by this incarnation of its ranks (a replacement's under TENAX_LIVE_JOIN's
+  // number) through a store of their own: a failure inside the replica ends all of them.
+  const int first = replica * live_replica_ranks_;
+  const std::string inside_name =
+      fmt::format("live-g{}-replica{}-i{}", ctx_.generation, replica, ctx_.live_incarnation);
+  auto connect_inside = [this, first, inside_name, etcd = o.etcd, prefix = o.etcd_prefix, go](
+                            const std::vector<int>& ranks,
+                            const char* tag) -> Result<std::unique_ptr<parallel::Communicator>> {
+    // A store of its own per group: named `tag`, or by the ranks' positions in the replica.
+    std::vector<int> positions;
+    for (int r : ranks) positions.push_back(r - first);
+    const std::string name =
+        fmt::format("{}-{}", inside_name,
+                    tag ? std::string(tag) : fmt::format("{}", fmt::join(positions, ".")));
+    const int index =
+        static_cast<int>(std::find(ranks.begin(), ranks.end(), env_.rank) - ranks.begin());
+    const int size = static_cast<int>(ranks.size());
+    if (etcd) return parallel::ConnectEtcdStoreGroup(*etcd, prefix + name + "/", index, size, go);
+    return parallel::ConnectFileStoreGroup(ctx_.heartbeat_dir + "/" + name, index, size, go);
+  };
   if (live_replica_ranks_ > 1) {
     parallel::LiveGroup::Options r = o;
     r.name = fmt::format("live-g{}-s{}", ctx_.generation, position);
     r.slot = replica;
     r.world = env_.world / live_replica_ranks_;
     live_replicas_ = std::make_unique<parallel::LiveGroup>(r);
-    // The replica's own group, formed once by this incarnation of its ranks (a replacement's
-    // under TENAX_LIVE_JOIN's number): a failure inside the replica ends all of them.
-    const std::string name =
-        fmt::format("live-g{}-replica{}-i{}", ctx_.generation, replica, ctx_.live_incarnation);
-    if (o.etcd) {
-      TENAX_ASSIGN_OR_RETURN(live_shard_,
-                             parallel::ConnectEtcdStoreGroup(*o.etcd, o.etcd_prefix + name + "/",
-                                                             position, live_replica_ranks_, go));
-    } else {
-      TENAX_ASSIGN_OR_RETURN(
-          live_shard_, parallel::ConnectFileStoreGroup(ctx_.heartbeat_dir + "/" + name, position,
-                                                       live_replica_ranks_, go));
-    }
+    std::vector<int> all(static_cast<size_t>(live_replica_ranks_));
+    std::iota(all.begin(), all.end(), first);
+    TENAX_ASSIGN_OR_RETURN(live_inside_, connect_inside(all, "votes"));
   }
   if (config_.checkpoint.memory_replicas && env_.rank == 0) {
     log::Info(
@@ -160,13 +176,15 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   }
   groups_ = parallel::ProcessGroups::Adopt(
       env_, live_->NewProxy(),
-      [this, across = mesh.GroupOf(env_.rank, parallel::Axis::kReplicate),
-       inside = mesh.ShardGroupOf(env_.rank)](
-          const std::vector<int>& ranks) -> std::unique_ptr<parallel::Communicator> {
+      [this, first, connect_inside, across = mesh.GroupOf(env_.rank, parallel::Axis::kReplicate)](
+          const std::vector<int>& ranks) -> Result<std::unique_ptr<parallel::Communicator>> {
         if (static_cast<int>(ranks.size()) == env_.world) return live_->NewProxy();
         if (live_replicas_ && ranks == across) return live_replicas_->NewProxy();
-        if (live_shard_ && ranks == inside) return std::move(live_shard_);
-        return nullptr;
+        const bool inside = std::all_of(ranks.begin(), ranks.end(), [&](int r) {
+          return r >= first && r < first + live_replica_ranks_;
+        });
+        if (inside) return connect_inside(ranks, nullptr);
+        return std::unique_ptr<parallel::Communicator>();
       });
   return Status::Ok();
 }
@@ -206,7 +224,7 @@ bool Trainer::ReplicaAgrees(bool ok) {
     // Through the replica's own group, which a failure across replicas leaves intact.
     at::Tensor t =
         at::tensor({ok ? int64_t{0} : int64_t{1}, v.any_touched ? int64_t{1} : 0}, at::kLong);
-    shard_group_->AllReduceSum(t);
+    live_inside_->AllReduceSum(t);
     v.all_ok = t[0].item<int64_t>() == 0;
     v.any_touched = t[1].item<int64_t>() > 0;
   }
@@ -223,7 +241,7 @@ bool Trainer::ReplicaAgrees(bool ok) {
 Result<protocol::LiveMembership> Trainer::AgreeInReplica(const protocol::LiveMembership& m) {
   if (live_replica_ranks_ == 1) return m;
   try {
-    return parallel::BroadcastMembership(*shard_group_, m, 0);
+    return parallel::BroadcastMembership(*live_inside_, m, 0);
   } catch (const std::exception& e) {
     if (!protocol::IsPeerLostError(e.what())) throw;
     return PeerLost(fmt::format("another rank of this replica is lost ({})", FirstLine(e.what())));
@@ -442,9 +460,9 @@ bool Trainer::LiveResumesKept(const std::vector<int>& slots) {
                 std::includes(slots.begin(), slots.end(), k.slots.begin(), k.slots.end());
   if (live_replica_ranks_ > 1) {
     // Every rank of the replica runs the same micro-batches: their gathers are collectives of
-    // the shard group.
+    // the replica's groups.
     at::Tensor t = at::tensor({usable ? int64_t{0} : int64_t{1}}, at::kLong);
-    shard_group_->AllReduceSum(t);
+    live_inside_->AllReduceSum(t);
     usable = t.item<int64_t>() == 0;
   }
   if (!usable) {
@@ -529,7 +547,7 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   last_metrics_.tokens_seen = static_cast<int64_t>(d[8]);
   last_metrics_.eta_s = d[9];
   loader_->Seek(progress_.data_position);
-  // Slots of LiveReplicas() are replicas: named by their rank at this shard index.
+  // Slots of LiveReplicas() are replicas: named by their rank at this position.
   std::vector<int> receivers;
   for (int q : r.receivers) receivers.push_back(LiveRankOf(q));
   const int source = LiveRankOf(r.source_slot);
