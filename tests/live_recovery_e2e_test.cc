@@ -1,7 +1,7 @@
-// resilience.mode = "live" through `tenax launch` (issue 34): DDP 4, HSDP 2x2 and DDP 2 x TP 2 on
-// one node, a rank (or a whole replica) killed, hung or lost while healing; the others train on
-// and the replacement heals from a live rank, against an unfailed run of the same layout. Also a
-// checkpoint written short-handed, and the layouts live mode refuses.
+// resilience.mode = "live" through `tenax launch` (issue 34): DDP 4, HSDP 2x2 and DDP 2 around
+// TP 2, PP 2 or CP 2 on one node, a rank (or a whole replica) killed, hung or lost while healing;
+// the others train on and the replacement heals from a live rank, against an unfailed run of the
+// same layout. Also a checkpoint written short-handed, and the layouts live mode refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -387,13 +387,42 @@ TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
   EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
 }
 
-// DDP 2 x tensor parallelism 2: a replica is two TP ranks. Rank 1 crashes right before step 6's
-// gradient reduction: its TP peer (rank 0) is killed with it, replica 1's two ranks train on
-// with both replicas' samples (their TP group untouched), and replica 0's new ranks heal position
-// by position. Against the unfailed run of the same layout, as every case. The crash's place
-// matters: had rank 0 summed its gradients across replicas before its TP sum, rank 2 would have
-// got through its reduction across replicas and waited in the TP sum for rank 3, which waits in
-// the replica's vote (Fsdp::FinishStep does every sum inside a replica first).
+// DDP 2 around a replica of two ranks split by tensor, pipeline or context parallelism. Rank 1
+// crashes right before step 6's gradient reduction: its peer (rank 0) is killed with it, replica
+// 1's two ranks train on with both replicas' samples (their own groups untouched), and replica 0's
+// new ranks heal position by position. Against the unfailed run of the same layout, as every
+// case. The crash's place matters under TP: had rank 0 summed its gradients across replicas
+// before its TP sum, rank 2 would have got through its reduction across replicas and waited in
+// the TP sum for rank 3, which waits in the replica's vote (Fsdp::FinishStep does every sum
+// inside a replica first).
+static void ExpectReplicaOfTwoRecovered(const nlohmann::json& report, const std::string& out) {
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_NE(out.find("killing rank 0 with rank 1 of its replica"), std::string::npos) << out;
+  EXPECT_NE(out.find("live epoch 1 formed by ranks 2,3"), std::string::npos) << out;
+  // Both ranks of replica 1 kept their gradients of step 6 and run replica 0's samples only.
+  EXPECT_NE(out.find("step 6: the gradients of slot(s) 1 kept through the failure: running only "
+                     "slot(s) 0"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+  std::map<int, nlohmann::json> by_rank;
+  for (const auto& l : report["live_recoveries"]) by_rank[l["rank"].get<int>()] = l;
+  ASSERT_EQ(by_rank.count(0) + by_rank.count(1), 2u) << report.dump(2);
+  EXPECT_EQ(by_rank[1]["kind"], "crash");
+  EXPECT_EQ(by_rank[0]["kind"], "peer-lost");
+  for (int rank : {0, 1}) {
+    const auto& l = by_rank[rank];
+    EXPECT_EQ(l["replica"], 0);
+    EXPECT_EQ(l["incarnation"], 1);
+    EXPECT_EQ(l["step"], 5) << "the last step it finished";
+    EXPECT_EQ(l["healed_from"], rank + 2) << "the rank of replica 1 at its position";
+    EXPECT_GT(l["healed_bytes"].get<int64_t>(), 30000);  // its part of the weights and moments
+    EXPECT_EQ(l["joined_epoch"], by_rank[1]["joined_epoch"]);  // together
+  }
+  EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
+}
+
 TEST_F(LiveRecoveryE2E, TensorParallelReplicaIsLostWholeAndItsRanksHealPositionByPosition) {
   const std::string tp =
       "--set parallelism.data_parallel_replicate=2 --set parallelism.data_parallel_shard=1 "
@@ -404,30 +433,28 @@ TEST_F(LiveRecoveryE2E, TensorParallelReplicaIsLostWholeAndItsRanksHealPositionB
   const nlohmann::json report =
       Live("tp", "crash:rank=1:step=6:at=reduce,await-join:rank=2:step=10", &out, "", tp,
            "tp_clean", 128);
-  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
-  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
-  EXPECT_NE(out.find("killing rank 0 with rank 1 of its replica"), std::string::npos) << out;
-  EXPECT_NE(out.find("live epoch 1 formed by ranks 2,3"), std::string::npos) << out;
-  // Both TP ranks of replica 1 kept their gradients of step 6 and run replica 0's samples only.
-  EXPECT_NE(out.find("step 6: the gradients of slot(s) 1 kept through the failure: running only "
-                     "slot(s) 0"),
-            std::string::npos)
-      << out;
-  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
-  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
-  ASSERT_EQ(by_rank.count(0) + by_rank.count(1), 2u) << report.dump(2);
-  EXPECT_EQ(by_rank[1]["kind"], "crash");
-  EXPECT_EQ(by_rank[0]["kind"], "peer-lost");
-  for (int rank : {0, 1}) {
-    const auto& l = by_rank[rank];
-    EXPECT_EQ(l["replica"], 0);
-    EXPECT_EQ(l["incarnation"], 1);
-    EXPECT_EQ(l["step"], 5) << "the last step it finished";
-    EXPECT_EQ(l["healed_from"], rank + 2) << "the rank of replica 1 at its TP position";
-    EXPECT_GT(l["healed_bytes"].get<int64_t>(), 50000);  // its TP shard of weights and moments
-    EXPECT_EQ(l["joined_epoch"], by_rank[1]["joined_epoch"]);  // together
+  ExpectReplicaOfTwoRecovered(report, out);
+}
+
+// The same with a replica of two pipeline stages (each short-handed micro-batch runs the whole
+// schedule), and of two context-parallel ranks (each holding half of every sequence).
+TEST_F(LiveRecoveryE2E, PipelineAndContextParallelReplicasAreRecoveredLive) {
+  for (const auto& [name, layout] : std::vector<std::pair<std::string, std::string>>{
+           {"pp", "--set parallelism.pipeline_parallel=2 --set parallelism.microbatches=2"},
+           {"cp", "--set parallelism.context_parallel=2"}}) {
+    SCOPED_TRACE(name);
+    const std::string flags =
+        "--set parallelism.data_parallel_replicate=2 --set parallelism.data_parallel_shard=1 " +
+        layout;
+    auto clean =
+        RunTenax("launch --nproc-per-node 4 -- " + Ddp(name + "_clean", flags), dir_->path());
+    ASSERT_EQ(clean.exit_code, 0) << clean.output;
+    std::string out;
+    const nlohmann::json report =
+        Live(name, "crash:rank=1:step=6:at=reduce,await-join:rank=2:step=10", &out, "", flags,
+             name + "_clean", 128);
+    ExpectReplicaOfTwoRecovered(report, out);
   }
-  EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
 }
 
 // HSDP 2 x 2, a hang: rank 2 stopped (SIGSTOP) inside step 8. The hang check names it from the
@@ -585,18 +612,6 @@ TEST_F(LiveRecoveryE2E, LayoutsItCannotRunAreRefusedBeforeAnyRankTrains) {
                dir_->path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("needs at least 2 ranks"), std::string::npos) << r.output;
-  // Pipeline stages inside a replica: not yet.
-  r = RunTenax("launch --nproc-per-node 4 -- " +
-                   Train(*dir_, "pp",
-                         "--set resilience.mode=live --set parallelism.data_parallel_replicate=2 "
-                         "--set parallelism.data_parallel_shard=1 "
-                         "--set parallelism.pipeline_parallel=2"),
-               dir_->path());
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("pipeline_parallel = context_parallel = 1, not 2 / 1 / 1 / 2 / 1"),
-            std::string::npos)
-      << r.output;
-  EXPECT_EQ(r.output.find("generation 0: started"), std::string::npos) << r.output;
   r = RunTenax(
       "launch --nproc-per-node 2 --inject await-join:rank=0:step=2 -- " + Train(*dir_, "aj"),
       dir_->path());
@@ -620,7 +635,7 @@ TEST_F(LiveRecoveryE2E, LayoutsItCannotRunAreRefusedBeforeAnyRankTrains) {
                          "--set parallelism.data_parallel_shard=4"),
                dir_->path());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("a replica (4 ranks, parallelism.data_parallel_shard x tensor_parallel) "
+  EXPECT_NE(r.output.find("a replica (4 ranks: the world over parallelism.data_parallel_replicate) "
                           "must not span nodes: --nproc-per-node 2 must be a multiple of it"),
             std::string::npos)
       << r.output;

@@ -237,28 +237,27 @@ Result<int> Launch(const LaunchOptions& o) {
     const ParallelismOptions& p = train->parallelism;
     const int64_t world = static_cast<int64_t>(o.nproc_per_node) * o.nnodes;
     // data_parallel_shard = -1: the ranks left over by the other degrees.
-    const int64_t tp = p.tensor_parallel;
-    const int64_t shard = p.data_parallel_shard == -1 && p.data_parallel_replicate > 0 && tp > 0
-                              ? world / (p.data_parallel_replicate * tp)
+    const int64_t inner = p.tensor_parallel * p.pipeline_parallel * p.context_parallel;
+    const int64_t shard = p.data_parallel_shard == -1 && p.data_parallel_replicate > 0 && inner > 0
+                              ? world / (p.data_parallel_replicate * inner)
                               : p.data_parallel_shard;
-    if (p.data_parallel_replicate < 2 || tp < 1 ||
-        p.data_parallel_replicate * shard * tp != world || p.pipeline_parallel != 1 ||
-        p.context_parallel != 1) {
+    if (p.data_parallel_replicate < 2 || inner < 1 ||
+        p.data_parallel_replicate * shard * inner != world) {
       return InvalidArgument(fmt::format(
           "resilience.mode = \"live\" needs data-parallel replicas that can outlive each other "
-          "(DDP, or HSDP, each replica split by tensor parallelism or not): "
-          "parallelism.data_parallel_replicate >= 2, data_parallel_replicate x "
-          "data_parallel_shard x tensor_parallel = the world ({}), and pipeline_parallel = "
-          "context_parallel = 1, not {} / {} / {} / {} / {}; change the layout or set "
-          "resilience.mode = \"restart\"",
+          "(DDP, or HSDP, each replica split by tensor, pipeline or context parallelism or not): "
+          "parallelism.data_parallel_replicate >= 2 and data_parallel_replicate x "
+          "data_parallel_shard x tensor_parallel x pipeline_parallel x context_parallel = the "
+          "world ({}), not {} x {} x {} x {} x {}; change the layout or set resilience.mode = "
+          "\"restart\"",
           world, p.data_parallel_replicate, p.data_parallel_shard, p.tensor_parallel,
           p.pipeline_parallel, p.context_parallel));
     }
-    job.live_replica_ranks = static_cast<int>(shard * tp);
+    job.live_replica_ranks = static_cast<int>(shard * inner);
     if (o.nproc_per_node % job.live_replica_ranks != 0) {
       return InvalidArgument(fmt::format(
           "resilience.mode = \"live\" replaces a data-parallel replica's ranks together on its "
-          "node, so a replica ({} ranks, parallelism.data_parallel_shard x tensor_parallel) must "
+          "node, so a replica ({} ranks: the world over parallelism.data_parallel_replicate) must "
           "not span nodes: --nproc-per-node {} must be a multiple of it",
           job.live_replica_ranks, o.nproc_per_node));
     }

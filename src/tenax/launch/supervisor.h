@@ -79,7 +79,7 @@ struct JobInfo {
   // resilience.mode = "live" (one node): a failed rank's process is replaced while the others
   // train on (supervisor_live.cc), instead of a new generation.
   bool live = false;
-  // Live: ranks per data-parallel replica (HSDP's data_parallel_shard; 1 for DDP), consecutive
+  // Live: ranks per data-parallel replica (the world over data_parallel_replicate), consecutive
   // ranks; a replica's ranks are dropped and replaced together.
   int live_replica_ranks = 1;
 };

@@ -538,7 +538,7 @@ Result<std::unique_ptr<Communicator>> ProcessGroups::NewGroup(const std::string&
   if (it == ranks.end()) return Internal("rank " + std::to_string(me) + " is not in group " + name);
   if (ranks.size() == 1 && !impl_->options.c10d_for_one_rank) return MakeLocalCommunicator();
   if (impl_->make_group) {
-    TENAX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c, impl_->make_group(ranks));
+    TENAX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c, impl_->make_group(name, ranks));
     if (c) return c;
     return InvalidArgument(fmt::format(
         "group {} ({} of {} ranks) is not supported with this world (live recovery re-forms the "

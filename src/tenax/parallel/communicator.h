@@ -235,10 +235,10 @@ class ProcessGroups {
   static Result<std::unique_ptr<ProcessGroups>> Connect(const DistEnv& env,
                                                         std::chrono::milliseconds timeout);
   // Around a world made elsewhere (live recovery's proxy: parallel/live_group.h): NewGroup
-  // returns a group of one rank as local and any other as `make_group(ranks)`: its error, or null
-  // for a group it cannot give (a layout live mode does not run: NewGroup refuses it).
-  using GroupMaker =
-      std::function<Result<std::unique_ptr<Communicator>>(const std::vector<int>& ranks)>;
+  // returns a group of one rank as local and any other as `make_group(name, ranks)`: its error,
+  // or null for a group it cannot give (a layout live mode does not run: NewGroup refuses it).
+  using GroupMaker = std::function<Result<std::unique_ptr<Communicator>>(
+      const std::string& name, const std::vector<int>& ranks)>;
   static std::unique_ptr<ProcessGroups> Adopt(const DistEnv& env,
                                               std::unique_ptr<Communicator> world,
                                               GroupMaker make_group);

@@ -241,7 +241,7 @@ class Trainer {
   // replica). live_inside_: the replica's own group, all of its ranks (its votes).
   std::unique_ptr<parallel::LiveGroup> live_, live_replicas_;
   std::unique_ptr<parallel::Communicator> live_inside_;
-  // Ranks per replica: data_parallel_shard x tensor_parallel, consecutive (replicate is the
+  // Ranks per replica: the world over data_parallel_replicate, consecutive (replicate is the
   // outermost axis); a rank's position in its replica is rank % live_replica_ranks_.
   int live_replica_ranks_ = 1;
   std::unique_ptr<parallel::ProcessGroups> groups_;

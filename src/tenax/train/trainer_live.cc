@@ -9,24 +9,25 @@
 //                    without reading a checkpoint, says it is ready, and waits to be listed as
 //                    joining; the members take it in at their next step boundary (LiveQuorum)
 //                    and the newest state travels to it from a live member, checksummed.
-//   HSDP, TP        a replica is several ranks (data_parallel_shard x tensor_parallel,
-//                   consecutive). Its ranks are dropped and replaced together (the launcher
-//                   kills the others of a failed rank's replica), so the groups inside a
-//                   replica that survives (its own, FSDP's shard group, the tensor-parallel
-//                   group) are never re-formed: only the world's group and each position's group
-//                   across replicas are. Every collective across replicas of a step comes after
-//                   its last collective inside the replica (Fsdp::FinishStep finishes the
-//                   reduce-scatters and the TP sums first), and the replica's ranks vote through
-//                   the replica's own group on each phase of them (LiveAcrossReplicas): a
-//                   replica commits a step, or takes a new epoch, on all of its ranks or on
-//                   none, so no rank of it is ever a step ahead of another. A rank that received
-//                   state in a phase its replica then failed makes the whole replica stateless
-//                   (live_has_state_ = false) until a later sync.
+//   HSDP, TP, PP    a replica is several ranks (data_parallel_shard x tensor, pipeline and
+//                   context parallelism; consecutive). Its ranks are dropped and replaced
+//                   together (the launcher kills the others of a failed rank's replica), so the
+//                   groups inside a replica that survives (its own, FSDP's shard group, the TP,
+//                   pipeline and context groups) are never re-formed: only the world's group and
+//                   each position's group across replicas are. Every collective across replicas
+//                   of a step comes after its last collective inside the replica (the pipeline's
+//                   sends and its tied-embedding sum run in ForwardBackward; Fsdp::FinishStep
+//                   finishes the reduce-scatters and the TP sums first), and the replica's ranks
+//                   vote through the replica's own group on each phase of them
+//                   (LiveAcrossReplicas): a replica commits a step, or takes a new epoch, on all
+//                   of its ranks or on none, so no rank of it is ever a step ahead of another. A
+//                   rank that received state in a phase its replica then failed makes the whole
+//                   replica stateless (live_has_state_ = false) until a later sync.
 // Several nodes: the groups meet in etcd (ctx_.live_store, given by the node agents).
 //   Between steps   an evaluation's and a save's collectives across replicas are a phase too
 //                   (LiveBetweenSteps): a member lost in them leaves the others to recover, and
 //                   every member of the next epoch does them again (LiveStep: live_owed_).
-// Non-goals for now: pipeline or context parallelism inside a replica, MoE, NCCL.
+// Non-goals for now: MoE, NCCL.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -72,14 +73,10 @@ Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
         "on several nodes, a store the nodes share (TENAX_LIVE_STORE), which this tenax launch "
         "does not give its ranks");
   }
-  const parallel::Mesh& mesh = *mesh_;
-  if (mesh.degree(parallel::Axis::kReplicate) < 2 || mesh.degree(parallel::Axis::kPipeline) != 1 ||
-      mesh.degree(parallel::Axis::kContext) != 1) {
+  if (mesh_->degree(parallel::Axis::kReplicate) < 2) {
     needs.push_back(fmt::format(
-        "data-parallel replicas that can outlive each other: data_parallel_replicate >= 2, "
-        "each replica sharded (data_parallel_shard) and split by tensor parallelism only, "
-        "pipeline_parallel = context_parallel = 1, not {}",
-        mesh.Describe()));
+        "data-parallel replicas that can outlive each other: data_parallel_replicate >= 2, not {}",
+        mesh_->Describe()));
   }
   if (go.backend != parallel::Backend::kGloo) {
     needs.push_back("CPU ranks (Gloo): NCCL groups are not re-formed yet");
@@ -127,21 +124,20 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
     o.etcd_prefix = ctx_.live_store.prefix;
   }
   live_ = std::make_unique<parallel::LiveGroup>(o);
-  // The groups inside this replica (the replica's own; FSDP's shard group, the tensor-parallel
-  // one), formed once by this incarnation of its ranks (a replacement's under TENAX_LIVE_JOIN's
-  // number) through a store of their own: a failure inside the replica ends all of them.
+  // The groups inside this replica (the replica's own; FSDP's shard group, the tensor, pipeline
+  // and context-parallel ones), formed once by this incarnation of its ranks (a replacement's
+  // under TENAX_LIVE_JOIN's number) through stores of their own: a failure inside the replica
+  // ends all of them.
   const int first = replica * live_replica_ranks_;
   const std::string inside_name =
       fmt::format("live-g{}-replica{}-i{}", ctx_.generation, replica, ctx_.live_incarnation);
-  auto connect_inside = [this, first, inside_name, etcd = o.etcd, prefix = o.etcd_prefix, go](
-                            const std::vector<int>& ranks,
-                            const char* tag) -> Result<std::unique_ptr<parallel::Communicator>> {
-    // A store of its own per group: named `tag`, or by the ranks' positions in the replica.
-    std::vector<int> positions;
-    for (int r : ranks) positions.push_back(r - first);
-    const std::string name =
-        fmt::format("{}-{}", inside_name,
-                    tag ? std::string(tag) : fmt::format("{}", fmt::join(positions, ".")));
+  auto connect_inside =
+      [this, inside_name, etcd = o.etcd, prefix = o.etcd_prefix, go](
+          const std::string& group,
+          const std::vector<int>& ranks) -> Result<std::unique_ptr<parallel::Communicator>> {
+    // A store of its own per group (FSDP's shard group and the context-parallel one may have the
+    // same ranks).
+    const std::string name = inside_name + "-" + group;
     const int index =
         static_cast<int>(std::find(ranks.begin(), ranks.end(), env_.rank) - ranks.begin());
     const int size = static_cast<int>(ranks.size());
@@ -156,7 +152,7 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
     live_replicas_ = std::make_unique<parallel::LiveGroup>(r);
     std::vector<int> all(static_cast<size_t>(live_replica_ranks_));
     std::iota(all.begin(), all.end(), first);
-    TENAX_ASSIGN_OR_RETURN(live_inside_, connect_inside(all, "votes"));
+    TENAX_ASSIGN_OR_RETURN(live_inside_, connect_inside("votes", all));
   }
   if (config_.checkpoint.memory_replicas && env_.rank == 0) {
     log::Info(
@@ -177,13 +173,14 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
   groups_ = parallel::ProcessGroups::Adopt(
       env_, live_->NewProxy(),
       [this, first, connect_inside, across = mesh.GroupOf(env_.rank, parallel::Axis::kReplicate)](
+          const std::string& name,
           const std::vector<int>& ranks) -> Result<std::unique_ptr<parallel::Communicator>> {
         if (static_cast<int>(ranks.size()) == env_.world) return live_->NewProxy();
         if (live_replicas_ && ranks == across) return live_replicas_->NewProxy();
         const bool inside = std::all_of(ranks.begin(), ranks.end(), [&](int r) {
           return r >= first && r < first + live_replica_ranks_;
         });
-        if (inside) return connect_inside(ranks, nullptr);
+        if (inside) return connect_inside(name, ranks);
         return std::unique_ptr<parallel::Communicator>();
       });
   return Status::Ok();
