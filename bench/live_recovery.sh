@@ -173,6 +173,14 @@ for m in ("clean", "restart", "clean-live", "live"):
            "effective_measured": effective, "predicted": p, "steps_redone": j["steps_redone"],
            "restarts": j["restarts"], "live_recoveries": len(j.get("live_recoveries", [])),
            "healed": healed, "step": j["step"]}
+    # Each live recovery's own times, from its failure: when its replacement was ready, when it
+    # had healed (-1: never), so that a mean can be explained afterwards.
+    row["recoveries"] = [
+        {"rank": r["rank"], "kind": r["kind"], "time_s": r["time_s"],
+         "ready_after_s": r["ready_at_s"] - r["time_s"] if r.get("ready_at_s", -1) >= 0 else -1,
+         "healed_after_s": r["healed_at_s"] - r["time_s"] if r.get("healed_at_s", -1) >= 0 else -1,
+         "steps_short_handed": r.get("steps_short_handed", 0)}
+        for r in j.get("live_recoveries", [])]
     rows.append(row)
     pred = f"{p['mean']:.3f} ({p['p05']:.3f}-{p['p95']:.3f})" if p else "-"
     print(f"| {m} | {row['wall_s']:.1f} | {row['effective_ratio']:.3f} | {effective:.3f} | {pred} "
