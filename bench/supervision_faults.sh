@@ -11,7 +11,8 @@
 #                recorded (healed, or the run ended before its replacement could join).
 #   hsdp:        the same with HSDP 2x2 (two replicas of two ranks): the failed rank's replica
 #                partner goes with it (peer-lost), and both recoveries are recorded.
-#   tp:          the same with DDP 2 x tensor parallelism 2 (two replicas of two TP ranks).
+#   tp, pp, cp:  the same with DDP 2 around tensor, pipeline or context parallelism 2 (two
+#                replicas of two ranks).
 #   heal:        N live runs where a random rank crashes at a random step and its first
 #                replacement fails while healing (--inject heal-fail, at a random point, killed
 #                or stopped); counts the runs that finish with exit 0, no restart, the first
@@ -32,7 +33,7 @@
 #                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
 #                place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|heal|spike|between|nodes|all] [N]
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|heal|spike|between|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
@@ -124,20 +125,20 @@ orphans() {
   [ "$ok" -eq "$runs" ]
 }
 
-live() {  # live [SHARD [TP]]: 4 ranks as replicas of SHARD x TP ranks (1: DDP, 2: HSDP 2x2, 1 2:
-          # DDP 2 x TP 2)
-  local shard="${1:-1}" tp="${2:-1}" ok=0 label=live
-  local k=$((shard * tp))
-  [ "$shard" = 1 ] || label=hsdp
-  [ "$tp" = 1 ] || label=tp
+live() {  # live [LABEL [SHARD [INNER-AXIS]]]: 4 ranks as replicas of SHARD x 2 (INNER-AXIS given:
+          # tensor_parallel, pipeline_parallel or context_parallel) or SHARD ranks (live: DDP 4,
+          # hsdp 2: HSDP 2x2, tp 1 tensor_parallel: DDP 2 x TP 2)
+  local label="${1:-live}" shard="${2:-1}" axis="${3:-}" ok=0 k inner=""
+  k=$shard
+  if [ -n "$axis" ]; then k=$((shard * 2)); inner="--set parallelism.$axis=2"; fi
+  [ "$axis" = pipeline_parallel ] && inner+=" --set parallelism.microbatches=2"
   for i in $(seq 1 "$runs"); do
     local rank=$((RANDOM % 4)) how name="$label$i" status="$work/$label$i-status.json"
     case $((RANDOM % 3)) in 0) how=ABRT ;; 1) how=SEGV ;; 2) how=KILL ;; esac
-    # shellcheck disable=SC2046
+    # shellcheck disable=SC2046,SC2086
     "$bin" launch --nproc-per-node 4 --status-file "$status" -- $(train "$name") \
       --set training.steps=400 --set parallelism.data_parallel_replicate=$((4 / k)) \
-      --set parallelism.data_parallel_shard="$shard" --set parallelism.tensor_parallel="$tp" \
-      --set resilience.mode=live \
+      --set parallelism.data_parallel_shard="$shard" $inner --set resilience.mode=live \
       > "$work/$name.log" 2>&1 &
     local launcher=$!
     local pid
@@ -269,14 +270,18 @@ case "$what" in
   attribution) attribution || status=1 ;;
   orphans) orphans || status=1 ;;
   live) live || status=1 ;;
-  hsdp) live 2 || status=1 ;;
-  tp) live 1 2 || status=1 ;;
+  hsdp) live hsdp 2 || status=1 ;;
+  tp) live tp 1 tensor_parallel || status=1 ;;
+  pp) live pp 1 pipeline_parallel || status=1 ;;
+  cp) live cp 1 context_parallel || status=1 ;;
   heal) heal || status=1 ;;
   spike) spike || status=1 ;;
   between) between || status=1 ;;
   nodes) nodes || status=1 ;;
-  all) attribution || status=1; orphans || status=1; live || status=1; live 2 || status=1
-       live 1 2 || status=1; heal || status=1; spike || status=1; between || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
+  all) attribution || status=1; orphans || status=1; live || status=1; live hsdp 2 || status=1
+       live tp 1 tensor_parallel || status=1; live pp 1 pipeline_parallel || status=1
+       live cp 1 context_parallel || status=1; heal || status=1; spike || status=1
+       between || status=1 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|pp|cp|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

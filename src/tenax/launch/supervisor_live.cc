@@ -30,6 +30,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "tenax/core/log.h"
 #include "tenax/launch/supervisor.h"
@@ -201,8 +202,10 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   const int k = job_.live_replica_ranks;
   std::vector<int> dead;
   std::map<int, std::string> how;  // rank -> how its process ended
+  std::set<int> lost_a_peer;       // ranks whose own exit says another rank failed first
   for (const RankEnd& e : failed) {
     dead.push_back(e.rank);
+    if (e.code == protocol::ToInt(protocol::ExitCode::kPeerLost)) lost_a_peer.insert(e.rank);
     how[e.rank] = protocol::DescribeExitCode(e.code) +
                   (e.report ? ": " + e.report->cause.substr(0, e.report->cause.find('\n')) : "");
   }
@@ -312,7 +315,11 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
       why.cause = fmt::format("rank {} was {}", rank, t->second);
       g_.retiring.erase(t);
     } else if (v.rank != rank) {
-      why.kind = protocol::FailureKind::kCrash;
+      // Gone with another rank's failure: of its own (a crash), or because that rank was its
+      // peer (a pipeline stage whose neighbour died exits before this launcher kills it with
+      // its replica), which blames no slot.
+      why.kind = lost_a_peer.count(rank) > 0 ? protocol::FailureKind::kPeerLost
+                                             : protocol::FailureKind::kCrash;
       why.cause = fmt::format("rank {} {} (with rank {}'s failure)", rank, how[rank], v.rank);
       if (v.rank >= 0) failed_with = v.rank;
     }

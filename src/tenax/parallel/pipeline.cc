@@ -13,6 +13,7 @@
 
 #include "tenax/core/check.h"
 #include "tenax/core/torch_errors.h"
+#include "tenax/protocol/exit_report.h"
 
 namespace tenax::parallel {
 
@@ -180,6 +181,13 @@ struct PipelineExecutor::StepState {
 };
 
 namespace {
+
+// A pipeline step's failure as the rest of the trainer reports one: a send or receive whose peer
+// went away is secondary (another rank failed first), as an exception from a collective is.
+Status PipelineFailure(const Status& st) {
+  if (st.ok() || !protocol::IsPeerLostError(st.message())) return st;
+  return PeerLost("a collective lost its partner (another rank failed first): " + st.message());
+}
 
 // B, I and W of a (micro-batch, chunk) share one slot: the gradient's.
 size_t Slot(const PipelinePlan& plan, ActionKind kind, int mb, int chunk) {
@@ -468,7 +476,7 @@ Result<PipelineStepResult> PipelineExecutor::Step(const at::Tensor& tokens,
     comm_.Broadcast(loss, last);
     result.loss = loss.item<double>() / m;
   });
-  if (!status.ok()) return status;
+  if (!status.ok()) return PipelineFailure(status);
   result.timeline = std::move(st.timeline);
   return result;
 }
@@ -512,7 +520,7 @@ Result<double> PipelineExecutor::EvalLoss(const at::Tensor& tokens, const at::Te
     comm_.Broadcast(l, last);
     loss = l.item<double>();
   });
-  if (!status.ok()) return status;
+  if (!status.ok()) return PipelineFailure(status);
   return loss;
 }
 

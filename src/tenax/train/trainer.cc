@@ -608,6 +608,11 @@ Result<TrainSummary> Train(const Config& config, const protocol::RankContext& co
     failed = summary.status();
     kind = trainer->failure_kind();
     secondary = trainer->failure_secondary();
+    // A step's send or receive whose peer went away (a pipeline's), returned rather than thrown:
+    // reported as the same failure thrown from a collective is (below).
+    if (failed.code() == StatusCode::kPeerLost && kind == FailureKind::kCrash) {
+      kind = FailureKind::kPeerLost;
+    }
   } catch (const std::exception& e) {
     const std::string what = e.what();
     failed = protocol::IsPeerLostError(what)
