@@ -354,22 +354,13 @@ void Fsdp::WaitReduction(Unit& u) {
 }
 
 void Fsdp::SumOverTp(const std::vector<std::pair<const Unit*, at::Tensor>>& flats) {
-  Communicator& tp = model_.tp();
-  if (tp.size() == 1) return;
   // Replicated-over-TP parameters: each TP rank holds its sequence shard's contribution. One
-  // bucket: they are the norms, tiny, and one collective beats one per unit on latency.
+  // bucket: they are the norms, tiny.
   std::vector<at::Tensor> parts;
   for (const auto& [u, flat] : flats) {
     for (auto [b, n] : u->tp_replicated) parts.push_back(flat.narrow(0, b, n));
   }
-  if (parts.empty()) return;
-  at::Tensor bucket = at::cat(parts);
-  tp.AllReduceSum(bucket);
-  int64_t off = 0;
-  for (auto& p : parts) {
-    p.copy_(bucket.narrow(0, off, p.numel()));
-    off += p.numel();
-  }
+  AllReduceSumInOneBucket(model_.tp(), parts);
 }
 
 void Fsdp::FinishStep() {

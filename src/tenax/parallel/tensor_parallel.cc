@@ -350,16 +350,20 @@ void AllReduceReplicatedGrads(const std::vector<model::NamedTensor>& local_param
     TENAX_CHECK(grads.empty() || g.scalar_type() == grads[0].scalar_type());
     grads.push_back(g);
   }
-  if (grads.empty() || tp.size() == 1) return;
   // One bucket: the norms are tiny, and one collective beats 2L + 3 small ones on latency.
+  AllReduceSumInOneBucket(tp, grads);
+}
+
+void AllReduceSumInOneBucket(Communicator& group, const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty() || group.size() == 1) return;
   std::vector<at::Tensor> flat;
-  for (const auto& g : grads) flat.push_back(g.reshape({-1}));
+  for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
   at::Tensor bucket = at::cat(flat);  // (sum of numel)
-  tp.AllReduceSum(bucket);
+  group.AllReduceSum(bucket);
   int64_t offset = 0;
-  for (auto& g : grads) {
-    g.copy_(bucket.narrow(0, offset, g.numel()).view_as(g));
-    offset += g.numel();
+  for (const auto& t : tensors) {
+    at::Tensor(t).copy_(bucket.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
   }
 }
 
