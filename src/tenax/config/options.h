@@ -158,6 +158,15 @@ struct ParallelismOptions {
   double collective_timeout_s = 600;
 };
 
+// data_parallel_shard in a world of `world` ranks: -1 resolved to the ranks the other degrees
+// leave, or 0 when they do not divide the world (parallel::Mesh::Create says why).
+inline int64_t ResolvedDataParallelShard(const ParallelismOptions& p, int64_t world) {
+  if (p.data_parallel_shard != -1) return p.data_parallel_shard;
+  const int64_t others =
+      p.data_parallel_replicate * p.tensor_parallel * p.pipeline_parallel * p.context_parallel;
+  return others > 0 && world % others == 0 ? world / others : 0;
+}
+
 struct CheckpointOptions {
   bool enable = true;
   std::string folder =

@@ -236,11 +236,8 @@ Result<int> Launch(const LaunchOptions& o) {
     // before any of them starts.
     const ParallelismOptions& p = train->parallelism;
     const int64_t world = static_cast<int64_t>(o.nproc_per_node) * o.nnodes;
-    // data_parallel_shard = -1: the ranks left over by the other degrees.
     const int64_t inner = p.tensor_parallel * p.pipeline_parallel * p.context_parallel;
-    const int64_t shard = p.data_parallel_shard == -1 && p.data_parallel_replicate > 0 && inner > 0
-                              ? world / (p.data_parallel_replicate * inner)
-                              : p.data_parallel_shard;
+    const int64_t shard = ResolvedDataParallelShard(p, world);
     if (p.data_parallel_replicate < 2 || inner < 1 ||
         p.data_parallel_replicate * shard * inner != world) {
       return InvalidArgument(fmt::format(

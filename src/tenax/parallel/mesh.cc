@@ -32,15 +32,12 @@ Result<Mesh> Mesh::Create(const ParallelismOptions& o, int world, const ModelSpe
   // The context factor is named only when it is in use, so the messages of the other layouts
   // stay as they were.
   const std::string cp_factor = cp > 1 ? fmt::format(" * context_parallel({})", cp) : "";
-  int64_t shard = o.data_parallel_shard;
-  if (shard == -1) {
-    if (world % (rep * tp * pp * cp) != 0) {
-      return InvalidArgument(fmt::format(
-          "cannot infer data_parallel_shard: world size {} is not divisible by "
-          "data_parallel_replicate({}) * tensor_parallel({}) * pipeline_parallel({}){} = {}",
-          world, rep, tp, pp, cp_factor, rep * tp * pp * cp));
-    }
-    shard = world / (rep * tp * pp * cp);
+  const int64_t shard = ResolvedDataParallelShard(o, world);
+  if (o.data_parallel_shard == -1 && shard == 0) {
+    return InvalidArgument(fmt::format(
+        "cannot infer data_parallel_shard: world size {} is not divisible by "
+        "data_parallel_replicate({}) * tensor_parallel({}) * pipeline_parallel({}){} = {}",
+        world, rep, tp, pp, cp_factor, rep * tp * pp * cp));
   }
   if (rep * shard * tp * pp * cp != world) {
     return InvalidArgument(fmt::format(

@@ -186,7 +186,7 @@ namespace {
 // went away is secondary (another rank failed first), as an exception from a collective is.
 Status PipelineFailure(const Status& st) {
   if (st.ok() || !protocol::IsPeerLostError(st.message())) return st;
-  return PeerLost("a collective lost its partner (another rank failed first): " + st.message());
+  return protocol::PeerLostError(st.message());
 }
 
 // B, I and W of a (micro-batch, chunk) share one slot: the gradient's.

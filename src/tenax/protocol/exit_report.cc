@@ -81,6 +81,10 @@ std::optional<ExitReport> ReadExitReport(const std::string& dir, int rank) {
   return r;
 }
 
+Status PeerLostError(const std::string& message) {
+  return PeerLost("a collective lost its partner (another rank failed first): " + message);
+}
+
 bool IsPeerLostError(std::string_view m) {
   for (const char* pattern :
        {// Gloo and the c10d store

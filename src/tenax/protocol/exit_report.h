@@ -44,6 +44,9 @@ std::optional<ExitReport> ReadExitReport(const std::string& dir, int rank);
 // a network error", a socket closed by the remote peer, a communicator aborted after a peer's
 // failure). Such a failure is secondary.
 bool IsPeerLostError(std::string_view message);
+// The status of a rank whose collective failed with such a `message` (kPeerLost, exit code 10):
+// one wording for every place that turns one into a status.
+Status PeerLostError(const std::string& message);
 
 // The rank side: writes this process's report. Disabled (no-op) without a heartbeat folder.
 class ExitReporter {

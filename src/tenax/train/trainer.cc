@@ -615,9 +615,8 @@ Result<TrainSummary> Train(const Config& config, const protocol::RankContext& co
     }
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    failed = protocol::IsPeerLostError(what)
-                 ? PeerLost("a collective lost its partner (another rank failed first): " + what)
-                 : Internal("libtorch: " + what);
+    failed = protocol::IsPeerLostError(what) ? protocol::PeerLostError(what)
+                                             : Internal("libtorch: " + what);
     if (failed.code() == StatusCode::kPeerLost) kind = FailureKind::kPeerLost;
   }
   reporter.Report(protocol::ToInt(protocol::FromStatus(failed)), kind, failed.message(), secondary);
