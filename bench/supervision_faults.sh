@@ -13,6 +13,8 @@
 #                partner goes with it (peer-lost), and both recoveries are recorded.
 #   tp, pp, cp:  the same with DDP 2 around tensor, pipeline or context parallelism 2 (two
 #                replicas of two ranks).
+#   moe:         hsdp's layout with a mixture-of-experts model, its experts split over each
+#                replica's two ranks (expert_parallel 2), sigmoid router biases.
 #   heal:        N live runs where a random rank crashes at a random step and its first
 #                replacement fails while healing (--inject heal-fail, at a random point, killed
 #                or stopped); counts the runs that finish with exit 0, no restart, the first
@@ -33,7 +35,7 @@
 #                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
 #                place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|heal|spike|between|nodes|all] [N]
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|spike|between|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
@@ -125,12 +127,12 @@ orphans() {
   [ "$ok" -eq "$runs" ]
 }
 
-live() {  # live [LABEL [SHARD [INNER-AXIS]]]: 4 ranks as replicas of SHARD x 2 (INNER-AXIS given:
-          # tensor_parallel, pipeline_parallel or context_parallel) or SHARD ranks (live: DDP 4,
-          # hsdp 2: HSDP 2x2, tp 1 tensor_parallel: DDP 2 x TP 2)
-  local label="${1:-live}" shard="${2:-1}" axis="${3:-}" ok=0 k inner=""
+live() {  # live [LABEL [SHARD [INNER-AXIS [MORE]]]]: 4 ranks as replicas of SHARD x 2 (INNER-AXIS
+          # given: tensor_parallel, pipeline_parallel or context_parallel) or SHARD ranks (live:
+          # DDP 4, hsdp 2: HSDP 2x2, tp 1 tensor_parallel: DDP 2 x TP 2); MORE: train flags
+  local label="${1:-live}" shard="${2:-1}" axis="${3:-}" ok=0 k inner="${4:-}"
   k=$shard
-  if [ -n "$axis" ]; then k=$((shard * 2)); inner="--set parallelism.$axis=2"; fi
+  if [ -n "$axis" ]; then k=$((shard * 2)); inner+=" --set parallelism.$axis=2"; fi
   [ "$axis" = pipeline_parallel ] && inner+=" --set parallelism.microbatches=2"
   for i in $(seq 1 "$runs"); do
     local rank=$((RANDOM % 4)) how name="$label$i" status="$work/$label$i-status.json"
@@ -265,6 +267,10 @@ nodes() {
   [ "$ok" -eq "$runs" ]
 }
 
+# HSDP 2x2 with a mixture of experts split over each replica's two ranks, sigmoid router biases.
+moe="--set model.preset=debug-moe --set parallelism.expert_parallel=2 --set model.moe_router=sigmoid
+  --set model.moe_bias_update_rate=0.01"
+
 status=0
 case "$what" in
   attribution) attribution || status=1 ;;
@@ -274,14 +280,16 @@ case "$what" in
   tp) live tp 1 tensor_parallel || status=1 ;;
   pp) live pp 1 pipeline_parallel || status=1 ;;
   cp) live cp 1 context_parallel || status=1 ;;
+  moe) live moe 2 "" "$moe" || status=1 ;;
   heal) heal || status=1 ;;
   spike) spike || status=1 ;;
   between) between || status=1 ;;
   nodes) nodes || status=1 ;;
   all) attribution || status=1; orphans || status=1; live || status=1; live hsdp 2 || status=1
        live tp 1 tensor_parallel || status=1; live pp 1 pipeline_parallel || status=1
-       live cp 1 context_parallel || status=1; heal || status=1; spike || status=1
+       live cp 1 context_parallel || status=1; live moe 2 "" "$moe" || status=1
+       heal || status=1; spike || status=1
        between || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|pp|cp|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

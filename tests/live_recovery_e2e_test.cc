@@ -1,7 +1,8 @@
-// resilience.mode = "live" through `tenax launch` (issue 34): DDP 4, HSDP 2x2 and DDP 2 around
-// TP 2, PP 2 or CP 2 on one node, a rank (or a whole replica) killed, hung or lost while healing;
-// the others train on and the replacement heals from a live rank, against an unfailed run of the
-// same layout. Also a checkpoint written short-handed, and the layouts live mode refuses.
+// resilience.mode = "live" through `tenax launch` (issue 34): DDP 4, HSDP 2x2 (also with a
+// mixture-of-experts model) and DDP 2 around TP 2, PP 2 or CP 2 on one node, a rank (or a whole
+// replica) killed, hung or lost while healing; the others train on and the replacement heals from a
+// live rank, against an unfailed run of the same layout. Also a checkpoint written short-handed,
+// and the layouts live mode refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -345,57 +346,13 @@ TEST_F(LiveRecoveryE2E, AReplacementLostWhileHealingIsDiscardedAndTheNextOneHeal
   }
 }
 
-// HSDP 2 x 2: a replica is two ranks, each holding half of the model (ranks 0, 1 and 2, 3).
-// Rank 1 killed at step 6's start: the launcher kills rank 0 with it (a replica's shard group
-// cannot lose a rank), replica 1 trains on with replica 0's samples, and both of replica 0's
-// ranks are replaced together, each healing its own shard from replica 1's rank at the same
-// shard index. Against an unfailed HSDP run: the same samples, losses within 1e-6 at every step.
-TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
-  const std::string hsdp = kHsdp;
-  ASSERT_NO_FATAL_FAILURE(HsdpClean());
-  std::string out;
-  const nlohmann::json report =
-      Live("hsdp", "crash:rank=1:step=6,await-join:rank=2:step=10", &out, "", hsdp, "hsdp_clean");
-  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
-  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
-  EXPECT_NE(out.find("killing rank 0 with rank 1 of its replica"), std::string::npos) << out;
-  EXPECT_NE(out.find("live epoch 1 formed by ranks 2,3"), std::string::npos) << out;
-  // Replica 1 had run step 6's own samples: each of its ranks runs only replica 0's at its shard
-  // index again, adding to the shard's gradient it kept.
-  for (const char* kept : {"slot(s) 2 kept through the failure: running only slot(s) 0",
-                           "slot(s) 3 kept through the failure: running only slot(s) 1"}) {
-    EXPECT_NE(out.find(std::string("step 6: the gradients of ") + kept), std::string::npos) << out;
-  }
-  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
-  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
-  ASSERT_EQ(by_rank.count(0) + by_rank.count(1), 2u) << report.dump(2);
-  EXPECT_EQ(by_rank[1]["kind"], "crash");
-  EXPECT_EQ(by_rank[0]["kind"], "peer-lost");
-  EXPECT_NE(by_rank[0]["cause"].get<std::string>().find("killed with rank 1 of its replica"),
-            std::string::npos)
-      << by_rank[0].dump(2);
-  for (int rank : {0, 1}) {
-    const auto& l = by_rank[rank];
-    EXPECT_EQ(l["replica"], 0);
-    EXPECT_EQ(l["incarnation"], 1);
-    EXPECT_EQ(l["step"], 5) << "the last step it finished";
-    EXPECT_EQ(l["healed_from"], rank + 2) << "the rank of replica 1 at its shard index";
-    EXPECT_GT(l["healed_bytes"].get<int64_t>(), 50000);  // its half of the weights and moments
-    EXPECT_EQ(l["joined_epoch"], by_rank[1]["joined_epoch"]);  // together
-    EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
-  }
-  EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
-}
-
-// DDP 2 around a replica of two ranks split by tensor, pipeline or context parallelism. Rank 1
-// crashes right before step 6's gradient reduction: its peer (rank 0) is killed with it, replica
-// 1's two ranks train on with both replicas' samples (their own groups untouched), and replica 0's
-// new ranks heal position by position. Against the unfailed run of the same layout, as every
-// case. The crash's place matters under TP: had rank 0 summed its gradients across replicas
-// before its TP sum, rank 2 would have got through its reduction across replicas and waited in
-// the TP sum for rank 3, which waits in the replica's vote (Fsdp::FinishStep does every sum
-// inside a replica first).
-static void ExpectReplicaOfTwoRecovered(const nlohmann::json& report, const std::string& out) {
+// Replica 0 (ranks 0 and 1) lost in step 6 by rank 1's crash, replica 1 (ranks 2 and 3) trained
+// on, and replica 0's new ranks healed position by position. `kept`: what replica 1's ranks say
+// they kept of step 6 and ran again (its data slots: one per replica, or per shard under HSDP).
+static void ExpectReplicaOfTwoRecovered(
+    const nlohmann::json& report, const std::string& out,
+    const std::vector<std::string>& kept = {
+        "slot(s) 1 kept through the failure: running only slot(s) 0"}) {
   EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
   EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
   // Rank 0 is killed with rank 1, or (a pipeline stage) exits first, having lost its peer.
@@ -405,10 +362,9 @@ static void ExpectReplicaOfTwoRecovered(const nlohmann::json& report, const std:
       << out;
   EXPECT_NE(out.find("live epoch 1 formed by ranks 2,3"), std::string::npos) << out;
   // Both ranks of replica 1 kept their gradients of step 6 and run replica 0's samples only.
-  EXPECT_NE(out.find("step 6: the gradients of slot(s) 1 kept through the failure: running only "
-                     "slot(s) 0"),
-            std::string::npos)
-      << out;
+  for (const std::string& k : kept) {
+    EXPECT_NE(out.find("step 6: the gradients of " + k), std::string::npos) << out;
+  }
   ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
   std::map<int, nlohmann::json> by_rank;
   for (const auto& l : report["live_recoveries"]) by_rank[l["rank"].get<int>()] = l;
@@ -423,10 +379,47 @@ static void ExpectReplicaOfTwoRecovered(const nlohmann::json& report, const std:
     EXPECT_EQ(l["healed_from"], rank + 2) << "the rank of replica 1 at its position";
     EXPECT_GT(l["healed_bytes"].get<int64_t>(), 30000);  // its part of the weights and moments
     EXPECT_EQ(l["joined_epoch"], by_rank[1]["joined_epoch"]);  // together
+    EXPECT_GE(l["steps_short_handed"].get<int64_t>(), 1);
   }
   EXPECT_EQ(out.find("generation 1"), std::string::npos) << out;
 }
 
+// Under HSDP 2 x 2 the data slots are the shards: replica 1's ranks run replica 0's at their own
+// shard index.
+const std::vector<std::string> kHsdpKept = {
+    "slot(s) 2 kept through the failure: running only slot(s) 0",
+    "slot(s) 3 kept through the failure: running only slot(s) 1"};
+
+// HSDP 2 x 2: a replica is two ranks, each holding half of the model (ranks 0, 1 and 2, 3).
+// Rank 1 killed at step 6's start: the launcher kills rank 0 with it (a replica's shard group
+// cannot lose a rank), replica 1 trains on with replica 0's samples, and both of replica 0's
+// ranks are replaced together, each healing its own shard from replica 1's rank at the same
+// shard index. Against an unfailed HSDP run: the same samples, losses within 1e-6 at every step.
+TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
+  const std::string hsdp = kHsdp;
+  ASSERT_NO_FATAL_FAILURE(HsdpClean());
+  std::string out;
+  const nlohmann::json report =
+      Live("hsdp", "crash:rank=1:step=6,await-join:rank=2:step=10", &out, "", hsdp, "hsdp_clean");
+  // Replica 1 had run step 6's own samples: each of its ranks runs only replica 0's at its shard
+  // index again, adding to the shard's gradient it kept.
+  ExpectReplicaOfTwoRecovered(report, out, kHsdpKept);
+  const auto by_rank = RecoveriesByRank(report);
+  ASSERT_EQ(by_rank.count(0), 1u);
+  EXPECT_NE(by_rank.at(0)["cause"].get<std::string>().find("killed with rank 1 of its replica"),
+            std::string::npos)
+      << by_rank.at(0).dump(2);
+  EXPECT_GT(by_rank.at(0)["healed_bytes"].get<int64_t>(), 50000);  // half the weights and moments
+}
+
+// DDP 2 around a replica of two ranks split by tensor, pipeline or context parallelism. Rank 1
+// crashes right before step 6's gradient reduction: its peer (rank 0) is killed with it, replica
+// 1's two ranks train on with both replicas' samples (their own groups untouched), and replica 0's
+// new ranks heal position by position. Against the unfailed run of the same layout, as every
+// case. The crash's place matters under TP: had rank 0 summed its gradients across replicas
+// before its TP sum, rank 2 would have got through its reduction across replicas and waited in
+// the TP sum for rank 3, which waits in the replica's vote (Fsdp::FinishStep does every sum
+// inside a replica first).
 TEST_F(LiveRecoveryE2E, TensorParallelReplicaIsLostWholeAndItsRanksHealPositionByPosition) {
   const std::string tp =
       "--set parallelism.data_parallel_replicate=2 --set parallelism.data_parallel_shard=1 "
@@ -465,6 +458,44 @@ TEST_F(LiveRecoveryE2E, PipelineAndContextParallelReplicasAreRecoveredLive) {
                                        flags, c.name + "_clean", 128);
     ExpectReplicaOfTwoRecovered(report, out);
   }
+}
+
+// A mixture-of-experts model, HSDP 2 x 2 with its experts split over each replica's two ranks
+// (expert_parallel 2) and the sigmoid router's balancing biases: routing is counted within each
+// replica (model/moe.h), so replica 1 runs replica 0's samples as replica 0 would have, and the
+// biases, which move by the whole batch's counts, reach the replacements with the state. Against
+// an unfailed live run: losses, the aux loss and the biases at the end.
+TEST_F(LiveRecoveryE2E, MixtureOfExpertsReplicaIsRecoveredLive) {
+  const std::string moe = std::string(kHsdp) +
+                          " --set model.preset=debug-moe --set parallelism.expert_parallel=2 "
+                          "--set model.moe_router=sigmoid --set model.moe_bias_update_rate=0.01 "
+                          "--set model.n_shared_experts=1";
+  auto clean = RunTenax(
+      "launch --nproc-per-node 4 -- " + Ddp("moe_clean", "--set resilience.mode=live " + moe),
+      dir_->path());
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  ASSERT_NE(clean.output.find("(expert_parallel 2 within dp_shard)"), std::string::npos)
+      << clean.output;
+  std::string out;
+  const nlohmann::json report = Live(
+      "moe", "crash:rank=1:step=6:at=reduce,await-join:rank=2:step=10", &out, "", moe, "moe_clean");
+  ExpectReplicaOfTwoRecovered(report, out, kHsdpKept);
+  const std::vector<double> clean_aux =
+                                ReadMetric(*dir_ / "moe_clean/metrics.jsonl", "moe_aux_loss"),
+                            aux = ReadMetric(*dir_ / "moe/metrics.jsonl", "moe_aux_loss");
+  ASSERT_EQ(aux.size(), 16u);
+  ASSERT_EQ(clean_aux.size(), aux.size());
+  for (size_t i = 0; i < aux.size(); ++i) {
+    EXPECT_NEAR(aux[i], clean_aux[i], 1e-6 * std::abs(clean_aux[i])) << "step " << i + 1;
+  }
+  const nlohmann::json a = FinalState("moe_clean"), b = FinalState("moe");
+  ASSERT_TRUE(a.contains("moe_expert_bias")) << a.dump();
+  double moved = 0;
+  for (const auto& row : a["moe_expert_bias"]) {
+    for (const auto& x : row) moved += std::abs(x.get<double>());
+  }
+  EXPECT_GT(moved, 0.01) << "the biases moved";
+  EXPECT_EQ(b["moe_expert_bias"], a["moe_expert_bias"]);
 }
 
 // HSDP 2 x 2, a hang: rank 2 stopped (SIGSTOP) inside step 8. The hang check names it from the

@@ -79,17 +79,24 @@ void MoeState::Record(int64_t layer, const at::Tensor& global_counts, double aux
   ++s.forwards;
 }
 
-void MoeState::EndStep(bool update_bias) {
+void MoeState::EndStep(bool update_bias, const at::Tensor& totals) {
   if (has_bias() && update_bias) {
     at::NoGradGuard no_grad;
+    TENAX_CHECK(!totals.defined() || (totals.dim() == 2 && totals.size(0) == n_layers_ &&
+                                      totals.size(1) == spec_.n_experts));
     for (int64_t i = 0; i < n_layers_; ++i) {
       const LayerStats& s = stats_[static_cast<size_t>(i)];
       if (!s.counts.defined()) continue;  // a layer another pipeline stage holds
       // Every rank holding the layer sees the same global counts, so the biases stay identical.
-      const at::Tensor step = (s.counts.mean() - s.counts).sign() * spec_.bias_update_rate;
+      const at::Tensor counts = totals.defined() ? totals[i] : s.counts;
+      const at::Tensor step = (counts.mean() - counts).sign() * spec_.bias_update_rate;
       bias_[static_cast<size_t>(i)].add_(step.to(at::kFloat));
     }
   }
+  ClearStats();
+}
+
+void MoeState::ClearStats() {
   for (auto& s : stats_) s = LayerStats{};
 }
 

@@ -26,6 +26,10 @@
 // the MoE layers and times aux_loss_coef, enters the gradient only: its gradient is injected
 // where the layer's output is back-propagated (MoeState::aux_grad_scale; Megatron-LM's
 // MoEAuxLossAutoScaler), which also works inside pipeline stages and recomputed blocks.
+// Live recovery (resilience.mode = "live") counts f over one data-parallel replica's part of the
+// micro-batch instead: a replica's samples must give the same gradients when another replica
+// runs them after a failure, so nothing of a forward may depend on the other replicas. The
+// selection biases still move by the counts of the whole global batch (EndStep's `totals`).
 //
 // Parameters of MoE layer i (canonical names; experts by their global index e, so checkpoints do
 // not depend on how experts are split over ranks):
@@ -105,6 +109,7 @@ class MoeState {
   at::Tensor BiasTable() const;
   // Which layers this rank runs (all, unless pipeline stages split them).
   void SetHeldLayers(std::vector<bool> held) { held_ = std::move(held); }
+  bool holds(int64_t layer) const { return held_[static_cast<size_t>(layer)]; }
   void SetBiasTable(const at::Tensor& table);
   bool has_bias() const { return spec_.router == "sigmoid" && spec_.bias_update_rate > 0; }
 
@@ -126,7 +131,12 @@ class MoeState {
   const std::vector<LayerStats>& step_stats() const { return stats_; }
   // After the optimizer step: moves the biases by the step's loads (when has_bias() and
   // `update_bias`: false for a step whose update was skipped), then clears the statistics.
-  void EndStep(bool update_bias = true);
+  // `totals`: the step's assignments per expert over the whole global batch, (n_layers, E) fp64
+  // (rows of layers not held are not read); undefined when this rank's statistics are them
+  // already (one process, or counts summed over every data-parallel rank).
+  void EndStep(bool update_bias = true, const at::Tensor& totals = at::Tensor());
+  // Drops the step's statistics (a step run again from the start: live recovery).
+  void ClearStats();
 
  private:
   const MoeSpec spec_;

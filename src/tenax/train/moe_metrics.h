@@ -34,14 +34,20 @@ struct MoeMetrics {
 };
 
 // The step's statistics of every MoE layer, whichever pipeline stage runs it. Collective over
-// `world` when it is not null (every rank calls it after the step's backward); `copies`: how many
-// ranks hold each layer (the statistics of a layer are identical on them).
+// `world` when it is not null (every rank calls it after the step's backward). `count_copies`:
+// how many ranks of `world` hold each layer's routing counts of the same samples (every holder
+// when the counts are summed over all data-parallel ranks; a replica's holders when they are
+// summed within each replica: StepModel::moe_count_copies). The aux loss is the mean over every
+// forward of every holder, so it does not depend on which rank ran a micro-batch.
 MoeMetrics CollectMoeMetrics(const model::MoeState& state, parallel::Communicator* world,
-                             int copies);
+                             int count_copies);
+
+// The tokens per expert of every layer, (n_layers, E) fp64, for MoeState::EndStep (rows of
+// dense layers are zero).
+at::Tensor StepTotals(const MoeMetrics& m, const model::MoeState& state);
 
 // Every layer's selection bias as one (n_layers, E) fp64 table, whichever pipeline stage holds
-// the layer. Collective over `world` when it is not null.
-at::Tensor GatherExpertBias(const model::MoeState& state, parallel::Communicator* world,
-                            int copies);
+// the layer (its holders have the same). Collective over `world` when it is not null.
+at::Tensor GatherExpertBias(const model::MoeState& state, parallel::Communicator* world);
 
 }  // namespace tenax::train

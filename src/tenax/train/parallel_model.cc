@@ -26,7 +26,7 @@ Result<at::ScalarType> FsdpParamDtype(const std::string& setting, const at::Devi
 Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups g,
     const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype,
-    bool reduce_once_per_step) {
+    bool live) {
   TENAX_CHECK(g.world && g.replicate && g.shard && g.pp && g.tp);
   std::unique_ptr<ParallelModel> m(new ParallelModel());
   m->spec_ = spec;
@@ -64,9 +64,13 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   m->model_ = std::make_unique<parallel::ShardedLlama>(spec, full, *g.tp, own, device);
   if (spec.moe.enabled()) {
     m->local_ = parallel::MakeLocalCommunicator();
+    // Routing is counted over the ranks holding the micro-batch's other tokens: live, only those
+    // of this replica (model/moe.h).
+    std::vector<parallel::Communicator*> batch = {g.tp, g.shard};
+    if (!live) batch.push_back(g.replicate);
+    m->moe_counts_in_replica_ = live;
     m->moe_runtime_ = std::make_unique<parallel::ExpertParallelRuntime>(
-        g.ep ? *g.ep : *m->local_, std::vector<parallel::Communicator*>{g.tp, g.shard, g.replicate},
-        spec.moe.n_experts, 1.0 / g.tp->size());
+        g.ep ? *g.ep : *m->local_, batch, spec.moe.n_experts, 1.0 / g.tp->size());
     m->model_->moe()->runtime = m->moe_runtime_.get();
   }
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -89,8 +93,8 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   // the whole step (each micro-batch would otherwise gather them again).
   parallel::FsdpOptions fo;
   fo.reshard_after_forward = p == 1;
-  fo.reduce_in_backward = !reduce_once_per_step;
-  fo.keep_local_gradients = reduce_once_per_step;
+  fo.reduce_in_backward = !live;
+  fo.keep_local_gradients = live;
   TENAX_ASSIGN_OR_RETURN(fo.param_dtype,
                          FsdpParamDtype(options.fsdp_param_dtype, device, compute_dtype));
   m->fsdp_ =

@@ -75,13 +75,14 @@ class ParallelModel final : public StepModel {
  public:
   // `full`: the initial parameters of the whole model (same on every rank; only the parts this
   // rank holds are copied). The groups must outlive the object.
-  // `reduce_once_per_step`: the same gradient collectives on every rank whatever its number of
-  // micro-batches, and this rank's own gradients kept through a failed reduction across
-  // replicas (live recovery; parallel::FsdpOptions::reduce_in_backward, keep_local_gradients).
+  // `live` (live recovery: a replica's samples may run on another replica): the same gradient
+  // collectives on every rank whatever its number of micro-batches, this rank's own gradients
+  // kept through a failed reduction across replicas (parallel::FsdpOptions::reduce_in_backward,
+  // keep_local_gradients), and MoE routing counted within each replica (model/moe.h).
   static Result<std::unique_ptr<ParallelModel>> Create(
       const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups groups,
       const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype,
-      bool reduce_once_per_step = false);
+      bool live = false);
   ParallelModel(const ParallelModel&) = delete;
   ParallelModel& operator=(const ParallelModel&) = delete;
 
@@ -93,6 +94,10 @@ class ParallelModel final : public StepModel {
   void SetBlockMatmul(model::BlockMatmul mm) { model_->SetBlockMatmul(mm); }
   // Ranks holding each layer (the MoE statistics' copies): all but the pipeline axis.
   int moe_layer_copies() const override { return groups_.world->size() / groups_.pp->size(); }
+  int moe_count_copies() const override {
+    return moe_counts_in_replica_ ? moe_layer_copies() / groups_.replicate->size()
+                                  : moe_layer_copies();
+  }
 
   void BeginStep() override;
   // One micro-batch (B, T) of this data-parallel rank: forward and backward; returns its mean
@@ -150,6 +155,7 @@ class ParallelModel final : public StepModel {
   std::unique_ptr<parallel::Fsdp> fsdp_;
   std::unique_ptr<parallel::Communicator> local_;   // the expert group when expert_parallel = 1
   std::unique_ptr<model::MoeRuntime> moe_runtime_;  // MoE models only
+  bool moe_counts_in_replica_ = false;              // live: routing counted per replica
   int pipeline_microbatches_ = 1;
   std::vector<at::Tensor>
       norm_weights_;  // sharded: [optimizer param] (shard_size) fp64, on device_

@@ -59,6 +59,8 @@ class StepModel {
   // this rank runs; null for a dense model. Ranks holding each layer: moe_layer_copies().
   virtual model::MoeState* moe_state() { return nullptr; }
   virtual int moe_layer_copies() const { return 1; }
+  // Of those, how many count the routing of the same samples (CollectMoeMetrics).
+  virtual int moe_count_copies() const { return 1; }
 };
 
 // One process, no layout: the whole model::Llama.

@@ -146,7 +146,7 @@ Result<ckpt::CheckpointSnapshot> SnapshotTrainCheckpoint(const TrainProgress& pr
   expected.push_back(kTrainStateFile);
   at::Tensor expert_bias;  // collective when distributed: every rank takes part
   if (target.moe != nullptr && target.moe->has_bias()) {
-    expert_bias = GatherExpertBias(*target.moe, target.world, target.moe_copies);
+    expert_bias = GatherExpertBias(*target.moe, target.world);
   }
   if (rank == 0) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();

@@ -63,10 +63,8 @@ struct TrainTarget {
   // text (synthetic, token files). Recorded in train_state.json so export-hf and generate find it.
   std::optional<TokenizerRecord> tokenizer;
   // Mixture of experts: the state whose sigmoid-router biases are saved in train_state.json
-  // ("moe_expert_bias", one row per layer) and restored; null for dense models. `moe_copies`:
-  // ranks holding each layer (train/moe_metrics.h).
+  // ("moe_expert_bias", one row per layer) and restored; null for dense models.
   model::MoeState* moe = nullptr;
-  int moe_copies = 1;
 };
 
 // A save is two steps, so synchronous and asynchronous saves share one file format:

@@ -122,6 +122,8 @@ Status Trainer::StepOnce(int64_t step) {
                              Seconds(Clock::now() - t0) - (TotalStats(all_groups_) - comm0).wait_s);
   if (flight_) flight_->SetPhase(step, "gradient_reduction");
   double own_s = 0, grad_norm = 0;
+  model::MoeState* moe = step_model_->moe_state();
+  std::optional<MoeMetrics> moe_metrics;
   // The step's collectives across data-parallel replicas (under HSDP, none before this point),
   // up to the last one before the update: live, a replica's ranks commit only together
   // (LiveAcrossReplicas, trainer_live.cc).
@@ -130,6 +132,10 @@ Status Trainer::StepOnce(int64_t step) {
     if (check) TENAX_RETURN_IF_ERROR(SdcVerify(step, sdc_->Disarm(loss), replayed));
     own_s = Seconds(Clock::now() - t_own);
     grad_norm = step_model_->ClipGradNorm(t_.max_norm);
+    if (moe != nullptr) {  // the whole batch's routing, for the metrics and the biases
+      moe_metrics = CollectMoeMetrics(*moe, env_.distributed() ? &groups_->world() : nullptr,
+                                      step_model_->moe_count_copies());
+    }
     local_loss_ = loss = InjectIntoLoss(step, loss);
     loss = MeanOverRanks(loss);
     return Status::Ok();
@@ -146,11 +152,6 @@ Status Trainer::StepOnce(int64_t step) {
   }
   if (!std::isfinite(loss) || !std::isfinite(grad_norm))
     return FailNonFinite(step, loss, grad_norm);
-  std::optional<MoeMetrics> moe_metrics;
-  if (model::MoeState* moe = step_model_->moe_state()) {  // collective: every rank, every step
-    moe_metrics = CollectMoeMetrics(*moe, env_.distributed() ? &groups_->world() : nullptr,
-                                    step_model_->moe_layer_copies());
-  }
   TENAX_ASSIGN_OR_RETURN(const SpikeAction spike, CheckSpike(step, loss));
   // The last collective across replicas is done: no failure makes this step run again now.
   step_model_->ForgetKeptGradients();
@@ -158,7 +159,7 @@ Status Trainer::StepOnce(int64_t step) {
   checkpointer_->BeforeUpdate();  // a GPU snapshot's copies read the state first
   if (spike != SpikeAction::kSkip) optimizer_->Step(lr);
   // The sigmoid router's biases move with the step's loads (not when its update was skipped).
-  if (model::MoeState* moe = step_model_->moe_state()) moe->EndStep(spike != SpikeAction::kSkip);
+  if (moe != nullptr) moe->EndStep(spike != SpikeAction::kSkip, StepTotals(*moe_metrics, *moe));
   if (spike == SpikeAction::kNone) spikes_->Add(loss);
   step_model_->ZeroGrad();
   progress_.step = step;
@@ -230,8 +231,10 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
   // (their gradients were kept: ReCoVer's way), only the lost ranks' dealt to it since.
   std::vector<int> run = slots;
   double kept_loss = 0;
+  bool resumed = false;
   if (live()) {
     if (LiveResumesKept(slots)) {
+      resumed = true;
       run.clear();
       std::set_difference(slots.begin(), slots.end(), live_kept_.slots.begin(),
                           live_kept_.slots.end(), std::back_inserter(run));
@@ -243,6 +246,8 @@ Result<double> Trainer::ForwardBackwardMicroBatches() {
                             : fmt::format("running only slot(s) {}", fmt::join(run, ",")));
     }
   }
+  // The step's routing statistics: the kept micro-batches' are in them already.
+  if (model::MoeState* moe = step_model_->moe_state(); moe && !resumed) moe->ClearStats();
   TENAX_ASSIGN_OR_RETURN(const double run_loss, RunMicroBatches(run));
   const double loss_sum = kept_loss + run_loss;
   if (live()) live_kept_ = {progress_.step, slots, loss_sum, LiveReplicas().receives_begun()};

@@ -27,7 +27,11 @@
 //   Between steps   an evaluation's and a save's collectives across replicas are a phase too
 //                   (LiveBetweenSteps): a member lost in them leaves the others to recover, and
 //                   every member of the next epoch does them again (LiveStep: live_owed_).
-// Non-goals for now: MoE, NCCL.
+// MoE          routing is counted within each replica (model/moe.h), so a replica's samples give
+//              the same gradients on another; the sigmoid router's biases move by the whole
+//              batch's counts, summed across replicas with the step's other statistics
+//              (CollectMoeMetrics, inside the phase across replicas) and sent with the state.
+// Non-goals for now: NCCL.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -81,7 +85,6 @@ Status Trainer::CheckLiveLayout(const parallel::GroupOptions& go) {
   if (go.backend != parallel::Backend::kGloo) {
     needs.push_back("CPU ranks (Gloo): NCCL groups are not re-formed yet");
   }
-  if (spec_.moe.enabled()) needs.push_back("a dense model (MoE is not supported yet)");
   if (config_.checkpoint.async) needs.push_back("checkpoint.async = false");
   if (needs.empty()) return Status::Ok();
   return InvalidArgument(fmt::format(
@@ -515,6 +518,11 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
                   static_cast<double>(l.tokens_seen), l.eta_s},
                  at::kDouble);
   std::vector<at::Tensor> state = {meta, window, line};
+  // The sigmoid router's selection biases (the same on every holder of a layer; a position holds
+  // the same layers in every replica).
+  model::MoeState* moe = step_model_->moe_state();
+  at::Tensor bias = moe != nullptr && moe->has_bias() ? moe->BiasTable() : at::Tensor();
+  if (bias.defined()) state.push_back(bias);
   for (auto& p : step_model_->optimizer_params()) state.push_back(p.tensor.detach());
   for (auto& s : optimizer_->StateTensors()) state.push_back(s.tensor.detach());
   TENAX_ASSIGN_OR_RETURN(parallel::LiveSyncReport r,
@@ -525,6 +533,7 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   progress_.data_position = v[1];
   progress_.tokens_seen = v[2];
   TENAX_RETURN_IF_ERROR(optimizer_->LoadState(optimizer_->StateTensors(), v[3]));
+  if (bias.defined()) moe->SetBiasTable(bias);
   std::vector<double> losses(static_cast<size_t>(v[4]));
   for (size_t i = 0; i < losses.size(); ++i)
     losses[i] = window[static_cast<int64_t>(i)].item<double>();

@@ -284,8 +284,7 @@ Status Trainer::SetupModel() {
                        {"expert_parallel", mesh.ep()},
                        {"sharding", parallel_model_ ? "rank-pieces" : "none"}},
                       /*tokenizer=*/std::nullopt,
-                      /*moe=*/nullptr,
-                      /*moe_copies=*/1});
+                      /*moe=*/nullptr});
   if (!data_.tokenizer.empty()) {  // for export-hf and generate (train_checkpoint.h)
     auto id = [](std::optional<uint32_t> v) {
       return v ? std::optional<int64_t>(*v) : std::optional<int64_t>();
@@ -294,7 +293,6 @@ Status Trainer::SetupModel() {
         TokenizerRecord{data::AbsoluteTokenizerSpec(data_.tokenizer), id(data_.bos), id(data_.eos)};
   }
   target_->moe = step_model_->moe_state();  // the sigmoid router's biases travel with it
-  target_->moe_copies = step_model_->moe_layer_copies();
   log::Info("model: {} with {} parameters{}, {} training FLOP/token at seq_len {}; device {} ({})",
             spec_.name, FormatParams(static_cast<double>(summary_.n_params)),
             spec_.moe.enabled()
