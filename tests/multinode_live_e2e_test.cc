@@ -214,6 +214,91 @@ TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeTheSpareTakesItsPlace) {
   ExpectTheSpareTookItsPlace(report, 1, out);
 }
 
+// Node rank 1 lost twice (2 active nodes and 2 spares, live DDP 4): node 1 killed once 8 steps
+// are logged; the spare that took its place killed in its turn once its ranks healed. Node 0 trains
+// on both times, the node rank is vacant again (one turn later) and the other spare takes it:
+// nothing restarts, and the trajectory is the unfailed run's. goodput.json has two node-lost
+// recoveries per rank of node 1, each healed. await-join holds rank 0 at steps 24 and 38 until
+// the replacements are in.
+TEST_F(MultiNodeLive, LiveRecoveryFromLosingANodeRankTwiceTheOtherSpareTakesItsPlace) {
+  auto etcd = Etcd();
+  const std::string job = "live-twice";
+  const std::string flags = "--inject await-join:rank=0:step=24,await-join:rank=0:step=38";
+  const std::string layout = LiveLayout("--set checkpoint.interval=20");
+  std::vector<std::unique_ptr<Background>> agents(4);
+  agents[0] = Agent(0, *etcd, job, flags, 3, "", {}, layout);
+  agents[1] = Agent(1, *etcd, job, flags, 3, "", {}, layout);
+  const launch::rdzv::Plan plan = WaitPlan(*etcd, job, 0);
+  agents[2] = Agent(2, *etcd, job, flags, 3, "", {}, layout);
+  agents[3] = Agent(3, *etcd, job, flags, 3, "", {}, layout);
+  const int first = HostOf(agents, plan.nodes[1]);
+  ASSERT_GE(first, 0) << AllOutput(agents);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
+      << AllOutput(agents);
+  SignalNode(*agents[static_cast<size_t>(first)], SIGKILL);
+  // The spare that took node 1's place, once it published both of its ranks' recoveries as
+  // healed (goodput.json's records of a node come from its agent while it lives).
+  auto client = etcd::EtcdClient::Create(etcd->client_options());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const launch::rdzv::Keys keys(job);
+  auto healed_on_node1 = [&] {
+    int n = 0;
+    auto r = (*client)->GetPrefix(keys.live_recoveries(0));
+    for (const auto& kv : r.ok() ? r->kvs : std::vector<etcd::KeyValue>{}) {
+      const auto records = nlohmann::json::parse(kv.value, nullptr, false);
+      if (!records.is_array()) continue;
+      for (const auto& x : records) n += x.value("node", -1) == 1 && x.contains("healed_at_unix");
+    }
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return healed_on_node1() >= 2; }, 180)) << AllOutput(agents);
+  int second = -1;
+  for (int i : {2, 3}) {
+    if (agents[static_cast<size_t>(i)]->output().find("this spare takes the place of node 1") !=
+        std::string::npos) {
+      second = i;
+    }
+  }
+  ASSERT_GE(second, 0) << AllOutput(agents);
+  SignalNode(*agents[static_cast<size_t>(second)], SIGKILL);
+  const int third = 5 - second;  // the other spare
+  for (size_t i = 0; i < agents.size(); ++i) {
+    const bool killed = static_cast<int>(i) == first || static_cast<int>(i) == second;
+    EXPECT_EQ(agents[i]->Wait(300), killed ? 128 + SIGKILL : 0) << "host " << i << "\n"
+                                                                << AllOutput(agents);
+  }
+  const std::string out = AllOutput(agents);
+  const std::string took = agents[static_cast<size_t>(third)]->output();
+  EXPECT_NE(took.find("this spare takes the place of node 1 ("), std::string::npos) << out;
+  EXPECT_NE(took.find("lost again (2 times in this generation)"), std::string::npos) << out;
+  const nlohmann::json report = LiveTrajectory(*dir_, job, out);
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  ASSERT_EQ(report["live_recoveries"].size(), 4u) << report.dump(2);
+  std::map<int, std::vector<nlohmann::json>> by_rank;
+  for (const auto& l : report["live_recoveries"]) by_rank[l["rank"].get<int>()].push_back(l);
+  for (int rank : {2, 3}) {
+    ASSERT_EQ(by_rank[rank].size(), 2u) << report.dump(2);
+    std::sort(by_rank[rank].begin(), by_rank[rank].end(),
+              [](const nlohmann::json& a, const nlohmann::json& b) {
+                return a["time_s"].get<double>() < b["time_s"].get<double>();
+              });
+    for (const nlohmann::json& l : by_rank[rank]) {
+      EXPECT_EQ(l["kind"], "node-lost");
+      EXPECT_EQ(l["node"], 1);
+      EXPECT_EQ(l["members"], nlohmann::json({0, 1}));
+      EXPECT_GT(l["healed_bytes"].get<int64_t>(), 100000);  // weights and Adam moments
+      EXPECT_GT(l["healed_at_s"].get<double>(), l["time_s"].get<double>());
+    }
+    // Lost again after it had healed: the second loss comes after the first healing.
+    EXPECT_GT(by_rank[rank][1]["time_s"].get<double>(),
+              by_rank[rank][0]["healed_at_s"].get<double>());
+    EXPECT_GT(by_rank[rank][1]["joined_epoch"].get<int>(),
+              by_rank[rank][0]["joined_epoch"].get<int>());
+  }
+}
+
 // Node 0 lost the same way: ranks 2 and 3 train on (rank 2, the live group's lowest member now,
 // writes the metrics and commits with node 1's consent), the spare takes node rank 0 and, holding
 // it at the end, writes goodput.json.

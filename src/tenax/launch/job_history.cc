@@ -141,8 +141,7 @@ Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys
     }
     if (Result<etcd::RangeResponse> c = etcd.GetPrefix(keys.live_claims(gen)); c.ok()) {
       for (const etcd::KeyValue& kv : c->kvs) {
-        gh.live_claimed.insert(
-            static_cast<int>(rdzv::ParseInt(kv.key.substr(keys.live_claims(gen).size()), -1)));
+        gh.live_claimed.insert(rdzv::ParseNodeTurn(kv.key.substr(keys.live_claims(gen).size())));
       }
     }
     if (auto fs = ReadFailureReports(etcd, keys, gen); fs.ok()) gh.failures = std::move(*fs);
@@ -201,7 +200,7 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
     }
     // A node lost live that no spare took: its ranks' records (a spare's are among the above).
     for (const rdzv::LiveVacancy& v : gh.live_vacancies) {
-      if (gh.live_claimed.count(v.node) > 0) continue;
+      if (gh.live_claimed.count({v.node, v.turn}) > 0) continue;
       const int64_t last =
           gh.lead_report.is_object() ? gh.lead_report.value("last_step", v.step) : v.step;
       for (int rank : v.ranks) {

@@ -40,9 +40,10 @@ struct GenerationHistory {
   // resilience.mode = "live": every node's live recoveries (gen/<G>/live/recoveries/<node>), each
   // with time_unix and, once they happened, healed_at_unix or discarded_at_unix.
   std::vector<nlohmann::json> live_recoveries;
-  // live: the nodes lost while G ran (gen/<G>/live/vacant/), and the node ranks a spare took.
+  // live: the nodes lost while G ran (gen/<G>/live/vacant/), and the (node rank, turn) vacancies
+  // a spare took.
   std::vector<rdzv::LiveVacancy> live_vacancies;
-  std::set<int> live_claimed;
+  std::set<std::pair<int, int>> live_claimed;
   // Every node's failure report (failures/<G>/); unreadable records are left out.
   std::vector<rdzv::FailureReport> failures;
 };

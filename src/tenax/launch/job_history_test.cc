@@ -156,13 +156,21 @@ TEST(JobGoodput, PlacesEveryNodesLiveRecoveriesOnTheJobsClock) {
 
 // A node lost live: with a spare in its place, that spare's records say it all; with none, each
 // of its ranks gets a record from the vacancy (never healed, short-handed to the generation's end).
+// Node 2 was lost twice: a spare took its first vacancy, none its second.
 TEST(JobGoodput, ANodeLostLiveThatNoSpareTookIsRecordedRankByRank) {
   JobHistory h = TwoGenerations();
-  h.generations[1].live_vacancies = {{1, "d", {2, 3}, 1110.0, 1, {0, 1}, 30},
-                                     {2, "e", {4, 5}, 1120.0, 2, {0, 1}, 35}};
-  h.generations[1].live_claimed = {2};  // a spare took node 2's place (its records: its own)
+  h.generations[1].live_vacancies = {{1, 0, "d", {2, 3}, 1110.0, 1, {0, 1}, 30},
+                                     {2, 0, "e", {4, 5}, 1120.0, 2, {0, 1}, 35},
+                                     {2, 1, "s", {4, 5}, 1130.0, 4, {0, 1}, 40}};
+  h.generations[1].live_claimed = {{2, 0}};  // a spare took node 2's place (its records: its own)
   const nlohmann::json r = JobGoodput(h, 1300, 0, /*ended=*/true, "host0", 42);
-  ASSERT_EQ(r["live_recoveries"].size(), 2u) << r.dump(2);
+  ASSERT_EQ(r["live_recoveries"].size(), 4u) << r.dump(2);
+  for (size_t i = 2; i < 4; ++i) {
+    const nlohmann::json& l = r["live_recoveries"][i];
+    EXPECT_EQ(l["rank"], 2 + static_cast<int>(i));
+    EXPECT_EQ(l["node"], 2);
+    EXPECT_EQ(l["steps_short_handed"], 10);  // from step 40 to 50
+  }
   for (size_t i = 0; i < 2; ++i) {
     const nlohmann::json& l = r["live_recoveries"][i];
     EXPECT_EQ(l["rank"], 2 + static_cast<int>(i));

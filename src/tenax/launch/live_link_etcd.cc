@@ -61,14 +61,14 @@ void EtcdLiveLink::Take(const std::string& key, const std::string& value, int64_
     TakeStates(key, value, revision);
   } else if (HasPrefix(key, keys_.live_vacancies(gen_))) {
     if (Result<rdzv::LiveVacancy> v = rdzv::LiveVacancy::FromJson(value); v.ok()) {
-      vacancies_.emplace(v->node, *v);
+      auto it = vacancies_.find(v->node);
+      if (it == vacancies_.end() || it->second.turn < v->turn) vacancies_[v->node] = *v;
     } else {
       log::Warn("launch: {}", v.status().message());
     }
   } else if (HasPrefix(key, keys_.live_claims(gen_))) {
-    const int node =
-        static_cast<int>(rdzv::ParseInt(key.substr(keys_.live_claims(gen_).size()), -1));
-    if (node >= 0) claims_.emplace(node, value);
+    const auto [node, turn] = rdzv::ParseNodeTurn(key.substr(keys_.live_claims(gen_).size()));
+    if (node >= 0) claims_.emplace(std::pair{node, turn}, value);
   }
 }
 
@@ -169,12 +169,12 @@ Result<std::optional<etcd::KeyValue>> EtcdLiveLink::PutOnce(int gen, const std::
 }
 
 Status EtcdLiveLink::Vacate(int gen, const rdzv::LiveVacancy& v) {
-  return PutOnce(gen, keys_.live_vacant(gen, v.node), v.ToJson().dump()).status();
+  return PutOnce(gen, keys_.live_vacant(gen, v.node, v.turn), v.ToJson().dump()).status();
 }
 
-Result<bool> EtcdLiveLink::Claim(int gen, int node) {
+Result<bool> EtcdLiveLink::Claim(int gen, int node, int turn) {
   TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv,
-                         PutOnce(gen, keys_.live_claim(gen, node), agent_));
+                         PutOnce(gen, keys_.live_claim(gen, node, turn), agent_));
   return kv && kv->value == agent_;
 }
 
@@ -185,7 +185,12 @@ std::map<int, rdzv::LiveVacancy> EtcdLiveLink::Vacancies(int gen) {
 
 std::map<int, std::string> EtcdLiveLink::Claims(int gen) {
   std::lock_guard<std::mutex> lock(mu_);
-  return gen_ == gen ? claims_ : std::map<int, std::string>();
+  std::map<int, std::string> out;
+  if (gen_ != gen) return out;
+  for (const auto& [node, v] : vacancies_) {
+    if (auto c = claims_.find({node, v.turn}); c != claims_.end()) out[node] = c->second;
+  }
+  return out;
 }
 
 }  // namespace tenax::launch

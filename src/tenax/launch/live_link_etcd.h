@@ -38,11 +38,13 @@ class EtcdLiveLink : public LiveLink {
   Status PublishOwn(int gen, int node, const std::map<int, rdzv::LiveRankState>& ranks) override;
   Status PublishRecoveries(int gen, int node, const nlohmann::json& records) override;
 
-  // A lost node (node_agent_live.cc): its vacancy, put once (the first to see the loss wins;
-  // the others' puts change nothing), and a spare's claim of it (true: this agent took it).
+  // A lost node (node_agent_live.cc): its vacancy, put once per turn (the first to see the loss
+  // wins; the others' puts change nothing), and a spare's claim of that turn (true: this agent
+  // took it).
   Status Vacate(int gen, const rdzv::LiveVacancy& v);
-  Result<bool> Claim(int gen, int node);
-  // What this node has seen of `gen`'s vacancies and claims (node -> record, node -> agent).
+  Result<bool> Claim(int gen, int node, int turn);
+  // What this node has seen of `gen`'s vacancies and claims: each node rank's newest vacancy
+  // (node -> record), and who claimed that one (node -> agent).
   std::map<int, rdzv::LiveVacancy> Vacancies(int gen);
   std::map<int, std::string> Claims(int gen);
 
@@ -67,8 +69,8 @@ class EtcdLiveLink : public LiveLink {
   int64_t revision_ = 0;                                      // record_'s mod revision
   std::map<int, std::map<int, rdzv::LiveRankState>> states_;  // node -> rank -> state
   std::map<int, int64_t> state_revisions_;                    // node -> its record's revision
-  std::map<int, rdzv::LiveVacancy> vacancies_;                // node -> its vacancy
-  std::map<int, std::string> claims_;                         // node -> the spare that took it
+  std::map<int, rdzv::LiveVacancy> vacancies_;                // node -> its newest vacancy
+  std::map<std::pair<int, int>, std::string> claims_;         // (node, turn) -> the spare
 };
 
 }  // namespace tenax::launch

@@ -1,7 +1,8 @@
 // The node agents' live link against a real etcd (testing_etcd.h), two nodes' links on one job:
 // the first record is put once, drops from both nodes at once both land (compare-and-swap), each
 // newer membership reaches the ranks' file, the nodes' rank states and a lost node's vacancy
-// reach the other node, and of two spares claiming one vacancy exactly one wins.
+// reach the other node, of two spares claiming one vacancy exactly one wins, and a node rank lost
+// again (its spare lost too) is vacant once more, one turn later.
 #include "tenax/launch/live_link_etcd.h"
 
 #include <gtest/gtest.h>
@@ -84,7 +85,7 @@ TEST_F(EtcdLiveLinkTest, AVacancyIsPutOnceAndOneOfTwoSparesTakesIt) {
   testing::TempDir a, b;
   links_[0]->Begin(0, a.path());
   ASSERT_TRUE(links_[0]->PublishOwn(0, 0, {{0, {1, false, true}}, {1, {1, true, true}}}).ok());
-  rdzv::LiveVacancy first{1, "lost", {2, 3}, 1000.5, 1, {0, 1}, 8};
+  rdzv::LiveVacancy first{1, 0, "lost", {2, 3}, 1000.5, 1, {0, 1}, 8};
   ASSERT_TRUE(links_[0]->Vacate(0, first).ok());
   rdzv::LiveVacancy second = first;
   second.step = 99;
@@ -95,10 +96,31 @@ TEST_F(EtcdLiveLinkTest, AVacancyIsPutOnceAndOneOfTwoSparesTakesIt) {
   EXPECT_EQ(links_[1]->Vacancies(0).at(1), first);
   EXPECT_EQ(links_[1]->Others(0).at(1), (rdzv::LiveRankState{1, true, true}));
   // Two spares claim it: exactly one holds it, and both know which.
-  Result<bool> one = links_[0]->Claim(0, 1), two = links_[1]->Claim(0, 1);
+  Result<bool> one = links_[0]->Claim(0, 1, 0), two = links_[1]->Claim(0, 1, 0);
   ASSERT_TRUE(one.ok() && two.ok());
   EXPECT_NE(*one, *two);
-  EXPECT_EQ(links_[1]->Claims(0).at(1), *one ? "agent0" : "agent1");
+  const std::string taker = *one ? "agent0" : "agent1";
+  EXPECT_EQ(links_[1]->Claims(0).at(1), taker);
+  // The spare that took it is lost in its turn: node rank 1 is vacant again, one turn later, and
+  // unclaimed until a spare takes that turn; the first turn's claim no longer counts.
+  rdzv::LiveVacancy again = first;
+  again.turn = 1;
+  again.agent = taker;
+  again.step = 20;
+  ASSERT_TRUE(links_[0]->Vacate(0, again).ok());
+  links_[1]->Begin(0, b.path());  // read afresh (no watch here)
+  for (auto& link : links_) {
+    ASSERT_EQ(link->Vacancies(0).count(1), 1u);
+    EXPECT_EQ(link->Vacancies(0).at(1), again);
+    EXPECT_EQ(link->Claims(0).count(1), 0u);
+  }
+  Result<bool> took = links_[1]->Claim(0, 1, 1);
+  ASSERT_TRUE(took.ok() && *took);
+  EXPECT_EQ(links_[1]->Claims(0).at(1), "agent1");
+  Result<bool> late = links_[0]->Claim(0, 1, 1);
+  ASSERT_TRUE(late.ok());
+  EXPECT_FALSE(*late);
+  EXPECT_EQ(links_[0]->Claims(0).at(1), "agent1");
   // Another generation's view has none of it.
   EXPECT_TRUE(links_[1]->Vacancies(1).empty());
   EXPECT_TRUE(links_[1]->Claims(1).empty());

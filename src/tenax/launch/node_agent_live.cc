@@ -7,11 +7,12 @@
 //             and puts its vacancy (gen/<G>/live/vacant/<node>, put once). Node 0 too: the
 //             live group's lowest member leads (writes the metrics, commits checkpoints with its
 //             own agent's consent) and the job's goodput.json is written by whoever holds the
-//             lowest node rank left (ReportingAgent). A node rank taken once already in this
-//             generation ends the generation as in restart mode.
-//   Claimed   a spare puts gen/<G>/live/claim/<node> if absent; the one that did runs that node
-//             rank's ranks as replacements (GenerationPlan::live_vacancy) and is watched by the
-//             others from then on, in the lost agent's place.
+//             lowest node rank left (ReportingAgent). The spare that took a node rank may be
+//             lost in its turn: the node rank is vacated again, one turn later
+//             (gen/<G>/live/vacant/<node>/<turn>).
+//   Claimed   a spare puts gen/<G>/live/claim/<node>/<turn> if absent; the one that did runs that
+//             node rank's ranks as replacements (GenerationPlan::live_vacancy) and is watched by
+//             the others from then on, in the lost agent's place.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -21,14 +22,29 @@
 namespace tenax::launch::agent_internal {
 
 void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
+  const std::map<int, rdzv::LiveVacancy> vacant = live_->Vacancies(g);
   const std::map<int, std::string> claims = live_->Claims(g);
   for (const auto& [node, id] : claims) {
     if (id != info_.id) view_.Activate(node, id);
   }
+  // The agent holding each node rank now: the plan's, or the spare that took its newest vacancy
+  // (none while it is vacant).
+  auto node_held_by = [&](const std::string& id) {
+    for (int node = 0; node < static_cast<int>(plan.nodes.size()); ++node) {
+      const auto v = vacant.find(node);
+      const auto c = claims.find(node);
+      const std::string holder = v == vacant.end()
+                                     ? plan.nodes[static_cast<size_t>(node)]
+                                     : (c != claims.end() ? c->second : std::string());
+      if (!holder.empty() && holder == id) return node;
+    }
+    return -1;
+  };
   const int n = o_.nproc_per_node;
   for (const std::string& id : view_.Lost()) {
-    const int node = plan.NodeRankOf(id);
-    if (node < 0 || claims.count(node) > 0) continue;  // the generation ends (see above)
+    const int node = node_held_by(id);
+    if (node < 0) continue;  // not a node rank's holder: the generation ends
+    const int turn = vacant.count(node) > 0 ? vacant.at(node).turn + 1 : 0;
     if (!active) {
       // A spare: the active nodes drop the lost one's ranks and say it is vacant (it has no
       // step to tell); if they cannot, they end the generation, and so its wait.
@@ -56,7 +72,8 @@ void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
     int64_t step = -1;
     for (const protocol::Beat& b : supervisor_->beats()) step = std::max(step, b.step);
     const rdzv::LiveRecord& r = **now;
-    rdzv::LiveVacancy v{node, id, leave, WallNow(), r.membership.epoch, r.membership.members, step};
+    rdzv::LiveVacancy v{node, turn, id, leave, WallNow(), r.membership.epoch, r.membership.members,
+                        step};
     if (Status st = live_->Vacate(static_cast<int>(g), v); !st.ok()) {
       log::Error("launch: node {} ({}) lost; cannot record its vacancy ({}): the generation ends",
                  node, id, st.message());
@@ -74,10 +91,11 @@ std::optional<rdzv::LiveVacancy> NodeAgent::LiveClaimVacancy(int64_t g) {
   const std::map<int, std::string> claims = live_->Claims(g);
   for (const auto& [node, v] : live_->Vacancies(g)) {
     if (claims.count(node) > 0) continue;
-    Result<bool> won = live_->Claim(static_cast<int>(g), node);
+    Result<bool> won = live_->Claim(static_cast<int>(g), node, v.turn);
     if (won.ok() && *won) {
-      log::Info("launch: generation {}: this spare takes the place of node {} ({}), lost", g, node,
-                v.agent);
+      log::Info("launch: generation {}: this spare takes the place of node {} ({}), lost{}", g,
+                node, v.agent,
+                v.turn > 0 ? fmt::format(" again ({} times in this generation)", v.turn + 1) : "");
       return v;
     }
   }

@@ -262,8 +262,8 @@ Result<std::map<int, LiveRankState>> ParseLiveStates(const std::string& text) {
 }
 
 nlohmann::json LiveVacancy::ToJson() const {
-  return {{"node", node},   {"agent", agent},     {"ranks", ranks}, {"time_unix", time_unix},
-          {"epoch", epoch}, {"members", members}, {"step", step}};
+  return {{"node", node},           {"turn", turn},   {"agent", agent},     {"ranks", ranks},
+          {"time_unix", time_unix}, {"epoch", epoch}, {"members", members}, {"step", step}};
 }
 
 Result<LiveVacancy> LiveVacancy::FromJson(const std::string& text) {
@@ -271,6 +271,7 @@ Result<LiveVacancy> LiveVacancy::FromJson(const std::string& text) {
   LiveVacancy v;
   try {
     v.node = j.at("node").get<int>();
+    v.turn = j.at("turn").get<int>();
     v.agent = j.at("agent").get<std::string>();
     v.ranks = j.at("ranks").get<std::vector<int>>();
     v.time_unix = j.at("time_unix").get<double>();
@@ -280,7 +281,7 @@ Result<LiveVacancy> LiveVacancy::FromJson(const std::string& text) {
   } catch (const nlohmann::json::exception&) {
     return DataError("etcd holds an unreadable live vacancy record: " + text);
   }
-  if (v.node < 0) return DataError("etcd holds a live vacancy of no node: " + text);
+  if (v.node < 0 || v.turn < 0) return DataError("etcd holds a live vacancy of no node: " + text);
   return v;
 }
 

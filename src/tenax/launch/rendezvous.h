@@ -80,6 +80,16 @@ inline int64_t ParseInt(const std::string& s, int64_t fallback) {
   return (end != s.c_str() && *end == '\0') ? v : fallback;
 }
 
+// "NODE/TURN" (the end of a live vacancy's or claim's key) as (node, turn); (-1, -1) when it is
+// not one.
+inline std::pair<int, int> ParseNodeTurn(const std::string& s) {
+  const size_t slash = s.find('/');
+  if (slash == std::string::npos) return {-1, -1};
+  const int64_t node = ParseInt(s.substr(0, slash), -1), turn = ParseInt(s.substr(slash + 1), -1);
+  if (node < 0 || turn < 0) return {-1, -1};
+  return {static_cast<int>(node), static_cast<int>(turn)};
+}
+
 class Keys {
  public:
   explicit Keys(const std::string& job_id) : root_("/tenax/jobs/" + job_id + "/") {}
@@ -125,13 +135,15 @@ class Keys {
   std::string live_recoveries(int64_t g, int node, const std::string& id) const {
     return live_recoveries(g) + std::to_string(node) + "/" + id;
   }
+  // A node rank lost live, for the `turn`-th time in the generation (0, 1, ...: the spare that
+  // took it may be lost too), and the spare that took it that time.
   std::string live_vacancies(int64_t g) const { return gen(g) + "live/vacant/"; }
-  std::string live_vacant(int64_t g, int node) const {
-    return live_vacancies(g) + std::to_string(node);
+  std::string live_vacant(int64_t g, int node, int turn) const {
+    return live_vacancies(g) + std::to_string(node) + "/" + std::to_string(turn);
   }
   std::string live_claims(int64_t g) const { return gen(g) + "live/claim/"; }
-  std::string live_claim(int64_t g, int node) const {
-    return live_claims(g) + std::to_string(node);
+  std::string live_claim(int64_t g, int node, int turn) const {
+    return live_claims(g) + std::to_string(node) + "/" + std::to_string(turn);
   }
   std::string live_store() const { return root_ + "live-store/"; }
   std::string quarantined() const { return root_ + "quarantined/"; }
@@ -264,6 +276,7 @@ std::string LiveStatesJson(const std::map<int, LiveRankState>& ranks);
 // knows).
 struct LiveVacancy {
   int node = -1;
+  int turn = 0;  // how many times the node rank was lost before in this generation
   std::string agent;
   std::vector<int> ranks;
   double time_unix = 0;
@@ -273,8 +286,8 @@ struct LiveVacancy {
   nlohmann::json ToJson() const;
   static Result<LiveVacancy> FromJson(const std::string& text);
   bool operator==(const LiveVacancy& o) const {
-    return node == o.node && agent == o.agent && ranks == o.ranks && time_unix == o.time_unix &&
-           epoch == o.epoch && members == o.members && step == o.step;
+    return node == o.node && turn == o.turn && agent == o.agent && ranks == o.ranks &&
+           time_unix == o.time_unix && epoch == o.epoch && members == o.members && step == o.step;
   }
 };
 Result<std::map<int, LiveRankState>> ParseLiveStates(const std::string& text);

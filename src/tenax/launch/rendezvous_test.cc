@@ -122,19 +122,25 @@ TEST(LiveRankState, RoundTripsAndRejectsDamagedRecords) {
 }
 
 TEST(LiveVacancy, RoundTripsAndRejectsDamagedRecords) {
-  LiveVacancy v{1, "host1-42-abcdef", {2, 3}, 1700000000.25, 3, {0, 1}, 17};
+  LiveVacancy v{1, 2, "host1-42-abcdef", {2, 3}, 1700000000.25, 3, {0, 1}, 17};
   Result<LiveVacancy> back = LiveVacancy::FromJson(v.ToJson().dump());
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(*back, v);
   EXPECT_FALSE(LiveVacancy::FromJson("[]").ok());
   EXPECT_FALSE(LiveVacancy::FromJson(R"({"node":1})").ok());
-  EXPECT_FALSE(LiveVacancy::FromJson(R"({"node":-1,"agent":"a","ranks":[2],"time_unix":1,)"
-                                     R"("epoch":1,"members":[0],"step":3})")
+  EXPECT_FALSE(LiveVacancy::FromJson(R"({"node":-1,"turn":0,"agent":"a","ranks":[2],)"
+                                     R"("time_unix":1,"epoch":1,"members":[0],"step":3})")
                    .ok());
-  // The keys: one vacancy and one claim per node rank, recoveries per node and agent.
+  EXPECT_FALSE(LiveVacancy::FromJson(R"({"node":1,"turn":-1,"agent":"a","ranks":[2],)"
+                                     R"("time_unix":1,"epoch":1,"members":[0],"step":3})")
+                   .ok());
+  // The keys: one vacancy and one claim per node rank and turn, recoveries per node and agent.
   Keys k("job");
-  EXPECT_EQ(k.live_vacant(2, 1), k.live_vacancies(2) + "1");
-  EXPECT_EQ(k.live_claim(2, 1), k.live_claims(2) + "1");
+  EXPECT_EQ(k.live_claim(2, 1, 0), k.live_claims(2) + "1/0");
+  EXPECT_EQ(k.live_vacant(2, 1, 3), k.live_vacancies(2) + "1/3");
+  EXPECT_EQ(ParseNodeTurn("1/3"), std::make_pair(1, 3));
+  EXPECT_EQ(ParseNodeTurn("1"), std::make_pair(-1, -1));
+  EXPECT_EQ(ParseNodeTurn("x/0"), std::make_pair(-1, -1));
   EXPECT_EQ(k.live_recoveries(2, 1, "x"), k.live_recoveries(2) + "1/x");
 }
 

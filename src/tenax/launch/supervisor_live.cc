@@ -100,19 +100,20 @@ void Supervisor::LiveStart(int gen) {
 }
 
 int Supervisor::LiveVacancyIncarnation(const GenerationPlan& plan) {
-  // Apart from every incarnation the lost node gave its replicas (they count from 1 there): the
-  // replica groups of HSDP meet under a name that holds it.
-  constexpr int kVacancyIncarnation = 1000;
+  // Apart from every incarnation the lost node, or a spare that took its place before, gave its
+  // replicas (they count from 1 there, from 1000 after the first turn...): the groups inside a
+  // replica meet under a name that holds it.
+  const int incarnation = 1000 * (plan.live_vacancy->turn + 1);
   const int k = job_.live_replica_ranks;
   for (int local = 0; local < o_.nproc_per_node; local += k) {
-    g_.incarnation[static_cast<size_t>(Rank(local) / k)] = kVacancyIncarnation;
+    g_.incarnation[static_cast<size_t>(Rank(local) / k)] = incarnation;
   }
   log::Info(
       "launch: generation {}: this node takes the place of node {} (lost at step {}): its ranks "
       "start as replacements and join the live members {}",
       plan.generation, plan.node_rank, plan.live_vacancy->step,
       fmt::join(plan.live_vacancy->members, ","));
-  return kVacancyIncarnation;
+  return incarnation;
 }
 
 void Supervisor::LiveFillVacancy(const GenerationPlan& plan, int local, pid_t pid) {
