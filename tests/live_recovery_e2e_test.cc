@@ -56,10 +56,11 @@ class LiveRecoveryE2E : public ::testing::Test {
   static nlohmann::json Live(const std::string& name, const std::string& inject,
                              std::string* output, const std::string& flags = "",
                              const std::string& layout = "", const std::string& clean_run = "clean",
-                             int windows = 256) {
-    auto r = RunTenax("launch --nproc-per-node 4 " + flags + " --inject " + inject + " -- " +
-                          Ddp(name, "--set resilience.mode=live " + layout),
-                      dir_->path());
+                             int windows = 256, int nproc = 4) {
+    auto r =
+        RunTenax("launch --nproc-per-node " + std::to_string(nproc) + " " + flags + " --inject " +
+                     inject + " -- " + Ddp(name, "--set resilience.mode=live " + layout),
+                 dir_->path());
     EXPECT_EQ(r.exit_code, 0) << r.output;
     *output = r.output;
     const std::vector<double> clean = Losses(clean_run), live = Losses(name);
@@ -457,6 +458,44 @@ TEST_F(LiveRecoveryE2E, PipelineAndContextParallelReplicasAreRecoveredLive) {
     const nlohmann::json report = Live(c.name, c.crash + ",await-join:rank=2:step=10", &out, "",
                                        flags, c.name + "_clean", 128);
     ExpectReplicaOfTwoRecovered(report, out);
+  }
+}
+
+// A replica split two ways: HSDP 2 x 2 with tensor parallelism 2 inside (8 ranks; replica 0 is
+// ranks 0-3: shard groups {0, 2} and {1, 3}, TP groups {0, 1} and {2, 3}). Rank 1 crashes before
+// step 6's reduction: its three replica peers are killed with it, replica 1 trains on with replica
+// 0's samples, and the four new ranks heal position by position. Each group inside a replica
+// meets through a store named by its kind and first rank: named by kind alone, the two shard
+// groups met in one store and the unfailed run hung in its setup until Gloo's timeout.
+TEST_F(LiveRecoveryE2E, HsdpWithTensorParallelInsideEachReplicaIsRecoveredLive) {
+  const std::string layout = std::string(kHsdp) + " --set parallelism.tensor_parallel=2";
+  auto clean = RunTenax("launch --nproc-per-node 8 -- " +
+                            Ddp("hsdp_tp_clean", "--set resilience.mode=live " + layout),
+                        dir_->path());
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  std::string out;
+  const nlohmann::json report =
+      Live("hsdp_tp", "crash:rank=1:step=6:at=reduce,await-join:rank=4:step=10", &out, "", layout,
+           "hsdp_tp_clean", 256, 8);
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_NE(out.find("live epoch 1 formed by ranks 4,5,6,7"), std::string::npos) << out;
+  // Each shard index of replica 1 (its TP pair) ran its own samples and runs replica 0's again.
+  for (const char* kept : {"[rank 4] step 6: the gradients of slot(s) 2 kept through the failure: "
+                           "running only slot(s) 0",
+                           "[rank 7] step 6: the gradients of slot(s) 3 kept through the failure: "
+                           "running only slot(s) 1"}) {
+    EXPECT_NE(out.find(kept), std::string::npos) << out;
+  }
+  const std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
+  ASSERT_EQ(by_rank.size(), 4u) << report.dump(2);
+  for (int rank = 0; rank < 4; ++rank) {
+    ASSERT_EQ(by_rank.count(rank), 1u) << report.dump(2);
+    const nlohmann::json& l = by_rank.at(rank);
+    EXPECT_EQ(l["kind"], rank == 1 ? "crash" : "peer-lost");
+    EXPECT_EQ(l["replica"], 0);
+    EXPECT_EQ(l["healed_from"], rank + 4) << "the rank of replica 1 at its position";
+    EXPECT_EQ(l["joined_epoch"], by_rank.at(1)["joined_epoch"]);  // together
   }
 }
 

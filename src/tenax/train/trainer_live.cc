@@ -138,9 +138,10 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
       [this, inside_name, etcd = o.etcd, prefix = o.etcd_prefix, go](
           const std::string& group,
           const std::vector<int>& ranks) -> Result<std::unique_ptr<parallel::Communicator>> {
-    // A store of its own per group (FSDP's shard group and the context-parallel one may have the
-    // same ranks).
-    const std::string name = inside_name + "-" + group;
+    // A store of its own per group: named by the group's kind (FSDP's shard group and the
+    // context-parallel one may have the same ranks) and its first rank (a replica holds several
+    // groups of a kind when it is split two ways, e.g. HSDP's shard groups beside TP's).
+    const std::string name = fmt::format("{}-{}-r{}", inside_name, group, ranks.front());
     const int index =
         static_cast<int>(std::find(ranks.begin(), ranks.end(), env_.rank) - ranks.begin());
     const int size = static_cast<int>(ranks.size());
