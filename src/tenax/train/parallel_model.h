@@ -92,11 +92,11 @@ class ParallelModel final : public StepModel {
   int replicas() const { return groups_.replicate->size(); }
   model::MoeState* moe_state() override { return model_->moe(); }
   void SetBlockMatmul(model::BlockMatmul mm) { model_->SetBlockMatmul(mm); }
-  // Ranks holding each layer (the MoE statistics' copies): all but the pipeline axis.
-  int moe_layer_copies() const override { return groups_.world->size() / groups_.pp->size(); }
+  // Every rank holds each of its stage's layers (all but the pipeline axis); live, only a
+  // replica's count the same samples.
   int moe_count_copies() const override {
-    return moe_counts_in_replica_ ? moe_layer_copies() / groups_.replicate->size()
-                                  : moe_layer_copies();
+    const int holders = groups_.world->size() / groups_.pp->size();
+    return moe_counts_in_replica_ ? holders / groups_.replicate->size() : holders;
   }
 
   void BeginStep() override;

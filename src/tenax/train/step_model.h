@@ -56,10 +56,10 @@ class StepModel {
   virtual void EndEval() = 0;  // frees what evaluation gathered
 
   // Mixture of experts (model/moe.h): the routing statistics and balancing biases of the layers
-  // this rank runs; null for a dense model. Ranks holding each layer: moe_layer_copies().
+  // this rank runs; null for a dense model.
   virtual model::MoeState* moe_state() { return nullptr; }
-  virtual int moe_layer_copies() const { return 1; }
-  // Of those, how many count the routing of the same samples (CollectMoeMetrics).
+  // Of the ranks holding each layer, how many count the routing of the same samples
+  // (CollectMoeMetrics).
   virtual int moe_count_copies() const { return 1; }
 };
 
