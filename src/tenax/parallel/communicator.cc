@@ -24,6 +24,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "tenax/core/check.h"
@@ -63,8 +66,18 @@ class LocalCommunicator final : public Communicator {
 // whose future completes when the collective is enqueued, not when the GPU has run it.
 class C10dCommunicator final : public Communicator {
  public:
-  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int size, at::Device device)
-      : group_(std::move(group)), rank_(rank), size_(size), device_(device) {}
+  C10dCommunicator(c10::intrusive_ptr<c10d::Backend> group, int rank, int size, at::Device device,
+                   std::function<std::optional<std::string>()> abandon = {})
+      : group_(std::move(group)),
+        rank_(rank),
+        size_(size),
+        device_(device),
+        abandon_(device.is_cuda() ? nullptr : std::move(abandon)) {}
+  ~C10dCommunicator() override {
+    // A collective abandoned (GroupOptions::abandon) still runs on Gloo's thread until its own
+    // timeout, and Gloo's destructor would wait for it: the group is left to it instead.
+    if (abandoned_) (void)group_.release();
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   at::Device device() const override { return device_; }
@@ -344,15 +357,33 @@ class C10dCommunicator final : public Communicator {
   // Blocks on `work` (Gloo: until it is done; NCCL: only until the current stream is ordered
   // after it), counting the time in stats_.wait_s (the trainer subtracts it from a step's time
   // to get its compute time, which finds stragglers).
+  // With abandon_ (Gloo): in slices of 100 ms, asking it between them (GroupOptions::abandon).
   void Wait(const Work& work) {
     const auto t0 = std::chrono::steady_clock::now();
+    if (abandon_) {
+      const std::function<bool()> done = Probe(work, /*cuda=*/false);
+      while (!done()) {
+        try {
+          work->wait(std::chrono::milliseconds(100));
+          break;
+        } catch (const c10::Error&) {
+          if (done()) break;  // it failed: the wait below says how
+        }
+        if (std::optional<std::string> why = abandon_()) {
+          abandoned_ = true;
+          throw std::runtime_error("collective abandoned: " + *why);
+        }
+      }
+    }
     work->wait();
     stats_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
-  const c10::intrusive_ptr<c10d::Backend> group_;
+  c10::intrusive_ptr<c10d::Backend> group_;
   const int rank_, size_;
   const at::Device device_;
+  const std::function<std::optional<std::string>()> abandon_;
+  bool abandoned_ = false;  // a collective is left running: the group must outlive this object
 };
 
 }  // namespace
@@ -576,7 +607,7 @@ Result<std::unique_ptr<Communicator>> ConnectFileStoreGroup(const std::string& p
     if (options.give_up) store = c10::make_intrusive<WatchedStore>(store, options.give_up);
     auto group = MakeGroup(store, rank, size, options);
     return std::unique_ptr<Communicator>(
-        std::make_unique<C10dCommunicator>(group, rank, size, options.device));
+        std::make_unique<C10dCommunicator>(group, rank, size, options.device, options.abandon));
   } catch (const std::exception& e) {
     return Unavailable(
         fmt::format("rank {} of {}: cannot form the group of store {} within {}s: {}", rank, size,
@@ -593,7 +624,7 @@ Result<std::unique_ptr<Communicator>> ConnectEtcdStoreGroup(const etcd::EtcdOpti
     if (options.give_up) store = c10::make_intrusive<WatchedStore>(store, options.give_up);
     auto group = MakeGroup(store, rank, size, options);
     return std::unique_ptr<Communicator>(
-        std::make_unique<C10dCommunicator>(group, rank, size, options.device));
+        std::make_unique<C10dCommunicator>(group, rank, size, options.device, options.abandon));
   } catch (const std::exception& e) {
     return Unavailable(
         fmt::format("rank {} of {}: cannot form the group of etcd keys {} within {}s: {}", rank,

@@ -223,6 +223,14 @@ struct GroupOptions {
   // reason it returns ends the wait at once (parallel/watched_store.h: a live member that died
   // after checking in, superseded by a newer epoch). Empty: wait up to `timeout`.
   std::function<std::optional<std::string>()> give_up;
+  // Gloo (live groups, parallel/live_group.h): asked every 100 ms while a collective waits; a
+  // reason it returns abandons the wait: the call throws it as a peer-lost error
+  // ("collective abandoned: ...", protocol::IsPeerLostError). For a peer that can no longer answer
+  // and whose connections will not close either (its node cut off: nothing comes back, not even a
+  // reset), which would otherwise hold the collective for the whole `timeout`. The group must be
+  // dropped then; dropping it leaves the abandoned collective to end on Gloo's thread at that
+  // timeout (the group is not destroyed: its destructor would wait for it). Empty: wait.
+  std::function<std::optional<std::string>()> abandon;
 };
 
 // The world and its sub-groups, connected through one c10d store (TCPStore at

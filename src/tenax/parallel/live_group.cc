@@ -59,6 +59,12 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
     Result<std::optional<std::string>> newer = Superseded(m);
     return newer.ok() ? *newer : std::nullopt;
   };
+  // A collective waiting on a member the launcher dropped since (its node cut off: its
+  // connections neither answer nor close) gives up then, not at the group's timeout.
+  o.abandon = [this, m]() -> std::optional<std::string> {
+    Result<std::optional<std::string>> dropped = Dropped(m);
+    return dropped.ok() ? *dropped : std::nullopt;
+  };
   Result<std::unique_ptr<Communicator>> formed =
       etcd_ ? ConnectEtcdStoreGroup(*options_.etcd, path + "store/", rank, size, o)
             : ConnectFileStoreGroup(path, rank, size, o);
@@ -118,6 +124,27 @@ Result<std::optional<std::string>> LiveGroup::Superseded(const protocol::LiveMem
   }
   return std::optional<std::string>(
       fmt::format("live epoch {} was superseded by epoch {}", m.epoch, now->epoch));
+}
+
+Result<std::optional<std::string>> LiveGroup::Dropped(const protocol::LiveMembership& m) const {
+  TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> now,
+                         protocol::ReadLiveMembership(options_.store_dir));
+  if (!now || now->generation != m.generation || now->epoch <= m.epoch) {
+    return std::optional<std::string>();
+  }
+  const protocol::LiveMembership seen =
+      options_.ranks_per_replica > 1
+          ? protocol::ReplicaView(*now, options_.ranks_per_replica, options_.position)
+          : *now;
+  std::vector<int> gone;
+  for (int slot : m.members) {
+    if (!seen.Has(slot)) gone.push_back(slot);
+  }
+  if (gone.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(
+      fmt::format("live epoch {} leaves out {} {} of epoch {} (the launcher judged {} lost)",
+                  now->epoch, options_.ranks_per_replica > 1 ? "replica(s)" : "rank(s)",
+                  fmt::join(gone, ","), m.epoch, gone.size() > 1 ? "them" : "it"));
 }
 
 Status LiveGroup::AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path) {

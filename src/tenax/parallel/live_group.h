@@ -13,6 +13,9 @@
 //   Failure     a collective that throws (a member died or was killed) makes the member Leave():
 //               dropping the group closes its connections, so the members still blocked on it
 //               fail too instead of waiting for the timeout; then it forms the next epoch.
+//               A member cut off by a partition closes nothing that arrives: a collective waiting
+//               on it is abandoned as soon as the record moves to an epoch that leaves it out
+//               (Dropped; GroupOptions::abandon), not at the group's timeout.
 //   Quorum      once per step, before the step's first collective, the members agree on the
 //               newest epoch any of them has seen (NewestEpoch), so all switch at the same step
 //               boundary, e.g. to take in a replacement.
@@ -78,6 +81,10 @@ class LiveGroup {
     // store_dir. The record is still read from store_dir, where the node agent keeps it.
     std::optional<etcd::EtcdOptions> etcd;
     std::string etcd_prefix;
+    // HSDP's groups over the replicas: the record read as protocol::ReplicaView(record,
+    // ranks_per_replica, position) (the view Form is given); 1: the record's slots themselves.
+    int ranks_per_replica = 1;
+    int position = 0;
   };
   explicit LiveGroup(Options options);
   ~LiveGroup();
@@ -130,6 +137,10 @@ class LiveGroup {
   // Why `m` is no longer the epoch to form: the record moved past it (same generation, newer
   // epoch); nullopt while it is.
   Result<std::optional<std::string>> Superseded(const protocol::LiveMembership& m) const;
+  // Why a collective of `m` cannot end: the record moved to a newer epoch (same generation) that
+  // leaves out a member of `m`, whom the launcher judged lost; nullopt while it has not, and for
+  // a newer epoch that only adds members (a replacement joining, taken at a step boundary).
+  Result<std::optional<std::string>> Dropped(const protocol::LiveMembership& m) const;
 
   const Options options_;
   std::unique_ptr<etcd::EtcdClient> etcd_;  // with options_.etcd: made by the first Form

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "tenax/core/crc32.h"
 #include "tenax/core/temp_dir.h"
 #include "tenax/etcd/testing_etcd_test_fixture.h"
+#include "tenax/protocol/exit_report.h"
 
 namespace tenax::parallel {
 namespace {
@@ -389,6 +391,90 @@ TEST(LiveGroup, AMemberThatDiesAfterCheckingInIsLeftForTheNextOne) {
         std::string::npos)
         << got.first[slot];
     EXPECT_EQ(got.sums[slot], 3.0) << "slot " << slot;
+  }
+}
+
+// A member that goes silent inside a collective (its node cut off: its connections neither answer
+// nor close): the others' all-reduce is abandoned as soon as the launcher's next epoch leaves it
+// out, not at the group's timeout (10 minutes here: without it this test would outlive ctest's
+// limit), and dropping the group does not wait for Gloo's thread, still in that collective. They
+// form the next epoch and sum there. A newer epoch that only adds a member (a replacement
+// joining) abandons nothing: the sum in flight meanwhile completes.
+TEST(LiveGroup, ACollectiveWaitingOnADroppedMemberIsAbandoned) {
+  tenax::testing::TempDir dir;
+  LiveMembership e1;
+  e1.epoch = 1;
+  e1.world = 3;
+  e1.members = {0, 1, 2};
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
+  LiveMembership e2 = e1;
+  e2.epoch = 2;
+  e2.members = {0, 1};
+  LiveMembership e3 = e1;
+  e3.epoch = 3;
+  e3.joining = {2};
+  std::array<std::string, 2> why;
+  std::array<double, 2> seconds{}, sums{}, joined_sums{};
+  std::atomic<int> formed{0}, done{0};
+  auto member = [&](int slot) {
+    LiveGroup::Options o;
+    o.store_dir = dir.path();
+    o.slot = slot;
+    o.world = 3;
+    o.group.timeout = std::chrono::minutes(10);
+    LiveGroup g(o);
+    if (!g.Form(e1).ok()) return;
+    ++formed;
+    if (slot == 2) {  // silent from here on, its connections open
+      while (done < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    at::Tensor x = at::full({3}, static_cast<double>(slot + 1), at::kDouble);
+    try {
+      g.comm().AllReduceSum(x);
+      why[slot] = "it ended";
+    } catch (const std::exception& e) {
+      why[slot] = e.what();
+    }
+    g.Leave();
+    seconds[slot] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!g.Form(e2).ok()) return;
+    at::Tensor y = at::full({3}, static_cast<double>(slot + 1), at::kDouble);
+    g.comm().AllReduceSum(y);
+    sums[slot] = y[0].item<double>();
+    // Epoch 3 (a replacement for slot 2 joining) is written while slot 0 sums alone for a while.
+    if (slot == 0) EXPECT_TRUE(protocol::WriteLiveMembership(dir.path(), e3).ok());
+    if (slot == 1) {
+      auto epoch_now = [&] {
+        Result<std::optional<LiveMembership>> r = protocol::ReadLiveMembership(dir.path());
+        return r.ok() && *r ? (**r).epoch : -1;
+      };
+      while (epoch_now() < 3) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // slot 0 polls meanwhile
+    }
+    at::Tensor z = at::full({3}, static_cast<double>(slot + 1), at::kDouble);
+    g.comm().AllReduceSum(z);
+    joined_sums[slot] = z[0].item<double>();
+    ++done;
+  };
+  std::thread a(member, 0), b(member, 1), c(member, 2);
+  while (formed < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e2).ok());
+  a.join();
+  b.join();
+  c.join();
+  for (int slot : {0, 1}) {
+    EXPECT_NE(why[slot].find("collective abandoned: live epoch 2 leaves out rank(s) 2 of epoch 1 "
+                             "(the launcher judged it lost)"),
+              std::string::npos)
+        << why[slot];
+    EXPECT_TRUE(protocol::IsPeerLostError(why[slot])) << why[slot];
+    EXPECT_LT(seconds[slot], 60.0) << "abandoned at the group's timeout, not at the new epoch";
+    EXPECT_EQ(sums[slot], 3.0) << "slot " << slot;         // 1 + 2: the group of epoch 2
+    EXPECT_EQ(joined_sums[slot], 3.0) << "slot " << slot;  // not abandoned for a joiner
   }
 }
 

@@ -91,6 +91,8 @@ bool IsPeerLostError(std::string_view m) {
         "Connection closed by peer", "Connection reset by peer", "Broken pipe",
         "caused pair closure", "Timed out waiting", "failed to recv, got 0 bytes",
         "Connection refused", "Socket Timeout",
+        // a live group's collective whose member the launcher dropped (parallel/live_group.h)
+        "collective abandoned:",
         // NCCL (ncclRemoteError, its socket transport) and c10d's NCCL group after an abort
         "remote process exited or there was a network error", "ncclRemoteError",
         "Connection closed by remote peer", "NCCL communicator was aborted"}) {

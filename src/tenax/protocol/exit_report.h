@@ -40,7 +40,8 @@ std::optional<ExitReport> ReadExitReport(const std::string& dir, int rank);
 
 // Whether an error message from a collective or the rendezvous store means the other side went
 // away (Gloo: "Connection closed by peer", "Connection reset by peer", a broken pipe, a timed-out
-// pair; the c10d store: a failed recv; NCCL: ncclRemoteError, "remote process exited or there was
+// pair; a live group's collective abandoned because the launcher dropped a member it waited on;
+// the c10d store: a failed recv; NCCL: ncclRemoteError, "remote process exited or there was
 // a network error", a socket closed by the remote peer, a communicator aborted after a peer's
 // failure). Such a failure is secondary.
 bool IsPeerLostError(std::string_view message);

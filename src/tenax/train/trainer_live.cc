@@ -153,6 +153,8 @@ Status Trainer::SetupLiveWorld(const parallel::GroupOptions& go) {
     r.name = fmt::format("live-g{}-s{}", ctx_.generation, position);
     r.slot = replica;
     r.world = env_.world / live_replica_ranks_;
+    r.ranks_per_replica = live_replica_ranks_;
+    r.position = position;
     live_replicas_ = std::make_unique<parallel::LiveGroup>(r);
     std::vector<int> all(static_cast<size_t>(live_replica_ranks_));
     std::iota(all.begin(), all.end(), first);
