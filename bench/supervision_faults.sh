@@ -254,7 +254,9 @@ nodes() {
                LiveRecoveryFromALostNodeWithNoSpareTrainsToTheEndShortHanded
                LiveRecoveryFromLosingNode0TheSpareTakesItsPlace
                LiveRecoveryFromLosingNode0WithNoSpareNode1TrainsToTheEnd
-               LiveRecoveryFromLosingANodeRankTwiceTheOtherSpareTakesItsPlace)
+               LiveRecoveryFromLosingANodeRankTwiceTheOtherSpareTakesItsPlace
+               LiveRecoveryFromACutOffNodeTheSpareTakesItsPlace
+               LiveRecoveryFromAStoppedNodeTheSpareTakesItsPlace)
   for i in $(seq 1 "$runs"); do
     local c=${cases[$((RANDOM % ${#cases[@]}))]}
     if build/tests/multinode_live_e2e_test --gtest_filter="MultiNodeLive.$c" > "$work/nodes$i.log" 2>&1; then

@@ -278,15 +278,7 @@ TEST_F(MultiNode, ACutOffNodeStopsItsRanksAndIsReplaced) {
   const std::vector<pid_t> ranks = Descendants(agents[victim]->pid());
   ASSERT_TRUE(net_->Cut(victim).ok());
   // Its ranks are gone within the lease time (3 s) and a little.
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        for (pid_t p : ranks) {
-          if (Alive(p)) return false;
-        }
-        return true;
-      },
-      10))
-      << agents[victim]->output();
+  EXPECT_TRUE(AllEnd(ranks, 10)) << agents[victim]->output();
   for (size_t i = 0; i < agents.size(); ++i) {
     if (static_cast<int>(i) != victim) {
       EXPECT_EQ(agents[i]->Wait(300), 0) << "host " << i << "\n" << AllOutput(agents);

@@ -223,6 +223,18 @@ inline bool WaitHeld(const std::vector<std::unique_ptr<Background>>& agents, int
   return WaitFor([&] { return AllOutput(agents).find(fired) != std::string::npos; }, 180);
 }
 
+// Whether every process of `pids` ends within `timeout_s` (a fenced node's ranks).
+inline bool AllEnd(const std::vector<pid_t>& pids, double timeout_s) {
+  return WaitFor(
+      [&] {
+        for (pid_t p : pids) {
+          if (Alive(p)) return false;
+        }
+        return true;
+      },
+      timeout_s);
+}
+
 // Sends `sig` to a whole node at once: its agent and every process under it (its ranks).
 inline void SignalNode(const Background& agent, int sig) {
   std::vector<pid_t> node = Descendants(agent.pid());

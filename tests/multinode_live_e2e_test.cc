@@ -87,14 +87,22 @@ class MultiNodeLive : public MultiNode {
         l["steps_short_handed"].get<int>());
   }
 
-  // Runs `job` live on two active nodes (and a spare with `spare`), kills node `node` (0 or 1)
+  // How LoseNode loses a node: killed whole (agent and ranks, SIGKILL), cut off (its link down
+  // while its processes run on) or stopped whole (SIGSTOP).
+  enum class Loss { kKilled, kCutOff, kStopped };
+
+  // Runs `job` live on two active nodes (and a spare with `spare`), loses node `node` (0 or 1)
   // with its agent once 8 steps are logged, and checks that every other agent ends done, nobody
   // restarted, the unfailed run's trajectory, and that the other node's two ranks trained on in
-  // epoch 1. Returns goodput.json and the agents' output, and in `writer` whose agent wrote
+  // epoch 1. A node cut off must stop its own ranks within the lease time and a little (fencing:
+  // nothing they do after the cut may count); once the others are done its link is restored, or
+  // a stopped node continued, and its agent must find its place taken and end without touching
+  // the run. Returns goodput.json and the agents' output, and in `writer` whose agent wrote
   // goodput.json (generation 0's plan's "node N's agent", or "the spare"). A save every 20 steps
-  // keeps the kill away from a checkpoint's collectives.
+  // keeps the loss away from a checkpoint's collectives.
   static nlohmann::json LoseNode(int node, const std::string& job, const std::string& flags,
-                                 bool spare, std::string* out, std::string* writer = nullptr) {
+                                 bool spare, std::string* out, std::string* writer = nullptr,
+                                 Loss how = Loss::kKilled) {
     auto etcd = Etcd();
     const std::string layout = LiveLayout("--set checkpoint.interval=20");
     std::vector<std::unique_ptr<Background>> agents(spare ? 3 : 2);
@@ -107,11 +115,32 @@ class MultiNodeLive : public MultiNode {
     EXPECT_TRUE(WaitFor(
         [&] { return ReadMetric(*dir_ / (job + "/metrics.jsonl"), "loss").size() >= 8; }, 180))
         << AllOutput(agents);
-    if (victim >= 0) SignalNode(*agents[static_cast<size_t>(victim)], SIGKILL);
+    if (victim < 0) return nlohmann::json::object();
+    Background& lost = *agents[static_cast<size_t>(victim)];
+    const std::vector<pid_t> ranks = Descendants(lost.pid());
+    switch (how) {
+      case Loss::kKilled:
+        SignalNode(lost, SIGKILL);
+        break;
+      case Loss::kCutOff:
+        EXPECT_TRUE(net_->Cut(victim).ok());
+        // Its ranks are gone within the lease time (3 s) and a little.
+        EXPECT_TRUE(AllEnd(ranks, 10)) << lost.output();
+        break;
+      case Loss::kStopped:
+        SignalNode(lost, SIGSTOP);
+        break;
+    }
     for (size_t i = 0; i < agents.size(); ++i) {
-      EXPECT_EQ(agents[i]->Wait(300), static_cast<int>(i) == victim ? 128 + SIGKILL : 0)
-          << "host " << i << "\n"
-          << AllOutput(agents);
+      if (static_cast<int>(i) == victim) continue;
+      EXPECT_EQ(agents[i]->Wait(300), 0) << "host " << i << "\n" << AllOutput(agents);
+    }
+    if (how == Loss::kCutOff) EXPECT_TRUE(net_->Restore(victim).ok());
+    if (how == Loss::kStopped) SignalNode(lost, SIGCONT);
+    // Back, it learns it lost its lease, and finds its place taken or the job over.
+    EXPECT_EQ(lost.Wait(120), how == Loss::kKilled ? 128 + SIGKILL : 0) << AllOutput(agents);
+    if (how != Loss::kKilled) {
+      EXPECT_NE(lost.output().find("lost the etcd lease"), std::string::npos) << lost.output();
     }
     *out = AllOutput(agents);
     // Whether a rank failed in a step the others had finished (the two cases differ).
@@ -136,10 +165,12 @@ class MultiNodeLive : public MultiNode {
     return report;
   }
   // Node `node` lost and a spare in its place: goodput.json has one live recovery per lost rank,
-  // of kind node-lost, on that node, healed from the other node's ranks, which trained on in
-  // epoch 1 until the replacements joined in epoch 2.
+  // of kind `kind` (node-lost; partition once the node came back and said it had been cut off),
+  // on that node, healed from the other node's ranks, which trained on in epoch 1 until the
+  // replacements joined in epoch 2.
   static void ExpectTheSpareTookItsPlace(const nlohmann::json& report, int node,
-                                         const std::string& out) {
+                                         const std::string& out,
+                                         const std::string& kind = "node-lost") {
     EXPECT_NE(out.find("this spare takes the place of node " + std::to_string(node)),
               std::string::npos)
         << out;
@@ -154,7 +185,7 @@ class MultiNodeLive : public MultiNode {
     for (int rank : {2 * node, 2 * node + 1}) {
       ASSERT_EQ(by_rank.count(rank), 1u) << report.dump(2);
       const nlohmann::json& l = by_rank.at(rank);
-      EXPECT_EQ(l["kind"], "node-lost");
+      EXPECT_EQ(l["kind"], kind);
       EXPECT_EQ(l["node"], node);
       EXPECT_EQ(l["epoch"], 1);
       EXPECT_EQ(l["members"], nlohmann::json({2 * other, 2 * other + 1}));
@@ -212,6 +243,27 @@ TEST_F(MultiNodeLive, LiveRecoveryFromALostNodeTheSpareTakesItsPlace) {
   const nlohmann::json report =
       LoseNode(1, "live-node", "--inject await-join:rank=0:step=36", /*spare=*/true, &out);
   ExpectTheSpareTookItsPlace(report, 1, out);
+}
+
+// Node 1's link cut while its processes keep running (a partition, not a crash): its agent
+// loses its lease and stops its ranks within the lease time, which its peers cannot tell from
+// a loss; node 0 trains on, the spare takes node 1's place and its ranks heal from node 0's.
+// Once the job is done the link comes back: the cut-off agent finds its place taken and ends
+// without touching the run (the trajectory and checkpoints are the unfailed run's).
+TEST_F(MultiNodeLive, LiveRecoveryFromACutOffNodeTheSpareTakesItsPlace) {
+  std::string out;
+  const nlohmann::json report = LoseNode(1, "live-cut", "--inject await-join:rank=0:step=36",
+                                         /*spare=*/true, &out, nullptr, Loss::kCutOff);
+  ExpectTheSpareTookItsPlace(report, 1, out, "partition");
+}
+
+// Node 1 stopped whole (agent and ranks, SIGSTOP: a node that hangs): the same as cut off, and
+// when it is continued after the job ended, neither it nor its ranks change anything.
+TEST_F(MultiNodeLive, LiveRecoveryFromAStoppedNodeTheSpareTakesItsPlace) {
+  std::string out;
+  const nlohmann::json report = LoseNode(1, "live-stop", "--inject await-join:rank=0:step=36",
+                                         /*spare=*/true, &out, nullptr, Loss::kStopped);
+  ExpectTheSpareTookItsPlace(report, 1, out, "partition");
 }
 
 // Node rank 1 lost twice (2 active nodes and 2 spares, live DDP 4): node 1 killed once 8 steps

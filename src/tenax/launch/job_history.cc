@@ -70,13 +70,14 @@ json LeadReport(const etcd::RangeResponse& reports, const std::string& prefix,
   return lead;
 }
 
-// The failure a generation ended by, from every node's report (rdzv::FirstFailure).
-std::optional<FailureRecord> FailureOf(const GenerationHistory& gh, double start_unix) {
-  std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(gh.failures);
+// The failure generation g ended by, from every node's report (rdzv::FirstFailure).
+std::optional<FailureRecord> FailureOf(const std::vector<rdzv::FailureReport>& failures, int64_t g,
+                                       double start_unix) {
+  std::optional<rdzv::FailureReport> first = rdzv::FirstFailure(failures);
   if (!first) return std::nullopt;
   FailureRecord f;
   f.time_s = first->wall_s - start_unix;
-  f.generation = static_cast<int>(gh.generation);
+  f.generation = static_cast<int>(g);
   f.rank = first->rank;
   f.node = first->node_rank;
   f.host = first->host;
@@ -87,7 +88,7 @@ std::optional<FailureRecord> FailureOf(const GenerationHistory& gh, double start
     // A lost node is known when its lease expires; its peers saw it go earlier (their
     // collectives broke): the earliest of those is when it failed.
     double failed = first->wall_s;
-    for (const rdzv::FailureReport& r : gh.failures) {
+    for (const rdzv::FailureReport& r : failures) {
       if (r.secondary) failed = std::min(failed, r.wall_s);
     }
     f.detection_s = std::max(0.0, first->wall_s - failed);
@@ -184,6 +185,29 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
       x.erase("time_unix");
       return x;
     };
+    // A node that was cut off, not dead, says so when it comes back (a "partition" report,
+    // node_agent.cc RegisterAgain). Where its node rank was lost live (a vacancy it held), that
+    // names the live recovery of its ranks, and the generation did not fail by it.
+    std::vector<rdzv::FailureReport> failures;
+    std::vector<std::pair<rdzv::LiveVacancy, rdzv::FailureReport>> partitioned;
+    for (const rdzv::FailureReport& f : gh.failures) {
+      const auto v = std::find_if(gh.live_vacancies.begin(), gh.live_vacancies.end(),
+                                  [&](const rdzv::LiveVacancy& v) { return v.agent == f.agent; });
+      if (f.kind == "partition" && v != gh.live_vacancies.end()) {
+        partitioned.emplace_back(*v, f);
+      } else {
+        failures.push_back(f);
+      }
+    }
+    auto name_partition = [&](json& x) {
+      for (const auto& [v, f] : partitioned) {
+        if (x.value("kind", "") == "node-lost" && x.value("node", -1) == v.node &&
+            x.value("epoch", -1) == v.epoch) {
+          x["kind"] = "partition";
+          x["cause"] = f.cause;
+        }
+      }
+    };
     for (const json& x : gh.stragglers) g.AddStraggler(on_job_clock(x));
     for (const json& x : gh.exit_faults) g.AddExitFault(on_job_clock(x));
     for (json x : gh.live_recoveries) {
@@ -196,6 +220,7 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
           x[key + "_s"] = key == "time" ? 0.0 : -1.0;  // another clock's: not placed
         }
       }
+      name_partition(x);
       g.AddLiveRecovery(std::move(x));
     }
     // A node lost live that no spare took: its ranks' records (a spare's are among the above).
@@ -204,24 +229,28 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
       const int64_t last =
           gh.lead_report.is_object() ? gh.lead_report.value("last_step", v.step) : v.step;
       for (int rank : v.ranks) {
-        g.AddLiveRecovery({{"time_s", v.time_unix - h.start_unix},
-                           {"generation", gh.generation},
-                           {"rank", rank},
-                           {"node", v.node},
-                           {"kind", "node-lost"},
-                           {"cause", fmt::format("node {} ({}) was lost: its etcd lease expired",
-                                                 v.node, v.agent)},
-                           {"step", v.step},
-                           {"epoch", v.epoch},
-                           {"members", v.members},
-                           {"healed_at_s", -1},
-                           {"outcome", fmt::format("no spare took node {}'s place: the others "
-                                                   "trained on without its ranks",
-                                                   v.node)},
-                           {"steps_short_handed", std::max<int64_t>(0, last - v.step)}});
+        json x = {{"time_s", v.time_unix - h.start_unix},
+                  {"generation", gh.generation},
+                  {"rank", rank},
+                  {"node", v.node},
+                  {"kind", "node-lost"},
+                  {"cause",
+                   fmt::format("node {} ({}) was lost: its etcd lease expired", v.node, v.agent)},
+                  {"step", v.step},
+                  {"epoch", v.epoch},
+                  {"members", v.members},
+                  {"healed_at_s", -1},
+                  {"outcome", fmt::format("no spare took node {}'s place: the others "
+                                          "trained on without its ranks",
+                                          v.node)},
+                  {"steps_short_handed", std::max<int64_t>(0, last - v.step)}};
+        name_partition(x);
+        g.AddLiveRecovery(std::move(x));
       }
     }
-    if (std::optional<FailureRecord> f = FailureOf(gh, h.start_unix)) g.AddFailure(*f);
+    if (std::optional<FailureRecord> f = FailureOf(failures, gh.generation, h.start_unix)) {
+      g.AddFailure(*f);
+    }
   }
   json all_sdc = json::array();
   for (const auto& [key, d] : sdc) all_sdc.push_back(d);

@@ -184,6 +184,42 @@ TEST(JobGoodput, ANodeLostLiveThatNoSpareTookIsRecordedRankByRank) {
   }
 }
 
+// Node 1 cut off, not dead: the others recovered its ranks live (a spare took its place, and
+// wrote its records as node-lost), and its agent, back, reported a partition. That names the live
+// recovery (kind and cause) and is not a failure of the generation; the same report from an agent
+// whose node was not lost live (restart mode) still is one.
+TEST(JobGoodput, ACutOffNodeRecoveredLiveIsAPartitionNotAFailure) {
+  JobHistory h = TwoGenerations();
+  h.generations[1].live_vacancies = {{1, 0, "d", {2, 3}, 1110.0, 1, {0, 1}, 30}};
+  h.generations[1].live_claimed = {{1, 0}};
+  for (int rank : {2, 3}) {
+    h.generations[1].live_recoveries.push_back({{"rank", rank},
+                                                {"node", 1},
+                                                {"epoch", 1},
+                                                {"kind", "node-lost"},
+                                                {"cause", "node 1 (d) was lost"},
+                                                {"time_unix", 1110.0},
+                                                {"healed_at_unix", 1112.0}});
+  }
+  rdzv::FailureReport cut = Report("d", 1, "partition", /*secondary=*/false, 1108);
+  cut.cause = "node 1 (d.host) was cut off from etcd while alive";
+  h.generations[1].failures = {cut};
+  const nlohmann::json r = JobGoodput(h, 1300, 0, /*ended=*/true, "host0", 42);
+  ASSERT_EQ(r["failures"].size(), 1u) << r.dump(2);  // generation 0's alone
+  EXPECT_EQ(r["failures"][0]["generation"], 0);
+  ASSERT_EQ(r["live_recoveries"].size(), 2u) << r.dump(2);
+  for (const nlohmann::json& l : r["live_recoveries"]) {
+    EXPECT_EQ(l["kind"], "partition");
+    EXPECT_EQ(l["cause"], "node 1 (d.host) was cut off from etcd while alive");
+  }
+
+  h.generations[1].failures[0].agent = "x";  // no vacancy of its: a failure of generation 1
+  const nlohmann::json restart = JobGoodput(h, 1300, 0, /*ended=*/true, "host0", 42);
+  ASSERT_EQ(restart["failures"].size(), 2u) << restart.dump(2);
+  EXPECT_EQ(restart["failures"][1]["kind"], "partition");
+  EXPECT_EQ(restart["live_recoveries"][0]["kind"], "node-lost");
+}
+
 // ReadJobHistory against a real etcd: each generation's lead report is that of its lowest node
 // rank run by the agent its plan names. Generation 0 lost node 0 live and a spare ("s") took its
 // place late: node 1's report leads. Generation 1 is a plain one: node 0's. Generation 2 has only

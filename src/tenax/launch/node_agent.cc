@@ -197,7 +197,7 @@ Result<int> NodeAgent::Run() {
   if (over) return *over;
 
   for (;;) {
-    if (view_.lease_lost()) {
+    if (view_.lease_lost() || Fenced()) {
       // Fenced: our ranks are gone; come back under a new lease once etcd answers.
       TENAX_ASSIGN_OR_RETURN(std::optional<int> ended, RegisterAgain());
       if (ended) return *ended;
@@ -238,6 +238,12 @@ Result<int> NodeAgent::Run() {
     TENAX_ASSIGN_OR_RETURN(std::optional<int> end, RunActive(g, *plan, node_rank));
     if (end) return *end;
   }
+}
+
+bool NodeAgent::Fenced() {
+  if (!keeper_ || !keeper_->lost()) return false;
+  view_.LeaseLost([this] { supervisor_->Wake(); });
+  return true;
 }
 
 Result<std::optional<int>> NodeAgent::RegisterAgain() {
@@ -368,7 +374,7 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   });
   const AgentView::Ended ended = view_.End(/*forget_lost=*/true);
   const std::set<std::string>& gone = ended.lost;
-  if (ended.lease_lost) {
+  if (ended.lease_lost || Fenced()) {
     fenced_ = true;
     fenced_at_ = WallNow();
   }
@@ -383,6 +389,9 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
     TENAX_RETURN_IF_ERROR(Stop(out.exit_code, "a node agent was told to stop (SIGINT/SIGTERM)"));
     return std::optional<int>();
   }
+  // The others found this node lost and went on: what it saw meanwhile (its own node lost, the
+  // others gone at the job's end) is not its to record (RegisterAgain says what happened).
+  if (fenced_) return std::optional<int>();
   if (!gone.empty()) {
     TENAX_RETURN_IF_ERROR(RecordLost(g, plan, gone));
     return std::optional<int>();

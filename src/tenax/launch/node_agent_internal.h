@@ -120,6 +120,11 @@ class NodeAgent {
   // and records the partition of the generation it was active in; the stop code when the job
   // ended meanwhile.
   Result<std::optional<int>> RegisterAgain();
+  // Whether this agent's lease is lost by now, by its local deadline, checked before it acts on
+  // what it sees: an agent stopped (or cut off) past the deadline wakes to a backlog of changes,
+  // its own node among the lost, before the keeper's thread has run to say so. Tells the view at
+  // once (this node's generation stops); a fenced agent decides nothing for the job.
+  bool Fenced();
   // A spare in generation g: waits until the job finishes (0) or g stops holding; records the
   // active nodes lost meanwhile.
   Result<std::optional<int>> WaitAsSpare(int64_t g, const rdzv::Plan& plan);

@@ -22,6 +22,7 @@
 namespace tenax::launch::agent_internal {
 
 void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
+  if (Fenced()) return;  // the others decide: this node is the one they lost
   const std::map<int, rdzv::LiveVacancy> vacant = live_->Vacancies(g);
   const std::map<int, std::string> claims = live_->Claims(g);
   for (const auto& [node, id] : claims) {
@@ -42,6 +43,7 @@ void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
   };
   const int n = o_.nproc_per_node;
   for (const std::string& id : view_.Lost()) {
+    if (id == info_.id) continue;  // its own key gone: fenced (above), never its to act on
     const int node = node_held_by(id);
     if (node < 0) continue;  // not a node rank's holder: the generation ends
     const int turn = vacant.count(node) > 0 ? vacant.at(node).turn + 1 : 0;
@@ -88,6 +90,7 @@ void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
 }
 
 std::optional<rdzv::LiveVacancy> NodeAgent::LiveClaimVacancy(int64_t g) {
+  if (Fenced()) return std::nullopt;
   const std::map<int, std::string> claims = live_->Claims(g);
   for (const auto& [node, v] : live_->Vacancies(g)) {
     if (claims.count(node) > 0) continue;
