@@ -32,8 +32,8 @@
 #                save done again, and every evaluation logged exactly once.
 #   nodes:       N live runs across nodes (network namespaces and an etcd, as the multi-node
 #                suite makes them; needs root): each runs one of the multi-node suite's live cases
-#                at random (a rank killed, a rank hung, a whole node lost with a spare to take its
-#                place or with none), which checks no restart, the unfailed run's trajectory and the recovery
+#                at random (a rank killed, a rank hung, a whole node lost, cut off or stopped with a
+#                spare to take its place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
 # Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|spike|between|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)

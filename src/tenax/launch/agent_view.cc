@@ -57,6 +57,11 @@ void AgentView::LeaseGranted(int64_t lease_id) {
   lease_id_ = lease_id;
 }
 
+int64_t AgentView::lease_id() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lease_id_;
+}
+
 bool AgentView::lease_lost() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lease_lost_;

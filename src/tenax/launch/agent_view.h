@@ -50,6 +50,9 @@ class AgentView {
   // Registered under a (new) lease: not fenced any more.
   void LeaseGranted(int64_t lease_id);
   bool lease_lost() const;
+  // The lease this agent's keys hang on now (0 before the first): the agent's decisions in etcd
+  // require its agents/<id> key to hang on it still (NodeAgent::Commit, EtcdLiveLink).
+  int64_t lease_id() const;
   bool stopped() const;
 
   // --- waiting -----------------------------------------------------------------------------------

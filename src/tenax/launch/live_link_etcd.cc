@@ -114,6 +114,7 @@ Result<std::optional<rdzv::LiveRecord>> EtcdLiveLink::Update(int gen, const Chan
     txn.compare.push_back(
         kv ? etcd::Compare::ModRevision(key, etcd::CompareOp::kEqual, kv->mod_revision)
            : etcd::Compare::Version(key, etcd::CompareOp::kEqual, 0));
+    RequireHeld(txn);
     txn.success.push_back(etcd::TxnOp::Put(key, next->ToJson().dump()));
     // A repeat after an unknown outcome fails the comparison and asks the change again, which
     // sees its own record then.
@@ -122,6 +123,12 @@ Result<std::optional<rdzv::LiveRecord>> EtcdLiveLink::Update(int gen, const Chan
       std::lock_guard<std::mutex> lock(mu_);
       if (gen_ == gen) TakeRecord(*next, r.revision);
       return next;
+    }
+    TENAX_ASSIGN_OR_RETURN(const bool fenced, Fenced());
+    if (fenced) {
+      return Unavailable(fmt::format(
+          "this node lost its etcd lease (fenced): it must not change generation {}'s live record",
+          gen));
     }
   }
   return Unavailable(fmt::format(
@@ -157,9 +164,34 @@ Status EtcdLiveLink::PublishRecoveries(int gen, int node, const nlohmann::json& 
       .status();
 }
 
+void EtcdLiveLink::RequireHeld(etcd::Txn& txn) const {
+  if (lease_) {
+    txn.compare.push_back(
+        etcd::Compare::Lease(keys_.agent(agent_), etcd::CompareOp::kEqual, lease_()));
+  }
+}
+
+Result<bool> EtcdLiveLink::Fenced() const {
+  if (!lease_) return false;
+  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv,
+                         Retry([&] { return etcd_->Get(keys_.agent(agent_)); }));
+  return !kv || kv->lease != lease_();
+}
+
 Result<std::optional<etcd::KeyValue>> EtcdLiveLink::PutOnce(int gen, const std::string& key,
                                                             const std::string& value) {
-  TENAX_RETURN_IF_ERROR(Retry([&] { return etcd_->PutIfAbsent(key, value); }).status());
+  etcd::Txn txn;
+  txn.compare.push_back(etcd::Compare::CreateRevision(key, etcd::CompareOp::kEqual, 0));
+  RequireHeld(txn);
+  txn.success.push_back(etcd::TxnOp::Put(key, value));
+  TENAX_ASSIGN_OR_RETURN(etcd::TxnResponse r, Retry([&] { return etcd_->Commit(txn); }));
+  if (!r.succeeded) {
+    TENAX_ASSIGN_OR_RETURN(const bool fenced, Fenced());
+    if (fenced) {
+      return Unavailable(
+          fmt::format("this node lost its etcd lease (fenced): it must not put {}", key));
+    }
+  }
   // Read back: what the key holds is whoever put it first's (also after a repeat of a put whose
   // outcome was unknown), seen here at once (the watch brings it too).
   TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv, Retry([&] { return etcd_->Get(key); }));

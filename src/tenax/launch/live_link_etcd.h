@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -23,9 +24,12 @@ namespace tenax::launch {
 
 class EtcdLiveLink : public LiveLink {
  public:
-  // `agent`: this agent's id (its records of live recoveries are under it).
-  EtcdLiveLink(etcd::EtcdClient* etcd, rdzv::Keys keys, std::string agent)
-      : etcd_(etcd), keys_(std::move(keys)), agent_(std::move(agent)) {}
+  // `agent`: this agent's id (its records of live recoveries are under it). `lease` (optional):
+  // the lease its agents/<id> key hangs on now; with it, changes to the record, vacancies and
+  // claims are made only while that key still hangs on it (a fenced agent's are refused by etcd).
+  EtcdLiveLink(etcd::EtcdClient* etcd, rdzv::Keys keys, std::string agent,
+               std::function<int64_t()> lease = {})
+      : etcd_(etcd), keys_(std::move(keys)), agent_(std::move(agent)), lease_(std::move(lease)) {}
 
   // Generation `gen` starts here, its ranks reading their record in `heartbeat_dir`: what etcd
   // holds of it so far is read in (its events from now on arrive through OnEvents).
@@ -59,9 +63,16 @@ class EtcdLiveLink : public LiveLink {
   Result<std::optional<etcd::KeyValue>> PutOnce(int gen, const std::string& key,
                                                 const std::string& value);
 
+  // With lease_: adds to `txn` the comparison that this agent still holds its lease.
+  void RequireHeld(etcd::Txn& txn) const;
+  // With lease_, after a transaction that failed: whether this agent's key no longer hangs on
+  // its lease (fenced), which is then the reason.
+  Result<bool> Fenced() const;
+
   etcd::EtcdClient* const etcd_;
   const rdzv::Keys keys_;
   const std::string agent_;
+  const std::function<int64_t()> lease_;
   std::mutex mu_;
   std::string heartbeat_dir_;
   int64_t gen_ = -1;  // the running generation

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "tenax/core/temp_dir.h"
@@ -124,6 +126,45 @@ TEST_F(EtcdLiveLinkTest, AVacancyIsPutOnceAndOneOfTwoSparesTakesIt) {
   // Another generation's view has none of it.
   EXPECT_TRUE(links_[1]->Vacancies(1).empty());
   EXPECT_TRUE(links_[1]->Claims(1).empty());
+}
+
+// An agent whose lease is gone (it was stopped or cut off past it, and the others found its
+// node lost) is refused by etcd itself: its change to the record, its vacancy and its claim fail
+// naming the fence and change nothing, whatever the agent itself believes; under a new lease
+// (registered again) it may claim once more.
+TEST_F(EtcdLiveLinkTest, AnAgentWithoutItsLeaseChangesNothing) {
+  testing::TempDir a;
+  etcd::EtcdClient& c = *clients_[0];
+  Result<etcd::EtcdLease> lease = c.GrantLease(std::chrono::seconds(30));
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  std::atomic<int64_t> held{lease->id};
+  const rdzv::Keys keys("job");
+  ASSERT_TRUE(c.Put(keys.agent("agent0"), "{}", lease->id).ok());
+  EtcdLiveLink link(&c, keys, "agent0", [&] { return held.load(); });
+  link.Begin(0, a.path());
+  auto put = link.Update(0, [](const std::optional<rdzv::LiveRecord>&) { return First(); });
+  ASSERT_TRUE(put.ok() && *put) << put.status().ToString();
+  ASSERT_TRUE(c.RevokeLease(lease->id).ok());  // its key is gone with it
+  auto dropped = Drop(link, {3});
+  ASSERT_FALSE(dropped.ok());
+  EXPECT_NE(dropped.status().message().find("lost its etcd lease (fenced)"), std::string::npos)
+      << dropped.status().ToString();
+  rdzv::LiveVacancy v{1, 0, "other", {2, 3}, 1000.5, 1, {0, 1}, 8};
+  EXPECT_FALSE(link.Vacate(0, v).ok());
+  EXPECT_FALSE(link.Claim(0, 1, 0).ok());
+  links_[1]->Begin(0, a.path());  // what etcd holds: none of it
+  EXPECT_EQ(links_[1]->Current(0)->membership.epoch, 0);
+  EXPECT_TRUE(links_[1]->Vacancies(0).empty());
+  ASSERT_TRUE(links_[1]->Vacate(0, v).ok());
+  EXPECT_TRUE(links_[1]->Claims(0).empty());
+  // Registered again under a new lease.
+  Result<etcd::EtcdLease> again = c.GrantLease(std::chrono::seconds(30));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(c.Put(keys.agent("agent0"), "{}", again->id).ok());
+  held = again->id;
+  Result<bool> took = link.Claim(0, 1, 0);
+  ASSERT_TRUE(took.ok()) << took.status().ToString();
+  EXPECT_TRUE(*took);
 }
 
 }  // namespace

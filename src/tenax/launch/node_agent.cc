@@ -158,7 +158,8 @@ Result<std::optional<int>> NodeAgent::Start() {
       [this](const Verdict& v, double budget_s) { AwaitRemoteHang(v, budget_s); });
   if (job_.live) {
     // Live recovery: the membership is the job's, in etcd; the ranks' groups meet there too.
-    live_ = std::make_unique<EtcdLiveLink>(etcd_.get(), keys_, info_.id);
+    live_ = std::make_unique<EtcdLiveLink>(etcd_.get(), keys_, info_.id,
+                                           [this] { return view_.lease_id(); });
     protocol::LiveStoreAddress store;
     store.endpoints = a_.etcd.endpoints;
     store.prefix = keys_.live_store();

@@ -151,6 +151,11 @@ Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json&
   etcd::Txn txn;
   txn.compare.push_back(etcd::Compare::Value(keys_.generation(), etcd::CompareOp::kEqual,
                                              std::to_string(generation)));
+  // And only while this agent still holds its lease in etcd's eyes: a node stopped or cut off
+  // past it was found lost, and in live mode the generation goes on without it (its rank that
+  // led the group may wake in the middle of a save).
+  txn.compare.push_back(
+      etcd::Compare::Lease(keys_.agent(info_.id), etcd::CompareOp::kEqual, view_.lease_id()));
   txn.success.push_back(
       etcd::TxnOp::Put(keys_.commit(step),
                        nlohmann::json{{"generation", generation}, {"manifest", manifest}}.dump()));
@@ -161,6 +166,11 @@ Status NodeAgent::Commit(int64_t generation, int64_t step, const nlohmann::json&
   if (!r.succeeded) {
     std::string now = "?";
     if (!r.gets.empty() && !r.gets[0].kvs.empty()) now = r.gets[0].kvs[0].value;
+    if (now == std::to_string(generation)) {
+      return Unavailable(
+          "this node lost its etcd lease (fenced): it must not commit a checkpoint; the others "
+          "went on without it");
+    }
     return Unavailable(
         fmt::format("generation {} is no longer current (now {}): a rank of an old "
                     "generation must not commit a checkpoint",

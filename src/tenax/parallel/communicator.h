@@ -229,7 +229,11 @@ struct GroupOptions {
   // and whose connections will not close either (its node cut off: nothing comes back, not even a
   // reset), which would otherwise hold the collective for the whole `timeout`. The group must be
   // dropped then; dropping it leaves the abandoned collective to end on Gloo's thread at that
-  // timeout (the group is not destroyed: its destructor would wait for it). Empty: wait.
+  // timeout (the group is not destroyed: its destructor would wait for it). Until then a peer
+  // that comes back (a node stopped, then continued) could still write into the collective's
+  // tensors: callers give it memory they do not use again after an abandon (LiveGroup::Sync
+  // receives into copies; the trainer drops its reduction buffers, Fsdp::AbandonStep). Empty:
+  // wait.
   std::function<std::optional<std::string>()> abandon;
 };
 

@@ -325,8 +325,13 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
   for (size_t i = 0; i < state.size(); ++i) {
     const at::Tensor& t = state[i];
     TENAX_CHECK_MSG(t.is_contiguous() && t.device().is_cpu(), "LiveGroup::Sync: CPU tensors");
-    at::Tensor x = t;
+    // Received into a copy: a broadcast abandoned because the source was dropped (Dropped)
+    // stays on Gloo's thread until its timeout, and a source that comes back meanwhile (a node
+    // stopped, then continued) could still write its bytes there; never into the state, which
+    // the next epoch's Sync will have set.
+    at::Tensor x = c.rank() == source ? t : at::empty_like(t);
     c.Broadcast(x, source);
+    if (!x.is_same(t)) t.copy_(x);
     if (receiving && options_.on_received) options_.on_received(i);
     crc = Crc32(x.data_ptr(), x.nbytes(), crc);
     report.bytes += static_cast<int64_t>(x.nbytes());
