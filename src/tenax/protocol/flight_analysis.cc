@@ -64,7 +64,8 @@ FlightAnalysis AnalyzeFlightRecords(const std::vector<nlohmann::json>& dumps) {
     }
     const double dumped = d.value("dumped_unix", 0.0);
     for (const auto& c : d.value("collectives", nlohmann::json::array())) {
-      if (c.value("state", std::string()) == "completed") continue;
+      const std::string state = c.value("state", std::string());
+      if (state == "completed" || state == "abandoned") continue;  // not what blocks the rank
       const std::string group = c.value("group", std::string());
       if (pending[r].count(group)) continue;  // keep the oldest: that is what blocks the rank
       const double since = c.value("started_unix", 0.0) > 0 ? c.value("started_unix", 0.0)

@@ -62,6 +62,8 @@ const char* StateName(CollectiveState s) {
       return "started";
     case CollectiveState::kCompleted:
       return "completed";
+    case CollectiveState::kAbandoned:
+      return "abandoned";
   }
   return "?";
 }
@@ -132,7 +134,10 @@ void FlightRecorder::Start(uint64_t id) {
 void FlightRecorder::End(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   CollectiveRecord* r = Find(id);
-  if (r == nullptr || r->state == CollectiveState::kCompleted) return;
+  if (r == nullptr || r->state == CollectiveState::kCompleted ||
+      r->state == CollectiveState::kAbandoned) {
+    return;
+  }
   const double now = NowUnix();
   if (r->started_unix == 0) r->started_unix = now;
   r->state = CollectiveState::kCompleted;
@@ -159,7 +164,8 @@ size_t FlightRecorder::Poll() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       const CollectiveRecord* r = Find(p.first);
-      ended = r == nullptr || r->state == CollectiveState::kCompleted;
+      ended = r == nullptr || r->state == CollectiveState::kCompleted ||
+              r->state == CollectiveState::kAbandoned;
     }
     if (ended || p.second()) {
       End(p.first);
@@ -187,9 +193,20 @@ void FlightRecorder::SetPhase(int64_t step, std::string_view phase) {
 std::optional<CollectiveRecord> FlightRecorder::OldestPending() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& r : ring_) {
-    if (r.state != CollectiveState::kCompleted) return r;
+    if (r.state != CollectiveState::kCompleted && r.state != CollectiveState::kAbandoned) return r;
   }
   return std::nullopt;
+}
+
+size_t FlightRecorder::AbandonPending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto& r : ring_) {
+    if (r.state == CollectiveState::kCompleted || r.state == CollectiveState::kAbandoned) continue;
+    r.state = CollectiveState::kAbandoned;
+    ++n;
+  }
+  return n;
 }
 
 std::vector<CollectiveRecord> FlightRecorder::Records() const {

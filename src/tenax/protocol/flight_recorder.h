@@ -32,7 +32,9 @@
 
 namespace tenax::protocol {
 
-enum class CollectiveState { kEnqueued, kStarted, kCompleted };
+// kAbandoned: given up by the rank, which went on without it (live recovery: a collective of a
+// group it left after a failure); it will never complete, and nothing waits for it.
+enum class CollectiveState { kEnqueued, kStarted, kCompleted, kAbandoned };
 const char* StateName(CollectiveState s);
 
 struct CollectiveRecord {
@@ -78,10 +80,14 @@ class FlightRecorder {
   // by End meanwhile, or evicted, is dropped unasked); returns how many are still waiting. Called
   // by the watchdog's thread, often while probes wait, and before each dump.
   size_t Poll();
+  // Every collective still pending becomes abandoned (live recovery, once the rank left the
+  // groups they were in): neither the timeout check nor a later dump's analysis counts it as
+  // what the rank waits for. Returns how many.
+  size_t AbandonPending();
   // Where the trainer is: "forward", "backward", "optimizer", "checkpoint", "eval", ...
   void SetPhase(int64_t step, std::string_view phase);
 
-  // The oldest collective started (or enqueued) but not completed, if any.
+  // The oldest collective started (or enqueued) but neither completed nor abandoned, if any.
   std::optional<CollectiveRecord> OldestPending() const;
   std::vector<CollectiveRecord> Records() const;  // oldest first
   // The dump: {"format": "tenax-flight-record", "rank", "step", "phase", "collectives": [...],

@@ -204,6 +204,31 @@ TEST(FlightRecorderTest, EndWhenEndsARecordOnlyOnceItsProbeSaysDone) {
   EXPECT_EQ(rec.Records()[0].state, CollectiveState::kCompleted);
 }
 
+// Live recovery: the collectives a rank gave up with the groups it left (one that threw, one
+// whose probe will never say done) are abandoned: not pending for the timeout check (which asks
+// OldestPending) nor for a dump's analysis, and nothing ends them back; what it issues next is.
+TEST(FlightRecorderTest, AbandonedCollectivesAreNoLongerPending) {
+  FlightRecorder rec(0);
+  rec.End(rec.Begin("broadcast", "world", 4));
+  const uint64_t threw = rec.Begin("all_reduce", "world", 8);
+  const uint64_t async = rec.Enqueue("all_reduce", "dp_replicate", 64);
+  rec.Start(async);
+  rec.EndWhen(async, [] { return false; });
+  EXPECT_EQ(rec.AbandonPending(), 2u);
+  EXPECT_FALSE(rec.OldestPending().has_value());
+  EXPECT_EQ(rec.Poll(), 0u);  // its probe is dropped unasked
+  rec.End(threw);
+  const nlohmann::json dump = rec.ToJson("test");
+  ASSERT_EQ(dump["collectives"].size(), 3u);
+  EXPECT_EQ(dump["collectives"][0]["state"], "completed");
+  EXPECT_EQ(dump["collectives"][1]["state"], "abandoned");
+  EXPECT_EQ(dump["collectives"][2]["state"], "abandoned");
+  const uint64_t next = rec.Begin("all_reduce", "world", 8);
+  ASSERT_TRUE(rec.OldestPending().has_value());
+  EXPECT_EQ(rec.OldestPending()->id, next);
+  EXPECT_EQ(rec.AbandonPending(), 1u);
+}
+
 // The watchdog asks the probes by itself: a record whose collective finishes later is completed
 // without anyone calling Poll, and one whose probe never says done times out.
 TEST(FlightRecorderTest, WatchdogPollsProbesAndTimesOutAStuckOne) {
@@ -327,6 +352,33 @@ TEST(FlightAnalysisTest, FollowsTheChainThroughAnotherGroup) {
   };
   FlightAnalysis a = AnalyzeFlightRecords(dumps);
   EXPECT_EQ(a.waited_on, std::vector<int>{3}) << a.Summary();
+}
+
+// A rank that abandoned a collective earlier (live recovery) and later hangs outside any: the
+// abandoned record is not where it waits, so the analysis says it is in no collective.
+TEST(FlightAnalysisTest, AnAbandonedCollectiveIsNotWhereARankWaits) {
+  std::vector<nlohmann::json> dumps;
+  for (int r = 0; r < 4; ++r) {
+    FlightRecorder rec(r, 64);
+    rec.RegisterGroup("world", {0, 1, 2, 3});
+    for (int i = 0; i < 4; ++i) rec.End(rec.Begin("all_reduce", "world", 8));
+    if (r == 2) {
+      rec.Begin("all_reduce", "world", 8);  // seq 5 threw: a peer was lost
+      rec.AbandonPending();
+    } else {
+      rec.End(rec.Begin("all_reduce", "world", 8));
+    }
+    for (int i = 0; i < 4; ++i) rec.End(rec.Begin("all_reduce", "world", 8));
+    rec.SetPhase(7, r == 2 ? "optimizer" : "backward");
+    if (r != 2) rec.Begin("all_reduce", "world", 8);  // seq 10: waiting for rank 2
+    dumps.push_back(rec.ToJson("SIGUSR1"));
+  }
+  FlightAnalysis a = AnalyzeFlightRecords(dumps);
+  EXPECT_EQ(a.waited_on, std::vector<int>{2}) << a.Summary();
+  // Without it: "blocked in all_reduce seq 5 on group world", and a cycle that is not there.
+  EXPECT_NE(a.Summary().find("phase optimizer, not in any collective"), std::string::npos)
+      << a.Summary();
+  EXPECT_EQ(a.Summary().find("cycle"), std::string::npos) << a.Summary();
 }
 
 TEST(FlightAnalysisTest, DifferentOpsAtTheSameSeqAreReported) {

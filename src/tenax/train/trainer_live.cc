@@ -399,6 +399,9 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
   // silent data corruption: its replay comes first).
   if (!step_model_->AbandonStep(/*keep=*/!SdcDue(step))) live_kept_.from_step = -1;
   LiveLeave();
+  // What the rank waited for in the groups it left will never end: not a hang to time out on
+  // (parallelism.collective_timeout_s), nor what a later hang's analysis should see it wait for.
+  if (flight_) flight_->AbandonPending();
   if (beats_) {
     beats_->SetLiveEpoch(-1);
     beats_->Refresh();
