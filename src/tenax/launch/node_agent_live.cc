@@ -45,7 +45,16 @@ void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
   for (const std::string& id : view_.Lost()) {
     if (id == info_.id) continue;  // its own key gone: fenced (above), never its to act on
     const int node = node_held_by(id);
-    if (node < 0) continue;  // not a node rank's holder: the generation ends
+    if (node < 0) {
+      // A spare: a node rank the active nodes vacated already (`id` held it) is theirs to have
+      // decided; this spare only claims it (LiveClaimVacancy, again at the next wake when its
+      // claim did not go through), never ends the generation for it.
+      if (!active && std::any_of(vacant.begin(), vacant.end(),
+                                 [&](const auto& v) { return v.second.agent == id; })) {
+        view_.Forgive(id);
+      }
+      continue;  // otherwise not a node rank's holder: the generation ends
+    }
     const int turn = vacant.count(node) > 0 ? vacant.at(node).turn + 1 : 0;
     if (!active) {
       // A spare: the active nodes drop the lost one's ranks and say it is vacant (it has no
