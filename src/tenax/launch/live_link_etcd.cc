@@ -153,15 +153,25 @@ std::map<int, rdzv::LiveRankState> EtcdLiveLink::Others(int gen) {
 
 Status EtcdLiveLink::PublishOwn(int gen, int node,
                                 const std::map<int, rdzv::LiveRankState>& ranks) {
-  return Retry([&] { return etcd_->Put(keys_.live_state(gen, node), rdzv::LiveStatesJson(ranks)); },
-               5)
-      .status();
+  return PutHeld(keys_.live_state(gen, node), rdzv::LiveStatesJson(ranks));
 }
 
 Status EtcdLiveLink::PublishRecoveries(int gen, int node, const nlohmann::json& records) {
-  return Retry([&] { return etcd_->Put(keys_.live_recoveries(gen, node, agent_), records.dump()); },
-               5)
-      .status();
+  return PutHeld(keys_.live_recoveries(gen, node, agent_), records.dump());
+}
+
+Status EtcdLiveLink::PutHeld(const std::string& key, const std::string& value) {
+  etcd::Txn txn;
+  RequireHeld(txn);
+  txn.success.push_back(etcd::TxnOp::Put(key, value));
+  TENAX_ASSIGN_OR_RETURN(etcd::TxnResponse r, Retry([&] { return etcd_->Commit(txn); }, 5));
+  if (!r.succeeded) {
+    // The lease's comparison is the only one: a node rank's states are under the node rank, and
+    // the spare that holds it now writes there too.
+    return Unavailable(
+        fmt::format("this node lost its etcd lease (fenced): it must not put {}", key));
+  }
+  return Status::Ok();
 }
 
 void EtcdLiveLink::RequireHeld(etcd::Txn& txn) const {

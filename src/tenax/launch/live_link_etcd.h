@@ -25,8 +25,10 @@ namespace tenax::launch {
 class EtcdLiveLink : public LiveLink {
  public:
   // `agent`: this agent's id (its records of live recoveries are under it). `lease` (optional):
-  // the lease its agents/<id> key hangs on now; with it, changes to the record, vacancies and
-  // claims are made only while that key still hangs on it (a fenced agent's are refused by etcd).
+  // the lease its agents/<id> key hangs on now; with it, changes to the record, vacancies,
+  // claims, and this node's states and recoveries are made only while that key still hangs on
+  // it (a fenced agent's are refused by etcd: the spare that took its node rank publishes that
+  // node rank's states).
   EtcdLiveLink(etcd::EtcdClient* etcd, rdzv::Keys keys, std::string agent,
                std::function<int64_t()> lease = {})
       : etcd_(etcd), keys_(std::move(keys)), agent_(std::move(agent)), lease_(std::move(lease)) {}
@@ -63,6 +65,9 @@ class EtcdLiveLink : public LiveLink {
   Result<std::optional<etcd::KeyValue>> PutOnce(int gen, const std::string& key,
                                                 const std::string& value);
 
+  // Puts `key` (a state or recoveries record) while this agent holds its lease (any time
+  // without lease_).
+  Status PutHeld(const std::string& key, const std::string& value);
   // With lease_: adds to `txn` the comparison that this agent still holds its lease.
   void RequireHeld(etcd::Txn& txn) const;
   // With lease_, after a transaction that failed: whether this agent's key no longer hangs on

@@ -152,9 +152,22 @@ TEST_F(EtcdLiveLinkTest, AnAgentWithoutItsLeaseChangesNothing) {
   rdzv::LiveVacancy v{1, 0, "other", {2, 3}, 1000.5, 1, {0, 1}, 8};
   EXPECT_FALSE(link.Vacate(0, v).ok());
   EXPECT_FALSE(link.Claim(0, 1, 0).ok());
+  // Its node rank's states are the spare's to publish now (the same key): its stale ones would
+  // stay there, since the spare publishes only what changes.
+  rdzv::LiveRankState stale;
+  stale.ready = true;
+  stale.epoch = 0;
+  const Status published = link.PublishOwn(0, 1, {{2, stale}, {3, stale}});
+  EXPECT_NE(published.message().find("lost its etcd lease (fenced)"), std::string::npos)
+      << published.ToString();
+  EXPECT_FALSE(link.PublishRecoveries(0, 1, nlohmann::json::array({{{"rank", 2}}})).ok());
   links_[1]->Begin(0, a.path());  // what etcd holds: none of it
   EXPECT_EQ(links_[1]->Current(0)->membership.epoch, 0);
   EXPECT_TRUE(links_[1]->Vacancies(0).empty());
+  EXPECT_TRUE(links_[1]->Others(0).empty());
+  Result<etcd::RangeResponse> recoveries = c.GetPrefix(keys.live_recoveries(0));
+  ASSERT_TRUE(recoveries.ok()) << recoveries.status().ToString();
+  EXPECT_TRUE(recoveries->kvs.empty());
   ASSERT_TRUE(links_[1]->Vacate(0, v).ok());
   EXPECT_TRUE(links_[1]->Claims(0).empty());
   // Registered again under a new lease.
@@ -165,6 +178,7 @@ TEST_F(EtcdLiveLinkTest, AnAgentWithoutItsLeaseChangesNothing) {
   Result<bool> took = link.Claim(0, 1, 0);
   ASSERT_TRUE(took.ok()) << took.status().ToString();
   EXPECT_TRUE(*took);
+  ASSERT_TRUE(link.PublishOwn(0, 1, {{2, stale}}).ok());
 }
 
 }  // namespace

@@ -104,7 +104,14 @@ std::optional<rdzv::LiveVacancy> NodeAgent::LiveClaimVacancy(int64_t g) {
   for (const auto& [node, v] : live_->Vacancies(g)) {
     if (claims.count(node) > 0) continue;
     Result<bool> won = live_->Claim(static_cast<int>(g), node, v.turn);
-    if (won.ok() && *won) {
+    if (!won.ok()) {
+      log::Warn(
+          "launch: generation {}: cannot claim node {}'s place ({}); trying again at the next "
+          "wake",
+          g, node, won.status().message());
+      continue;
+    }
+    if (*won) {
       log::Info("launch: generation {}: this spare takes the place of node {} ({}), lost{}", g,
                 node, v.agent,
                 v.turn > 0 ? fmt::format(" again ({} times in this generation)", v.turn + 1) : "");

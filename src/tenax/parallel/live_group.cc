@@ -116,22 +116,25 @@ Result<bool> LiveGroup::AllCheckedIn(const protocol::LiveMembership& m, const st
   return true;
 }
 
-Result<std::optional<std::string>> LiveGroup::Superseded(const protocol::LiveMembership& m) const {
+Result<std::optional<protocol::LiveMembership>> LiveGroup::Newer(
+    const protocol::LiveMembership& m) const {
   TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> now,
                          protocol::ReadLiveMembership(options_.store_dir));
-  if (!now || now->generation != m.generation || now->epoch <= m.epoch) {
-    return std::optional<std::string>();
-  }
+  if (!now || now->generation != m.generation || now->epoch <= m.epoch)
+    return std::optional<protocol::LiveMembership>();
+  return now;
+}
+
+Result<std::optional<std::string>> LiveGroup::Superseded(const protocol::LiveMembership& m) const {
+  TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> now, Newer(m));
+  if (!now) return std::optional<std::string>();
   return std::optional<std::string>(
       fmt::format("live epoch {} was superseded by epoch {}", m.epoch, now->epoch));
 }
 
 Result<std::optional<std::string>> LiveGroup::Dropped(const protocol::LiveMembership& m) const {
-  TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> now,
-                         protocol::ReadLiveMembership(options_.store_dir));
-  if (!now || now->generation != m.generation || now->epoch <= m.epoch) {
-    return std::optional<std::string>();
-  }
+  TENAX_ASSIGN_OR_RETURN(std::optional<protocol::LiveMembership> now, Newer(m));
+  if (!now) return std::optional<std::string>();
   const protocol::LiveMembership seen =
       options_.ranks_per_replica > 1
           ? protocol::ReplicaView(*now, options_.ranks_per_replica, options_.position)

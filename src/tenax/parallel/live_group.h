@@ -134,6 +134,8 @@ class LiveGroup {
   Status AwaitCheckIns(const protocol::LiveMembership& m, const std::string& path);
   Status CheckIn(const std::string& path);
   Result<bool> AllCheckedIn(const protocol::LiveMembership& m, const std::string& path);
+  // The record, when it moved past `m` (same generation, newer epoch); nullopt while it has not.
+  Result<std::optional<protocol::LiveMembership>> Newer(const protocol::LiveMembership& m) const;
   // Why `m` is no longer the epoch to form: the record moved past it (same generation, newer
   // epoch); nullopt while it is.
   Result<std::optional<std::string>> Superseded(const protocol::LiveMembership& m) const;
