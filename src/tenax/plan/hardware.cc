@@ -1,6 +1,7 @@
 #include "tenax/plan/hardware.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 #include <unistd.h>
 
@@ -172,9 +173,9 @@ class Reader {
       errors_->push_back(where + " must be an array of { arch = ..., ms = ... } tables");
       return out;
     }
-    static const std::set<std::string> kKeys = {"arch",  "kernels",  "recompute", "dim",
-                                                "heads", "kv_heads", "ffn",       "seq_len",
-                                                "batch", "ms"};
+    static const std::set<std::string> kKeys = {"arch",    "kernels", "recompute", "tp",
+                                                "dim",     "heads",   "kv_heads",  "ffn",
+                                                "seq_len", "batch",   "ms"};
     for (size_t i = 0; i < rows->size(); ++i) {
       const toml::table* t = rows->get(i)->as_table();
       const std::string row = fmt::format("{} row {}", where, i + 1);
@@ -205,10 +206,20 @@ class Reader {
         if (!x || *x <= 0) fail(fmt::format("{} must be a positive whole number", k));
         return x ? *x : 0;
       };
+      auto one_of = [&](const char* k, const std::vector<std::string>& words,
+                        const std::string& absent) {
+        auto v = t->get(k) ? t->get(k)->value<std::string>() : std::optional<std::string>(absent);
+        if (!v || std::find(words.begin(), words.end(), *v) == words.end()) {
+          fail(fmt::format("{} must be one of {}", k, fmt::join(words, ", ")));
+          return absent;
+        }
+        return *v;
+      };
       LayerMeasurement m;
       m.gpt = word("arch", "llama", "gpt");
-      m.compiled = word("kernels", "eager", "compiled");
-      m.full_recompute = word("recompute", "none", "full");
+      m.kernels = one_of("kernels", {"eager", "compiled", "fused"}, "");
+      m.recompute = one_of("recompute", {"none", "full", "selective"}, "");
+      m.tp = t->get("tp") ? whole("tp", true) : 1;
       m.dim = whole("dim", true);
       m.heads = whole("heads", true);
       m.kv_heads = m.gpt ? m.heads : whole("kv_heads", true);
@@ -218,6 +229,9 @@ class Reader {
       auto ms = t->get("ms") ? t->get("ms")->value<double>() : std::nullopt;
       if (!ms || !(*ms > 0)) fail("ms must be a positive number (milliseconds per layer)");
       m.seconds = ms ? *ms * 1e-3 : 0;
+      if (ok && (m.heads % m.tp != 0 || m.ffn % m.tp != 0)) {
+        fail(fmt::format("tp ({}) must divide heads ({}) and ffn ({})", m.tp, m.heads, m.ffn));
+      }
       if (ok && (m.dim % m.heads != 0 || m.heads % m.kv_heads != 0)) {
         fail(
             fmt::format("heads must divide dim and kv_heads divide heads (dim {}, heads {}, "
@@ -433,6 +447,13 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
   c.allreduce_network =
       r.Rows<2>("calibration", "allreduce_network", {1, kG}, "bytes, bus GB/s per NIC");
   c.layers = r.Layers("calibration", "layers");
+  for (const LayerMeasurement& l : c.layers) {
+    if (l.tp > p.gpus_per_node) {
+      errors.push_back(fmt::format(
+          "{}: [calibration] layers: tp {} does not fit in a node of {} GPUs (gpus_per_node)",
+          source, l.tp, p.gpus_per_node));
+    }
+  }
   r.ReportUnknown();
   // Zero speeds would divide by zero in the time model.
   const std::pair<const char*, double> speeds[] = {{"matmul", p.eff.matmul},

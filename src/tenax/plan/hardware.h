@@ -57,9 +57,12 @@ struct AttentionTable {
 // 2021's (LayerNorm, biases, GELU, scores materialized, dropout 0.1 on the probabilities and both
 // residual branches).
 struct LayerMeasurement {
-  bool gpt = false;             // a GPT layer (else Llama)
-  bool compiled = false;        // torch.compile'd (else eager: one kernel per op)
-  bool full_recompute = false;  // the forward recomputed in backward (torch.utils.checkpoint)
+  bool gpt = false;                // a GPT layer (else Llama)
+  std::string kernels = "eager";   // eager (one kernel per op) | compiled (torch.compile) | fused
+                                   // (Megatron-LM's fused kernels)
+  std::string recompute = "none";  // none | full (the forward again in backward) | selective
+                                   // (Megatron's: the attention core)
+  int64_t tp = 1;                  // tensor-parallel degree: GPUs of one node running the layer
   int64_t dim = 0, heads = 0, kv_heads = 0, ffn = 0, seq_len = 0, batch = 0;
   double seconds = 0;
 };

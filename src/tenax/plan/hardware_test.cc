@@ -39,12 +39,16 @@ TEST(Hardware, ShippedProfilesLoad) {
   EXPECT_EQ(h100.calibration.gemm_bf16.size(), 35u);  // 2 MAMF + 33 OpenXLA shapes
   ASSERT_EQ(h100.calibration.layers.size(), 7u);  // 5 Llama (8B, 70B, recompute, compiled), 2 GPT
   const LayerMeasurement& first = h100.calibration.layers[0];
-  EXPECT_FALSE(first.gpt || first.compiled || first.full_recompute);
+  EXPECT_FALSE(first.gpt);
+  EXPECT_EQ(first.kernels, "eager");
+  EXPECT_EQ(first.recompute, "none");
+  EXPECT_EQ(first.tp, 1);
   EXPECT_EQ(first.dim, 4096);
   EXPECT_EQ(first.kv_heads, 8);
   EXPECT_DOUBLE_EQ(first.seconds, 25.48e-3);  // ms in the file
   const LayerMeasurement& gpt = h100.calibration.layers.back();
-  EXPECT_TRUE(gpt.gpt && gpt.full_recompute);
+  EXPECT_TRUE(gpt.gpt);
+  EXPECT_EQ(gpt.recompute, "full");
   EXPECT_EQ(gpt.kv_heads, gpt.heads);  // a GPT layer has no grouped keys
   // A100 has no FlashAttention-3 table and no fp8.
   auto a100 = *LoadHardwareProfile("a100-80g", HardwareDirs());
@@ -123,16 +127,22 @@ TEST(Hardware, LayerRowsAreChecked) {
       "  { arch = \"mamba\", kernels = \"eager\", recompute = \"some\", dim = 4096, heads = 32, "
       "ffn = 1.5, seq_len = 8192, batch = 1, ms = -1, colour = 1 },\n"
       "  { arch = \"llama\", kernels = \"eager\", recompute = \"none\", dim = 4096, heads = 32, "
-      "ffn = 14336, seq_len = 8192, batch = 1, ms = 25 },\n  7 ]\n",
+      "ffn = 14336, seq_len = 8192, batch = 1, ms = 25 },\n  7,\n"
+      "  { arch = \"gpt\", kernels = \"fused\", recompute = \"selective\", tp = 3, dim = 4096, "
+      "heads = 32, ffn = 16384, seq_len = 2048, batch = 4, ms = 5 },\n"
+      "  { arch = \"gpt\", kernels = \"fused\", recompute = \"selective\", tp = 16, dim = 4096, "
+      "heads = 32, ffn = 16384, seq_len = 2048, batch = 4, ms = 5 } ]\n",
       "l.toml", HardwareDirs());
   const std::string m = Message(r);
   for (const char* want :
        {"l.toml: [calibration] layers row 1: heads must divide dim and kv_heads divide heads "
         "(dim 4096, heads 30, kv_heads 8)",
         "row 2: unknown key colour", "row 2: arch must be \"llama\" or \"gpt\"",
-        "row 2: recompute must be \"none\" or \"full\"",
+        "row 2: recompute must be one of none, full, selective",
         "row 2: ffn must be a positive whole number", "row 2: ms must be a positive number",
-        "row 3: kv_heads is missing", "row 4 must be a table"}) {
+        "row 3: kv_heads is missing", "row 4 must be a table",
+        "row 5: tp (3) must divide heads (32) and ffn (16384)",
+        "[calibration] layers: tp 16 does not fit in a node of 8 GPUs (gpus_per_node)"}) {
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
   }
 }

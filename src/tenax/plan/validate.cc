@@ -77,28 +77,32 @@ ValidationRow LayerRow(const HardwareProfile& hw, const LayerMeasurement& l) {
   m.ffn_hidden_dim = l.ffn;
   m.vocab_size = 128256;  // no part of a layer
   Software sw;
-  sw.kernels = l.compiled ? Kernels::kFused : Kernels::kEager;
+  sw.kernels = l.kernels == "eager" ? Kernels::kEager : Kernels::kFused;
   Architecture arch;
   if (l.gpt) {
     arch = kGptArchitecture;
     sw.attention = AttentionKind::kMaterialized;
     sw.dropout = 0.1;
+    sw.sequence_parallel = false;
   } else {
     sw.attention = hw.attention.count("flash3") ? AttentionKind::kFlash3 : AttentionKind::kFlash2;
     sw.complex_rotary = true;
   }
   const std::string claim = fmt::format(
-      "{} {} layer{}, dim {}, {} heads, ffn {}, {} x {} tokens, fwd+bwd",
-      l.compiled ? "compiled" : "eager", l.gpt ? "GPT (scores materialized, dropout 0.1)" : "Llama",
-      l.full_recompute ? " with full recompute" : "", l.dim,
+      "{} {} layer{}, dim {}, {} heads, ffn {}, {} x {} tokens{}, fwd+bwd", l.kernels,
+      l.gpt ? "GPT (scores materialized, dropout 0.1)" : "Llama",
+      l.recompute == "none" ? "" : fmt::format(" with {} recompute", l.recompute), l.dim,
       l.gpt ? fmt::format("{}", l.heads) : fmt::format("{}/{}", l.heads, l.kv_heads), l.ffn,
-      l.batch, l.seq_len);
+      l.batch, l.seq_len, l.tp > 1 ? fmt::format(", TP {}", l.tp) : "");
   auto ms = [](double v) { return fmt::format("{:.2f} ms", v * 1e3); };
   auto w = MakeWorkload(m, arch, sw, l.seq_len, l.seq_len * l.batch);
   TENAX_CHECK_MSG(w.ok(), "layer rows are checked when the profile is read");
-  MicroBatchShape shape;  // one GPU, bf16
+  MicroBatchShape shape;  // bf16, on l.tp GPUs of one node
+  shape.tp = l.tp;
   shape.micro_batch = l.batch;
-  shape.recompute = l.full_recompute ? Recompute::kFull : Recompute::kNone;
+  shape.recompute = l.recompute == "full"        ? Recompute::kFull
+                    : l.recompute == "selective" ? Recompute::kSelective
+                                                 : Recompute::kNone;
   const double t = EstimateMicroBatch(*w, hw, shape).layer.total();
   return Numeric(RowKind::kCalibration, hw.name, claim, "", 1.0 / l.seconds, ms(l.seconds), 1.0 / t,
                  ms(t));

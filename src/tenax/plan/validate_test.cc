@@ -46,22 +46,31 @@ TEST(Validate, ErrorStaysWithinTheRecordedFigure) {
 // layers without recomputation are within 5% (1-3% today; 3-12% before the attention tables and
 // the streaming efficiency were measured on that GPU). Recomputation and eager GPT layers are off
 // by more (docs/planner.md, "Measured on an H100 SXM5"): their mean over all layer rows may not
-// grow past the recorded figure.
+// grow past the recorded figure. Megatron-LM's layer as published for A100 (fused kernels, TP 8,
+// with and without recomputation) is within 5% too (1.7-3.0% today).
 TEST(Validate, MeasuredLayersMatchTheSumOfTheirComponents) {
   auto rows = RunValidation(testing::HardwareDirs());
   ASSERT_TRUE(rows.ok()) << rows.status().message();
-  int layers = 0, plain_llama = 0;
+  int layers = 0, plain_llama = 0, megatron = 0;
   double sum = 0;
   for (const auto& r : *rows) {
     if (r.kind != RowKind::kCalibration || r.claim.find(" layer") == std::string::npos) continue;
     ++layers;
     sum += std::fabs(r.error);
+    if (r.group == "a100-80g") {
+      // Megatron-LM's own layer on Selene (Korthikanti et al. 2022): fused kernels, TP 8.
+      ++megatron;
+      EXPECT_LE(std::fabs(r.error), 0.05) << r.group << ": " << r.claim << ": measured "
+                                          << r.published << ", model " << r.predicted;
+      continue;
+    }
     if (r.claim.find("Llama layer,") == std::string::npos) continue;  // recompute, GPT
     ++plain_llama;
     EXPECT_LE(std::fabs(r.error), 0.05)
         << r.group << ": " << r.claim << ": measured " << r.published << ", model " << r.predicted;
   }
   EXPECT_GE(plain_llama, 4);
+  EXPECT_EQ(megatron, 3);
   ASSERT_GE(layers, 7);
   EXPECT_LE(sum / layers, 0.068) << "the layer rows' mean absolute error grew: " << sum / layers;
 }
