@@ -130,8 +130,14 @@ Result<JobHistory> ReadJobHistory(etcd::EtcdClient& etcd, const rdzv::Keys& keys
       for (const etcd::KeyValue& kv : live->kvs) {
         const json node = json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
         if (!node.is_array()) continue;
-        for (const json& x : node) {
-          if (x.is_object()) gh.live_recoveries.push_back(x);
+        // Under <node>/<agent>: the agent that ran the replacements.
+        const std::string where = kv.key.substr(keys.live_recoveries(gen).size());
+        const size_t slash = where.find('/');
+        for (json x : node) {
+          if (!x.is_object()) continue;
+          if (slash != std::string::npos && !x.contains("agent"))
+            x["agent"] = where.substr(slash + 1);
+          gh.live_recoveries.push_back(std::move(x));
         }
       }
     }
@@ -219,6 +225,20 @@ json JobGoodput(const JobHistory& h, double now_unix, int code, bool ended, cons
         } else if (x.contains(key + "_s")) {
           x[key + "_s"] = key == "time" ? 0.0 : -1.0;  // another clock's: not placed
         }
+      }
+      // Its replacement ran on a spare node that was lost in its turn (a later vacancy of the
+      // same node rank names that agent) before it said that it healed: the recovery ended
+      // there, and the next turn's records (or the vacancy's) go on from it.
+      const bool open = x.value("healed_at_s", -1.0) < 0 && x.value("discarded_at_s", -1.0) < 0;
+      const auto lost = std::find_if(
+          gh.live_vacancies.begin(), gh.live_vacancies.end(), [&](const rdzv::LiveVacancy& v) {
+            return v.agent == x.value("agent", "") && v.node == x.value("node", -1);
+          });
+      if (open && lost != gh.live_vacancies.end()) {
+        x["discarded_at_s"] = lost->time_unix - h.start_unix;
+        x["outcome"] = fmt::format(
+            "node {} ({}), which ran its replacement, was lost too before it reported it healed",
+            lost->node, lost->agent);
       }
       name_partition(x);
       g.AddLiveRecovery(std::move(x));

@@ -37,8 +37,9 @@ struct GenerationHistory {
   // Stragglers and exit faults the nodes recorded, with their time_unix.
   std::vector<nlohmann::json> stragglers;
   std::vector<nlohmann::json> exit_faults;
-  // resilience.mode = "live": every node's live recoveries (gen/<G>/live/recoveries/<node>), each
-  // with time_unix and, once they happened, healed_at_unix or discarded_at_unix.
+  // resilience.mode = "live": every node's live recoveries (gen/<G>/live/recoveries/<node>/<id>),
+  // each with time_unix, once they happened healed_at_unix or discarded_at_unix, and the agent
+  // that ran the replacement (`agent`, from the key).
   std::vector<nlohmann::json> live_recoveries;
   // live: the nodes lost while G ran (gen/<G>/live/vacant/), and the (node rank, turn) vacancies
   // a spare took.

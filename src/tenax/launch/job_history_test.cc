@@ -184,6 +184,38 @@ TEST(JobGoodput, ANodeLostLiveThatNoSpareTookIsRecordedRankByRank) {
   }
 }
 
+// The spare ("s") that took node 1's place was lost in its turn before it published that its
+// replacements healed: their recoveries end at its loss (discarded, with why), and the next
+// spare's ("t") healed ones stay as they are.
+TEST(JobGoodput, ASpareLostBeforeItsReplacementsHealedEndsTheirRecoveries) {
+  JobHistory h = TwoGenerations();
+  h.generations[1].live_vacancies = {{1, 0, "d", {2, 3}, 1110.0, 1, {0, 1}, 30},
+                                     {1, 1, "s", {2, 3}, 1130.0, 3, {0, 1}, 40}};
+  h.generations[1].live_claimed = {{1, 0}, {1, 1}};
+  for (const auto& [agent, lost, healed] : {std::tuple{"s", 1110.0, -1.0}, {"t", 1130.0, 1133.0}}) {
+    for (int rank : {2, 3}) {
+      nlohmann::json x = {{"rank", rank},      {"node", 1},      {"kind", "node-lost"},
+                          {"time_unix", lost}, {"agent", agent}, {"healed_at_s", -1}};
+      if (healed > 0) x["healed_at_unix"] = healed;
+      h.generations[1].live_recoveries.push_back(x);
+    }
+  }
+  const nlohmann::json r = JobGoodput(h, 1300, 0, /*ended=*/true, "host0", 42);
+  ASSERT_EQ(r["live_recoveries"].size(), 4u) << r.dump(2);
+  for (size_t i = 0; i < 4; ++i) {
+    const nlohmann::json& l = r["live_recoveries"][i];
+    if (i < 2) {
+      EXPECT_DOUBLE_EQ(l.value("discarded_at_s", -1.0), 130.0) << l.dump();
+      EXPECT_NE(l.value("outcome", "").find("node 1 (s), which ran its replacement, was lost too"),
+                std::string::npos)
+          << l.dump();
+    } else {
+      EXPECT_DOUBLE_EQ(l["healed_at_s"].get<double>(), 133.0) << l.dump();
+      EXPECT_FALSE(l.contains("discarded_at_s")) << l.dump();
+    }
+  }
+}
+
 // Node 1 cut off, not dead: the others recovered its ranks live (a spare took its place, and
 // wrote its records as node-lost), and its agent, back, reported a partition. That names the live
 // recovery (kind and cause) and is not a failure of the generation; the same report from an agent
@@ -243,12 +275,15 @@ TEST_F(JobHistoryInEtcd, TheLeadReportIsTheLowestPlannedNodes) {
   put(keys.report(1, 1), {{"agent", "b"}, {"start_unix", 1101.0}});
   put(keys.report(1, 0), {{"agent", "a"}, {"start_unix", 1100.0}});
   put(keys.report(2, 0), {{"agent", "s"}, {"start_unix", 1200.0}});
+  put(keys.live_recoveries(0, 0, "s"), nlohmann::json::array({{{"rank", 0}, {"node", 0}}}));
   auto h = ReadJobHistory(**client, keys, /*current=*/2, /*start_unix=*/1000);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   ASSERT_EQ(h->generations.size(), 3u);
   EXPECT_EQ(h->generations[0].lead_report.value("agent", ""), "b");
   EXPECT_EQ(h->generations[1].lead_report.value("agent", ""), "a");
   EXPECT_EQ(h->generations[2].lead_report.value("agent", ""), "s");
+  ASSERT_EQ(h->generations[0].live_recoveries.size(), 1u);
+  EXPECT_EQ(h->generations[0].live_recoveries[0].value("agent", ""), "s");  // from its key
 }
 
 }  // namespace
