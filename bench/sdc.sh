@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Silent-data-corruption checks (issue 35's evidence), two parts:
 #   trials    for each place of corruption (grad, activation, weight) and each layout (DDP and
-#             FSDP on 4 CPU ranks, one spare), TRIALS runs with a defective device on a random
+#             FSDP on 4 CPU ranks, one spare; LAYOUTS="ddp fsdp moe" adds the debug-moe model under
+#             FSDP), TRIALS runs with a defective device on a random
 #             rank from a random step (seeded): did the check fire within
 #             resilience.sdc_check_interval steps, name the right rank, and end with final
 #             weights bit-identical to an uncorrupted run with no committed checkpoint differing
@@ -38,12 +39,13 @@ small() {  # train args of the trials' runs: name, layout flags
 declare -A layouts=(
   [ddp]="--set parallelism.data_parallel_replicate=4 --set parallelism.data_parallel_shard=1"
   [fsdp]="--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=4"
+  [moe]="--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=4 --set model.preset=debug-moe"
 )
 
 echo "sdc: $trials trials per place and layout" >&2
 RANDOM=35
 : > "$work/trials.jsonl"
-for layout in $([ "$trials" -gt 0 ] && echo ddp fsdp); do
+for layout in $([ "$trials" -gt 0 ] && echo "${LAYOUTS:-ddp fsdp}"); do
   # shellcheck disable=SC2046
   "$bin" launch --nproc-per-node 4 -- $(small "clean-$layout" "${layouts[$layout]}") \
     > "$work/clean-$layout.log" 2>&1 || { tail -20 "$work/clean-$layout.log" >&2; exit 1; }

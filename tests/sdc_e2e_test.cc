@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <regex>
@@ -28,6 +29,10 @@ const std::map<std::string, std::string> kLayouts = {
     {"tp",
      "--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=3 "
      "--set parallelism.tensor_parallel=2"},
+    // Mixture of experts (8 experts, top 2, softmax router with its load-balancing loss), FSDP.
+    {"moe",
+     "--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=4 "
+     "--set model.preset=debug-moe"},
 };
 int Ranks(const std::string& layout) { return layout == "tp" ? 6 : 4; }
 
@@ -191,6 +196,56 @@ TEST_F(SdcE2E, DdpActivationCorruptionFoundWithinATolerance) {
   EXPECT_NE(g["sdc"][0]["own"].get<std::string>().find(" norm "), std::string::npos) << g.dump(2);
 }
 
+// Mixture of experts: checks count each rank's routing apart (its load-balancing loss uses its
+// own micro-batch's assignments), so a replay elsewhere computes the same bits, and a corrupted
+// expert gradient or activation names its rank.
+TEST_F(SdcE2E, MoeGradientCorruption) { Corrupt("moe", "grad", 1, 6, {1}); }
+TEST_F(SdcE2E, MoeActivationCorruption) { Corrupt("moe", "activation", 3, 2, {3}); }
+// A corrupted gathered weight of layer 0 moves the routing of many tokens. Counted over the whole
+// batch, that moved every rank's load-balancing gradient, and every replay differed from its own
+// pass ("no rank could be named"); counted per rank, only rank 2's step is wrong.
+TEST_F(SdcE2E, MoeCorruptedGatheredWeight) { Corrupt("moe", "weight", 2, 1, {2}); }
+// The replays add nothing to a step's routing statistics: with the DeepSeek-V3 router, whose
+// selection biases move by the step's assignments, and no load-balancing loss (so counting each
+// rank's routing apart changes nothing), a checked run ends where an unchecked one does.
+TEST_F(SdcE2E, MoeChecksChangeNothing) {
+  const std::string sigmoid =
+      "--set model.moe_router=sigmoid --set model.moe_bias_update_rate=0.01 "
+      "--set model.moe_aux_loss_coef=0";
+  auto r = RunTenax("launch --nproc-per-node 4 -- " + Train("moe-unchecked", "moe", sigmoid),
+                    dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = RunTenax("launch --nproc-per-node 4 -- " + Checked("moe-checked", "moe", sigmoid),
+               dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GE(ExpectCheckpointsEqual("moe-checked", "moe-unchecked"), 6);
+  // Every step's routing counts as an unchecked run's (each token once per chosen expert): the
+  // replays (at steps 2, 4, 5, 8, 10, 12) added none (the own pass starts the step's statistics
+  // afresh).
+  const auto routing = [&](const std::string& run) {
+    std::vector<nlohmann::json> out;
+    for (const auto& j : ReadJsonl(*dir_ / (run + "/metrics.jsonl"))) {
+      if (j.contains("loss")) out.push_back(j["moe_expert_tokens"]);
+    }
+    return out;
+  };
+  const std::vector<nlohmann::json> counted = routing("moe-checked");
+  EXPECT_EQ(counted.size(), 12u);
+  EXPECT_EQ(counted, routing("moe-unchecked"));
+  // The biases moved, and alike (the train state holds them).
+  const auto bias = [&](const std::string& run) {
+    return nlohmann::json::parse(
+        ReadFile(*dir_ / (run + "/checkpoints/step_00000012/train_state.json")))["moe_expert_bias"];
+  };
+  const nlohmann::json checked = bias("moe-checked");
+  EXPECT_EQ(checked, bias("moe-unchecked"));
+  double moved = 0;
+  for (const auto& row : checked) {
+    for (const auto& b : row) moved += std::abs(b.get<double>());
+  }
+  EXPECT_GT(moved, 0.0) << "the biases never moved";
+}
+
 // Tensor parallelism: a corrupted gradient bucket stays on its rank; a corrupted activation
 // crosses the TP all-reduce, so both ranks of the TP group compute wrongly, both are named and
 // both slots quarantined (two spares take them).
@@ -212,6 +267,12 @@ TEST_F(SdcE2E, LayoutsTheCheckCannotRunAreRefusedBeforeAnyRankTrains) {
       << r.output;
   EXPECT_EQ(r.output.find("training steps"), std::string::npos) << r.output;  // no rank trained
   EXPECT_NE(r.output.find("not restarting"), std::string::npos) << r.output;  // input to fix
+  r = RunTenax("launch --nproc-per-node 4 -- " + Train("ep", "moe",
+                                                       "--set resilience.sdc_check_interval=5 "
+                                                       "--set parallelism.expert_parallel=2"),
+               dir_->path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("needs no expert parallelism"), std::string::npos) << r.output;
   r = RunTenax(
       "launch --nproc-per-node 4 -- " +
           Train("live", "ddp", "--set resilience.sdc_check_interval=5 --set resilience.mode=live"),

@@ -30,6 +30,8 @@
 // micro-batch instead: a replica's samples must give the same gradients when another replica
 // runs them after a failure, so nothing of a forward may depend on the other replicas. The
 // selection biases still move by the counts of the whole global batch (EndStep's `totals`).
+// Silent-data-corruption checks (resilience.sdc_check_interval) count f over one data-parallel
+// rank's micro-batch, for the same reason: another rank replays its step.
 //
 // Parameters of MoE layer i (canonical names; experts by their global index e, so checkpoints do
 // not depend on how experts are split over ranks):

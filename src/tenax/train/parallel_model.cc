@@ -26,7 +26,7 @@ Result<at::ScalarType> FsdpParamDtype(const std::string& setting, const at::Devi
 Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
     const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups g,
     const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype,
-    bool live) {
+    bool live, bool sdc) {
   TENAX_CHECK(g.world && g.replicate && g.shard && g.pp && g.tp);
   std::unique_ptr<ParallelModel> m(new ParallelModel());
   m->spec_ = spec;
@@ -65,10 +65,13 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
   if (spec.moe.enabled()) {
     m->local_ = parallel::MakeLocalCommunicator();
     // Routing is counted over the ranks holding the micro-batch's other tokens: live, only those
-    // of this replica (model/moe.h).
-    std::vector<parallel::Communicator*> batch = {g.tp, g.shard};
-    if (!live) batch.push_back(g.replicate);
-    m->moe_counts_in_replica_ = live;
+    // of this replica (model/moe.h); with silent-data-corruption checks, only this data-parallel
+    // rank's.
+    std::vector<parallel::Communicator*> batch = {g.tp};
+    if (!sdc) batch.push_back(g.shard);
+    if (!sdc && !live) batch.push_back(g.replicate);
+    m->moe_count_apart_ =
+        sdc ? g.shard->size() * g.replicate->size() : (live ? g.replicate->size() : 1);
     m->moe_runtime_ = std::make_unique<parallel::ExpertParallelRuntime>(
         g.ep ? *g.ep : *m->local_, batch, spec.moe.n_experts, 1.0 / g.tp->size());
     m->model_->moe()->runtime = m->moe_runtime_.get();

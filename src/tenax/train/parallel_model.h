@@ -79,10 +79,13 @@ class ParallelModel final : public StepModel {
   // collectives on every rank whatever its number of micro-batches, this rank's own gradients
   // kept through a failed reduction across replicas (parallel::FsdpOptions::reduce_in_backward,
   // keep_local_gradients), and MoE routing counted within each replica (model/moe.h).
+  // `sdc` (silent-data-corruption checks: another rank replays this rank's step): MoE routing
+  // counted within each data-parallel rank's micro-batch, so that a replay depends on the weights
+  // and its samples alone, not on what the other ranks computed meanwhile.
   static Result<std::unique_ptr<ParallelModel>> Create(
       const ModelSpec& spec, const std::vector<model::NamedTensor>& full, ParallelGroups groups,
       const ParallelismOptions& options, const at::Device& device, at::ScalarType compute_dtype,
-      bool live = false);
+      bool live = false, bool sdc = false);
   ParallelModel(const ParallelModel&) = delete;
   ParallelModel& operator=(const ParallelModel&) = delete;
 
@@ -93,10 +96,10 @@ class ParallelModel final : public StepModel {
   model::MoeState* moe_state() override { return model_->moe(); }
   void SetBlockMatmul(model::BlockMatmul mm) { model_->SetBlockMatmul(mm); }
   // Every rank holds each of its stage's layers (all but the pipeline axis); live, only a
-  // replica's count the same samples.
+  // replica's count the same samples, and with silent-data-corruption checks only a
+  // data-parallel rank's.
   int moe_count_copies() const override {
-    const int holders = groups_.world->size() / groups_.pp->size();
-    return moe_counts_in_replica_ ? holders / groups_.replicate->size() : holders;
+    return groups_.world->size() / groups_.pp->size() / moe_count_apart_;
   }
 
   void BeginStep() override;
@@ -155,7 +158,7 @@ class ParallelModel final : public StepModel {
   std::unique_ptr<parallel::Fsdp> fsdp_;
   std::unique_ptr<parallel::Communicator> local_;   // the expert group when expert_parallel = 1
   std::unique_ptr<model::MoeRuntime> moe_runtime_;  // MoE models only
-  bool moe_counts_in_replica_ = false;              // live: routing counted per replica
+  int moe_count_apart_ = 1;  // data-parallel groups that count routing apart (live, sdc)
   int pipeline_microbatches_ = 1;
   std::vector<at::Tensor>
       norm_weights_;  // sharded: [optimizer param] (shard_size) fp64, on device_

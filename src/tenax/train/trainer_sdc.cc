@@ -73,7 +73,6 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
         "a tolerance on GPU ranks, whose kernels need not repeat bit for bit: "
         "resilience.sdc_tolerance > 0 (docs/resilience.md says how to choose it)");
   }
-  if (spec_.moe.enabled()) needs.push_back("a dense model (MoE is not supported yet)");
   if (config_.resilience.mode == "live") needs.push_back("resilience.mode = \"restart\"");
   if (needs.empty()) return Status::Ok();
   return InvalidArgument(

@@ -257,7 +257,8 @@ Status Trainer::SetupModel() {
                       ep_group_.get(),   ep_shard_group_.get()};
     TENAX_ASSIGN_OR_RETURN(parallel_model_,
                            ParallelModel::Create(spec_, model_->params(), pg, config_.parallelism,
-                                                 device_.device, device_.compute_dtype, live()));
+                                                 device_.device, device_.compute_dtype, live(),
+                                                 config_.resilience.sdc_check_interval > 0));
     model_->ReleaseParams();
     if (device_.fp8_matmuls) parallel_model_->SetBlockMatmul(model::BlockMatmul::kFp8);
     step_model_ = parallel_model_.get();
