@@ -124,8 +124,7 @@ Result<std::optional<rdzv::LiveRecord>> EtcdLiveLink::Update(int gen, const Chan
       if (gen_ == gen) TakeRecord(*next, r.revision);
       return next;
     }
-    TENAX_ASSIGN_OR_RETURN(const bool fenced, Fenced());
-    if (fenced) {
+    if (FencedBy(r)) {
       return Unavailable(fmt::format(
           "this node lost its etcd lease (fenced): it must not change generation {}'s live record",
           gen));
@@ -166,8 +165,8 @@ Status EtcdLiveLink::PutHeld(const std::string& key, const std::string& value) {
   txn.success.push_back(etcd::TxnOp::Put(key, value));
   TENAX_ASSIGN_OR_RETURN(etcd::TxnResponse r, Retry([&] { return etcd_->Commit(txn); }, 5));
   if (!r.succeeded) {
-    // The lease's comparison is the only one: a node rank's states are under the node rank, and
-    // the spare that holds it now writes there too.
+    // The lease's comparison is the only one (FencedBy): a node rank's states are under the node
+    // rank, and the spare that holds it now writes there too.
     return Unavailable(
         fmt::format("this node lost its etcd lease (fenced): it must not put {}", key));
   }
@@ -175,17 +174,18 @@ Status EtcdLiveLink::PutHeld(const std::string& key, const std::string& value) {
 }
 
 void EtcdLiveLink::RequireHeld(etcd::Txn& txn) const {
-  if (lease_) {
-    txn.compare.push_back(
-        etcd::Compare::Lease(keys_.agent(agent_), etcd::CompareOp::kEqual, lease_()));
-  }
+  if (!lease_) return;
+  txn.compare.push_back(
+      etcd::Compare::Lease(keys_.agent(agent_), etcd::CompareOp::kEqual, lease_()));
+  // Read back where the transaction fails: whether that comparison is why (FencedBy), in the
+  // same round trip.
+  txn.failure.push_back(etcd::TxnOp::Get(keys_.agent(agent_)));
 }
 
-Result<bool> EtcdLiveLink::Fenced() const {
-  if (!lease_) return false;
-  TENAX_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> kv,
-                         Retry([&] { return etcd_->Get(keys_.agent(agent_)); }));
-  return !kv || kv->lease != lease_();
+bool EtcdLiveLink::FencedBy(const etcd::TxnResponse& r) const {
+  if (!lease_ || r.succeeded || r.gets.empty()) return false;
+  const std::vector<etcd::KeyValue>& kvs = r.gets.front().kvs;
+  return kvs.empty() || kvs.front().lease != lease_();
 }
 
 Result<std::optional<etcd::KeyValue>> EtcdLiveLink::PutOnce(int gen, const std::string& key,
@@ -195,12 +195,9 @@ Result<std::optional<etcd::KeyValue>> EtcdLiveLink::PutOnce(int gen, const std::
   RequireHeld(txn);
   txn.success.push_back(etcd::TxnOp::Put(key, value));
   TENAX_ASSIGN_OR_RETURN(etcd::TxnResponse r, Retry([&] { return etcd_->Commit(txn); }));
-  if (!r.succeeded) {
-    TENAX_ASSIGN_OR_RETURN(const bool fenced, Fenced());
-    if (fenced) {
-      return Unavailable(
-          fmt::format("this node lost its etcd lease (fenced): it must not put {}", key));
-    }
+  if (FencedBy(r)) {
+    return Unavailable(
+        fmt::format("this node lost its etcd lease (fenced): it must not put {}", key));
   }
   // Read back: what the key holds is whoever put it first's (also after a repeat of a put whose
   // outcome was unknown), seen here at once (the watch brings it too).

@@ -68,11 +68,12 @@ class EtcdLiveLink : public LiveLink {
   // Puts `key` (a state or recoveries record) while this agent holds its lease (any time
   // without lease_).
   Status PutHeld(const std::string& key, const std::string& value);
-  // With lease_: adds to `txn` the comparison that this agent still holds its lease.
+  // With lease_: adds to `txn` the comparison that this agent still holds its lease, and as the
+  // failure branch's first operation a read of its key.
   void RequireHeld(etcd::Txn& txn) const;
-  // With lease_, after a transaction that failed: whether this agent's key no longer hangs on
-  // its lease (fenced), which is then the reason.
-  Result<bool> Fenced() const;
+  // With lease_, for a transaction built with RequireHeld that failed: whether this agent's key
+  // no longer hangs on its lease (fenced), which is then the reason.
+  bool FencedBy(const etcd::TxnResponse& r) const;
 
   etcd::EtcdClient* const etcd_;
   const rdzv::Keys keys_;
