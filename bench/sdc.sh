@@ -124,7 +124,7 @@ PY
 done
 
 python3 - "$work" "$out" "$trials" "$steps" "$rounds" "$interval" <<'PY'
-import json, platform, statistics, subprocess, sys, time
+import json, os, platform, statistics, subprocess, sys, time
 work, out, trials, steps, rounds, interval = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 t = [json.loads(l) for l in open(f"{work}/trials.jsonl")]
 o = [json.loads(l) for l in open(f"{work}/overhead.jsonl")]
@@ -134,7 +134,7 @@ if t:
     print("| layout | where | detected within the interval | right rank named | checkpoints and final weights identical |")
     print("|---|---|---|---|---|")
 rows = []
-for layout in ("ddp", "fsdp") if t else ():
+for layout in dict.fromkeys(x["layout"] for x in t):  # as run (LAYOUTS)
     for where in ("grad", "activation", "weight"):
         s = [x for x in t if x["layout"] == layout and x["where"] == where]
         row = {"layout": layout, "where": where, "trials": len(s),
@@ -162,6 +162,7 @@ for n in (0, 10, 50, 100) if o else ():
 if out:
     cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
     json.dump({"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.node()}, {cores} cores",
-               "command": f"bench/sdc.sh {trials} {steps} {rounds}",
+               "command": (f"LAYOUTS='{os.environ['LAYOUTS']}' " if os.environ.get("LAYOUTS") else "")
+                          + f"bench/sdc.sh {trials} {steps} {rounds}",
                "trials": rows, "trial_runs": t, "overhead": over}, open(out, "w"), indent=2)
 PY
