@@ -206,19 +206,18 @@ class Reader {
         if (!x || *x <= 0) fail(fmt::format("{} must be a positive whole number", k));
         return x ? *x : 0;
       };
-      auto one_of = [&](const char* k, const std::vector<std::string>& words,
-                        const std::string& absent) {
-        auto v = t->get(k) ? t->get(k)->value<std::string>() : std::optional<std::string>(absent);
+      auto one_of = [&](const char* k, const std::vector<std::string>& words) {
+        auto v = t->get(k) ? t->get(k)->value<std::string>() : std::nullopt;
         if (!v || std::find(words.begin(), words.end(), *v) == words.end()) {
           fail(fmt::format("{} must be one of {}", k, fmt::join(words, ", ")));
-          return absent;
+          return std::string();
         }
         return *v;
       };
       LayerMeasurement m;
       m.gpt = word("arch", "llama", "gpt");
-      m.kernels = one_of("kernels", {"eager", "compiled", "fused"}, "");
-      m.recompute = one_of("recompute", {"none", "full", "selective"}, "");
+      m.kernels = one_of("kernels", {"eager", "compiled", "fused"});
+      m.recompute = one_of("recompute", {"none", "full", "selective"});
       m.tp = t->get("tp") ? whole("tp", true) : 1;
       m.dim = whole("dim", true);
       m.heads = whole("heads", true);

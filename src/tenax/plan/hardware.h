@@ -61,7 +61,7 @@ struct LayerMeasurement {
   std::string kernels = "eager";   // eager (one kernel per op) | compiled (torch.compile) | fused
                                    // (Megatron-LM's fused kernels)
   std::string recompute = "none";  // none | full (the forward again in backward) | selective
-                                   // (Megatron's: the attention core)
+                                   // (Megatron's: the attention core): RecomputeName's words
   int64_t tp = 1;                  // tensor-parallel degree: GPUs of one node running the layer
   int64_t dim = 0, heads = 0, kv_heads = 0, ffn = 0, seq_len = 0, batch = 0;
   double seconds = 0;

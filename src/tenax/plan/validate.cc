@@ -100,9 +100,9 @@ ValidationRow LayerRow(const HardwareProfile& hw, const LayerMeasurement& l) {
   MicroBatchShape shape;  // bf16, on l.tp GPUs of one node
   shape.tp = l.tp;
   shape.micro_batch = l.batch;
-  shape.recompute = l.recompute == "full"        ? Recompute::kFull
-                    : l.recompute == "selective" ? Recompute::kSelective
-                                                 : Recompute::kNone;
+  for (Recompute r : kAllRecompute) {  // the profile's names are RecomputeName's
+    if (l.recompute == RecomputeName(r)) shape.recompute = r;
+  }
   const double t = EstimateMicroBatch(*w, hw, shape).layer.total();
   return Numeric(RowKind::kCalibration, hw.name, claim, "", 1.0 / l.seconds, ms(l.seconds), 1.0 / t,
                  ms(t));
