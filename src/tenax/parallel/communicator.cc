@@ -23,10 +23,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "tenax/core/check.h"
@@ -122,7 +125,8 @@ class C10dCommunicator final : public Communicator {
 
   void Send(const at::Tensor& t, int peer, int tag) override {
     std::vector<at::Tensor> v{OnDevice(t)};
-    Blocking("send", t.nbytes(), [&] { return group_->send(v, peer, tag); });
+    Blocking(
+        "send", t.nbytes(), [&] { return group_->send(v, peer, tag); }, /*p2p=*/true);
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
   }
@@ -134,7 +138,7 @@ class C10dCommunicator final : public Communicator {
     ++stats_.calls;
     // `x` stays referenced until the send is waited for.
     return PendingCollective([this, work = work, id = id, x]() mutable {
-      Wait(work);
+      Wait(work, /*p2p=*/true);
       Waited(id);
       return x;
     });
@@ -147,7 +151,7 @@ class C10dCommunicator final : public Communicator {
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
     return PendingCollective([this, work = work, id = id, x, t]() mutable {
-      Wait(work);
+      Wait(work, /*p2p=*/true);
       Waited(id);
       Restore(t, x);
       return t;
@@ -157,7 +161,8 @@ class C10dCommunicator final : public Communicator {
     TENAX_CHECK(t.is_contiguous());
     at::Tensor x = OnDevice(t);
     std::vector<at::Tensor> v{x};
-    Blocking("recv", t.nbytes(), [&] { return group_->recv(v, peer, tag); });
+    Blocking(
+        "recv", t.nbytes(), [&] { return group_->recv(v, peer, tag); }, /*p2p=*/true);
     Restore(t, x);
     stats_.p2p_bytes += static_cast<int64_t>(t.nbytes());
     ++stats_.calls;
@@ -303,10 +308,10 @@ class C10dCommunicator final : public Communicator {
   // its own thread at once) until it completes; a collective that throws stays pending in the
   // record, as it did not complete.
   template <class F>
-  void Blocking(const char* op, size_t bytes, F&& issue) {
+  void Blocking(const char* op, size_t bytes, F&& issue, bool p2p = false) {
     const uint64_t id = recorder_ ? recorder_->Begin(op, name_, static_cast<int64_t>(bytes)) : 0;
     Work work = issue();
-    Wait(work);
+    Wait(work, p2p);
     Record(id, work, /*waited=*/true);
   }
   // A collective waited for later (PendingCollective::Wait, which calls Waited).
@@ -358,9 +363,11 @@ class C10dCommunicator final : public Communicator {
   // after it), counting the time in stats_.wait_s (the trainer subtracts it from a step's time
   // to get its compute time, which finds stragglers).
   // With abandon_ (Gloo): in slices of 100 ms, asking it between them (GroupOptions::abandon).
-  void Wait(const Work& work) {
+  void Wait(const Work& work, bool p2p = false) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (abandon_) {
+    if (abandon_ && p2p) {
+      WaitOnAThreadOfItsOwn(work);
+    } else if (abandon_) {
       const std::function<bool()> done = Probe(work, /*cuda=*/false);
       while (!done()) {
         try {
@@ -375,8 +382,31 @@ class C10dCommunicator final : public Communicator {
         }
       }
     }
-    work->wait();
+    if (!abandon_ || !p2p) work->wait();
     stats_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Gloo's send and receive have no future, and a timed wait that runs out ends the transfer for
+  // good (the buffer reports the timeout to its context): waited for without a limit on a thread
+  // of its own, while this one asks abandon_. An abandoned one stays on that thread until
+  // Gloo's timeout, holding the work (and through it the group, which abandoned_ keeps).
+  void WaitOnAThreadOfItsOwn(const Work& work) {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> finished = done->get_future();
+    std::thread([work, done] {
+      try {
+        work->wait();
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    }).detach();
+    while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      if (std::optional<std::string> why = abandon_()) {
+        abandoned_ = true;
+        throw std::runtime_error("collective abandoned: " + *why);
+      }
+    }
+    finished.get();
   }
 
   c10::intrusive_ptr<c10d::Backend> group_;

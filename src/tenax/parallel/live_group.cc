@@ -319,25 +319,41 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
     }
   }
   if (report.receivers.empty()) return report;
-  // Everyone takes part in the broadcasts (collectives); members already at the step receive the
-  // bytes they hold.
-  uint32_t crc = 0;
+  // Point to point, from the source to each receiver only: the members that hold the state
+  // already take no part (they go on to the step, and meet the others at its first collective),
+  // and the source's bytes cross the wire once per receiver, not along a broadcast's tree.
   const bool receiving = std::find(report.receivers.begin(), report.receivers.end(),
                                    options_.slot) != report.receivers.end();
+  const bool sending = c.rank() == source;
+  if (!receiving && !sending) return report;
+  std::vector<int> to;  // the receivers' group ranks
+  for (int r = 0; r < c.size(); ++r) {
+    if (v[2 * r] == 0 || v[2 * r + 1] != report.step) to.push_back(r);
+  }
+  uint32_t crc = 0;
   if (receiving) ++receives_begun_;
   for (size_t i = 0; i < state.size(); ++i) {
     const at::Tensor& t = state[i];
     TENAX_CHECK_MSG(t.is_contiguous() && t.device().is_cpu(), "LiveGroup::Sync: CPU tensors");
-    // Received into a copy: a broadcast abandoned because the source was dropped (Dropped)
-    // stays on Gloo's thread until its timeout, and a source that comes back meanwhile (a node
-    // stopped, then continued) could still write its bytes there; never into the state, which
-    // the next epoch's Sync will have set.
-    at::Tensor x = c.rank() == source ? t : at::empty_like(t);
-    c.Broadcast(x, source);
-    if (!x.is_same(t)) t.copy_(x);
-    if (receiving && options_.on_received) options_.on_received(i);
-    crc = Crc32(x.data_ptr(), x.nbytes(), crc);
-    report.bytes += static_cast<int64_t>(x.nbytes());
+    const int tag = static_cast<int>(i);
+    if (sending) {
+      // To every receiver at once (one wire each).
+      std::vector<PendingCollective> sends;
+      for (int r : to) sends.push_back(c.SendAsync(t, r, tag));
+      for (PendingCollective& p : sends) p.Wait();
+      crc = Crc32(t.data_ptr(), t.nbytes(), crc);
+    } else {
+      // Received into a copy: a receive abandoned because the source was dropped (Dropped)
+      // stays on Gloo's thread until its timeout, and a source that comes back meanwhile (a
+      // node stopped, then continued) could still write its bytes there; never into the state,
+      // which the next epoch's Sync will have set.
+      at::Tensor x = at::empty_like(t);
+      c.Recv(x, source, tag);
+      t.copy_(x);
+      if (options_.on_received) options_.on_received(i);
+      crc = Crc32(x.data_ptr(), x.nbytes(), crc);
+    }
+    report.bytes += static_cast<int64_t>(t.nbytes());
   }
   // The source's CRC-32 and its signature: HMAC-SHA-256 with the job's secret over what the state
   // is (job, epoch, step, checksum).
@@ -345,10 +361,15 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
                                               membership_.epoch, report.step, crc);
   const Sha256Digest tag = HmacSha256(options_.secret, signed_text);
   at::Tensor sent = at::zeros({8 + static_cast<int64_t>(tag.size())}, at::kByte);
-  const uint64_t crc64 = crc;
-  std::memcpy(sent.data_ptr<uint8_t>(), &crc64, 8);
-  std::memcpy(sent.data_ptr<uint8_t>() + 8, tag.data(), tag.size());
-  c.Broadcast(sent, source);
+  const int signature_tag = static_cast<int>(state.size());
+  if (sending) {
+    const uint64_t crc64 = crc;
+    std::memcpy(sent.data_ptr<uint8_t>(), &crc64, 8);
+    std::memcpy(sent.data_ptr<uint8_t>() + 8, tag.data(), tag.size());
+    for (int r : to) c.Send(sent, r, signature_tag);
+  } else {
+    c.Recv(sent, source, signature_tag);
+  }
   report.bytes += static_cast<int64_t>(sent.nbytes()) + all.nbytes() / c.size();
   const uint8_t* got = sent.data_ptr<uint8_t>();
   uint64_t sent_crc = 0;

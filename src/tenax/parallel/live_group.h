@@ -20,13 +20,15 @@
 //               newest epoch any of them has seen (NewestEpoch), so all switch at the same step
 //               boundary, e.g. to take in a replacement.
 //   Healing     after a group forms, Sync() compares every member's (has state, step); when they
-//               differ, the member with the newest state broadcasts it (the caller's tensors:
-//               weights, optimizer state, data cursor...) to every member, with a CRC-32 that
+//               differ, the member with the newest state sends it (the caller's tensors:
+//               weights, optimizer state, data cursor...) point to point to each member that
+//               lacks it (the others take no part), with a CRC-32 that
 //               each receiver checks before using it, and an HMAC-SHA-256 of it keyed with the
 //               job's secret (Options::secret): a receiver uses only state signed by a holder
 //               of the secret, as the node agents serve checkpoint files only to one.
 // Contract: every method is collective over the members of the current epoch, called in the
-// same order by each; a member that throws out of one must Leave() before forming again.
+// same order by each (Sync's transfer itself only between its source and receivers); a member
+// that throws out of one must Leave() before forming again.
 // Thread safety: one thread.
 // HSDP (several ranks per replica) uses two: one over every rank (slot = rank) and one per shard
 // index over the replicas (slot = replica, membership protocol::ReplicaView); a replica's own
@@ -52,11 +54,11 @@
 namespace tenax::parallel {
 
 struct LiveSyncReport {
-  bool transferred = false;    // some member received state
-  int source_slot = -1;        // whose state was broadcast
+  bool transferred = false;    // this member sent or received state
+  int source_slot = -1;        // whose state was sent
   std::vector<int> receivers;  // slots that lacked it (no state, or an older step)
   int64_t step = 0;            // the step every member holds now
-  int64_t bytes = 0;           // bytes broadcast (the state once, plus its header)
+  int64_t bytes = 0;           // bytes sent to each receiver (the state, plus its header)
   double seconds = 0;
 };
 

@@ -478,6 +478,77 @@ TEST(LiveGroup, ACollectiveWaitingOnADroppedMemberIsAbandoned) {
   }
 }
 
+// Point to point in a live group (how Sync sends the state): a timed wait on Gloo's send or
+// receive ends it for good when it runs out, so they are waited for on a thread of their own
+// while the caller polls for an abandon. A receive that outlasts several polls (its sender is
+// late) still completes, bit for bit; one from a member that went silent is abandoned once the
+// launcher's next epoch leaves that member out, not at the group's timeout (10 minutes).
+TEST(LiveGroup, PointToPointOutlastsThePollsAndIsAbandonedWithItsPeer) {
+  tenax::testing::TempDir dir;
+  LiveMembership e1;
+  e1.epoch = 1;
+  e1.world = 3;
+  e1.members = {0, 1, 2};
+  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
+  LiveMembership e2 = e1;
+  e2.epoch = 2;
+  e2.members = {0, 1};
+  std::atomic<int> formed{0};
+  std::atomic<bool> received{false}, waiting_on_2{false}, done{false};
+  at::Tensor got;
+  std::string why;
+  double seconds = 0;
+  auto member = [&](int slot) {
+    LiveGroup::Options o;
+    o.store_dir = dir.path();
+    o.slot = slot;
+    o.world = 3;
+    o.group.timeout = std::chrono::minutes(10);
+    LiveGroup g(o);
+    if (!g.Form(e1).ok()) return;
+    ++formed;
+    if (slot == 0) {
+      at::Tensor x = at::zeros({kWidth}, at::kDouble);
+      g.comm().Recv(x, 1, /*tag=*/5);
+      got = x;
+      received = true;
+      waiting_on_2 = true;
+      const auto t0 = std::chrono::steady_clock::now();
+      at::Tensor y = at::zeros({kWidth}, at::kDouble);
+      try {
+        g.comm().Recv(y, 2, /*tag=*/6);
+        why = "it ended";
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      g.Leave();
+      done = true;
+    } else if (slot == 1) {
+      // Late: slot 0 polls for an abandon several times before the bytes come.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      g.comm().SendAsync(at::arange(kWidth, at::kDouble), 0, /*tag=*/5).Wait();
+      while (!waiting_on_2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_TRUE(protocol::WriteLiveMembership(dir.path(), e2).ok());
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    } else {  // silent from here on, its connections open
+      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  std::thread a(member, 0), b(member, 1), c(member, 2);
+  a.join();
+  b.join();
+  c.join();
+  ASSERT_EQ(formed, 3);
+  ASSERT_TRUE(received);
+  EXPECT_TRUE(at::equal(got, at::arange(kWidth, at::kDouble)));
+  EXPECT_NE(why.find("collective abandoned: live epoch 2 leaves out rank(s) 2 of epoch 1"),
+            std::string::npos)
+      << why;
+  EXPECT_TRUE(protocol::IsPeerLostError(why)) << why;
+  EXPECT_LT(seconds, 60.0) << "abandoned at the group's timeout, not at the new epoch";
+}
+
 // The state a member sends is signed with the job's secret: a replacement with the same secret
 // takes it (the sender's weights, bit for bit); one whose secret differs (a process of another
 // job or launch) refuses it, naming the secret, and keeps nothing it could train from.

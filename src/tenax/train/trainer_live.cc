@@ -483,7 +483,13 @@ bool Trainer::LiveResumesKept(const std::vector<int>& slots) {
 Status Trainer::LiveSync(const protocol::LiveMembership& next, bool has_state) {
   TENAX_RETURN_IF_ERROR(LiveForm(next));
   TENAX_RETURN_IF_ERROR(LiveSyncState(next, has_state));
-  if (beats_) beats_->SetLiveEpoch(next.epoch);  // the launcher announces joiners only then
+  if (beats_) {
+    // The launcher announces joiners only once every member beats in the current epoch: said
+    // now, not with the step's next beat, so a replacement ready meanwhile is taken in at this
+    // step's end rather than the next one's.
+    beats_->SetLiveEpoch(next.epoch);
+    beats_->Refresh();
+  }
   // The group's first member writes metrics.jsonl and TensorBoard (rank 0 unless it is lost): a
   // new lead opens them at the step the group holds, a former one lets go (nothing is pending
   // between steps).
