@@ -98,6 +98,66 @@ std::vector<int> SlotsRunBy(const LiveMembership& m, int slot) {
   return out;
 }
 
+std::vector<SlotPart> PartsRunBy(const LiveMembership& m, int slot, int64_t samples, bool split) {
+  const auto me = std::find(m.members.begin(), m.members.end(), slot);
+  if (me == m.members.end()) return {};
+  if (!split) {
+    std::vector<SlotPart> out;
+    for (int s : SlotsRunBy(m, slot)) out.push_back({s, 0, samples});
+    return out;
+  }
+  const int64_t index = me - m.members.begin();
+  const int64_t n = static_cast<int64_t>(m.members.size());
+  const std::vector<int> missing = m.Missing();
+  // The missing slots' samples one after another; this member's run of them.
+  const int64_t total = static_cast<int64_t>(missing.size()) * samples;
+  const int64_t from = index * total / n, to = (index + 1) * total / n;
+  std::vector<SlotPart> out = {{slot, 0, samples}};
+  for (size_t k = 0; k < missing.size(); ++k) {
+    const int64_t first = static_cast<int64_t>(k) * samples;
+    const int64_t begin = std::max(from, first), end = std::min(to, first + samples);
+    if (begin < end) out.push_back({missing[k], begin - first, end - first});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+// Parts as sets of (slot, row), and back as ascending runs.
+std::set<std::pair<int, int64_t>> Rows(const std::vector<SlotPart>& parts) {
+  std::set<std::pair<int, int64_t>> rows;
+  for (const SlotPart& p : parts) {
+    for (int64_t r = p.begin; r < p.end; ++r) rows.insert({p.slot, r});
+  }
+  return rows;
+}
+
+std::vector<SlotPart> Runs(const std::set<std::pair<int, int64_t>>& rows) {
+  std::vector<SlotPart> out;
+  for (const auto& [slot, row] : rows) {
+    if (!out.empty() && out.back().slot == slot && out.back().end == row) {
+      ++out.back().end;
+    } else {
+      out.push_back({slot, row, row + 1});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SlotPart> PartsMinus(const std::vector<SlotPart>& a, const std::vector<SlotPart>& b) {
+  std::set<std::pair<int, int64_t>> rows = Rows(a);
+  for (const auto& r : Rows(b)) rows.erase(r);
+  return Runs(rows);
+}
+
+bool PartsInclude(const std::vector<SlotPart>& a, const std::vector<SlotPart>& b) {
+  const std::set<std::pair<int, int64_t>> in = Rows(a), of = Rows(b);
+  return std::includes(in.begin(), in.end(), of.begin(), of.end());
+}
+
 LiveMembership ReplicaView(const LiveMembership& m, int ranks_per_replica, int position) {
   LiveMembership v;
   v.epoch = m.epoch;

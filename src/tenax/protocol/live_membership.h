@@ -15,6 +15,7 @@
 // (launch/rendezvous.h, gen/<G>/live/record).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,6 +55,32 @@ Result<std::optional<LiveMembership>> ReadLiveMembership(const std::string& hear
 // k % |members|), so every slot's samples are trained exactly once per step, whatever the
 // membership. Returned for the member `slot`, in ascending slot order.
 std::vector<int> SlotsRunBy(const LiveMembership& m, int slot);
+
+// A run of one slot's samples: rows [begin, end) of each of its micro-batches.
+struct SlotPart {
+  int slot = 0;
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+  friend bool operator==(const SlotPart& a, const SlotPart& b) {
+    return a.slot == b.slot && a.begin == b.begin && a.end == b.end;
+  }
+  friend bool operator<(const SlotPart& a, const SlotPart& b) {
+    return a.slot != b.slot ? a.slot < b.slot : a.begin < b.begin;
+  }
+};
+
+// What each member runs of a step's samples, a slot holding `samples` (its local batch): its own
+// slot whole and, with `split`, an even share of the missing slots' samples (taken in slot order
+// and cut into |members| contiguous runs, member i the i-th in group order), so that a lost
+// slot's work is spread over every member instead of falling whole on one of them; without
+// `split`, the missing slots whole as SlotsRunBy deals them. Every sample of every slot is run
+// exactly once per step. Returned for the member `slot`, ascending, without empty parts.
+std::vector<SlotPart> PartsRunBy(const LiveMembership& m, int slot, int64_t samples, bool split);
+// The samples of `a` that are not in `b`, as ascending runs (parts of one slot's samples as
+// sets of rows).
+std::vector<SlotPart> PartsMinus(const std::vector<SlotPart>& a, const std::vector<SlotPart>& b);
+// Whether every sample of `b` is in `a`.
+bool PartsInclude(const std::vector<SlotPart>& a, const std::vector<SlotPart>& b);
 
 // HSDP: a record of ranks seen from the replicas' side. Each data-parallel replica is
 // `ranks_per_replica` consecutive ranks (replicate is the outermost mesh axis); the view's slots

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tenax/core/temp_dir.h"
 
 namespace tenax::protocol {
@@ -22,6 +24,47 @@ TEST(LiveMembership, EveryMissingSlotIsRunByExactlyOneMember) {
   EXPECT_EQ(count, std::vector<int>(8, 1));
   const LiveMembership full{0, 0, 4, {0, 1, 2, 3}, {}};
   EXPECT_EQ(SlotsRunBy(full, 3), (std::vector<int>{3}));
+}
+
+// Split: a lost slot's samples spread over every member in contiguous runs; each sample of
+// every slot run exactly once. 3 members, slots of 2 samples, slot 1 missing: one sample each
+// to the second and third members. 8 slots of 4, five missing (20 samples over 3 members).
+TEST(LiveMembership, SplitDealsTheMissingSlotsSamplesOverEveryMember) {
+  const LiveMembership one{1, 0, 4, {0, 2, 3}, {}};
+  EXPECT_EQ(PartsRunBy(one, 0, 2, true), (std::vector<SlotPart>{{0, 0, 2}}));
+  EXPECT_EQ(PartsRunBy(one, 2, 2, true), (std::vector<SlotPart>{{1, 0, 1}, {2, 0, 2}}));
+  EXPECT_EQ(PartsRunBy(one, 3, 2, true), (std::vector<SlotPart>{{1, 1, 2}, {3, 0, 2}}));
+  // Unsplit: the slot whole, as SlotsRunBy.
+  EXPECT_EQ(PartsRunBy(one, 0, 2, false), (std::vector<SlotPart>{{0, 0, 2}, {1, 0, 2}}));
+  EXPECT_TRUE(PartsRunBy(one, 1, 2, true).empty());  // not a member
+  const LiveMembership m{3, 0, 8, {0, 2, 5}, {}};
+  std::vector<std::vector<int>> count(8, std::vector<int>(4, 0));
+  int64_t most = 0, least = 1 << 20;
+  for (int s : m.members) {
+    int64_t extra = 0;
+    for (const SlotPart& p : PartsRunBy(m, s, 4, true)) {
+      for (int64_t r = p.begin; r < p.end; ++r) ++count[static_cast<size_t>(p.slot)][r];
+      if (p.slot != s) extra += p.size();
+    }
+    most = std::max(most, extra);
+    least = std::min(least, extra);
+  }
+  EXPECT_EQ(count, std::vector<std::vector<int>>(8, std::vector<int>(4, 1)));
+  EXPECT_LE(most - least, 1) << "20 missing samples over 3 members: 6 or 7 each";
+  EXPECT_EQ(PartsRunBy(LiveMembership{0, 0, 4, {0, 1, 2, 3}, {}}, 3, 4, true),
+            (std::vector<SlotPart>{{3, 0, 4}}));
+}
+
+TEST(LiveMembership, PartsAsSetsOfSamples) {
+  const std::vector<SlotPart> a = {{0, 0, 4}, {2, 1, 3}};
+  EXPECT_EQ(PartsMinus(a, {{0, 0, 4}}), (std::vector<SlotPart>{{2, 1, 3}}));
+  EXPECT_EQ(PartsMinus(a, {{0, 1, 2}, {2, 1, 2}}),
+            (std::vector<SlotPart>{{0, 0, 1}, {0, 2, 4}, {2, 2, 3}}));
+  EXPECT_TRUE(PartsMinus(a, a).empty());
+  EXPECT_TRUE(PartsInclude(a, {{0, 0, 4}}));
+  EXPECT_TRUE(PartsInclude(a, {{0, 1, 3}, {2, 2, 3}}));
+  EXPECT_FALSE(PartsInclude(a, {{2, 0, 2}}));
+  EXPECT_TRUE(PartsInclude(a, {}));
 }
 
 // HSDP 3 replicas x 2 shards (ranks 2q, 2q + 1): replica 1 lost, replica 2 rejoining.

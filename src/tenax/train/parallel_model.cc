@@ -117,12 +117,13 @@ Result<std::unique_ptr<ParallelModel>> ParallelModel::Create(
 void ParallelModel::BeginStep() { fsdp_->BeginStep(); }
 
 Result<double> ParallelModel::ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
-                                              int micro_batches) {
+                                              int micro_batches, double share) {
+  TENAX_CHECK_MSG(share == 1.0 || !pipeline_, "a pipeline runs whole micro-batches");
   if (model::MoeState* moe = model_->moe()) {
     // The aux loss's gradient is scaled like the cross-entropy it joins: the pipeline
     // back-propagates each of its micro-batches at 1 / m (FinishStep applies 1 / micro_batches
     // to everything afterwards); otherwise the loss below is divided by micro_batches.
-    moe->aux_grad_scale = pipeline_ ? 1.0 / pipeline_microbatches_ : 1.0 / micro_batches;
+    moe->aux_grad_scale = pipeline_ ? 1.0 / pipeline_microbatches_ : share / micro_batches;
   }
   micro_batches_ = micro_batches;
   const at::Tensor x = LocalTokens(tokens), y = LocalTokens(targets);
@@ -132,7 +133,9 @@ Result<double> ParallelModel::ForwardBackward(const at::Tensor& tokens, const at
     return ContextMean(r.loss);
   }
   at::Tensor loss = model_->Loss(x, y, compute_dtype_);
-  (loss / static_cast<double>(micro_batches)).backward();
+  at::Tensor scaled = loss / static_cast<double>(micro_batches);
+  if (share != 1.0) scaled = scaled * share;
+  scaled.backward();
   return ContextMean(loss.item<double>());
 }
 

@@ -105,9 +105,10 @@ class ParallelModel final : public StepModel {
   void BeginStep() override;
   // One micro-batch (B, T) of this data-parallel rank: forward and backward; returns its mean
   // loss (every rank of the TP/PP/CP group gets the same number). Gradients are scaled by
-  // 1 / micro_batches so the step's gradient is the mean over them.
+  // 1 / micro_batches so the step's gradient is the mean over them (and by `share`: StepModel;
+  // not with a pipeline, which scales the step's gradients as a whole).
   Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
-                                 int micro_batches) override;
+                                 int micro_batches, double share = 1.0) override;
   void FinishStep() override;
   // Global L2 norm of the averaged gradients (every element of the model counted once), then
   // all of them scaled to max_norm (0: no clipping).

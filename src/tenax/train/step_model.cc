@@ -11,11 +11,14 @@ int64_t SingleProcessModel::ResidentStateBytes() const {
 }
 
 Result<double> SingleProcessModel::ForwardBackward(const at::Tensor& tokens,
-                                                   const at::Tensor& targets, int micro_batches) {
-  if (model::MoeState* moe = model_.moe()) moe->aux_grad_scale = 1.0 / micro_batches;
+                                                   const at::Tensor& targets, int micro_batches,
+                                                   double share) {
+  if (model::MoeState* moe = model_.moe()) moe->aux_grad_scale = share / micro_batches;
   at::Tensor loss = model_.Loss(tokens, targets, compute_dtype_);
   // Each micro-batch holds the same number of tokens, so the mean of means is the mean.
-  (loss / static_cast<double>(micro_batches)).backward();
+  at::Tensor scaled = loss / static_cast<double>(micro_batches);
+  if (share != 1.0) scaled = scaled * share;
+  scaled.backward();
   return loss.item<double>();
 }
 

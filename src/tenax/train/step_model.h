@@ -29,9 +29,11 @@ class StepModel {
 
   virtual void BeginStep() = 0;
   // One micro-batch (B, T): forward and backward; returns its mean loss. Gradients are scaled by
-  // 1 / micro_batches so the step's gradient is the mean over them.
+  // 1 / micro_batches so the step's gradient is the mean over them, and by `share` when these
+  // are only part of a micro-batch's samples (live recovery spreads a lost rank's samples over
+  // the others): share = their count over the micro-batch's, so the parts add up to it.
   virtual Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
-                                         int micro_batches) = 0;
+                                         int micro_batches, double share = 1.0) = 0;
   virtual void FinishStep() = 0;
   // Global L2 norm of the gradients, then all of them scaled to max_norm (0: no clipping).
   virtual double ClipGradNorm(double max_norm) = 0;
@@ -74,7 +76,7 @@ class SingleProcessModel final : public StepModel {
   int64_t ResidentStateBytes() const override;
   void BeginStep() override {}
   Result<double> ForwardBackward(const at::Tensor& tokens, const at::Tensor& targets,
-                                 int micro_batches) override;
+                                 int micro_batches, double share = 1.0) override;
   void FinishStep() override {}
   double ClipGradNorm(double max_norm) override;
   void ZeroGrad() override;

@@ -221,40 +221,38 @@ double Trainer::InjectIntoLoss(int64_t step, double loss) {
 }
 
 Result<double> Trainer::ForwardBackwardMicroBatches() {
-  // This rank's data-parallel share of the global batch; live, also the shares of the missing
-  // ranks dealt to it (protocol::SlotsRunBy), each scaled as its own rank would have: the group's
+  // This rank's data-parallel share of the global batch; live, also its part of the missing
+  // ranks' samples (protocol::PartsRunBy), each scaled as its own rank would have: the group's
   // sum divided by the nominal world (Fsdp) is the gradient of the whole global batch. The
   // cursor is read from progress_, which moves once the step is done, so a step run again after
   // a lost member reads the same samples.
-  const std::vector<int> slots = DataSlots();
-  // Live, after a recovery: the micro-batches this rank ran before the failure need not run again
+  const std::vector<protocol::SlotPart> parts = DataParts();
+  // Live, after a recovery: the samples this rank ran before the failure need not run again
   // (their gradients were kept: ReCoVer's way), only the lost ranks' dealt to it since.
-  std::vector<int> run = slots;
+  std::vector<protocol::SlotPart> run = parts;
   double kept_loss = 0;
   bool resumed = false;
   if (live()) {
-    if (LiveResumesKept(slots)) {
+    if (LiveResumesKept(parts)) {
       resumed = true;
-      run.clear();
-      std::set_difference(slots.begin(), slots.end(), live_kept_.slots.begin(),
-                          live_kept_.slots.end(), std::back_inserter(run));
+      run = protocol::PartsMinus(parts, live_kept_.parts);
       kept_loss = live_kept_.loss_sum;
       step_model_->ResumeStep();
-      log::Info("step {}: the gradients of slot(s) {} kept through the failure: {}",
-                progress_.step + 1, fmt::join(live_kept_.slots, ","),
+      log::Info("step {}: the gradients of {} kept through the failure: {}", progress_.step + 1,
+                DescribeParts(live_kept_.parts),
                 run.empty() ? std::string("nothing more to run")
-                            : fmt::format("running only slot(s) {}", fmt::join(run, ",")));
+                            : fmt::format("running only {}", DescribeParts(run)));
     }
   }
   // The step's routing statistics: the kept micro-batches' are in them already.
   if (model::MoeState* moe = step_model_->moe_state(); moe && !resumed) moe->ClearStats();
   TENAX_ASSIGN_OR_RETURN(const double run_loss, RunMicroBatches(run));
   const double loss_sum = kept_loss + run_loss;
-  if (live()) live_kept_ = {progress_.step, slots, loss_sum, LiveReplicas().receives_begun()};
+  if (live()) live_kept_ = {progress_.step, parts, loss_sum, LiveReplicas().receives_begun()};
   const int64_t per_micro = t_.local_batch_size * mesh_->dp();
   loader_->Seek(progress_.data_position + batch_.accum * per_micro);
-  live_slots_ = static_cast<int>(slots.size());
-  return loss_sum / static_cast<double>(batch_.accum * static_cast<int64_t>(slots.size()));
+  live_share_ = SlotsIn(parts);
+  return loss_sum / (static_cast<double>(batch_.accum) * live_share_);
 }
 
 std::vector<int> Trainer::DataSlots() {
@@ -268,18 +266,67 @@ std::vector<int> Trainer::DataSlots() {
   return slots;
 }
 
-Result<double> Trainer::RunMicroBatches(const std::vector<int>& slots) {
+std::vector<protocol::SlotPart> Trainer::DataParts() {
+  const int64_t b = t_.local_batch_size;
+  if (!live()) return {{mesh_->dp_index(env_.rank), 0, b}};
+  // A lost replica's samples are spread over the others, a few rows each, unless a micro-batch
+  // must stay whole: the pipeline's schedule cuts it into its own micro-batches and scales the
+  // step's gradients as a whole, and MoE's balancing (its aux loss, the experts' capacity) is
+  // counted over the micro-batch it sees.
+  const bool split = mesh_->degree(parallel::Axis::kPipeline) == 1 && !spec_.moe.enabled();
+  std::vector<protocol::SlotPart> parts;
+  for (protocol::SlotPart p : protocol::PartsRunBy(LiveReplicaView(live_->membership()),
+                                                   env_.rank / live_replica_ranks_, b, split)) {
+    p.slot = mesh_->dp_index(LiveRankOf(p.slot));
+    parts.push_back(p);
+  }
+  std::sort(parts.begin(), parts.end());
+  return parts;
+}
+
+double Trainer::SlotsIn(const std::vector<protocol::SlotPart>& parts) const {
+  double slots = 0;
+  for (const protocol::SlotPart& p : parts) {
+    slots += static_cast<double>(p.size()) / static_cast<double>(t_.local_batch_size);
+  }
+  return slots;
+}
+
+std::string Trainer::DescribeParts(const std::vector<protocol::SlotPart>& parts) const {
+  // "slot(s) 0,3 and slot 2's rows 0-1"
+  std::vector<int> whole;
+  std::vector<std::string> out;
+  for (const protocol::SlotPart& p : parts) {
+    if (p.size() == t_.local_batch_size) {
+      whole.push_back(p.slot);
+    } else if (p.size() == 1) {
+      out.push_back(fmt::format("slot {}'s row {}", p.slot, p.begin));
+    } else {
+      out.push_back(fmt::format("slot {}'s rows {}-{}", p.slot, p.begin, p.end - 1));
+    }
+  }
+  if (!whole.empty()) out.insert(out.begin(), fmt::format("slot(s) {}", fmt::join(whole, ",")));
+  return fmt::format("{}", fmt::join(out, " and "));
+}
+
+Result<double> Trainer::RunMicroBatches(const std::vector<protocol::SlotPart>& parts) {
   const int64_t start = progress_.data_position;
   const int64_t per_micro = t_.local_batch_size * mesh_->dp();
   double loss_sum = 0;
   for (int64_t micro = 0; micro < batch_.accum; ++micro) {
-    for (int slot : slots) {
-      data::Batch b = loader_->BatchOf(start + micro * per_micro, slot);
-      const at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
-      const at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
-      TENAX_ASSIGN_OR_RETURN(double l,
-                             step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum)));
-      loss_sum += l;
+    for (const protocol::SlotPart& part : parts) {
+      data::Batch b = loader_->BatchOf(start + micro * per_micro, part.slot);
+      at::Tensor x = BatchTensor(b.inputs, b.batch, b.seq_len, device_.device);
+      at::Tensor y = BatchTensor(b.targets, b.batch, b.seq_len, device_.device);
+      double share = 1.0;
+      if (part.size() != b.batch) {
+        x = x.narrow(0, part.begin, part.size());
+        y = y.narrow(0, part.begin, part.size());
+        share = static_cast<double>(part.size()) / static_cast<double>(b.batch);
+      }
+      TENAX_ASSIGN_OR_RETURN(
+          double l, step_model_->ForwardBackward(x, y, static_cast<int>(batch_.accum), share));
+      loss_sum += l * share;
     }
   }
   return loss_sum;
@@ -288,8 +335,9 @@ Result<double> Trainer::RunMicroBatches(const std::vector<int>& slots) {
 double Trainer::MeanOverRanks(double loss) {
   if (!env_.distributed()) return loss;
   // TP and PP ranks agree on the loss already; the mean is over every rank.
-  // This rank's loss stands for the live_slots_ ranks whose samples it ran (1 but when live).
-  at::Tensor l = at::full({1}, loss * live_slots_, at::kDouble);
+  // This rank's loss stands for the live_share_ ranks' worth of samples it ran (1 but when
+  // live).
+  at::Tensor l = at::full({1}, loss * live_share_, at::kDouble);
   groups_->world().AllReduceSum(l);
   return l.item<double>() / env_.world;
 }

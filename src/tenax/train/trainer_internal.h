@@ -183,13 +183,20 @@ class Trainer {
   void InjectBeforeGradientReduce(int64_t step, double compute_s);
   double InjectIntoLoss(int64_t step, double loss);
   Result<double> ForwardBackwardMicroBatches();
-  // The micro-batches of the data-parallel `slots` at the current data position: forward and
-  // backward; their losses summed. Neither the cursor nor anything else moves.
-  Result<double> RunMicroBatches(const std::vector<int>& slots);
+  // The micro-batches of the data-parallel slots' `parts` (rows of each slot's micro-batches) at
+  // the current data position: forward and backward; their losses summed, each weighted by the
+  // part's share of its micro-batch. Neither the cursor nor anything else moves.
+  Result<double> RunMicroBatches(const std::vector<protocol::SlotPart>& parts);
+  // What this rank trains on in a step: DataSlots' slots, except that live the missing ranks'
+  // samples are spread over every member where a micro-batch may be cut (protocol::PartsRunBy).
+  std::vector<protocol::SlotPart> DataParts();
+  // How many slots' worth of samples `parts` hold; and `parts` said for the log.
+  double SlotsIn(const std::vector<protocol::SlotPart>& parts) const;
+  std::string DescribeParts(const std::vector<protocol::SlotPart>& parts) const;
   // Live, a step run again after a recovery: whether this rank's own gradients kept through the
-  // failure (live_kept_) stand for part of `slots`, the ones it runs now (on every rank of an
+  // failure (live_kept_) stand for part of `parts`, the samples it runs now (on every rank of an
   // HSDP replica alike: they vote). If not, they are dropped.
-  bool LiveResumesKept(const std::vector<int>& slots);
+  bool LiveResumesKept(const std::vector<protocol::SlotPart>& parts);
   double MeanOverRanks(double loss);
   Status FailNonFinite(int64_t step, double loss, double grad_norm);
   // What follows a step's update when due: the evaluation, then the checkpoint. `again`: a live
@@ -283,7 +290,7 @@ class Trainer {
   FailureKind failure_kind_ = FailureKind::kSetup;
   bool failure_secondary_ = false;
   double local_loss_ = 0;  // this rank's loss of the current step, before the mean over ranks
-  int live_slots_ = 1;     // data-parallel ranks whose samples this rank ran (live: maybe more)
+  double live_share_ = 1;  // data-parallel ranks' worth of samples this rank ran (live: maybe more)
   bool live_has_state_ = true;  // live: this rank's state is a whole step's (ReplicaAgrees)
   int64_t live_touched_ = 0;    // live: LiveReplicas().receives_begun() as the phase began
   // live: this rank was behind the others when a member was lost, and the state it received was
@@ -298,11 +305,11 @@ class Trainer {
   int64_t live_owed_ = -1;
   // live: what the gradients the step model kept through a failure across replicas
   // (StepModel::AbandonStep(true)) stand for: the state they were computed from (progress_.step;
-  // -1: none kept), the data-parallel slots whose micro-batches they hold and those micro-batches'
+  // -1: none kept), the samples they hold (parts of data-parallel slots) and their weighted
   // losses summed, and LiveReplicas().receives_begun() then (no state has come in since).
   struct LiveKept {
     int64_t from_step = -1;
-    std::vector<int> slots;
+    std::vector<protocol::SlotPart> parts;
     double loss_sum = 0;
     int64_t receives = 0;
   };

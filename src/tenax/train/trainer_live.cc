@@ -459,11 +459,11 @@ Status Trainer::LiveRecover(int64_t step, const std::string& what) {
   return Status::Ok();
 }
 
-bool Trainer::LiveResumesKept(const std::vector<int>& slots) {
+bool Trainer::LiveResumesKept(const std::vector<protocol::SlotPart>& parts) {
   if (!std::exchange(live_rerun_, false)) return false;
   const LiveKept& k = live_kept_;
   bool usable = k.from_step == progress_.step && k.receives == LiveReplicas().receives_begun() &&
-                std::includes(slots.begin(), slots.end(), k.slots.begin(), k.slots.end());
+                protocol::PartsInclude(parts, k.parts);
   if (live_replica_ranks_ > 1) {
     // Every rank of the replica runs the same micro-batches: their gathers are collectives of
     // the replica's groups.

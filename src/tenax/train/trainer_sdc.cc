@@ -100,7 +100,7 @@ Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
   sdc_->BeginPass(step);
   sdc_->Arm();
   step_model_->BeginStep();
-  Result<double> loss = RunMicroBatches({slot});
+  Result<double> loss = RunMicroBatches({{slot, 0, t_.local_batch_size}});
   if (loss.ok()) step_model_->FinishStep();  // observes the unreduced gradients, drops them
   step_model_->AbandonStep();
   parallel_model_->SetReplay(false);
