@@ -3,6 +3,7 @@
 // lost whole while four data-parallel replicas train on two nodes; nothing restarts, and the run
 // keeps the unfailed run's trajectory. Needs root for the namespaces (skipped otherwise).
 #include "multinode_fixture.h"
+#include "tenax/checkpoint/manifest.h"
 
 namespace tenax::testing {
 namespace {
@@ -215,6 +216,65 @@ TEST_F(MultiNodeLive, LiveRecoveryAcrossNodesTrainsThroughAKilledRank) {
       *dir_, "live", "--inject crash:rank=3:step=6,await-join:rank=0:step=10", &out);
   EXPECT_NE(out.find("live recovery: rank(s) 0,1,2 train on in epoch 1"), std::string::npos) << out;
   ExpectHealedOnNode1(report, 3, 5, "crash");
+}
+
+// Rank 0, the rank that commits, is killed in step 8's save once its node agent recorded the
+// commit in etcd (the fence) and before its folder has the manifest and COMMITTED: etcd names a
+// commit no folder holds. The other three save step 8 again in the next epoch, their lead's fence
+// records that second manifest over the first, and its folder commits it: etcd's record and the
+// folder agree, and the run keeps the unfailed trajectory.
+TEST_F(MultiNodeLive, LiveRecoveryFromARankLostBetweenTheFenceAndItsFolderSavesAgain) {
+  const std::string job = "live-fenced";
+  std::string out;
+  nlohmann::json record;
+  {
+    auto etcd = Etcd();
+    const std::string flags =
+        "--inject kill-in-ckpt:rank=0:step=8:at=fenced,await-join:rank=1:step=12";
+    std::vector<std::unique_ptr<Background>> agents;
+    // Every checkpoint kept: step 8's folder is checked after the run.
+    const std::string layout = LiveLayout("--set checkpoint.keep_latest=0");
+    agents.push_back(Agent(0, *etcd, job, flags, 3, "", {}, layout));
+    agents.push_back(Agent(1, *etcd, job, flags, 3, "", {}, layout));
+    for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
+    out = AllOutput(agents);
+    auto client = etcd::EtcdClient::Create(etcd->client_options());
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    auto kv = (*client)->Get(launch::rdzv::Keys(job).commit(8));
+    ASSERT_TRUE(kv.ok() && *kv) << "no commit record of step 8 in etcd";
+    record = nlohmann::json::parse((**kv).value);
+  }
+  EXPECT_NE(out.find("SIGKILL once etcd recorded the commit of checkpoint step 8, before its "
+                     "folder did"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("step 8: evaluated and saved again after the member lost in them"),
+            std::string::npos)
+      << out;
+  const nlohmann::json report = LiveTrajectory(*dir_, job, out);
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  ASSERT_EQ(report["live_recoveries"].size(), 1u) << report.dump(2);
+  const auto& l = report["live_recoveries"][0];
+  EXPECT_EQ(l["rank"], 0);
+  EXPECT_EQ(l["node"], 0);
+  EXPECT_EQ(l["kind"], "crash-in-checkpoint");
+  EXPECT_EQ(l["members"], nlohmann::json({1, 2, 3}));
+  EXPECT_GE(l["healed_at_s"].get<double>(), 0.0) << "its replacement healed";
+  // The second save's commit: in etcd (the last record written for step 8) and in the folder,
+  // the same manifest, every file of it there with its size.
+  const std::filesystem::path step8 = *dir_ / (job + "/checkpoints/step_00000008");
+  EXPECT_TRUE(std::filesystem::exists(step8 / "COMMITTED"));
+  auto folder = ckpt::Manifest::Parse(ReadFile(step8 / "manifest.json"), "step 8's manifest.json");
+  ASSERT_TRUE(folder.ok()) << folder.status().message();
+  auto fenced = ckpt::Manifest::Parse(record["manifest"].dump(), "etcd's commit record of step 8");
+  ASSERT_TRUE(fenced.ok()) << fenced.status().message();
+  EXPECT_EQ(record["manifest"], folder->ToJson()) << record.dump(2);
+  EXPECT_EQ(record["generation"], 0) << "nobody restarted";
+  ASSERT_FALSE(folder->files.empty());
+  for (const auto& [name, e] : folder->files) {
+    std::error_code ec;
+    EXPECT_EQ(std::filesystem::file_size(step8 / name, ec), e.bytes) << name;
+  }
 }
 
 // Rank 2 (on node 1) hangs before step 6's all-reduce: every rank stops. Node 1's flight records

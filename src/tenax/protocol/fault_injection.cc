@@ -25,7 +25,8 @@ const char* kGrammar =
     "hang:rank=R:step=S, "
     "stop:rank=R:step=S, "
     "slow:rank=R:factor=F[:from=S], nan:rank=R:step=S, ckpt-fail:step=S[:rank=R], "
-    "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S, spike:rank=R:step=S[:factor=F], "
+    "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S[:at=written|fenced], "
+    "spike:rank=R:step=S[:factor=F], "
     "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N], await-join:rank=R:step=S, "
     "heal-fail:rank=R[:at=form|transfer][:how=kill|stop], "
     "sdc:rank=R:step=S[:where=grad|activation|weight]; "
@@ -161,6 +162,9 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
                : value == "spike" ? Fault::At::kSpike
                : value == "eval"  ? Fault::At::kEval
                                   : Fault::At::kStart;
+      } else if (key == "at" && (value == "written" || value == "fenced") &&
+                 f.kind == FaultKind::kKillInCkpt) {
+        f.ckpt_at = value == "fenced" ? CheckpointPhase::kFenced : CheckpointPhase::kWritten;
       } else if (key == "at" && (value == "form" || value == "transfer") &&
                  f.kind == FaultKind::kHealFail) {
         f.heal_at = value == "form" ? HealPoint::kForm : HealPoint::kTransfer;
@@ -195,7 +199,7 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
             "' (rank=R, step=S >= 1 (crash: >= 0), time=T > 0 (crash), factor=F >= 1 and "
             "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
             "where=grad|activation|weight (sdc), at=start|reduce|spike|eval (crash), "
-            "at=form|transfer "
+            "at=written|fenced (kill-in-ckpt), at=form|transfer "
             "and "
             "how=kill|stop (heal-fail), gen=G or gen=all)");
       }
@@ -323,6 +327,14 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
             "hang or stop of rank {} (e.g. crash:rank={}:step=5)",
             f.text, f.rank, f.rank, f.rank));
       }
+    }
+    if (f.kind == FaultKind::kKillInCkpt && f.ckpt_at == CheckpointPhase::kFenced &&
+        job.nnodes < 2) {
+      return InvalidArgument(fmt::format(
+          "--inject {}: at=fenced strikes between a commit's record in etcd and the committing "
+          "rank's folder, which only a job of several nodes has (--nnodes >= 2 with --rdzv "
+          "etcd://...); this one has {}: use at=written",
+          f.text, job.nnodes));
     }
     if (f.kind == FaultKind::kPushLoss && job.nnodes < 2) {
       return InvalidArgument(fmt::format(
@@ -613,12 +625,16 @@ Status FaultInjector::CheckpointHook(int64_t step, CheckpointPhase phase,
       return IoError("writing checkpoint step " + std::to_string(step) + " in " + step_dir +
                      " failed: injected I/O error (--inject ckpt-fail)");
     }
-    if (phase == CheckpointPhase::kWritten && f.kind == FaultKind::kKillInCkpt) {
+    if (phase == f.ckpt_at && f.kind == FaultKind::kKillInCkpt) {
       Record(f, step);
-      Say(rank_, "SIGKILL while writing checkpoint step " + std::to_string(step));
+      const std::string when = phase == CheckpointPhase::kFenced
+                                   ? "once etcd recorded the commit of checkpoint step " +
+                                         std::to_string(step) + ", before its folder did"
+                                   : "while writing checkpoint step " + std::to_string(step);
+      Say(rank_, "SIGKILL " + when);
       if (reporter_ != nullptr) {
         reporter_->Report(128 + SIGKILL, FailureKind::kCrashInCheckpoint,
-                          "injected SIGKILL while writing checkpoint step " + std::to_string(step));
+                          "injected SIGKILL " + when);
       }
       ::raise(SIGKILL);
     }

@@ -21,7 +21,11 @@
 //         | nan:rank=R:step=S[:gen=G]              the step's loss becomes NaN
 //         | ckpt-fail:step=S[:rank=R][:gen=G]      writing checkpoint S fails with an I/O error
 //         | ckpt-corrupt:step=S[:gen=G]            committed checkpoint S gets a flipped byte
-//         | kill-in-ckpt:rank=R:step=S[:gen=G]     SIGKILL after writing S's files, before commit
+//         | kill-in-ckpt:rank=R:step=S[:at=written|fenced][:gen=G]
+//                                                  SIGKILL after writing S's files, before the
+//                                                  commit (at=written), or (several nodes) once
+//                                                  the fence recorded the commit in etcd, before
+//                                                  the committing rank's folder has it (at=fenced)
 //         | spike:rank=R:step=S[:factor=F][:gen=G] rank R's loss at step S is reported F times
 //                                                  larger (default 100; the gradients are not)
 //         | push-loss:rank=R[:gen=G]               several nodes: the node agent of rank R's node
@@ -108,6 +112,12 @@ enum class SdcSite { kGrad, kActivation, kWeight };
 const char* SdcSiteName(SdcSite s);
 const char* FaultKindName(FaultKind k);
 
+// Where a checkpoint fault may strike. kWritten: after this rank wrote its files of a step,
+// before the commit. kFenced (several nodes): on the committing rank, once the fence (its node
+// agent) recorded the commit in etcd, before its folder has manifest.json and COMMITTED.
+// kCommitted: after rank 0 committed the step.
+enum class CheckpointPhase { kWritten, kFenced, kCommitted };
+
 struct Fault {
   FaultKind kind = FaultKind::kCrash;
   int rank = 0;
@@ -120,6 +130,7 @@ struct Fault {
   // (at=spike), or its evaluation, once this rank's windows are done and before the ranks combine
   // them (at=eval)
   enum class At { kStart, kReduce, kSpike, kEval } at = At::kStart;
+  CheckpointPhase ckpt_at = CheckpointPhase::kWritten;  // kill-in-ckpt: kWritten or kFenced
   int code = 1;
   int generation = 0;  // kEveryGeneration: all of them
   int index = 0;       // position in the spec
@@ -163,10 +174,6 @@ std::vector<FiredFault> ReadFiredFaults(const std::string& heartbeat_dir);
 // launcher's and may rightly draw nothing in a short run: never listed.
 std::vector<Fault> UnfiredFaults(const std::vector<Fault>& faults,
                                  const std::vector<FiredFault>& fired);
-
-// Where a checkpoint fault may strike. kWritten: after this rank wrote its files of a step,
-// before the commit. kCommitted: after rank 0 committed the step.
-enum class CheckpointPhase { kWritten, kCommitted };
 
 // The rank side. Thread safety: the hooks are called from the trainer's thread (CheckpointHook
 // also from the async checkpoint writer's thread); the timer thread only fires crashes.
@@ -221,8 +228,9 @@ class FaultInjector {
   // SIGSTOP.
   void DuringHeal(HealPoint at);
   double LossFactor(int64_t step);  // `spike`: the factor this step's reported loss is scaled by
-  // Checkpoint faults: `ckpt-fail` returns an I/O error, `kill-in-ckpt` SIGKILLs the rank
-  // (kWritten); `ckpt-corrupt` flips a byte of the largest file in `step_dir` (kCommitted).
+  // Checkpoint faults: `ckpt-fail` returns an I/O error (kWritten), `kill-in-ckpt` SIGKILLs the
+  // rank (kWritten, or kFenced with at=fenced); `ckpt-corrupt` flips a byte of the largest file
+  // in `step_dir` (kCommitted).
   Status CheckpointHook(int64_t step, CheckpointPhase phase, const std::string& step_dir);
 
  private:

@@ -91,7 +91,9 @@ TEST(FaultInjectionTest, RefusesMalformedSpecs) {
                                 "sdc:rank=1",
                                 "sdc:step=3",
                                 "sdc:rank=1:step=3:where=loss",
-                                "hang:rank=1:step=3:where=grad"}) {
+                                "hang:rank=1:step=3:where=grad",
+                                "kill-in-ckpt:rank=0:step=3:at=eval",
+                                "crash:rank=0:step=3:at=fenced"}) {
     Result<std::vector<Fault>> f = ParseFaults(bad);
     ASSERT_FALSE(f.ok()) << bad;
     EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument) << bad;
@@ -117,6 +119,13 @@ TEST(FaultInjectionTest, RefusesFaultsThatCouldNeverFire) {
   st = ValidateFaults(*ParseFaults("push-loss:rank=1"), {2, 12, 0, 1});
   EXPECT_NE(st.message().find("several nodes"), std::string::npos) << st.message();
   EXPECT_TRUE(ValidateFaults(*ParseFaults("push-loss:rank=3"), {4, 12, 0, 2}).ok());
+  // So is a commit's fence (etcd's record before the committing rank's folder).
+  st = ValidateFaults(*ParseFaults("kill-in-ckpt:rank=0:step=6:at=fenced"), {2, 12, 0, 1});
+  EXPECT_NE(st.message().find("several nodes"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("use at=written"), std::string::npos) << st.message();
+  EXPECT_TRUE(
+      ValidateFaults(*ParseFaults("kill-in-ckpt:rank=0:step=6:at=fenced"), {4, 12, 0, 2}).ok());
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("kill-in-ckpt:rank=0:step=6"), {2, 12, 0, 1}).ok());
 }
 
 // heal-fail: where and how a replacement fails as it heals; refused unless the job is live and
@@ -383,6 +392,31 @@ TEST(FaultInjectorDeathTest, CrashAtSpikeFiresAtTheSpikeOnly) {
       ::testing::ExitedWithCode(44), "injected fault: crash \\(exit\\) at step 7's loss spike");
   ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
   EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 7);
+}
+
+// kill-in-ckpt at=fenced fires once the commit is fenced only, not when the files are written
+// (at=written, the default, the other way round).
+TEST(FaultInjectorDeathTest, KillInCheckpointAtFencedFiresAfterTheFenceOnly) {
+  TempDir dir;
+  static ExitReporter reporter;
+  reporter = ExitReporter(dir.path(), 0, 0);
+  Result<std::vector<Fault>> parsed =
+      ParseFaults("kill-in-ckpt:rank=0:step=6:at=fenced,kill-in-ckpt:rank=1:step=6");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ((*parsed)[0].ckpt_at, CheckpointPhase::kFenced);
+  EXPECT_EQ((*parsed)[1].ckpt_at, CheckpointPhase::kWritten);
+  RankContext ctx = Context(dir, "kill-in-ckpt:rank=0:step=6:at=fenced");
+  EXPECT_EXIT(
+      {
+        auto f = FaultInjector::Create(ctx, 0, &reporter);
+        if (!(*f)->CheckpointHook(6, CheckpointPhase::kWritten, "/x/step_6").ok()) std::_Exit(3);
+        if (!(*f)->CheckpointHook(3, CheckpointPhase::kFenced, "/x/step_3").ok()) std::_Exit(4);
+        (void)(*f)->CheckpointHook(6, CheckpointPhase::kFenced, "/x/step_6");
+        std::_Exit(5);
+      },
+      ::testing::KilledBySignal(SIGKILL), "");
+  ASSERT_EQ(ReadFiredFaults(dir.path()).size(), 1u);
+  EXPECT_EQ(ReadFiredFaults(dir.path())[0].step, 6);
 }
 
 // crash at=eval fires in the step's evaluation only: not at its start, nor at its loss spike.

@@ -198,7 +198,8 @@ std::vector<std::string> AllGatherStrings(parallel::Communicator& world, const s
 // the fence (the node agent: is this generation still current? then etcd records the commit),
 // and only then writes manifest.json and COMMITTED into its folder.
 Status CommitFenced(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot& snap,
-                    parallel::Communicator& world, const CommitFence& fence) {
+                    parallel::Communicator& world, const CommitFence& fence,
+                    protocol::FaultInjector* faults) {
   std::vector<std::string> names;
   for (const auto& [name, bytes] : snap.files) names.push_back(name);
   Result<std::map<std::string, ckpt::FileEntry>> mine = store.ReadEntries(snap.step, names);
@@ -231,6 +232,10 @@ Status CommitFenced(ckpt::CheckpointStore& store, const ckpt::CheckpointSnapshot
     }
   }
   TENAX_RETURN_IF_ERROR(fence(snap.step, m.ToJson()));
+  if (faults != nullptr) {  // --inject kill-in-ckpt:at=fenced
+    TENAX_RETURN_IF_ERROR(faults->CheckpointHook(snap.step, protocol::CheckpointPhase::kFenced,
+                                                 store.StepDir(snap.step)));
+  }
   return store.CommitManifest(m);
 }
 
@@ -262,7 +267,7 @@ Status WriteTrainCheckpoint(ckpt::CheckpointStore& store, const ckpt::Checkpoint
   }
   Status committed = Status::Ok();
   if (fence && world != nullptr) {
-    committed = CommitFenced(store, snap, *world, fence);
+    committed = CommitFenced(store, snap, *world, fence, faults);
     if (snap.rank == 0 && committed.ok() && faults != nullptr) {  // --inject ckpt-corrupt
       committed =
           faults->CheckpointHook(step, protocol::CheckpointPhase::kCommitted, store.StepDir(step));
