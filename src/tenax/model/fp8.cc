@@ -36,8 +36,17 @@ at::Tensor ScaledMm(const Fp8Tensor& a, const at::Tensor& a_data, const Fp8Tenso
                           .c_str());
     }
   }
+  if (!a_data.is_cuda()) {
+    // The same GEMM as an fp32 one of the float8 values: each is exact in fp32 and so is each
+    // product (4 x 4 significand bits at most), so only the fp32 accumulation's order can differ
+    // from _scaled_mm's. oneDNN runs _scaled_mm through its scalar reference kernel on CPUs
+    // without float8 instructions (a 300-step debug-tiny run: about an hour instead of seconds);
+    // Fp8.CpuGemmIsScaledMm checks the two agree.
+    const at::Tensor acc = at::mm(a_data.to(at::kFloat), b_data.to(at::kFloat));
+    return (acc * (a.inverse_scale * b.inverse_scale)).to(out);
+  }
   return at::_scaled_mm(a_data, b_data, a.inverse_scale, b.inverse_scale, /*bias=*/std::nullopt,
-                        /*scale_result=*/std::nullopt, out, fast_accum && a_data.is_cuda());
+                        /*scale_result=*/std::nullopt, out, fast_accum);
 }
 
 struct Fp8LinearFn : public torch::autograd::Function<Fp8LinearFn> {

@@ -6,8 +6,10 @@
 //   forward       y  = x  W^T    x: e4m3, W: e4m3, out in x's dtype (fast accumulation on GPUs)
 //   input grad    dx = dy W      dy: e5m2 (gradients need range more than precision), W: e4m3
 //   weight grad   dW = dy^T x    dy: e5m2, x: e4m3, out fp32 (the master weight's dtype)
-// The GEMMs are at::_scaled_mm on every device: cuBLASLt's float8 kernels on H100/H200, oneDNN
-// on the CPU, so the scaling, rounding and layouts that run on a GPU are the ones the CPU tests
+// The GEMMs are at::_scaled_mm on GPUs (cuBLASLt's float8 kernels on H100/H200); on the CPU an
+// fp32 GEMM of the float8 values, which is the same product (float8 values and their products
+// are exact in fp32) without oneDNN's scalar reference kernel for float8 (Fp8.CpuGemmIsScaledMm
+// checks the two agree), so the scaling and rounding that run on a GPU are the ones the CPU tests
 // check. The backward saves the float8 copies of x and W (1 byte per element), not bf16 ones.
 //
 // Shapes: x (..., K) bf16 or fp32, W (N, K) fp32 master. On GPUs cuBLASLt needs K, N and the

@@ -92,5 +92,27 @@ TEST(Fp8, LinearForwardAndGradientsAreFloat8GemmsOfTheScaledOperands) {
   }
 }
 
+// The CPU's GEMM (fp32 of the float8 values) against at::_scaled_mm itself on the CPU, for the
+// three GEMMs' operand formats: the same products, so within fp32 accumulation order.
+TEST(Fp8, CpuGemmIsScaledMm) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({64, 32}), w = at::randn({48, 32}) * 0.1;
+  const at::Tensor g = at::randn({64, 48}) * 1e-3;
+  const Fp8Tensor qx = QuantizeTensorwise(x, at::kFloat8_e4m3fn);
+  const Fp8Tensor qw = QuantizeTensorwise(w, at::kFloat8_e4m3fn);
+  const Fp8Tensor qg = QuantizeTensorwise(g, at::kFloat8_e5m2);
+  auto scaled_mm = [](const Fp8Tensor& a, const at::Tensor& ad, const Fp8Tensor& b,
+                      const at::Tensor& bd) {
+    return at::_scaled_mm(ad, bd, a.inverse_scale, b.inverse_scale, std::nullopt, std::nullopt,
+                          at::kFloat);
+  };
+  at::Tensor xr = x.clone().requires_grad_(true), wr = w.clone().requires_grad_(true);
+  const at::Tensor y = Fp8Linear(xr, wr);
+  EXPECT_LT(RelativeError(y, scaled_mm(qx, qx.data, qw, qw.data.t())), 1e-6);
+  y.backward(g);
+  EXPECT_LT(RelativeError(xr.grad(), scaled_mm(qg, qg.data, qw, qw.data)), 1e-6);
+  EXPECT_LT(RelativeError(wr.grad(), scaled_mm(qg, qg.data.t().contiguous(), qx, qx.data)), 1e-6);
+}
+
 }  // namespace
 }  // namespace tenax::model
