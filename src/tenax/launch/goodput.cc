@@ -457,4 +457,16 @@ std::string Goodput::Summary(const nlohmann::json& r) {
   return out;
 }
 
+void CloseHealedLiveRecovery(const protocol::Beat& healed, int joined_epoch, double healed_at_s,
+                             nlohmann::json* e) {
+  nlohmann::json& r = *e;
+  r["healed_at_s"] = healed_at_s;
+  r["healed_from"] = healed.healed_from;
+  r["healed_bytes"] = healed.healed_bytes;
+  r["transfer_s"] = healed.healed_s;
+  r["joined_epoch"] = joined_epoch;
+  r["joined_at_step"] = healed.healed_step;
+  r["steps_short_handed"] = healed.healed_step - r.at("step").get<int64_t>();
+}
+
 }  // namespace tenax::launch

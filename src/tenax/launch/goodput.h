@@ -137,4 +137,13 @@ class Goodput {
   std::string run_dir_;
 };
 
+// Closes the record `e` of a live recovery (its `step`: the last step the lost rank finished)
+// with the beat of its replacement that says it healed, in `joined_epoch`, at `healed_at_s` (this
+// launch's clock): healed_from, healed_bytes, transfer_s, joined_epoch, joined_at_step (the step
+// whose state it received, healed_step: not the beat's `step`, which a beat rewritten with a new
+// epoch keeps from before the healing) and steps_short_handed (steps the others trained without
+// it).
+void CloseHealedLiveRecovery(const protocol::Beat& healed, int joined_epoch, double healed_at_s,
+                             nlohmann::json* e);
+
 }  // namespace tenax::launch

@@ -186,6 +186,27 @@ TEST(GoodputTest, ALiveRecoveryIsRecordedWithoutAGeneration) {
   EXPECT_EQ(r2["live_recoveries"][1]["segment"], 1);
 }
 
+// The record closes from the healed beat's healed_step, not its step: a replacement's beat that
+// says its epoch may still carry the step of its start-up (0), which made steps_short_handed -5.
+TEST(GoodputTest, AHealedRecordCountsItsStepsFromTheStateReceived) {
+  nlohmann::json e = {{"time_s", 5.0}, {"rank", 2}, {"step", 5}, {"healed_at_s", -1}};
+  protocol::Beat b;
+  b.step = 0;
+  b.live_epoch = 2;
+  b.healed_from = 3;
+  b.healed_bytes = 1000;
+  b.healed_s = 0.125;
+  b.healed_step = 6;
+  CloseHealedLiveRecovery(b, 2, 8.5, &e);
+  EXPECT_EQ(e["healed_at_s"], 8.5);
+  EXPECT_EQ(e["healed_from"], 3);
+  EXPECT_EQ(e["healed_bytes"], 1000);
+  EXPECT_EQ(e["transfer_s"], 0.125);
+  EXPECT_EQ(e["joined_epoch"], 2);
+  EXPECT_EQ(e["joined_at_step"], 6);
+  EXPECT_EQ(e["steps_short_handed"], 1);
+}
+
 TEST(GoodputTest, StaleBeatsOfAnotherGenerationAreIgnored) {
   Goodput g(kStart, nullptr, "host", 1);
   g.GenerationStarted(1, 0);

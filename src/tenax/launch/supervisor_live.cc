@@ -644,7 +644,7 @@ void Supervisor::LiveTick(int gen) {
     if (r.healed || r.entry.contains("outcome")) continue;  // closed already
     const std::optional<protocol::Beat> beat = CurrentBeat(gen, r.local);
     const bool healed = beat && r.announced_epoch >= 0 && beat->live_epoch >= r.announced_epoch &&
-                        beat->healed_bytes > 0;
+                        beat->healed_bytes > 0 && beat->healed_step >= 0;
     if (!healed && (r.announced_epoch < 0 ? members_done : members_finished) &&
         g_.pids[r.local] > 0) {
       // The others finished the run before it could join: nothing is left for it to do.
@@ -662,14 +662,7 @@ void Supervisor::LiveTick(int gen) {
     const int rank = Rank(r.local);
     r.healed = true;
     LiveHealed(gen, rank);
-    r.entry["healed_at_s"] = Elapsed();
-    r.entry["healed_from"] = beat->healed_from;
-    r.entry["healed_bytes"] = beat->healed_bytes;
-    r.entry["transfer_s"] = beat->healed_s;
-    r.entry["joined_epoch"] = r.announced_epoch;
-    r.entry["joined_at_step"] = beat->step;
-    // Steps the others trained while short of this rank (its samples run on the others).
-    r.entry["steps_short_handed"] = beat->step - r.entry["step"].get<int64_t>();
+    CloseHealedLiveRecovery(*beat, r.announced_epoch, Elapsed(), &r.entry);
     goodput_.AddLiveRecovery(r.entry, r.record);
     // --spares: the standby it came from is replaced now that it trains (started earlier, its
     // start-up would have taken CPU from the replacement's own).
@@ -678,7 +671,7 @@ void Supervisor::LiveTick(int gen) {
         "launch: rank {} healed from rank {} ({} bytes in {:.3f}s) and trains again at step {}: "
         "{:.2f}s after its failure (its replacement ready after {:.2f}s), {} step(s) "
         "short-handed",
-        rank, beat->healed_from, beat->healed_bytes, beat->healed_s, beat->step,
+        rank, beat->healed_from, beat->healed_bytes, beat->healed_s, beat->healed_step + 1,
         Elapsed() - r.entry["time_s"].get<double>(),
         r.entry.value("ready_at_s", Elapsed()) - r.entry["time_s"].get<double>(),
         r.entry["steps_short_handed"].get<int64_t>());

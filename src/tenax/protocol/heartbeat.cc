@@ -51,6 +51,7 @@ std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank) {
   b.healed_bytes = j.value("healed_bytes", int64_t{0});
   b.healed_s = j.value("healed_s", 0.0);
   b.healed_from = j.value("healed_from", -1);
+  b.healed_step = j.value("healed_step", int64_t{-1});
   if (j.contains("recent") && j["recent"].is_array()) {
     for (const auto& r : j["recent"]) {
       if (r.is_array() && r.size() == 2) {
@@ -136,7 +137,8 @@ void HeartbeatWriter::Write(int64_t step, Phase phase) {
                             {"live_epoch", beat_.live_epoch},
                             {"healed_bytes", beat_.healed_bytes},
                             {"healed_s", beat_.healed_s},
-                            {"healed_from", beat_.healed_from}};
+                            {"healed_from", beat_.healed_from},
+                            {"healed_step", beat_.healed_step}};
   WriteBeatFile(HeartbeatPath(dir_, rank_), j.dump() + "\n");
 }
 

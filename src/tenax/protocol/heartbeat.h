@@ -52,6 +52,9 @@ struct Beat {
   int64_t healed_bytes = 0;
   double healed_s = 0;   // the transfer's seconds
   int healed_from = -1;  // the rank whose state it received
+  // The step whose state it received: it trains the next one. Not `step`, which a beat rewritten
+  // with the new epoch (Refresh) still holds from before the healing.
+  int64_t healed_step = -1;
 };
 std::optional<Beat> ReadHeartbeat(const std::string& dir, int rank);
 
@@ -79,10 +82,11 @@ class HeartbeatWriter {
   // Live recovery: the epoch trained in (-1: none), and a replacement's healing; sent with the
   // next beat.
   void SetLiveEpoch(int epoch) { beat_.live_epoch = epoch; }
-  void SetHealed(int from_rank, int64_t bytes, double seconds) {
+  void SetHealed(int from_rank, int64_t bytes, double seconds, int64_t step) {
     beat_.healed_from = from_rank;
     beat_.healed_bytes = bytes;
     beat_.healed_s = seconds;
+    beat_.healed_step = step;
   }
   // Rewrites the last beat (same step and phase) with the current fields.
   void Refresh();

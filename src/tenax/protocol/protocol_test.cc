@@ -214,6 +214,30 @@ TEST(HeartbeatTest, EvaluationBatchesShowAsProgressWithoutAStep) {
   EXPECT_EQ(b->work, 51);
 }
 
+TEST(HeartbeatTest, AHealedBeatSaysTheStepOfTheStateItReceived) {
+  // A replacement's last beat is its start-up's (step 0 here); the beat rewritten with its new
+  // epoch keeps that step, so the state's step travels on its own (the launcher counts the steps
+  // the others trained short-handed from it).
+  TempDir dir;
+  HeartbeatWriter w(dir.path(), 2, 1);
+  w.Ready(0, 0, dir.path());
+  std::optional<Beat> b = ReadHeartbeat(dir.path(), 2);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->healed_step, -1);
+  EXPECT_EQ(b->healed_bytes, 0);
+  w.SetLiveEpoch(3);
+  w.SetHealed(1, 4096, 0.25, 6);
+  w.Refresh();
+  b = ReadHeartbeat(dir.path(), 2);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->step, 0);
+  EXPECT_EQ(b->live_epoch, 3);
+  EXPECT_EQ(b->healed_from, 1);
+  EXPECT_EQ(b->healed_bytes, 4096);
+  EXPECT_DOUBLE_EQ(b->healed_s, 0.25);
+  EXPECT_EQ(b->healed_step, 6);
+}
+
 TEST(HeartbeatTest, TheFinishBeatKeepsTheLastStepAndItsTotals) {
   // The launcher tells a rank stuck in its teardown from one stuck in training by this beat.
   TempDir dir;

@@ -314,7 +314,17 @@ class Trainer {
     int64_t receives = 0;
   };
   LiveKept live_kept_;
-  bool live_rerun_ = false;   // live: the step runs again after a recovery (LiveRecover)
+  bool live_rerun_ = false;  // live: the step runs again after a recovery (LiveRecover)
+  // live: the state this rank last received (LiveSyncState): from whom, its bytes, the transfer's
+  // seconds and its step. A replacement's beat reports it once its whole replica has it
+  // (LiveJoin).
+  struct LiveHeal {
+    int from = -1;
+    int64_t bytes = 0;
+    double seconds = 0;
+    int64_t step = -1;
+  };
+  LiveHeal live_heal_;
   StepMetrics last_metrics_;  // the newest step's line, also the others' (live: LiveSyncState)
   int64_t sdc_checks_ = 0;    // checks passed by this process
   double sdc_replay_s_ = 0;   // the current check's replay

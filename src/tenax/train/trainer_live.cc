@@ -570,7 +570,7 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   for (int q : r.receivers) receivers.push_back(LiveRankOf(q));
   const int source = LiveRankOf(r.source_slot);
   const bool received = std::find(receivers.begin(), receivers.end(), env_.rank) != receivers.end();
-  if (received && beats_) beats_->SetHealed(source, r.bytes, r.seconds);
+  if (received) live_heal_ = LiveHeal{source, r.bytes, r.seconds, r.step};
   if (received || env_.rank == source) {
     log::Info(
         "live epoch {}: rank(s) {} received step {}'s state from rank {}: {} bytes in "
@@ -596,13 +596,17 @@ Status Trainer::LiveJoin() {
   if (faults_) faults_->DuringHeal(protocol::HealPoint::kForm);
   live_has_state_ = false;
   live_touched_ = LiveReplicas().receives_begun();
+  live_heal_ = LiveHeal{};
   Status st = LiveSync(agreed, /*has_state=*/false);
   if (!ReplicaAgrees(st.ok())) {
     return st.ok() ? PeerLost("another rank of this replica did not heal") : st;
   }
   progress_.batch = batch_;
   TENAX_RETURN_IF_ERROR(checkpointer_->Start(progress_.step));
-  beats_->Ready(progress_.step, 0, run_dir_);  // the launcher's record of the healing closes
+  // The launcher's record of the healing closes with this beat: not with LiveSync's, which says
+  // the epoch before the replica agreed and with the step of this process's start-up.
+  beats_->SetHealed(live_heal_.from, live_heal_.bytes, live_heal_.seconds, live_heal_.step);
+  beats_->Ready(progress_.step, 0, run_dir_);
   return Status::Ok();
 }
 
