@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "tenax/core/crc32.h"
 #include "tenax/core/temp_dir.h"
@@ -298,6 +300,20 @@ TEST_F(LiveGroupInEtcd, SurvivesAKilledMemberAndHealsItsReplacement) {
   KillAMemberAndHealItsReplacement(etcd_->endpoints()[0]);
 }
 
+// Epoch 1 of a world of 3 (members 0, 1 and 2), written to `dir` as the launcher would, and
+// epoch 2 without member 2 (the test writes it when it has slot 2 lost).
+std::pair<LiveMembership, LiveMembership> ThreeMembersThenTwo(const std::string& dir) {
+  LiveMembership e1;
+  e1.epoch = 1;
+  e1.world = 3;
+  e1.members = {0, 1, 2};
+  EXPECT_TRUE(protocol::WriteLiveMembership(dir, e1).ok());
+  LiveMembership e2 = e1;
+  e2.epoch = 2;
+  e2.members = {0, 1};
+  return {e1, e2};
+}
+
 // Slots 0 and 1 of a world of 3 try epoch 1 (members 0, 1, 2), in which slot 2 never connects;
 // once both checked in, the test's thread writes epoch 2 (members 0, 1), as the launcher would.
 // Each slot's outcome of epoch 1 and, once it was refused, its all-reduce in epoch 2.
@@ -307,14 +323,8 @@ struct TwoSlots {
   std::array<int, 2> waits{};        // on_wait calls
 };
 TwoSlots FormWithoutSlotTwo(const tenax::testing::TempDir& dir, std::chrono::milliseconds timeout) {
-  LiveMembership e1;
-  e1.epoch = 1;
-  e1.world = 3;
-  e1.members = {0, 1, 2};
-  EXPECT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
-  LiveMembership e2 = e1;
-  e2.epoch = 2;
-  e2.members = {0, 1};
+  LiveMembership e1, e2;
+  std::tie(e1, e2) = ThreeMembersThenTwo(dir.path());
   TwoSlots out;  // one element per thread
   auto member = [&](int slot) {
     LiveGroup::Options o;
@@ -402,14 +412,9 @@ TEST(LiveGroup, AMemberThatDiesAfterCheckingInIsLeftForTheNextOne) {
 // joining) abandons nothing: the sum in flight meanwhile completes.
 TEST(LiveGroup, ACollectiveWaitingOnADroppedMemberIsAbandoned) {
   tenax::testing::TempDir dir;
-  LiveMembership e1;
-  e1.epoch = 1;
-  e1.world = 3;
-  e1.members = {0, 1, 2};
-  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
-  LiveMembership e2 = e1;
-  e2.epoch = 2;
-  e2.members = {0, 1};
+  LiveMembership e1, e2;
+  std::tie(e1, e2) = ThreeMembersThenTwo(dir.path());
+  ASSERT_FALSE(HasFailure());  // epoch 1 was written
   LiveMembership e3 = e1;
   e3.epoch = 3;
   e3.joining = {2};
@@ -444,7 +449,9 @@ TEST(LiveGroup, ACollectiveWaitingOnADroppedMemberIsAbandoned) {
     g.comm().AllReduceSum(y);
     sums[slot] = y[0].item<double>();
     // Epoch 3 (a replacement for slot 2 joining) is written while slot 0 sums alone for a while.
-    if (slot == 0) EXPECT_TRUE(protocol::WriteLiveMembership(dir.path(), e3).ok());
+    if (slot == 0) {
+      EXPECT_TRUE(protocol::WriteLiveMembership(dir.path(), e3).ok());
+    }
     if (slot == 1) {
       auto epoch_now = [&] {
         Result<std::optional<LiveMembership>> r = protocol::ReadLiveMembership(dir.path());
@@ -485,14 +492,9 @@ TEST(LiveGroup, ACollectiveWaitingOnADroppedMemberIsAbandoned) {
 // launcher's next epoch leaves that member out, not at the group's timeout (10 minutes).
 TEST(LiveGroup, PointToPointOutlastsThePollsAndIsAbandonedWithItsPeer) {
   tenax::testing::TempDir dir;
-  LiveMembership e1;
-  e1.epoch = 1;
-  e1.world = 3;
-  e1.members = {0, 1, 2};
-  ASSERT_TRUE(protocol::WriteLiveMembership(dir.path(), e1).ok());
-  LiveMembership e2 = e1;
-  e2.epoch = 2;
-  e2.members = {0, 1};
+  LiveMembership e1, e2;
+  std::tie(e1, e2) = ThreeMembersThenTwo(dir.path());
+  ASSERT_FALSE(HasFailure());  // epoch 1 was written
   std::atomic<int> formed{0};
   std::atomic<bool> received{false}, waiting_on_2{false}, done{false};
   at::Tensor got;
