@@ -20,6 +20,12 @@
 # cannot take another GPU's, so the short-handed steps cost what they would on GPUs (without it
 # the three survivors share the 2 cores that four ranks shared, and a short-handed step is no
 # slower per sample than a full one).
+# DATA=tokens (the default) trains on token shards of random ids written once, memory-mapped at
+# every process's start as a real job's data is; DATA=synthetic on the synthetic Markov source,
+# which every process builds at its start (about 1.9 s of CPU for the 29M shape's 4000-token
+# vocabulary): a standby started to refill the pool after a heal then took that CPU from the capped
+# ranks for two steps (about +0.3 to +0.6 s each). The results in bench/results/ before
+# 2026-12-07 ran with the synthetic source.
 # SPARES=N passes --spares N to every run: N standby processes started in advance (their
 # libraries loaded) take the lost ranks' places, so a replacement's start-up is shorter.
 # No slot is faulty here (the kills are injected, rotating over the ranks), so every run passes
@@ -34,7 +40,7 @@
 # differ by several percent) does not count as the recovery's; "effective, within the run" is the
 # live run's step time less those costs, over its step time. The same windows of the unfailed
 # live-mode run, where nothing happened, show the estimate's noise.
-# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [CAP=F] [SPARES=N] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [CAP=F] [SPARES=N] [DATA=tokens|synthetic] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-400}"
@@ -80,13 +86,42 @@ fi
 
 shape="${SHAPE:-tiny}"
 case "$shape" in
-  tiny) model="--set model.preset=debug-tiny --set training.seq_len=64 --set training.local_batch_size=8
-               --set data.synthetic.vocab_size=32 --set data.synthetic.train_tokens=400000" ;;
+  tiny) model="--set model.preset=debug-tiny --set training.seq_len=64 --set training.local_batch_size=8"
+        vocab=32 train_tokens=400000 ;;
   29m) model="--set model.dim=512 --set model.n_layers=8 --set model.n_heads=8 --set model.n_kv_heads=4
               --set model.ffn_hidden_dim=1536 --set model.vocab_size=4000
-              --set data.synthetic.vocab_size=4000 --set training.seq_len=128
-              --set training.local_batch_size=2 --set data.synthetic.train_tokens=$((steps * 1100 + 100000))" ;;
+              --set training.seq_len=128 --set training.local_batch_size=2"
+       vocab=4000 train_tokens=$((steps * 1100 + 100000)) ;;
   *) echo "live_recovery.sh: SHAPE is tiny or 29m, not '$shape'" >&2; exit 2 ;;
+esac
+
+data_kind="${DATA:-tokens}"
+case "$data_kind" in
+  tokens)
+    # Token shards (docs/data_format.md) of uniformly random ids, written once: opened by a memory
+    # map, as a real job's are, in a rank's or a standby's start-up.
+    mkdir -p "$work/data"
+    python3 - "$work/data" "$vocab" "$train_tokens" <<'PY'
+import array, random, struct, sys, zlib
+out, vocab, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def write(path, ids):
+    body = array.array("H", ids)
+    if sys.byteorder == "big":
+        body.byteswap()
+    body = body.tobytes()
+    header = struct.pack("<8sIIQIIII", b"TENAXTOK", 2, 2, len(ids), vocab, 0xFFFFFFFF, 0xFFFFFFFF,
+                         zlib.crc32(body)).ljust(60, b"\0")
+    with open(path, "wb") as f:
+        f.write(header + struct.pack("<I", zlib.crc32(header)) + body)
+r = random.Random(1234)
+write(f"{out}/train.bin", [r.randrange(vocab) for _ in range(n)])
+write(f"{out}/val.bin", [r.randrange(vocab) for _ in range(100000)])
+PY
+    data="--set data.source=tokens --set data.path=$work/data/train.bin --set data.val_path=$work/data/val.bin" ;;
+  synthetic)
+    data="--set data.source=synthetic --set data.synthetic.vocab_size=$vocab
+          --set data.synthetic.train_tokens=$train_tokens --set data.synthetic.order=1" ;;
+  *) echo "live_recovery.sh: DATA is tokens or synthetic, not '$data_kind'" >&2; exit 2 ;;
 esac
 
 layout="${LAYOUT:-ddp}"
@@ -99,8 +134,7 @@ replicas=$((4 / shard))
 
 train() {  # train args for a run named $1
   # shellcheck disable=SC2086
-  echo "train --defaults --set data.source=synthetic" $model \
-       "--set data.synthetic.order=1" \
+  echo "train --defaults" $data $model \
        "--set metrics.eval_interval=0 --set metrics.progress=never --set optimizer.lr=3e-3" \
        "--set training.steps=$steps --set checkpoint.interval=25" \
        "--set parallelism.data_parallel_replicate=$replicas --set parallelism.data_parallel_shard=$shard" \
@@ -132,7 +166,7 @@ run clean-live -- --set resilience.mode=live
 run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
 run live --inject "$live_spec" -- --set resilience.mode=live
 
-python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" "$spares" <<'PY'
+python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" "$spares" "$data_kind" <<'PY'
 import json, statistics, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 
@@ -161,6 +195,7 @@ def within_run(metrics, kill_steps, interval, window=6, before=12):
 
 
 shape, layout, replicas, cap, spares = sys.argv[6], sys.argv[7], int(sys.argv[8]), sys.argv[9], int(sys.argv[10])
+data_kind = sys.argv[11]
 g = {m: json.load(open(f"{work}/{m}/goodput.json"))
      for m in ("clean", "restart", "clean-live", "live")}
 # The failure-free computation, and what the two runs measured per failure: the inputs of
@@ -195,7 +230,7 @@ cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
 sim = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 predicted = {"live": sim["effective"], "restart": sim["restart_recovery"]["effective"]}
 rows = []
-print(f"| mode ({shape}, {layout}, {steps} steps, {kills} kills, 4 ranks{', ' + cap + ' core each' if cap else ''}{f', {spares} spare(s)' if spares else ''}) | wall s | effective ratio (goodput.json) "
+print(f"| mode ({shape}, {data_kind} data, {layout}, {steps} steps, {kills} kills, 4 ranks{', ' + cap + ' core each' if cap else ''}{f', {spares} spare(s)' if spares else ''}) | wall s | effective ratio (goodput.json) "
       "| effective, measured | predicted (5th-95th pct) | steps redone | restarts | replacements healed |")
 print("|---|---|---|---|---|---|---|---|")
 for m in ("clean", "restart", "clean-live", "live"):
@@ -235,7 +270,7 @@ print(f"live, per kill within the run: {within['mean_s']:.2f} s on average "
 print("measured inputs: " + ", ".join(f"{k} {v:.3f}" for k, v in measured_in.items()))
 print("prediction: " + " ".join(cmd))
 if out:
-    json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "layout": layout,
+    json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "data": data_kind, "layout": layout,
                "replicas": replicas, "cap_cores_per_rank": float(cap) if cap else None,
                "spares": spares,
                "rows": rows,

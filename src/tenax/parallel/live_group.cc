@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -332,28 +333,47 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
   }
   uint32_t crc = 0;
   if (receiving) ++receives_begun_;
-  for (size_t i = 0; i < state.size(); ++i) {
-    const at::Tensor& t = state[i];
+  for (const at::Tensor& t : state) {
     TENAX_CHECK_MSG(t.is_contiguous() && t.device().is_cpu(), "LiveGroup::Sync: CPU tensors");
-    const int tag = static_cast<int>(i);
-    if (sending) {
-      // To every receiver at once (one wire each).
-      std::vector<PendingCollective> sends;
-      for (int r : to) sends.push_back(c.SendAsync(t, r, tag));
-      for (PendingCollective& p : sends) p.Wait();
-      crc = Crc32(t.data_ptr(), t.nbytes(), crc);
-    } else {
-      // Received into a copy: a receive abandoned because the source was dropped (Dropped)
-      // stays on Gloo's thread until its timeout, and a source that comes back meanwhile (a
-      // node stopped, then continued) could still write its bytes there; never into the state,
-      // which the next epoch's Sync will have set.
-      at::Tensor x = at::empty_like(t);
-      c.Recv(x, source, tag);
-      t.copy_(x);
+    report.bytes += static_cast<int64_t>(t.nbytes());
+  }
+  if (sending) {
+    // Every tensor's sends posted at once, to every receiver (one wire each), in the order the
+    // receivers post their receives; the checksum is computed while they are on the wire.
+    std::vector<PendingCollective> sends;
+    for (size_t i = 0; i < state.size(); ++i) {
+      for (int r : to) sends.push_back(c.SendAsync(state[i], r, static_cast<int>(i)));
+    }
+    for (const at::Tensor& t : state) crc = Crc32(t.data_ptr(), t.nbytes(), crc);
+    for (PendingCollective& p : sends) p.Wait();
+  } else {
+    // Received into two buffers of the largest tensor's size in turn, the next tensor on the wire
+    // while this one is checked and copied into the state. Never into the state itself: a
+    // receive abandoned because the source was dropped (Dropped) stays on Gloo's thread until its
+    // timeout, and a source that comes back meanwhile (a node stopped, then continued) could
+    // still write its bytes there, where the next epoch's Sync will have set the state.
+    int64_t largest = 0;
+    for (const at::Tensor& t : state) largest = std::max(largest, static_cast<int64_t>(t.nbytes()));
+    const std::array<at::Tensor, 2> buffers = {at::empty({largest}, at::kByte),
+                                               at::empty({largest}, at::kByte)};
+    auto buffer_for = [&](size_t i) {
+      const at::Tensor& t = state[i];
+      return buffers[i % 2]
+          .narrow(0, 0, static_cast<int64_t>(t.nbytes()))
+          .view(t.scalar_type())
+          .view(t.sizes());
+    };
+    PendingCollective next;
+    if (!state.empty()) next = c.RecvAsync(buffer_for(0), source, 0);
+    for (size_t i = 0; i < state.size(); ++i) {
+      const at::Tensor x = next.Wait();
+      if (i + 1 < state.size()) {
+        next = c.RecvAsync(buffer_for(i + 1), source, static_cast<int>(i + 1));
+      }
+      state[i].copy_(x);
       if (options_.on_received) options_.on_received(i);
       crc = Crc32(x.data_ptr(), x.nbytes(), crc);
     }
-    report.bytes += static_cast<int64_t>(t.nbytes());
   }
   // The source's CRC-32 and its signature: HMAC-SHA-256 with the job's secret over what the state
   // is (job, epoch, step, checksum).
