@@ -100,23 +100,11 @@ case "$data_kind" in
   tokens)
     # Token shards (docs/data_format.md) of uniformly random ids, written once: opened by a memory
     # map, as a real job's are, in a rank's or a standby's start-up.
+    # Written by gpu_check.py's write_tokens, with the setup's Python.
     mkdir -p "$work/data"
-    python3 - "$work/data" "$vocab" "$train_tokens" <<'PY'
-import array, random, struct, sys, zlib
-out, vocab, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def write(path, ids):
-    body = array.array("H", ids)
-    if sys.byteorder == "big":
-        body.byteswap()
-    body = body.tobytes()
-    header = struct.pack("<8sIIQIIII", b"TENAXTOK", 2, 2, len(ids), vocab, 0xFFFFFFFF, 0xFFFFFFFF,
-                         zlib.crc32(body)).ljust(60, b"\0")
-    with open(path, "wb") as f:
-        f.write(header + struct.pack("<I", zlib.crc32(header)) + body)
-r = random.Random(1234)
-write(f"{out}/train.bin", [r.randrange(vocab) for _ in range(n)])
-write(f"{out}/val.bin", [r.randrange(vocab) for _ in range(100000)])
-PY
+    .deps/venv/bin/python -c "import sys; sys.path.insert(0, 'bench'); from gpu_check import write_tokens
+write_tokens('$work/data/train.bin', $train_tokens, $vocab, 1234)
+write_tokens('$work/data/val.bin', 100000, $vocab, 1235)"
     data="--set data.source=tokens --set data.path=$work/data/train.bin --set data.val_path=$work/data/val.bin" ;;
   synthetic)
     data="--set data.source=synthetic --set data.synthetic.vocab_size=$vocab
