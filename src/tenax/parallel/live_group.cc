@@ -49,7 +49,9 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
       etcd_ ? fmt::format("{}{}-epoch-{}/", options_.etcd_prefix, options_.name, m.epoch)
             : fmt::format("{}/{}-epoch-{}", options_.store_dir, options_.name, m.epoch);
   if (etcd_ && std::find(met_.begin(), met_.end(), path) == met_.end()) met_.push_back(path);
+  const auto t0 = Clock::now();
   TENAX_RETURN_IF_ERROR(AwaitCheckIns(m, path));
+  const auto checked_in = Clock::now();
   GroupOptions o = options_.group;
   // One member alone still gets a real group: the code path stays the same.
   o.c10d_for_one_rank = true;
@@ -78,6 +80,7 @@ Status LiveGroup::Form(const protocol::LiveMembership& m) {
     return formed.status();
   }
   comm_ = std::move(*formed);
+  last_form_ = {std::chrono::duration<double>(checked_in - t0).count(), Since(checked_in)};
   if (etcd_) {
     // The older epochs' keys: every member of this one has left them (best effort: a key left
     // behind is only a few bytes in etcd).
@@ -293,6 +296,25 @@ Result<protocol::LiveMembership> BroadcastMembership(Communicator& c,
   return protocol::ParseLiveMembership(json);
 }
 
+namespace {
+
+// `received` checked (continuing `crc`) and copied into `to` in one pass, a cache-sized piece at a
+// time: the copy reads what the checksum just brought into the cache.
+uint32_t CheckAndCopy(const at::Tensor& received, const at::Tensor& to, uint32_t crc) {
+  TENAX_CHECK(received.nbytes() == to.nbytes() && to.is_contiguous());
+  constexpr size_t kPiece = size_t{128} << 10;
+  const auto* from = static_cast<const uint8_t*>(received.data_ptr());
+  auto* into = static_cast<uint8_t*>(to.data_ptr());
+  for (size_t at = 0, n = received.nbytes(); at < n; at += kPiece) {
+    const size_t piece = std::min(kPiece, n - at);
+    crc = Crc32c(from + at, piece, crc);
+    std::memcpy(into + at, from + at, piece);
+  }
+  return crc;
+}
+
+}  // namespace
+
 Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int64_t step,
                                        bool has_state) {
   const auto t0 = Clock::now();
@@ -344,7 +366,7 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
     for (size_t i = 0; i < state.size(); ++i) {
       for (int r : to) sends.push_back(c.SendAsync(state[i], r, static_cast<int>(i)));
     }
-    for (const at::Tensor& t : state) crc = Crc32(t.data_ptr(), t.nbytes(), crc);
+    for (const at::Tensor& t : state) crc = Crc32c(t.data_ptr(), t.nbytes(), crc);
     for (PendingCollective& p : sends) p.Wait();
   } else {
     // Received into two buffers of the largest tensor's size in turn, the next tensor on the wire
@@ -370,14 +392,13 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
       if (i + 1 < state.size()) {
         next = c.RecvAsync(buffer_for(i + 1), source, static_cast<int>(i + 1));
       }
-      state[i].copy_(x);
+      crc = CheckAndCopy(x, state[i], crc);
       if (options_.on_received) options_.on_received(i);
-      crc = Crc32(x.data_ptr(), x.nbytes(), crc);
     }
   }
-  // The source's CRC-32 and its signature: HMAC-SHA-256 with the job's secret over what the state
+  // The source's CRC-32C and its signature: HMAC-SHA-256 with the job's secret over what the state
   // is (job, epoch, step, checksum).
-  const std::string signed_text = fmt::format("tenax live state|epoch {}|step {}|crc32 {:08x}",
+  const std::string signed_text = fmt::format("tenax live state|epoch {}|step {}|crc32c {:08x}",
                                               membership_.epoch, report.step, crc);
   const Sha256Digest tag = HmacSha256(options_.secret, signed_text);
   at::Tensor sent = at::zeros({8 + static_cast<int64_t>(tag.size())}, at::kByte);
@@ -396,7 +417,7 @@ Result<LiveSyncReport> LiveGroup::Sync(const std::vector<at::Tensor>& state, int
   std::memcpy(&sent_crc, got, 8);
   if (sent_crc != crc) {
     return DataError(fmt::format(
-        "live epoch {}: the state received from slot {} fails its checksum (crc32 {:08x}, sent "
+        "live epoch {}: the state received from slot {} fails its checksum (crc32c {:08x}, sent "
         "{:08x}); this replacement is discarded",
         membership_.epoch, report.source_slot, crc, static_cast<uint32_t>(sent_crc)));
   }

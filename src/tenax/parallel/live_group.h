@@ -100,6 +100,13 @@ class LiveGroup {
   // Drops the group after a failed collective (or before a newer epoch): closes its connections.
   void Leave();
   bool formed() const { return comm_ != nullptr; }
+  // How the last successful Form spent its time: waiting for every member's check-in, then
+  // connecting the group (the store's rendezvous and the backend's connections).
+  struct FormTimes {
+    double check_in_s = 0;
+    double connect_s = 0;
+  };
+  const FormTimes& last_form() const { return last_form_; }
   const protocol::LiveMembership& membership() const { return membership_; }
   int slot() const { return options_.slot; }
   int world() const { return options_.world; }
@@ -151,6 +158,7 @@ class LiveGroup {
   protocol::LiveMembership membership_;
   std::unique_ptr<Communicator> comm_;  // null: not formed
   int64_t receives_begun_ = 0;
+  FormTimes last_form_;
   // etcd: the epochs' key prefixes this member checked in to and has not deleted yet; once a
   // newer epoch formed nobody needs them (its members checked in to it, the others were dropped).
   std::vector<std::string> met_;

@@ -482,6 +482,10 @@ bool Trainer::LiveResumesKept(const std::vector<protocol::SlotPart>& parts) {
 // counters, the loss-spike window, the parameters and the optimizer's moments, in this order.
 Status Trainer::LiveSync(const protocol::LiveMembership& next, bool has_state) {
   TENAX_RETURN_IF_ERROR(LiveForm(next));
+  const parallel::LiveGroup::FormTimes& f = live_->last_form();
+  log::Info(
+      "live epoch {}: formed in {:.3f}s ({:.3f}s for every member's check-in, {:.3f}s connecting)",
+      next.epoch, f.check_in_s + f.connect_s, f.check_in_s, f.connect_s);
   TENAX_RETURN_IF_ERROR(LiveSyncState(next, has_state));
   if (beats_) {
     // The launcher announces joiners only once every member beats in the current epoch: said
@@ -574,7 +578,7 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   if (received || env_.rank == source) {
     log::Info(
         "live epoch {}: rank(s) {} received step {}'s state from rank {}: {} bytes in "
-        "{:.3f}s, crc32 checked",
+        "{:.3f}s, crc32c checked",
         next.epoch, fmt::join(receivers, ","), r.step, source, r.bytes, r.seconds);
   }
   return Status::Ok();
