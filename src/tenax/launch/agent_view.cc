@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <utility>
 
 #include "tenax/protocol/protocol.h"
 
@@ -41,14 +42,16 @@ std::vector<std::string> AgentView::OnEvents(const std::vector<etcd::WatchEvent>
   return commits;
 }
 
-void AgentView::LeaseLost(const std::function<void()>& wake) {
+bool AgentView::LeaseLost(const std::function<void()>& wake) {
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    lease_lost_ = true;
+    first = !std::exchange(lease_lost_, true);
     ++changes_;
     if (!quit_) wake();
   }
   cv_.notify_all();
+  return first;
 }
 
 void AgentView::LeaseGranted(int64_t lease_id) {

@@ -46,7 +46,8 @@ class AgentView {
   std::vector<std::string> OnEvents(const std::vector<etcd::WatchEvent>& events);
   // This agent's lease expired (fenced). `wake` (the supervisor's) runs under the lock, and only
   // until Quit: the agent sets quit before it destroys what `wake` wakes. Wakes the waiters.
-  void LeaseLost(const std::function<void()>& wake);
+  // True for the call that found the lease held (the first to tell of this loss).
+  bool LeaseLost(const std::function<void()>& wake);
   // Registered under a (new) lease: not fenced any more.
   void LeaseGranted(int64_t lease_id);
   bool lease_lost() const;

@@ -69,13 +69,8 @@ Status NodeAgent::Register() {
   TENAX_ASSIGN_OR_RETURN(etcd::EtcdLease lease,
                          etcd_->GrantLease(std::chrono::seconds(a_.lease_ttl_s)));
   TENAX_ASSIGN_OR_RETURN(
-      keeper_, etcd::EtcdLeaseKeeper::Start(a_.etcd, lease, [this](const Status& why) {
-        log::Error("launch: lost the etcd lease ({}); stopping this node's ranks (fencing)",
-                   why.message());
-        // Woken under the view's lock, and only until the destructor quits the view, which it
-        // does before it destroys the supervisor (set before any keeper exists).
-        view_.LeaseLost([this] { supervisor_->Wake(); });
-      }));
+      keeper_,
+      etcd::EtcdLeaseKeeper::Start(a_.etcd, lease, [this](const Status& why) { LeaseLost(why); }));
   view_.LeaseGranted(lease.id);
   TENAX_RETURN_IF_ERROR(
       etcd_->Put(keys_.agent(info_.id), info_.ToJson().dump(), lease.id).status());
@@ -243,8 +238,19 @@ Result<int> NodeAgent::Run() {
 
 bool NodeAgent::Fenced() {
   if (!keeper_ || !keeper_->lost()) return false;
-  view_.LeaseLost([this] { supervisor_->Wake(); });
+  LeaseLost(keeper_->status());
   return true;
+}
+
+void NodeAgent::LeaseLost(const Status& why) {
+  // Woken under the view's lock, and only until the destructor quits the view, which it does
+  // before it destroys the supervisor (set before any keeper exists). Said once, by whichever
+  // saw the loss first: the keeper's thread, or Run's by the lease's deadline (Fenced), after
+  // which the keeper is replaced and its thread may never get to say it.
+  if (view_.LeaseLost([this] { supervisor_->Wake(); })) {
+    log::Error("launch: lost the etcd lease ({}); stopping this node's ranks (fencing)",
+               why.message());
+  }
 }
 
 Result<std::optional<int>> NodeAgent::RegisterAgain() {

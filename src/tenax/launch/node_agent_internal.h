@@ -125,6 +125,8 @@ class NodeAgent {
   // its own node among the lost, before the keeper's thread has run to say so. Tells the view at
   // once (this node's generation stops); a fenced agent decides nothing for the job.
   bool Fenced();
+  // The lease is lost (`why`): tells the view and wakes the supervisor; logs it once a lease.
+  void LeaseLost(const Status& why);
   // A spare in generation g: waits until the job finishes (0) or g stops holding; records the
   // active nodes lost meanwhile.
   Result<std::optional<int>> WaitAsSpare(int64_t g, const rdzv::Plan& plan);
