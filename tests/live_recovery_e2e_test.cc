@@ -144,6 +144,9 @@ TEST_F(LiveRecoveryE2E, KilledReplicaLeavesTheOthersTrainOnAndItsReplacementHeal
     EXPECT_NE(out.find(kept), std::string::npos) << out;
   }
   EXPECT_NE(out.find("received step 9's state from rank"), std::string::npos) << out;
+  // The replacement ran a step of its own on zeros before it joined (LiveWarmUp); the losses
+  // above show nothing of it reached the trajectory.
+  EXPECT_NE(out.find("[rank 2] live replacement: warmed up in"), std::string::npos) << out;
   const std::string html = ReadFile(*dir_ / "live/report.html");  // the run report shows it too
   EXPECT_NE(html.find("id=\"live-recoveries\""), std::string::npos);
   EXPECT_NE(html.find("injected crash (kill) at step 6"), std::string::npos);
@@ -406,6 +409,9 @@ TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
   // Replica 1 had run step 6's own samples: each of its ranks runs only replica 0's at its shard
   // index again, adding to the shard's gradient it kept.
   ExpectReplicaOfTwoRecovered(report, out, kHsdpKept);
+  EXPECT_NE(out.find("live replacement: no warm-up step (a replica of several ranks)"),
+            std::string::npos)
+      << out;
   const auto by_rank = RecoveriesByRank(report);
   ASSERT_EQ(by_rank.count(0), 1u);
   EXPECT_NE(by_rank.at(0)["cause"].get<std::string>().find("killed with rank 1 of its replica"),

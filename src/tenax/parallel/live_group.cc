@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "tenax/core/check.h"
 #include "tenax/core/crc32.h"
@@ -177,7 +179,27 @@ Status LiveGroup::AwaitCheckIns(const protocol::LiveMembership& m, const std::st
   }
 }
 
-void LiveGroup::Leave() { comm_.reset(); }
+Status LiveGroup::FormAlone() {
+  Leave();
+  alone_path_ = fmt::format("{}/{}-alone-{}-{}", options_.store_dir, options_.name, options_.slot,
+                            ::getpid());
+  GroupOptions o = options_.group;
+  o.c10d_for_one_rank = true;
+  TENAX_ASSIGN_OR_RETURN(comm_, ConnectFileStoreGroup(alone_path_, 0, 1, o));
+  membership_ = protocol::LiveMembership{};
+  membership_.epoch = -1;
+  membership_.world = options_.world;
+  membership_.members = {options_.slot};
+  return Status::Ok();
+}
+
+void LiveGroup::Leave() {
+  comm_.reset();
+  if (!alone_path_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(std::exchange(alone_path_, std::string()), ec);
+  }
+}
 
 Communicator& LiveGroup::comm() {
   TENAX_CHECK_MSG(comm_ != nullptr, "LiveGroup::comm() before Form()");

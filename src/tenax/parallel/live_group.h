@@ -97,6 +97,10 @@ class LiveGroup {
   // PeerLost when the record moves past `m` (same generation, newer epoch) before every member
   // checked in: the launcher dropped one of them, its next epoch decides.
   Status Form(const protocol::LiveMembership& m);
+  // A group of this member alone, outside every epoch (membership().epoch is -1): what a
+  // replacement's warm-up step runs its collectives in before it joins. Its store is a file of
+  // this process's own in store_dir, removed by Leave.
+  Status FormAlone();
   // Drops the group after a failed collective (or before a newer epoch): closes its connections.
   void Leave();
   bool formed() const { return comm_ != nullptr; }
@@ -159,6 +163,7 @@ class LiveGroup {
   std::unique_ptr<Communicator> comm_;  // null: not formed
   int64_t receives_begun_ = 0;
   FormTimes last_form_;
+  std::string alone_path_;  // FormAlone's store file while that group is formed
   // etcd: the epochs' key prefixes this member checked in to and has not deleted yet; once a
   // newer epoch formed nobody needs them (its members checked in to it, the others were dropped).
   std::vector<std::string> met_;

@@ -353,6 +353,36 @@ TwoSlots FormWithoutSlotTwo(const tenax::testing::TempDir& dir, std::chrono::mil
   return out;
 }
 
+// A replacement's warm-up runs its step's collectives in a group of its own: one rank, outside
+// every epoch, its store a file of its own that Leave removes; the proxy the model holds
+// forwards to it meanwhile, and says the nominal world again once it is left.
+TEST(LiveGroup, AMemberAloneFormsAGroupOfItsOwnOutsideEveryEpoch) {
+  tenax::testing::TempDir dir;
+  LiveGroup::Options o;
+  o.store_dir = dir.path();
+  o.slot = 2;
+  o.world = 3;
+  LiveGroup group(o);
+  const std::unique_ptr<Communicator> proxy = group.NewProxy();
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(group.FormAlone().ok());
+    EXPECT_TRUE(group.formed());
+    EXPECT_EQ(group.membership().epoch, -1);
+    EXPECT_EQ(group.membership().members, std::vector<int>({2}));
+    EXPECT_EQ(proxy->size(), 1);
+    EXPECT_EQ(proxy->rank(), 0);
+    at::Tensor t = at::arange(5, at::kFloat);
+    proxy->AllReduceSum(t);
+    EXPECT_TRUE(t.equal(at::arange(5, at::kFloat)));
+    const std::string store = fmt::format("{}/live-alone-2-{}", dir.path(), ::getpid());
+    EXPECT_TRUE(std::filesystem::exists(store));
+    group.Leave();
+    EXPECT_FALSE(group.formed());
+    EXPECT_FALSE(std::filesystem::exists(store));
+    EXPECT_EQ(proxy->size(), 3);
+  }
+}
+
 // A member that dies on its way into an epoch (before it connects): the others wait at the
 // check-in, not in the group's connect, and the launcher's next epoch without it ends the wait at
 // once; they form that one. With nobody deciding, the wait ends at the group's timeout.

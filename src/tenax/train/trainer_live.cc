@@ -584,7 +584,37 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   return Status::Ok();
 }
 
+Status Trainer::LiveWarmUp() {
+  if (live_replica_ranks_ != 1 || step_model_->moe_state() != nullptr) {
+    // A replica of several ranks would run its collectives inside the replica with a partner
+    // that warms up too (not built); a mixture of experts would count the zeros' routing.
+    log::Info("live replacement: no warm-up step ({})",
+              live_replica_ranks_ != 1 ? "a replica of several ranks" : "a mixture of experts");
+    return Status::Ok();
+  }
+  const auto t0 = Clock::now();
+  TENAX_RETURN_IF_ERROR(live_->FormAlone());
+  // The parameters are zeros until the transfer (Llama::Init::kOverwritten): the step computes
+  // what a real one does, and what it leaves (gradients, reductions) is dropped below. One row:
+  // the gradients and their reductions are the whole model's whatever the rows, and a shorter
+  // warm-up is less likely to keep the others waiting at the step boundary.
+  const at::Tensor zeros =
+      at::zeros({1, t_.seq_len}, at::TensorOptions(at::kLong).device(device_.device));
+  step_model_->BeginStep();
+  Result<double> loss = step_model_->ForwardBackward(zeros, zeros, /*micro_batches=*/1);
+  if (loss.ok()) step_model_->FinishStep();
+  step_model_->ZeroGrad();
+  live_->Leave();
+  TENAX_RETURN_IF_ERROR(loss.status());
+  log::Info(
+      "live replacement: warmed up in {:.2f}s (the forward and backward of one row of zeros, "
+      "alone)",
+      Seconds(Clock::now() - t0));
+  return Status::Ok();
+}
+
 Status Trainer::LiveJoin() {
+  TENAX_RETURN_IF_ERROR(LiveWarmUp());
   // Listed as joining once the launcher has seen this process ready (its Ready beat).
   TENAX_ASSIGN_OR_RETURN(const protocol::LiveMembership m,
                          WaitForLiveRecord(-1, [this](const protocol::LiveMembership& r) {
