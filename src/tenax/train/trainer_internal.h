@@ -129,8 +129,8 @@ class Trainer {
   std::vector<int> DataSlots();
   Status LiveRecover(int64_t step, const std::string& what);
   Status LiveJoin();
-  // A replacement, before it waits for its epoch: one micro-batch's forward and backward on
-  // zeros, its reductions in a group of its own (LiveGroup::FormAlone), then every gradient
+  // A replacement, before it waits for its epoch: the forward and backward of one row of zeros,
+  // its reductions in a group of its own (LiveGroup::FormAlone), then every gradient
   // dropped, so that the memory its first real step uses is already the process's and that step
   // is not the job's slowest (first-touch page faults: about 0.15 s a join at half a core for the
   // 29M shape). Only where that step's state is all overwritten by the transfer: a replica of one
