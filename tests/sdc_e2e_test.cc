@@ -254,6 +254,56 @@ TEST_F(SdcE2E, TensorParallelActivationCorruptionNamesItsGroup) {
   Corrupt("tp", "activation", 3, 6, {2, 3}, /*spares=*/2);
 }
 
+// Live recovery (resilience.mode = "live"): a corruption is not recovered live (it may have
+// reached every replica through the reductions since the last check), so the job goes back to
+// the verified checkpoint with the faulty slot quarantined, and ends bit for bit where the
+// unchecked restart-mode run does.
+TEST_F(SdcE2E, LiveDdpGradientCorruption) {
+  const nlohmann::json g =
+      Corrupt("ddp", "grad", 2, 6, {2}, 1, "--set resilience.mode=live", "-live");
+  EXPECT_TRUE(g["live_recoveries"].empty()) << g.dump(2);
+}
+TEST_F(SdcE2E, LiveDdpCorruptedWeight) {
+  Corrupt("ddp", "weight", 1, 3, {1}, 1, "--set resilience.mode=live", "-live");
+}
+
+// Live, short of a member: rank 3 is killed at the start of step 5 and the other three run step 5
+// again with its samples, while rank 1's device has gone bad. The check of that step replays over
+// the three members (each the samples the one before it runs now, its own and a part of rank
+// 3's), names rank 1, and the job resumes from step 4's checkpoint with rank 1's slot
+// quarantined (two spares: one took rank 3's place live, the other takes rank 1's): its
+// checkpoints are the unfailed run's, bit for bit.
+TEST_F(SdcE2E, LiveCheckShortOfAMemberNamesTheRank) {
+  const std::string name = "live-short";
+  auto r = RunTenax(
+      "launch --nproc-per-node 4 --spares 2 --max-restarts 2 --inject "
+      "crash:rank=3:step=5,sdc:rank=1:step=5:where=grad -- " +
+          Train(name, "ddp", "--set resilience.mode=live --set resilience.sdc_check_interval=1"),
+      dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 5: silent-data-corruption check over the 3 live members (ranks "
+                          "0,1,2)"),
+            std::string::npos)
+      << r.output;
+  const auto sdc = nlohmann::json::parse(ReadFile(*dir_ / (name + "/sdc.json")))["detections"];
+  ASSERT_EQ(sdc.size(), 1u) << sdc.dump(2);
+  EXPECT_EQ(sdc[0]["rank"], 1) << sdc.dump(2);
+  EXPECT_EQ(sdc[0]["step"], 5) << sdc.dump(2);
+  EXPECT_EQ(sdc[0]["mismatched"], nlohmann::json::array({0, 1})) << sdc.dump(2);
+  EXPECT_NE(r.output.find("slot 1 computed wrong results (found by replay): quarantined at once"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("has no healthy slot left"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("silent data corruption is not recovered live"), std::string::npos)
+      << r.output;
+  const auto g = nlohmann::json::parse(ReadFile(*dir_ / (name + "/goodput.json")));
+  ASSERT_FALSE(g["failures"].empty()) << g.dump(2);
+  EXPECT_EQ(g["failures"].back()["kind"], "silent-corruption") << g.dump(2);
+  EXPECT_EQ(g["failures"].back()["rank"], 1) << g.dump(2);
+  EXPECT_EQ(g["restarts"], 1) << g.dump(2);
+  EXPECT_GE(ExpectCheckpointsEqual(name, Clean("ddp")), 6);
+}
+
 TEST_F(SdcE2E, LayoutsTheCheckCannotRunAreRefusedBeforeAnyRankTrains) {
   auto r = RunTenax(
       "launch --nproc-per-node 2 -- " +
@@ -273,12 +323,16 @@ TEST_F(SdcE2E, LayoutsTheCheckCannotRunAreRefusedBeforeAnyRankTrains) {
                dir_->path());
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("needs no expert parallelism"), std::string::npos) << r.output;
-  r = RunTenax(
-      "launch --nproc-per-node 4 -- " +
-          Train("live", "ddp", "--set resilience.sdc_check_interval=5 --set resilience.mode=live"),
-      dir_->path());
+  r = RunTenax("launch --nproc-per-node 4 -- " +
+                   Train("live", "ddp",
+                         "--set resilience.sdc_check_interval=5 --set resilience.mode=live "
+                         "--set parallelism.data_parallel_replicate=2 "
+                         "--set parallelism.data_parallel_shard=2"),
+               dir_->path());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("needs resilience.mode = \"restart\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("needs under resilience.mode = \"live\", replicas of one rank each"),
+            std::string::npos)
+      << r.output;
   r = RunTenax("launch --nproc-per-node 4 -- " +
                    Train("neg", "ddp", "--set resilience.sdc_check_interval=-1"),
                dir_->path());

@@ -278,8 +278,8 @@ std::vector<KeySpec> BuildKeys() {
       .OneOf({"restart", "live"});
   add(TENAX_KEY(resilience.sdc_check_interval,
                 "every N steps each data-parallel rank replays another's step and the results "
-                "are compared bit for bit, to find silent data corruption; also at each "
-                "process's second step and at every checkpoint step; 0 = never "
+                "are compared bit for bit, to find silent data corruption; also at the second "
+                "step of each launch generation and at every checkpoint step; 0 = never "
                 "(docs/resilience.md)"))
       .AtLeast(0);
   add(TENAX_KEY(resilience.sdc_tolerance,

@@ -199,6 +199,15 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   if (g_.stopping || (nnodes_ > 1 && live_link_ == nullptr) || !protocol::Restartable(v.code)) {
     return false;
   }
+  if (v.kind == protocol::FailureKind::kSilentCorruption) {
+    // The faulty rank's results may have reached every replica through the reductions of the
+    // steps since the last check: the job goes back to the newest checkpoint (a check verified
+    // it) with the faulty slot quarantined, as in restart mode.
+    log::Warn(
+        "launch: silent data corruption is not recovered live: every rank resumes from the "
+        "newest checkpoint, which a check verified");
+    return false;
+  }
   LiveSync(gen);
   const int k = job_.live_replica_ranks;
   std::vector<int> dead;

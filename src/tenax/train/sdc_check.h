@@ -26,7 +26,11 @@
 // sign vector (fp64) within t of the norm. Noise of relative size e in every element moves the
 // projection by about e times the norm; a corruption is seen when it moves the gradients by more
 // than about t of their norm, and a smaller one goes unseen (the price of a tolerance).
-// Non-goals: expert parallelism (its all-to-all mixes the ranks' samples), MoE, live recovery.
+// Live recovery (DDP): the ring is the live epoch's members, each replaying the parts of the
+// batch the member before it runs in that epoch (Trainer::SdcReplay); a detection restarts the
+// job from the verified checkpoint as in restart mode (the launcher does not recover it live).
+// Non-goals: expert parallelism (its all-to-all mixes the ranks' samples), live recovery with
+// replicas of several ranks.
 #pragma once
 
 #include <cstdint>

@@ -73,6 +73,7 @@ Result<TrainSummary> Trainer::Run() {
     return summary_;
   }
   summary_.first_step = progress_.step + 1;
+  if (!ctx_.live_join) sdc_first_step_ = summary_.first_step;  // a replacement's: LiveSyncState
   if (summary_.first_step <= last_step_) {
     log::Info("training steps {}..{} of {}: global batch {} x {} tokens = {} tokens/step",
               summary_.first_step, last_step_, t_.steps, DescribeBatch(batch_), t_.seq_len,
@@ -266,9 +267,9 @@ std::vector<int> Trainer::DataSlots() {
   return slots;
 }
 
-std::vector<protocol::SlotPart> Trainer::DataParts() {
+std::vector<protocol::SlotPart> Trainer::DataPartsOf(int rank) {
   const int64_t b = t_.local_batch_size;
-  if (!live()) return {{mesh_->dp_index(env_.rank), 0, b}};
+  if (!live()) return {{mesh_->dp_index(rank), 0, b}};
   // A lost replica's samples are spread over the others, a few rows each, unless a micro-batch
   // must stay whole: the pipeline's schedule cuts it into its own micro-batches and scales the
   // step's gradients as a whole, and MoE's balancing (its aux loss, the experts' capacity) is
@@ -276,7 +277,7 @@ std::vector<protocol::SlotPart> Trainer::DataParts() {
   const bool split = mesh_->degree(parallel::Axis::kPipeline) == 1 && !spec_.moe.enabled();
   std::vector<protocol::SlotPart> parts;
   for (protocol::SlotPart p : protocol::PartsRunBy(LiveReplicaView(live_->membership()),
-                                                   env_.rank / live_replica_ranks_, b, split)) {
+                                                   rank / live_replica_ranks_, b, split)) {
     p.slot = mesh_->dp_index(LiveRankOf(p.slot));
     parts.push_back(p);
   }

@@ -172,6 +172,14 @@ class Trainer {
   Result<ComputeDigest> SdcReplay(int64_t step, int distance);
   Status SdcVerify(int64_t step, const ComputeDigest& own, const ComputeDigest& replay1);
   void SdcLogCost(int64_t step, double step_s);
+  // Who replays whom: rings of ranks, each replaying the step of the rank before it, and the rank
+  // of each member of the world group in its order (live: the epoch's members; otherwise every
+  // rank, the rings one per TP/PP position over the data-parallel index).
+  struct SdcRings {
+    std::vector<std::vector<int>> rings;
+    std::vector<int> ranks;
+  };
+  SdcRings SdcRingsNow() const;
   // With a tolerance: logs how far apart the agreeing pairs of this check were, when that is a
   // new high for the process (a warning when it comes within 4x of the tolerance).
   void SdcNoteAgreement(int64_t step, const std::vector<std::vector<int>>& rings,
@@ -196,7 +204,10 @@ class Trainer {
   Result<double> RunMicroBatches(const std::vector<protocol::SlotPart>& parts);
   // What this rank trains on in a step: DataSlots' slots, except that live the missing ranks'
   // samples are spread over every member where a micro-batch may be cut (protocol::PartsRunBy).
-  std::vector<protocol::SlotPart> DataParts();
+  std::vector<protocol::SlotPart> DataParts() { return DataPartsOf(env_.rank); }
+  // The samples `rank` runs in this step (live: its replica's share of the epoch's; `rank` at
+  // this rank's position in its replica).
+  std::vector<protocol::SlotPart> DataPartsOf(int rank);
   // How many slots' worth of samples `parts` hold; and `parts` said for the log.
   double SlotsIn(const std::vector<protocol::SlotPart>& parts) const;
   std::string DescribeParts(const std::vector<protocol::SlotPart>& parts) const;
@@ -334,8 +345,11 @@ class Trainer {
   LiveHeal live_heal_;
   StepMetrics last_metrics_;  // the newest step's line, also the others' (live: LiveSyncState)
   int64_t sdc_checks_ = 0;    // checks passed by this process
-  double sdc_replay_s_ = 0;   // the current check's replay
-  double sdc_verify_s_ = 0;   // the current check's gathering and comparing of digests
+  // The generation's first step (its second is checked, to measure the cost at once): the same on
+  // a live replacement, which receives it with the state (LiveSyncState).
+  int64_t sdc_first_step_ = -1;
+  double sdc_replay_s_ = 0;          // the current check's replay
+  double sdc_verify_s_ = 0;          // the current check's gathering and comparing of digests
   double sdc_widest_agreement_ = 0;  // the largest Disagreement of agreeing pairs so far
   TrainSummary summary_;
 };

@@ -519,9 +519,10 @@ Status Trainer::LiveSync(const protocol::LiveMembership& next, bool has_state) {
 
 Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_state) {
   const std::deque<double>& history = spikes_->history();
-  at::Tensor meta = at::tensor({progress_.step, progress_.data_position, progress_.tokens_seen,
-                                optimizer_->step_count(), static_cast<int64_t>(history.size())},
-                               at::kLong);
+  at::Tensor meta =
+      at::tensor({progress_.step, progress_.data_position, progress_.tokens_seen,
+                  optimizer_->step_count(), static_cast<int64_t>(history.size()), sdc_first_step_},
+                 at::kLong);
   at::Tensor window = at::zeros({std::max<int64_t>(1, t_.loss_spike_window)}, at::kDouble);
   for (size_t i = 0; i < history.size() && static_cast<int64_t>(i) < window.numel(); ++i) {
     window[static_cast<int64_t>(i)] = history[i];
@@ -548,6 +549,7 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
   progress_.step = v[0];
   progress_.data_position = v[1];
   progress_.tokens_seen = v[2];
+  sdc_first_step_ = v[5];  // the step every member checks for the check's cost (SdcDue)
   TENAX_RETURN_IF_ERROR(optimizer_->LoadState(optimizer_->StateTensors(), v[3]));
   if (bias.defined()) moe->SetBiasTable(bias);
   std::vector<double> losses(static_cast<size_t>(v[4]));

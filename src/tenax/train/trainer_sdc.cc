@@ -2,6 +2,9 @@
 // and its limits are in sdc_check.h, the user's view in docs/resilience.md).
 #include <unistd.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include "tenax/train/trainer_internal.h"
 
 namespace tenax::train::trainer_internal {
@@ -73,7 +76,15 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
         "a tolerance on GPU ranks, whose kernels need not repeat bit for bit: "
         "resilience.sdc_tolerance > 0 (docs/resilience.md says how to choose it)");
   }
-  if (config_.resilience.mode == "live") needs.push_back("resilience.mode = \"restart\"");
+  if (config_.resilience.mode == "live" &&
+      env_.world != mesh_->degree(parallel::Axis::kReplicate)) {
+    // A live epoch short of a replica replays the parts of the lost one's samples each member
+    // ran (SdcReplay): built for replicas of one rank.
+    needs.push_back(
+        fmt::format("under resilience.mode = \"live\", replicas of one rank each (DDP: "
+                    "data_parallel_replicate = the number of ranks), not {}",
+                    mesh_->Describe()));
+  }
   if (needs.empty()) return Status::Ok();
   return InvalidArgument(
       fmt::format("resilience.sdc_check_interval = {} needs {}; change that or set "
@@ -84,27 +95,60 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
 bool Trainer::SdcDue(int64_t step) const {
   const int64_t n = config_.resilience.sdc_check_interval;
   if (n <= 0) return false;
-  // The second step of the process measures the cost at once (the first pays the warm-up); a
+  // The second step of the generation measures the cost at once (the first pays the warm-up); a
   // checkpoint step is checked before its save, so no committed checkpoint holds state a check
   // did not see.
-  return step % n == 0 || step == summary_.first_step + 1 ||
+  return step % n == 0 || step == sdc_first_step_ + 1 ||
          checkpointer_->Due(step, step == last_step_);
+}
+
+Trainer::SdcRings Trainer::SdcRingsNow() const {
+  SdcRings r;
+  if (live()) {
+    // Replicas of one rank (CheckSdcLayout): one ring over the epoch's members.
+    r.ranks = live_->membership().members;
+    r.rings = {r.ranks};
+    return r;
+  }
+  r.ranks.resize(static_cast<size_t>(env_.world));
+  std::iota(r.ranks.begin(), r.ranks.end(), 0);
+  r.rings = Rings(mesh_->dp(), env_.world / mesh_->dp());
+  return r;
 }
 
 Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
   const auto t0 = Clock::now();
   const int dp = mesh_->dp();
-  const int slot = (mesh_->dp_index(env_.rank) - distance % dp + dp) % dp;
+  std::vector<protocol::SlotPart> parts = {
+      {(mesh_->dp_index(env_.rank) - distance % dp + dp) % dp, 0, t_.local_batch_size}};
+  if (live()) {
+    // The samples the member `distance` places before this one runs in this epoch: its own slot,
+    // and its part of a lost replica's (DataPartsOf).
+    const std::vector<int> ring = SdcRingsNow().rings.front();
+    const int n = static_cast<int>(ring.size());
+    const int i = static_cast<int>(std::find(ring.begin(), ring.end(), env_.rank) - ring.begin());
+    const int replayed = ring[static_cast<size_t>(((i - distance) % n + n) % n)];
+    parts = DataPartsOf(replayed);
+    if (distance == 1 && n < env_.world && groups_->world().rank() == 0) {
+      log::Info(
+          "step {}: silent-data-corruption check over the {} live members (ranks {}), each "
+          "replaying the samples the member before it runs in this epoch",
+          step, n, fmt::join(ring, ","));
+    }
+  }
   if (flight_) flight_->SetPhase(step, "sdc_replay");
   parallel_model_->SetReplay(true);
   sdc_->BeginPass(step);
   sdc_->Arm();
   step_model_->BeginStep();
-  Result<double> loss = RunMicroBatches({{slot, 0, t_.local_batch_size}});
+  Result<double> loss = RunMicroBatches(parts);
   if (loss.ok()) step_model_->FinishStep();  // observes the unreduced gradients, drops them
   step_model_->AbandonStep();
   parallel_model_->SetReplay(false);
-  const ComputeDigest d = sdc_->Disarm(loss.ok() ? *loss / static_cast<double>(batch_.accum) : 0.0);
+  // The loss as the replayed rank's own pass states it (ForwardBackwardMicroBatches).
+  const double share = SlotsIn(parts);
+  const ComputeDigest d =
+      sdc_->Disarm(loss.ok() ? *loss / (static_cast<double>(batch_.accum) * share) : 0.0);
   TENAX_RETURN_IF_ERROR(loss.status());
   if (distance == 1) sdc_replay_s_ = Seconds(Clock::now() - t0);
   return d;
@@ -113,9 +157,17 @@ Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
 Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeDigest& replay1) {
   const auto t0 = Clock::now();
   parallel::Communicator& world = groups_->world();
+  const SdcRings who = SdcRingsNow();
+  const std::vector<std::vector<int>>& rings = who.rings;
+  // Gathered in the world group's order; indexed by rank below (live: the members' ranks).
+  auto by_rank = [&](const std::vector<ComputeDigest>& in_order) {
+    std::vector<ComputeDigest> out(static_cast<size_t>(env_.world));
+    for (size_t i = 0; i < in_order.size(); ++i)
+      out[static_cast<size_t>(who.ranks[i])] = in_order[i];
+    return out;
+  };
   const auto round1 = GatherDigests(world, {own, replay1});
-  const std::vector<ComputeDigest>&all_own = round1[0], &all_replay1 = round1[1];
-  const std::vector<std::vector<int>> rings = Rings(mesh_->dp(), env_.world / mesh_->dp());
+  const std::vector<ComputeDigest> all_own = by_rank(round1[0]), all_replay1 = by_rank(round1[1]);
   const double tolerance = config_.resilience.sdc_tolerance;
   std::vector<int> mismatched;
   for (const auto& ring : rings) {
@@ -129,26 +181,39 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
   }
   // A third opinion on every pair: each rank replays the step of the rank two before it. This
   // step's own gradients are dropped first (it will not be applied), so the replay starts from
-  // none, like the first one.
+  // none, like the first one. A live epoch down to two members has no third rank: the mismatch
+  // is found, the faulty one not named.
   step_model_->AbandonStep();
-  TENAX_ASSIGN_OR_RETURN(const ComputeDigest replay2, SdcReplay(step, 2));
-  const std::vector<ComputeDigest> all_replay2 = GatherDigests(world, {replay2})[0];
   std::vector<int> faulty;
   std::vector<std::string> reasons;
-  for (const auto& ring : rings) {
-    const SdcVerdict v = Judge(ring, all_own, all_replay1, all_replay2, tolerance);
-    faulty.insert(faulty.end(), v.faulty.begin(), v.faulty.end());
-    if (!v.reasoning.empty()) reasons.push_back(v.reasoning);
+  std::vector<ComputeDigest> all_replay2(static_cast<size_t>(env_.world));
+  const bool third = std::all_of(rings.begin(), rings.end(),
+                                 [](const std::vector<int>& r) { return r.size() >= 3; });
+  if (third) {
+    TENAX_ASSIGN_OR_RETURN(const ComputeDigest replay2, SdcReplay(step, 2));
+    all_replay2 = by_rank(GatherDigests(world, {replay2})[0]);
+    for (const auto& ring : rings) {
+      const SdcVerdict v = Judge(ring, all_own, all_replay1, all_replay2, tolerance);
+      faulty.insert(faulty.end(), v.faulty.begin(), v.faulty.end());
+      if (!v.reasoning.empty()) reasons.push_back(v.reasoning);
+    }
+  } else {
+    reasons.push_back(fmt::format(
+        "ranks {} disagree and only {} live members are left: no third rank to replay the step",
+        fmt::join(mismatched, ","), who.ranks.size()));
   }
   std::sort(faulty.begin(), faulty.end());
   const std::string reasoning = fmt::format("{}", fmt::join(reasons, "; "));
-  // Each named rank appends its own record (it knows its host), one after the other; rank 0
-  // writes the record of an undecided check.
+  // Each named rank appends its own record (it knows its host), one after the other; the world
+  // group's first rank writes the record of an undecided check.
   for (int r : faulty.empty() ? std::vector<int>{-1} : faulty) {
-    if (env_.rank == std::max(r, 0)) {
+    if (env_.rank == (r >= 0 ? r : who.ranks.front())) {
       const int s = r >= 0 ? r : mismatched.front();
-      const std::vector<int>& ring = rings[static_cast<size_t>(s) % rings.size()];
-      const int n = static_cast<int>(ring.size()), i = s / static_cast<int>(rings.size());
+      const std::vector<int>& ring = *std::find_if(rings.begin(), rings.end(), [&](const auto& g) {
+        return std::find(g.begin(), g.end(), s) != g.end();
+      });
+      const int n = static_cast<int>(ring.size());
+      const int i = static_cast<int>(std::find(ring.begin(), ring.end(), s) - ring.begin());
       SdcRecord rec;
       rec.step = step;
       rec.generation = ctx_.generation;
@@ -158,8 +223,8 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
       rec.own = all_own[s].ToString();
       rec.replayed_by = ring[(i + 1) % n];
       rec.replay = all_replay1[rec.replayed_by].ToString();
-      rec.third_by = ring[(i + 2) % n];
-      rec.third = all_replay2[rec.third_by].ToString();
+      rec.third_by = third ? ring[(i + 2) % n] : -1;
+      rec.third = third ? all_replay2[rec.third_by].ToString() : "";
       rec.reasoning = reasoning;
       Status st = AppendSdcRecord(run_dir_, rec);
       if (!st.ok()) log::Error("could not record the detection: {}", st.ToString());
@@ -173,7 +238,7 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
                                     fmt::join(faulty, ", "))
                       : "the replays disagree but no rank could be named";
   // The named ranks say why; the others only that they stop with them.
-  const bool explain = named || (faulty.empty() && env_.rank == 0);
+  const bool explain = named || (faulty.empty() && world.rank() == 0);
   return Fail(FailureKind::kSilentCorruption,
               Unavailable(explain ? fmt::format("step {}: {}: {}; exiting so that the launcher "
                                                 "quarantines the faulty slot and restarts from "
