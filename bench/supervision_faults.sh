@@ -152,14 +152,15 @@ live() {  # live [LABEL [SHARD [INNER-AXIS [MORE]]]]: 4 ranks as replicas of SHA
     # The failed rank's recovery first, then those of the ranks of its replica that went with it
     # (HSDP: peer-lost); each healed, or the run ended before its replacement could join.
     local got want
-    got=$(json "$work/$name/goodput.json" "'%d %s %s' % (len(j['generations']), ','.join('%d:%s' % (r['rank'], r['kind'] if r['kind'] == 'peer-lost' else 'own') for r in j['live_recoveries']), ','.join(('healed' if r['steps_short_handed'] >= 0 else 'healed-negative-steps_short_handed=%d' % r['steps_short_handed']) if r['healed_at_s'] >= 0 else r.get('outcome', 'open') for r in j['live_recoveries']))")
-    want="1 $rank:own"
+    # Fields apart by '|': an outcome ("discarded while healing: ...") has spaces in it.
+    got=$(json "$work/$name/goodput.json" "'%d|%s|%s' % (len(j['generations']), ','.join('%d:%s' % (r['rank'], r['kind'] if r['kind'] == 'peer-lost' else 'own') for r in j['live_recoveries']), ','.join(('healed' if r['steps_short_handed'] >= 0 else 'healed-negative-steps_short_handed=%d' % r['steps_short_handed']) if r['healed_at_s'] >= 0 else r.get('outcome', 'open') for r in j['live_recoveries']))")
+    want="1|$rank:own"
     for r in $(seq $((rank / k * k)) $((rank / k * k + k - 1))); do
       [ "$r" = "$rank" ] || want+=",$r:peer-lost"
     done
     # (A healed record counts the steps the others trained short-handed from the step of the state
     # its replacement received: never negative, which a beat's stale step once made it.)
-    if [ "$code" = 0 ] && [ "${got% *}" = "$want" ] && [[ "$got" != *negative* ]]; then ok=$((ok + 1)); verdict="ok (${got##* })"; else
+    if [ "$code" = 0 ] && [ "${got%|*}" = "$want" ] && [[ "$got" != *negative* ]]; then ok=$((ok + 1)); verdict="ok (${got##*|})"; else
       verdict="WRONG (exit $code; generations, recoveries, outcomes: $got; wanted $want)"; fi
     echo "$label run $i: rank $rank $how -> $verdict"
     rm -rf "${work:?}/$name"
