@@ -15,6 +15,8 @@
 # so that a kill costs what it would beside steps of a realistic length.
 # LAYOUT=hsdp runs HSDP 2x2 (two replicas of two ranks: a kill takes its rank's replica out and
 # both of its ranks heal) instead of DDP 4 (four replicas of one rank).
+# RANKS=N (4 by default, even under LAYOUT=hsdp) runs N ranks: RANKS=8 LAYOUT=hsdp is HSDP 4x2,
+# four replicas of two ranks, as many replica groups as DDP 4 (give it CAP=0.25 on 2 cores).
 # CAP=F gives every rank process a CPU quota of F cores of its own (a cgroup v1 cpu controller,
 # as root): with CAP=0.5 on 2 cores a rank cannot take a lost rank's share of the CPU, as a GPU
 # cannot take another GPU's, so the short-handed steps cost what they would on GPUs (without it
@@ -40,7 +42,7 @@
 # differ by several percent) does not count as the recovery's; "effective, within the run" is the
 # live run's step time less those costs, over its step time. The same windows of the unfailed
 # live-mode run, where nothing happened, show the estimate's noise.
-# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [CAP=F] [SPARES=N] [DATA=tokens|synthetic] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [RANKS=N] [CAP=F] [SPARES=N] [DATA=tokens|synthetic] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-400}"
@@ -50,6 +52,7 @@ bin="${TENAX_BIN:-$PWD/build/tenax}"  # TENAX_BIN: a copy, to rebuild while this
 work="$(mktemp -d /tmp/tenax-live-bench-XXXXXX)"
 cap="${CAP:-}"
 spares="${SPARES:-0}"
+ranks="${RANKS:-4}"
 cgroup=""
 capper=""
 cleanup() {
@@ -91,7 +94,7 @@ case "$shape" in
   29m) model="--set model.dim=512 --set model.n_layers=8 --set model.n_heads=8 --set model.n_kv_heads=4
               --set model.ffn_hidden_dim=1536 --set model.vocab_size=4000
               --set training.seq_len=128 --set training.local_batch_size=2"
-       vocab=4000 train_tokens=$((steps * 1100 + 100000)) ;;
+       vocab=4000 train_tokens=$((steps * 275 * ranks + 100000)) ;;
   *) echo "live_recovery.sh: SHAPE is tiny or 29m, not '$shape'" >&2; exit 2 ;;
 esac
 
@@ -118,7 +121,10 @@ case "$layout" in
   hsdp) shard=2 ;;
   *) echo "live_recovery.sh: LAYOUT is ddp or hsdp, not '$layout'" >&2; exit 2 ;;
 esac
-replicas=$((4 / shard))
+if [ $((ranks % shard)) -ne 0 ] || [ $((ranks / shard)) -lt 2 ]; then
+  echo "live_recovery.sh: RANKS=$ranks needs at least two replicas of $shard rank(s)" >&2; exit 2
+fi
+replicas=$((ranks / shard))
 
 train() {  # train args for a run named $1
   # shellcheck disable=SC2086
@@ -130,11 +136,11 @@ train() {  # train args for a run named $1
 }
 
 # The same kills for both modes: at steps spaced evenly (never the first or last tenth), on
-# ranks 1, 2, 3, 0, 1, ...; restarts need each in its own generation.
+# ranks 1, 2, ..., RANKS-1, 0, 1, ...; restarts need each in its own generation.
 live_spec="" restart_spec=""
 for i in $(seq 0 $((kills - 1))); do
   step=$((steps / 10 + i * (steps * 8 / 10) / kills))
-  rank=$(((i + 1) % 4))
+  rank=$(((i + 1) % ranks))
   live_spec+="${live_spec:+,}crash:rank=$rank:step=$step"
   restart_spec+="${restart_spec:+,}crash:rank=$rank:step=$step:gen=$i"
 done
@@ -145,7 +151,7 @@ run() {  # run NAME EXTRA-LAUNCH-FLAGS... -- EXTRA-TRAIN-ARGS
   while [ "$1" != "--" ]; do flags+=("$1"); shift; done
   shift
   # shellcheck disable=SC2046
-  "$bin" launch --nproc-per-node 4 --spares "$spares" --quarantine-after $((kills + 1)) "${flags[@]}" -- $(train "$name") "$@" > "$work/$name.log" 2>&1 || {
+  "$bin" launch --nproc-per-node "$ranks" --spares "$spares" --quarantine-after $((kills + 1)) "${flags[@]}" -- $(train "$name") "$@" > "$work/$name.log" 2>&1 || {
     echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
 }
 
@@ -154,7 +160,7 @@ run clean-live -- --set resilience.mode=live
 run restart --max-restarts $((kills + 2)) --inject "$restart_spec" --
 run live --inject "$live_spec" -- --set resilience.mode=live
 
-python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" "$spares" "$data_kind" <<'PY'
+python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" "$spares" "$data_kind" "$ranks" <<'PY'
 import json, statistics, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 
@@ -183,7 +189,7 @@ def within_run(metrics, kill_steps, interval, window=6, before=12):
 
 
 shape, layout, replicas, cap, spares = sys.argv[6], sys.argv[7], int(sys.argv[8]), sys.argv[9], int(sys.argv[10])
-data_kind = sys.argv[11]
+data_kind, ranks = sys.argv[11], int(sys.argv[12])
 g = {m: json.load(open(f"{work}/{m}/goodput.json"))
      for m in ("clean", "restart", "clean-live", "live")}
 # The failure-free computation, and what the two runs measured per failure: the inputs of
@@ -195,7 +201,7 @@ fixed = g["clean"]["wall_s"] - duration  # start-up, evaluation, shut-down: in e
 live = [r for r in g["live"]["live_recoveries"] if r.get("kind") != "peer-lost"]
 measured_in = {
     "duration_s": duration,
-    "failure_rate_per_node_hour": kills / (4 * duration) * 3600,
+    "failure_rate_per_node_hour": kills / (ranks * duration) * 3600,
     "checkpoint_s": g["clean"]["time_s"]["checkpoint"] / max(1, steps // 25),
     "interval_s": duration * 25 / steps,
     "restart_s": g["restart"]["time_s"]["restart"] / max(1, g["restart"]["restarts"]),
@@ -206,7 +212,7 @@ measured_in = {
     "ready_s": sum(r["ready_at_s"] - r["time_s"] for r in live if r.get("ready_at_s", -1) >= 0)
                / max(1, sum(1 for r in live if r.get("ready_at_s", -1) >= 0)),
 }
-cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
+cmd = [tenax, "simulate", "--gpus", str(ranks), "--gpus-per-node", "1",
        "--failure-rate", f"{measured_in['failure_rate_per_node_hour']:.3f}/node-hour",
        "--duration", f"{duration:.3f}s", "--checkpoint-cost", f"{measured_in['checkpoint_s']:.4f}s",
        "--interval", f"{measured_in['interval_s']:.3f}s",
@@ -218,7 +224,7 @@ cmd = [tenax, "simulate", "--gpus", "4", "--gpus-per-node", "1",
 sim = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 predicted = {"live": sim["effective"], "restart": sim["restart_recovery"]["effective"]}
 rows = []
-print(f"| mode ({shape}, {data_kind} data, {layout}, {steps} steps, {kills} kills, 4 ranks{', ' + cap + ' core each' if cap else ''}{f', {spares} spare(s)' if spares else ''}) | wall s | effective ratio (goodput.json) "
+print(f"| mode ({shape}, {data_kind} data, {layout}, {steps} steps, {kills} kills, {ranks} ranks{', ' + cap + ' core each' if cap else ''}{f', {spares} spare(s)' if spares else ''}) | wall s | effective ratio (goodput.json) "
       "| effective, measured | predicted (5th-95th pct) | steps redone | restarts | replacements healed |")
 print("|---|---|---|---|---|---|---|---|")
 for m in ("clean", "restart", "clean-live", "live"):
@@ -258,7 +264,7 @@ print(f"live, per kill within the run: {within['mean_s']:.2f} s on average "
 print("measured inputs: " + ", ".join(f"{k} {v:.3f}" for k, v in measured_in.items()))
 print("prediction: " + " ".join(cmd))
 if out:
-    json.dump({"steps": steps, "kills": kills, "ranks": 4, "shape": shape, "data": data_kind, "layout": layout,
+    json.dump({"steps": steps, "kills": kills, "ranks": ranks, "shape": shape, "data": data_kind, "layout": layout,
                "replicas": replicas, "cap_cores_per_rank": float(cap) if cap else None,
                "spares": spares,
                "rows": rows,
