@@ -169,20 +169,25 @@ std::vector<std::vector<int>> Rings(int dp, int copies) {
   return rings;
 }
 
-namespace {
-// The rank `k` places after `rank` in `ring`.
-int After(const std::vector<int>& ring, int rank, int k) {
+const std::vector<int>& RingOf(const std::vector<std::vector<int>>& rings, int rank) {
+  const auto it = std::find_if(rings.begin(), rings.end(), [&](const std::vector<int>& ring) {
+    return std::find(ring.begin(), ring.end(), rank) != ring.end();
+  });
+  TENAX_CHECK_MSG(it != rings.end(), "RingOf: the rank is in no ring");
+  return *it;
+}
+
+int RingAfter(const std::vector<int>& ring, int rank, int k) {
   const int n = static_cast<int>(ring.size());
   const int i = static_cast<int>(std::find(ring.begin(), ring.end(), rank) - ring.begin());
-  return ring[(i + k) % n];
+  return ring[static_cast<size_t>(((i + k) % n + n) % n)];
 }
-}  // namespace
 
 std::vector<int> Mismatched(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,
                             const std::vector<ComputeDigest>& replay1, double tolerance) {
   std::vector<int> out;
   for (int s : ring) {
-    if (!Agree(own[s], replay1[After(ring, s, 1)], tolerance)) out.push_back(s);
+    if (!Agree(own[s], replay1[RingAfter(ring, s, 1)], tolerance)) out.push_back(s);
   }
   return out;
 }
@@ -199,7 +204,7 @@ SdcVerdict Judge(const std::vector<int>& ring, const std::vector<ComputeDigest>&
     if (std::find(v.faulty.begin(), v.faulty.end(), r) == v.faulty.end()) v.faulty.push_back(r);
   };
   for (int s : Mismatched(ring, own, replay1, tolerance)) {
-    const int next = After(ring, s, 1), third = After(ring, s, 2);
+    const int next = RingAfter(ring, s, 1), third = RingAfter(ring, s, 2);
     const ComputeDigest& t = replay2[third];
     if (same(t, own[s]) && !same(t, replay1[next])) {
       name(next);

@@ -112,6 +112,10 @@ class SdcMonitor final : public parallel::ComputeObserver {
 // ring[i + 2] gives the third opinion). Under tensor or pipeline parallelism each position in the
 // TP/PP group has its own ring over the data-parallel index (Rings). Digests are indexed by rank.
 std::vector<std::vector<int>> Rings(int dp, int copies);  // rank = dp_index * copies + c
+// The ring of `rings` that holds `rank`; the rank `k` places after `rank` in `ring` (k < 0:
+// before).
+const std::vector<int>& RingOf(const std::vector<std::vector<int>>& rings, int rank);
+int RingAfter(const std::vector<int>& ring, int rank, int k);
 
 // The ranks of `ring` whose own digest disagrees with the next one's replay of it (Agree).
 std::vector<int> Mismatched(const std::vector<int>& ring, const std::vector<ComputeDigest>& own,

@@ -104,6 +104,20 @@ TEST(SdcJudge, EachTensorParallelPositionHasItsOwnRing) {
   EXPECT_NE(v.reasoning.find("rank 5"), std::string::npos) << v.reasoning;
 }
 
+// Who replays whom: the ring holding a rank, and the ranks after and before it, wrapping around
+// (a live epoch's ring is its members, not 0..n-1).
+TEST(SdcJudge, RingsAreWalkedBothWays) {
+  const std::vector<std::vector<int>> rings = Rings(3, 2);  // {0, 2, 4} and {1, 3, 5}
+  EXPECT_EQ(RingOf(rings, 3), (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(RingAfter(RingOf(rings, 4), 4, 1), 0);
+  EXPECT_EQ(RingAfter(RingOf(rings, 4), 4, 2), 2);
+  EXPECT_EQ(RingAfter(RingOf(rings, 1), 1, -1), 5);
+  EXPECT_EQ(RingAfter(RingOf(rings, 1), 1, -2), 3);
+  const std::vector<int> members = {0, 2, 3};  // rank 1 lost
+  EXPECT_EQ(RingAfter(members, 0, -1), 3);
+  EXPECT_EQ(RingAfter(members, 3, 1), 0);
+}
+
 TEST(SdcDigest, ComparesBitPatterns) {
   EXPECT_EQ(D(7, std::nan("")), D(7, std::nan("")));
   EXPECT_NE(D(7, 0.0), D(7, -0.0));

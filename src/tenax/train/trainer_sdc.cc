@@ -118,23 +118,17 @@ Trainer::SdcRings Trainer::SdcRingsNow() const {
 
 Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
   const auto t0 = Clock::now();
-  const int dp = mesh_->dp();
-  std::vector<protocol::SlotPart> parts = {
-      {(mesh_->dp_index(env_.rank) - distance % dp + dp) % dp, 0, t_.local_batch_size}};
-  if (live()) {
-    // The samples the member `distance` places before this one runs in this epoch: its own slot,
-    // and its part of a lost replica's (DataPartsOf).
-    const std::vector<int> ring = SdcRingsNow().rings.front();
-    const int n = static_cast<int>(ring.size());
-    const int i = static_cast<int>(std::find(ring.begin(), ring.end(), env_.rank) - ring.begin());
-    const int replayed = ring[static_cast<size_t>(((i - distance) % n + n) % n)];
-    parts = DataPartsOf(replayed);
-    if (distance == 1 && n < env_.world && groups_->world().rank() == 0) {
-      log::Info(
-          "step {}: silent-data-corruption check over the {} live members (ranks {}), each "
-          "replaying the samples the member before it runs in this epoch",
-          step, n, fmt::join(ring, ","));
-    }
+  // The samples the rank `distance` places before this one in its ring runs (live: in this
+  // epoch, its own slot and its part of a lost replica's).
+  const SdcRings who = SdcRingsNow();
+  const std::vector<int>& ring = RingOf(who.rings, env_.rank);
+  const std::vector<protocol::SlotPart> parts = DataPartsOf(RingAfter(ring, env_.rank, -distance));
+  if (live() && distance == 1 && static_cast<int>(ring.size()) < env_.world &&
+      groups_->world().rank() == 0) {
+    log::Info(
+        "step {}: silent-data-corruption check over the {} live members (ranks {}), each "
+        "replaying the samples the member before it runs in this epoch",
+        step, ring.size(), fmt::join(ring, ","));
   }
   if (flight_) flight_->SetPhase(step, "sdc_replay");
   parallel_model_->SetReplay(true);
@@ -209,9 +203,7 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
   for (int r : faulty.empty() ? std::vector<int>{-1} : faulty) {
     if (env_.rank == (r >= 0 ? r : who.ranks.front())) {
       const int s = r >= 0 ? r : mismatched.front();
-      const std::vector<int>& ring = *std::find_if(rings.begin(), rings.end(), [&](const auto& g) {
-        return std::find(g.begin(), g.end(), s) != g.end();
-      });
+      const std::vector<int>& ring = RingOf(rings, s);
       const int n = static_cast<int>(ring.size());
       const int i = static_cast<int>(std::find(ring.begin(), ring.end(), s) - ring.begin());
       SdcRecord rec;
