@@ -409,7 +409,14 @@ TEST_F(LiveRecoveryE2E, HsdpLosesAWholeReplicaAndItsRanksHealShardByShard) {
   // Replica 1 had run step 6's own samples: each of its ranks runs only replica 0's at its shard
   // index again, adding to the shard's gradient it kept.
   ExpectReplicaOfTwoRecovered(report, out, kHsdpKept);
-  EXPECT_NE(out.find("live replacement: no warm-up step (a replica of several ranks)"),
+  // Both new ranks warmed up together (their shard group's collectives between them), and the
+  // losses still match the unfailed run's (above).
+  for (const char* rank : {"[rank 0]", "[rank 1]"}) {
+    EXPECT_NE(out.find(std::string(rank) + " live replacement: warmed up in"), std::string::npos)
+        << out;
+  }
+  EXPECT_NE(out.find("(the forward and backward of one row of zeros, with the other new ranks of "
+                     "its replica)"),
             std::string::npos)
       << out;
   const auto by_rank = RecoveriesByRank(report);
@@ -465,6 +472,10 @@ TEST_F(LiveRecoveryE2E, PipelineAndContextParallelReplicasAreRecoveredLive) {
     const nlohmann::json report = Live(c.name, c.crash + ",await-join:rank=2:step=10", &out, "",
                                        flags, c.name + "_clean", 128);
     ExpectReplicaOfTwoRecovered(report, out);
+    // One row of zeros is no schedule of micro-batches over two stages: no warm-up there.
+    EXPECT_EQ(out.find("live replacement: no warm-up step (pipeline stages)") != std::string::npos,
+              c.name == "pp")
+        << out;
   }
 }
 
@@ -487,6 +498,11 @@ TEST_F(LiveRecoveryE2E, HsdpWithTensorParallelInsideEachReplicaIsRecoveredLive) 
   EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
   EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
   EXPECT_NE(out.find("live epoch 1 formed by ranks 4,5,6,7"), std::string::npos) << out;
+  // The four new ranks warmed up together, through their shard and TP groups.
+  for (const char* rank : {"[rank 0]", "[rank 1]", "[rank 2]", "[rank 3]"}) {
+    EXPECT_NE(out.find(std::string(rank) + " live replacement: warmed up in"), std::string::npos)
+        << out;
+  }
   // Each shard index of replica 1 (its TP pair) ran its own samples and runs replica 0's again.
   for (const char* kept : {"[rank 4] step 6: the gradients of slot(s) 2 kept through the failure: "
                            "running only slot(s) 0",

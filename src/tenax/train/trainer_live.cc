@@ -587,15 +587,27 @@ Status Trainer::LiveSyncState(const protocol::LiveMembership& next, bool has_sta
 }
 
 Status Trainer::LiveWarmUp() {
-  if (live_replica_ranks_ != 1 || step_model_->moe_state() != nullptr) {
-    // A replica of several ranks would run its collectives inside the replica with a partner
-    // that warms up too (not built); a mixture of experts would count the zeros' routing.
-    log::Info("live replacement: no warm-up step ({})",
-              live_replica_ranks_ != 1 ? "a replica of several ranks" : "a mixture of experts");
+  const char* skip = nullptr;
+  if (step_model_->moe_state() != nullptr) {
+    skip = "a mixture of experts";  // the zeros' routing would count in the router's loads
+  } else if (mesh_->degree(parallel::Axis::kPipeline) > 1) {
+    skip = "pipeline stages";  // one row is not a schedule of micro-batches over the stages
+  }
+  if (skip != nullptr) {
+    log::Info("live replacement: no warm-up step ({})", skip);
     return Status::Ok();
   }
   const auto t0 = Clock::now();
+  // Its collectives across replicas in groups of this rank alone; those inside a replica of
+  // several ranks with its partners, which are replacements warming up too (a failure inside a
+  // replica replaces all of its ranks).
   TENAX_RETURN_IF_ERROR(live_->FormAlone());
+  if (live_replicas_) {
+    if (Status st = live_replicas_->FormAlone(); !st.ok()) {
+      live_->Leave();
+      return st;
+    }
+  }
   // The parameters are zeros until the transfer (Llama::Init::kOverwritten): the step computes
   // what a real one does, and what it leaves (gradients, reductions) is dropped below. One row:
   // the gradients and their reductions are the whole model's whatever the rows, and a shorter
@@ -606,12 +618,13 @@ Status Trainer::LiveWarmUp() {
   Result<double> loss = step_model_->ForwardBackward(zeros, zeros, /*micro_batches=*/1);
   if (loss.ok()) step_model_->FinishStep();
   step_model_->ZeroGrad();
-  live_->Leave();
+  LiveLeave();
   TENAX_RETURN_IF_ERROR(loss.status());
   log::Info(
       "live replacement: warmed up in {:.2f}s (the forward and backward of one row of zeros, "
-      "alone)",
-      Seconds(Clock::now() - t0));
+      "{})",
+      Seconds(Clock::now() - t0),
+      live_replica_ranks_ > 1 ? "with the other new ranks of its replica" : "alone");
   return Status::Ok();
 }
 
