@@ -314,9 +314,10 @@ TEST_F(LiveRecoveryE2E, AReplacementLostWhileHealingIsDiscardedAndTheNextOneHeal
   struct Case {
     std::string name, heal_fail, flags, second_kind;
   };
-  for (const Case& c : {Case{"heal-form", "at=form", "", "crash"},
-                        Case{"heal-transfer", "at=transfer", "", "crash"},
-                        Case{"heal-stop", "at=transfer:how=stop", "--hang-timeout 4", "hang"}}) {
+  for (const Case& c :
+       {Case{"heal-warmup", "at=warmup", "", "crash"}, Case{"heal-form", "at=form", "", "crash"},
+        Case{"heal-transfer", "at=transfer", "", "crash"},
+        Case{"heal-stop", "at=transfer:how=stop", "--hang-timeout 4", "hang"}}) {
     SCOPED_TRACE(c.name);
     std::string out;
     const nlohmann::json report = Live(c.name,
@@ -632,6 +633,55 @@ TEST_F(LiveRecoveryE2E, HsdpAFailureAtALossSpikeIsRecoveredLive) {
   const nlohmann::json x = FinalState("spike_clean"), y = FinalState("spike_live");
   EXPECT_EQ(y["data"]["position"], x["data"]["position"]);
   EXPECT_EQ(y["optimizer_step"], x["optimizer_step"]);
+}
+
+// HSDP 2 x 2: replica 0 lost (rank 1 killed at step 6, rank 0 with it), and its first new rank 1
+// killed in the warm-up step that the replica's two new ranks run together: its partner, waiting
+// for it in their shard group, fails too, the launcher discards both, and the replica's next
+// new ranks heal.
+TEST_F(LiveRecoveryE2E, HsdpAReplacementLostInItsReplicasWarmUpIsDiscardedWithItsPartner) {
+  ASSERT_NO_FATAL_FAILURE(HsdpClean());
+  std::string out;
+  const nlohmann::json report =
+      Live("hsdp_heal_warmup",
+           "crash:rank=1:step=6,heal-fail:rank=1:at=warmup,await-join:rank=2:step=9,"
+           "await-join:rank=2:step=12",
+           &out, "", kHsdp, "hsdp_clean");
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);  // nobody restarted
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_NE(out.find("[rank 1] injected fault: crash (kill) while healing, in its warm-up step"),
+            std::string::npos)
+      << out;
+  // The first new ranks of replica 0 (incarnation 1) discarded together, the next (2) healed.
+  for (const char* discarded :
+       {"the replacement for rank 1 is discarded while healing: it was killed by signal 9 "
+        "(Killed): injected crash (kill) while healing, in its warm-up step",
+        "the replacement for rank 0 is discarded while healing: it was killed with rank 1 of its "
+        "replica"}) {
+    EXPECT_NE(out.find(discarded), std::string::npos) << out;
+  }
+  ASSERT_EQ(report["live_recoveries"].size(), 4u) << report.dump(2);
+  int healed = 0;
+  for (const auto& l : report["live_recoveries"]) {
+    const int rank = l["rank"].get<int>();
+    ASSERT_TRUE(rank == 0 || rank == 1) << l.dump(2);
+    EXPECT_EQ(l["kind"], rank == 1 ? "crash" : "peer-lost") << l.dump(2);
+    EXPECT_EQ(l["replica"], 0) << l.dump(2);
+    if (l["incarnation"] == 1) {
+      EXPECT_EQ(l["healed_at_s"], -1) << l.dump(2);
+      EXPECT_NE(l["outcome"].get<std::string>().find("in its warm-up step"), std::string::npos)
+          << l.dump(2);
+    } else {
+      EXPECT_EQ(l["incarnation"], 2) << l.dump(2);
+      EXPECT_EQ(l["healed_from"], rank + 2) << l.dump(2);
+      ++healed;
+    }
+  }
+  EXPECT_EQ(healed, 2) << report.dump(2);
+  for (const char* rank : {"[rank 0]", "[rank 1]"}) {
+    EXPECT_NE(out.find(std::string(rank) + " live replacement: warmed up in"), std::string::npos)
+        << out;
+  }
 }
 
 // HSDP 2 x 2 with two standbys: rank 1 killed, rank 0 killed with it. Both replacements are

@@ -46,7 +46,9 @@ TEST(FaultSchedule, TheSeedAloneDecidesTheArrivals) {
     EXPECT_EQ(a[i].kind, b[i].kind);
     EXPECT_EQ(a[i].local_rank, b[i].local_rank);
     differ += a[i].exposure_s != c[i].exposure_s;
-    if (i > 0) EXPECT_GT(a[i].exposure_s, a[i - 1].exposure_s);
+    if (i > 0) {
+      EXPECT_GT(a[i].exposure_s, a[i - 1].exposure_s);
+    }
   }
   EXPECT_EQ(differ, 50);
 }

@@ -28,7 +28,7 @@ const char* kGrammar =
     "ckpt-corrupt:step=S, kill-in-ckpt:rank=R:step=S[:at=written|fenced], "
     "spike:rank=R:step=S[:factor=F], "
     "push-loss:rank=R, exit-hang:rank=R, exit-crash:rank=R[:code=N], await-join:rank=R:step=S, "
-    "heal-fail:rank=R[:at=form|transfer][:how=kill|stop], "
+    "heal-fail:rank=R[:at=warmup|form|transfer][:how=kill|stop], "
     "sdc:rank=R:step=S[:where=grad|activation|weight]; "
     "each may end in :gen=G or "
     ":gen=all; or poisson:crash=RATE:hang=RATE:nan=RATE[:seed=S] (RATE: N/h, N/min or N/s)";
@@ -165,9 +165,11 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
       } else if (key == "at" && (value == "written" || value == "fenced") &&
                  f.kind == FaultKind::kKillInCkpt) {
         f.ckpt_at = value == "fenced" ? CheckpointPhase::kFenced : CheckpointPhase::kWritten;
-      } else if (key == "at" && (value == "form" || value == "transfer") &&
+      } else if (key == "at" && (value == "warmup" || value == "form" || value == "transfer") &&
                  f.kind == FaultKind::kHealFail) {
-        f.heal_at = value == "form" ? HealPoint::kForm : HealPoint::kTransfer;
+        f.heal_at = value == "warmup" ? HealPoint::kWarmUp
+                    : value == "form" ? HealPoint::kForm
+                                      : HealPoint::kTransfer;
       } else if (key == "rank" && numeric) {
         f.rank = static_cast<int>(n);
         have_rank = true;
@@ -199,7 +201,7 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
             "' (rank=R, step=S >= 1 (crash: >= 0), time=T > 0 (crash), factor=F >= 1 and "
             "from=S (slow), factor=F > 1 (spike), how=kill|exit, code=1..255, "
             "where=grad|activation|weight (sdc), at=start|reduce|spike|eval (crash), "
-            "at=written|fenced (kill-in-ckpt), at=form|transfer "
+            "at=written|fenced (kill-in-ckpt), at=warmup|form|transfer "
             "and "
             "how=kill|stop (heal-fail), gen=G or gen=all)");
       }
@@ -580,8 +582,9 @@ void FaultInjector::DuringHeal(HealPoint at) {
       fired = fired || (x.index == f.index && x.generation == ctx_.generation);
     }
     if (fired) continue;
-    const std::string where =
-        at == HealPoint::kForm ? "before connecting to the group" : "inside the state transfer";
+    const std::string where = at == HealPoint::kWarmUp ? "in its warm-up step"
+                              : at == HealPoint::kForm ? "before connecting to the group"
+                                                       : "inside the state transfer";
     if (!f.stop) Crash(f, -1, "while healing, " + where);
     Record(f, -1);
     Say(rank_, "SIGSTOP while healing, " + where);

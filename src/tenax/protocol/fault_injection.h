@@ -40,11 +40,12 @@
 //                                                  start of step S until every rank is back in
 //                                                  the group (a replacement announced), so a
 //                                                  short test run sees it join
-//         | heal-fail:rank=R[:at=form|transfer][:how=kill|stop][:gen=G]
+//         | heal-fail:rank=R[:at=warmup|form|transfer][:how=kill|stop][:gen=G]
 //                                                  resilience.mode = "live": the first
 //                                                  replacement of rank R dies (kill: SIGKILL) or
 //                                                  stops itself (stop: SIGSTOP) while it heals:
-//                                                  before it connects to the group that takes it
+//                                                  in its warm-up step (warmup), before it
+//                                                  connects to the group that takes it
 //                                                  in (form), or once the first tensor of the
 //                                                  state has reached it (transfer, the default);
 //                                                  the replacement started after it heals
@@ -103,9 +104,10 @@ enum class FaultKind {
   kPoisson,
 };
 
-// Where a `heal-fail` fault strikes a replacement: before it connects to the group that takes it
-// in, or inside the state transfer (after its first tensor arrived).
-enum class HealPoint { kForm, kTransfer };
+// Where a `heal-fail` fault strikes a replacement: once it said it is ready, in its warm-up step
+// (Trainer::LiveWarmUp; where it runs none, at that point), before it connects to the group that
+// takes it in, or inside the state transfer (after its first tensor arrived).
+enum class HealPoint { kWarmUp, kForm, kTransfer };
 
 // Where an `sdc` fault corrupts the rank's computation.
 enum class SdcSite { kGrad, kActivation, kWeight };

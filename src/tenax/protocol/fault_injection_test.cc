@@ -131,7 +131,8 @@ TEST(FaultInjectionTest, RefusesFaultsThatCouldNeverFire) {
 // heal-fail: where and how a replacement fails as it heals; refused unless the job is live and
 // something replaces that rank first.
 TEST(FaultInjectionTest, HealFailNeedsALiveJobAndAReplacementOfItsRank) {
-  auto f = ParseFaults("heal-fail:rank=2,heal-fail:rank=1:at=form:how=stop:gen=1");
+  auto f = ParseFaults(
+      "heal-fail:rank=2,heal-fail:rank=1:at=form:how=stop:gen=1,heal-fail:rank=3:at=warmup");
   ASSERT_TRUE(f.ok()) << f.status().message();
   EXPECT_EQ((*f)[0].kind, FaultKind::kHealFail);
   EXPECT_EQ((*f)[0].heal_at, HealPoint::kTransfer);  // the defaults
@@ -139,6 +140,7 @@ TEST(FaultInjectionTest, HealFailNeedsALiveJobAndAReplacementOfItsRank) {
   EXPECT_EQ((*f)[1].heal_at, HealPoint::kForm);
   EXPECT_TRUE((*f)[1].stop);
   EXPECT_EQ((*f)[1].generation, 1);
+  EXPECT_EQ((*f)[2].heal_at, HealPoint::kWarmUp);
   for (const std::string bad : {"heal-fail:rank=1:step=3", "heal-fail:rank=1:at=sync",
                                 "heal-fail:rank=1:how=exit", "heal-fail:at=form"}) {
     EXPECT_FALSE(ParseFaults(bad).ok()) << bad;

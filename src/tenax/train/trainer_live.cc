@@ -595,6 +595,7 @@ Status Trainer::LiveWarmUp() {
   }
   if (skip != nullptr) {
     log::Info("live replacement: no warm-up step ({})", skip);
+    if (faults_) faults_->DuringHeal(protocol::HealPoint::kWarmUp);
     return Status::Ok();
   }
   const auto t0 = Clock::now();
@@ -614,6 +615,9 @@ Status Trainer::LiveWarmUp() {
   // warm-up is less likely to keep the others waiting at the step boundary.
   const at::Tensor zeros =
       at::zeros({1, t_.seq_len}, at::TensorOptions(at::kLong).device(device_.device));
+  // --inject heal-fail:...:at=warmup: the other new ranks of a replica wait for this one in the
+  // step's first collective inside the replica.
+  if (faults_) faults_->DuringHeal(protocol::HealPoint::kWarmUp);
   step_model_->BeginStep();
   Result<double> loss = step_model_->ForwardBackward(zeros, zeros, /*micro_batches=*/1);
   if (loss.ok()) step_model_->FinishStep();
