@@ -29,12 +29,20 @@ const std::map<std::string, std::string> kLayouts = {
     {"tp",
      "--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=3 "
      "--set parallelism.tensor_parallel=2"},
+    // HSDP: three and four replicas of two ranks (checked live: a rank against the rank at its
+    // place in another replica).
+    {"hsdp3",
+     "--set parallelism.data_parallel_replicate=3 --set parallelism.data_parallel_shard=2"},
+    {"hsdp4",
+     "--set parallelism.data_parallel_replicate=4 --set parallelism.data_parallel_shard=2"},
     // Mixture of experts (8 experts, top 2, softmax router with its load-balancing loss), FSDP.
     {"moe",
      "--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=4 "
      "--set model.preset=debug-moe"},
 };
-int Ranks(const std::string& layout) { return layout == "tp" ? 6 : 4; }
+int Ranks(const std::string& layout) {
+  return layout == "tp" || layout == "hsdp3" ? 6 : layout == "hsdp4" ? 8 : 4;
+}
 
 class SdcE2E : public ::testing::Test {
  protected:
@@ -267,6 +275,54 @@ TEST_F(SdcE2E, LiveDdpCorruptedWeight) {
   Corrupt("ddp", "weight", 1, 3, {1}, 1, "--set resilience.mode=live", "-live");
 }
 
+// Live HSDP 3 x 2: each rank replays the rank at its place in the replica before its own (rings
+// {0, 2, 4} and {1, 3, 5}), the replica's two ranks at once; the faulty rank is named and the
+// checkpoints are the restart-mode run's, bit for bit.
+TEST_F(SdcE2E, LiveHsdpGradientCorruption) {
+  const nlohmann::json g =
+      Corrupt("hsdp3", "grad", 3, 6, {3}, 1, "--set resilience.mode=live", "-live");
+  EXPECT_TRUE(g["live_recoveries"].empty()) << g.dump(2);
+}
+TEST_F(SdcE2E, LiveHsdpActivationCorruption) {
+  Corrupt("hsdp3", "activation", 4, 3, {4}, 1, "--set resilience.mode=live", "-live");
+}
+
+// Live HSDP 4 x 2, short of a replica: rank 7 is killed at the start of step 5 (rank 6 with it,
+// its replica) while rank 3's device has gone bad. The three replicas left run step 5 again with
+// replica 3's samples; the check of that step replays, place by place, the samples each rank at
+// its place in the replica before runs now (its own and a part of replica 3's), names rank 3, and
+// the job resumes from step 4's checkpoint with rank 3's slot quarantined: its checkpoints are
+// the unfailed run's, bit for bit.
+TEST_F(SdcE2E, LiveHsdpCheckShortOfAReplicaNamesTheRank) {
+  const std::string name = "live-hsdp-short";
+  auto r = RunTenax(
+      "launch --nproc-per-node 8 --spares 3 --max-restarts 2 --inject "
+      "crash:rank=7:step=5,sdc:rank=3:step=5:where=grad -- " +
+          Train(name, "hsdp4", "--set resilience.mode=live --set resilience.sdc_check_interval=1"),
+      dir_->path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 5: silent-data-corruption check over the 3 live replicas (ranks "
+                          "0,2,4 at rank 0's place"),
+            std::string::npos)
+      << r.output;
+  const auto sdc = nlohmann::json::parse(ReadFile(*dir_ / (name + "/sdc.json")))["detections"];
+  ASSERT_EQ(sdc.size(), 1u) << sdc.dump(2);
+  EXPECT_EQ(sdc[0]["rank"], 3) << sdc.dump(2);
+  EXPECT_EQ(sdc[0]["step"], 5) << sdc.dump(2);
+  EXPECT_EQ(sdc[0]["mismatched"], nlohmann::json::array({1, 3})) << sdc.dump(2);
+  EXPECT_NE(r.output.find("slot 3 computed wrong results (found by replay): quarantined at once"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("silent data corruption is not recovered live"), std::string::npos)
+      << r.output;
+  const auto g = nlohmann::json::parse(ReadFile(*dir_ / (name + "/goodput.json")));
+  ASSERT_FALSE(g["failures"].empty()) << g.dump(2);
+  EXPECT_EQ(g["failures"].back()["kind"], "silent-corruption") << g.dump(2);
+  EXPECT_EQ(g["failures"].back()["rank"], 3) << g.dump(2);
+  EXPECT_EQ(g["restarts"], 1) << g.dump(2);
+  EXPECT_GE(ExpectCheckpointsEqual(name, Clean("hsdp4")), 8);
+}
+
 // Live, short of a member: rank 3 is killed at the start of step 5 and the other three run step 5
 // again with its samples, while rank 1's device has gone bad. The check of that step replays over
 // the three members (each the samples the one before it runs now, its own and a part of rank
@@ -330,7 +386,7 @@ TEST_F(SdcE2E, LayoutsTheCheckCannotRunAreRefusedBeforeAnyRankTrains) {
                          "--set parallelism.data_parallel_shard=2"),
                dir_->path());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("needs under resilience.mode = \"live\", replicas of one rank each"),
+  EXPECT_NE(r.output.find("needs under resilience.mode = \"live\", at least 3 replicas"),
             std::string::npos)
       << r.output;
   r = RunTenax("launch --nproc-per-node 4 -- " +

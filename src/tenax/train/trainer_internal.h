@@ -174,8 +174,9 @@ class Trainer {
   Status SdcVerify(int64_t step, const ComputeDigest& own, const ComputeDigest& replay1);
   void SdcLogCost(int64_t step, double step_s);
   // Who replays whom: rings of ranks, each replaying the step of the rank before it, and the rank
-  // of each member of the world group in its order (live: the epoch's members; otherwise every
-  // rank, the rings one per TP/PP position over the data-parallel index).
+  // of each member of the world group in its order (live: the epoch's members, the rings one per
+  // place in a replica over the live replicas; otherwise every rank, the rings one per TP/PP
+  // position over the data-parallel index).
   struct SdcRings {
     std::vector<std::vector<int>> rings;
     std::vector<int> ranks;

@@ -76,14 +76,14 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
         "a tolerance on GPU ranks, whose kernels need not repeat bit for bit: "
         "resilience.sdc_tolerance > 0 (docs/resilience.md says how to choose it)");
   }
-  if (config_.resilience.mode == "live" &&
-      env_.world != mesh_->degree(parallel::Axis::kReplicate)) {
-    // A live epoch short of a replica replays the parts of the lost one's samples each member
-    // ran (SdcReplay): built for replicas of one rank.
-    needs.push_back(
-        fmt::format("under resilience.mode = \"live\", replicas of one rank each (DDP: "
-                    "data_parallel_replicate = the number of ranks), not {}",
-                    mesh_->Describe()));
+  const int replicas = mesh_->degree(parallel::Axis::kReplicate);
+  if (config_.resilience.mode == "live" && replicas < 3 && env_.distributed() && mesh_->dp() >= 3) {
+    // Live, a rank replays the rank at its place in the replica before its own (SdcRingsNow).
+    needs.push_back(fmt::format(
+        "under resilience.mode = \"live\", at least 3 replicas (each rank is checked against "
+        "the rank at its place in another replica, and a third tells which one is wrong): "
+        "parallelism.data_parallel_replicate >= 3, not {} ({})",
+        replicas, mesh_->Describe()));
   }
   if (needs.empty()) return Status::Ok();
   return InvalidArgument(
@@ -105,9 +105,13 @@ bool Trainer::SdcDue(int64_t step) const {
 Trainer::SdcRings Trainer::SdcRingsNow() const {
   SdcRings r;
   if (live()) {
-    // Replicas of one rank (CheckSdcLayout): one ring over the epoch's members.
+    // The epoch's members (the ranks of its replicas, in order); a ring for each place in a
+    // replica (its shard, tensor and pipeline coordinates) over the replicas. All of a replica's
+    // ranks replay at once, so the collectives inside it line up, and each replays the rank at
+    // its own place, which holds the same parts of the model and gathers the same weights.
     r.ranks = live_->membership().members;
-    r.rings = {r.ranks};
+    r.rings.assign(static_cast<size_t>(live_replica_ranks_), {});
+    for (int q : r.ranks) r.rings[static_cast<size_t>(q % live_replica_ranks_)].push_back(q);
     return r;
   }
   r.ranks.resize(static_cast<size_t>(env_.world));
@@ -123,12 +127,21 @@ Result<ComputeDigest> Trainer::SdcReplay(int64_t step, int distance) {
   const SdcRings who = SdcRingsNow();
   const std::vector<int>& ring = RingOf(who.rings, env_.rank);
   const std::vector<protocol::SlotPart> parts = DataPartsOf(RingAfter(ring, env_.rank, -distance));
-  if (live() && distance == 1 && static_cast<int>(ring.size()) < env_.world &&
+  if (live() && distance == 1 &&
+      static_cast<int>(ring.size()) < mesh_->degree(parallel::Axis::kReplicate) &&
       groups_->world().rank() == 0) {
-    log::Info(
-        "step {}: silent-data-corruption check over the {} live members (ranks {}), each "
-        "replaying the samples the member before it runs in this epoch",
-        step, ring.size(), fmt::join(ring, ","));
+    if (live_replica_ranks_ == 1) {
+      log::Info(
+          "step {}: silent-data-corruption check over the {} live members (ranks {}), each "
+          "replaying the samples the member before it runs in this epoch",
+          step, ring.size(), fmt::join(ring, ","));
+    } else {
+      log::Info(
+          "step {}: silent-data-corruption check over the {} live replicas (ranks {} at rank "
+          "{}'s place, and so on), each rank replaying the samples the rank at its place in the "
+          "replica before it runs in this epoch",
+          step, ring.size(), fmt::join(ring, ","), env_.rank);
+    }
   }
   if (flight_) flight_->SetPhase(step, "sdc_replay");
   parallel_model_->SetReplay(true);
@@ -193,8 +206,8 @@ Status Trainer::SdcVerify(int64_t step, const ComputeDigest& own, const ComputeD
     }
   } else {
     reasons.push_back(fmt::format(
-        "ranks {} disagree and only {} live members are left: no third rank to replay the step",
-        fmt::join(mismatched, ","), who.ranks.size()));
+        "ranks {} disagree and only {} live replicas are left: no third one to replay the step",
+        fmt::join(mismatched, ","), rings.front().size()));
   }
   std::sort(faulty.begin(), faulty.end());
   const std::string reasoning = fmt::format("{}", fmt::join(reasons, "; "));
