@@ -145,6 +145,46 @@ class SdcE2E : public ::testing::Test {
     EXPECT_NE(r.output.find("silent data corruption at step"), std::string::npos) << r.output;
     return g;
   }
+  // Live, short of a replica: rank `killed` is killed at the start of step 5 while rank `bad`'s
+  // device has gone bad. The replicas left run step 5 again with the lost one's samples; the check
+  // of that step replays, in each ring, the samples the rank before runs now (its own and a part
+  // of the lost replica's), names `bad`, and the job resumes from step 4's checkpoint with its slot
+  // quarantined (a spare took the lost replica's place live, another takes `bad`'s): its
+  // checkpoints are the unfailed run's, bit for bit. `said`: the check's line for the short epoch.
+  static void ExpectShortOfAReplicaNamesTheRank(const std::string& name, const std::string& layout,
+                                                int spares, int killed, int bad,
+                                                const std::string& said,
+                                                const std::vector<int>& mismatched) {
+    const std::string q = std::to_string(bad);
+    auto r = RunTenax(
+        "launch --nproc-per-node " + std::to_string(Ranks(layout)) + " --spares " +
+            std::to_string(spares) + " --max-restarts 2 --inject crash:rank=" +
+            std::to_string(killed) + ":step=5,sdc:rank=" + q + ":step=5:where=grad -- " +
+            Train(name, layout, "--set resilience.mode=live --set resilience.sdc_check_interval=1"),
+        dir_->path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("step 5: silent-data-corruption check over the " + said),
+              std::string::npos)
+        << r.output;
+    const auto sdc = nlohmann::json::parse(ReadFile(*dir_ / (name + "/sdc.json")))["detections"];
+    ASSERT_EQ(sdc.size(), 1u) << sdc.dump(2);
+    EXPECT_EQ(sdc[0]["rank"], bad) << sdc.dump(2);
+    EXPECT_EQ(sdc[0]["step"], 5) << sdc.dump(2);
+    EXPECT_EQ(sdc[0]["mismatched"], nlohmann::json(mismatched)) << sdc.dump(2);
+    EXPECT_NE(r.output.find("slot " + q +
+                            " computed wrong results (found by replay): quarantined at once"),
+              std::string::npos)
+        << r.output;
+    EXPECT_EQ(r.output.find("has no healthy slot left"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("silent data corruption is not recovered live"), std::string::npos)
+        << r.output;
+    const auto g = nlohmann::json::parse(ReadFile(*dir_ / (name + "/goodput.json")));
+    ASSERT_FALSE(g["failures"].empty()) << g.dump(2);
+    EXPECT_EQ(g["failures"].back()["kind"], "silent-corruption") << g.dump(2);
+    EXPECT_EQ(g["failures"].back()["rank"], bad) << g.dump(2);
+    EXPECT_EQ(g["restarts"], 1) << g.dump(2);
+    EXPECT_GE(ExpectCheckpointsEqual(name, Clean(layout)), 3 * Ranks(layout) / 2);
+  }
   static TempDir* dir_;
 };
 TempDir* SdcE2E::dir_ = nullptr;
@@ -287,77 +327,17 @@ TEST_F(SdcE2E, LiveHsdpActivationCorruption) {
   Corrupt("hsdp3", "activation", 4, 3, {4}, 1, "--set resilience.mode=live", "-live");
 }
 
-// Live HSDP 4 x 2, short of a replica: rank 7 is killed at the start of step 5 (rank 6 with it,
-// its replica) while rank 3's device has gone bad. The three replicas left run step 5 again with
-// replica 3's samples; the check of that step replays, place by place, the samples each rank at
-// its place in the replica before runs now (its own and a part of replica 3's), names rank 3, and
-// the job resumes from step 4's checkpoint with rank 3's slot quarantined: its checkpoints are
-// the unfailed run's, bit for bit.
-TEST_F(SdcE2E, LiveHsdpCheckShortOfAReplicaNamesTheRank) {
-  const std::string name = "live-hsdp-short";
-  auto r = RunTenax(
-      "launch --nproc-per-node 8 --spares 3 --max-restarts 2 --inject "
-      "crash:rank=7:step=5,sdc:rank=3:step=5:where=grad -- " +
-          Train(name, "hsdp4", "--set resilience.mode=live --set resilience.sdc_check_interval=1"),
-      dir_->path());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("step 5: silent-data-corruption check over the 3 live replicas (ranks "
-                          "0,2,4 at rank 0's place"),
-            std::string::npos)
-      << r.output;
-  const auto sdc = nlohmann::json::parse(ReadFile(*dir_ / (name + "/sdc.json")))["detections"];
-  ASSERT_EQ(sdc.size(), 1u) << sdc.dump(2);
-  EXPECT_EQ(sdc[0]["rank"], 3) << sdc.dump(2);
-  EXPECT_EQ(sdc[0]["step"], 5) << sdc.dump(2);
-  EXPECT_EQ(sdc[0]["mismatched"], nlohmann::json::array({1, 3})) << sdc.dump(2);
-  EXPECT_NE(r.output.find("slot 3 computed wrong results (found by replay): quarantined at once"),
-            std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("silent data corruption is not recovered live"), std::string::npos)
-      << r.output;
-  const auto g = nlohmann::json::parse(ReadFile(*dir_ / (name + "/goodput.json")));
-  ASSERT_FALSE(g["failures"].empty()) << g.dump(2);
-  EXPECT_EQ(g["failures"].back()["kind"], "silent-corruption") << g.dump(2);
-  EXPECT_EQ(g["failures"].back()["rank"], 3) << g.dump(2);
-  EXPECT_EQ(g["restarts"], 1) << g.dump(2);
-  EXPECT_GE(ExpectCheckpointsEqual(name, Clean("hsdp4")), 8);
+// DDP 4: rank 3 lost, rank 1 bad; the three members' ring.
+TEST_F(SdcE2E, LiveCheckShortOfAMemberNamesTheRank) {
+  ExpectShortOfAReplicaNamesTheRank("live-short", "ddp", 2, 3, 1, "3 live members (ranks 0,1,2)",
+                                    {0, 1});
 }
 
-// Live, short of a member: rank 3 is killed at the start of step 5 and the other three run step 5
-// again with its samples, while rank 1's device has gone bad. The check of that step replays over
-// the three members (each the samples the one before it runs now, its own and a part of rank
-// 3's), names rank 1, and the job resumes from step 4's checkpoint with rank 1's slot
-// quarantined (two spares: one took rank 3's place live, the other takes rank 1's): its
-// checkpoints are the unfailed run's, bit for bit.
-TEST_F(SdcE2E, LiveCheckShortOfAMemberNamesTheRank) {
-  const std::string name = "live-short";
-  auto r = RunTenax(
-      "launch --nproc-per-node 4 --spares 2 --max-restarts 2 --inject "
-      "crash:rank=3:step=5,sdc:rank=1:step=5:where=grad -- " +
-          Train(name, "ddp", "--set resilience.mode=live --set resilience.sdc_check_interval=1"),
-      dir_->path());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("step 5: silent-data-corruption check over the 3 live members (ranks "
-                          "0,1,2)"),
-            std::string::npos)
-      << r.output;
-  const auto sdc = nlohmann::json::parse(ReadFile(*dir_ / (name + "/sdc.json")))["detections"];
-  ASSERT_EQ(sdc.size(), 1u) << sdc.dump(2);
-  EXPECT_EQ(sdc[0]["rank"], 1) << sdc.dump(2);
-  EXPECT_EQ(sdc[0]["step"], 5) << sdc.dump(2);
-  EXPECT_EQ(sdc[0]["mismatched"], nlohmann::json::array({0, 1})) << sdc.dump(2);
-  EXPECT_NE(r.output.find("slot 1 computed wrong results (found by replay): quarantined at once"),
-            std::string::npos)
-      << r.output;
-  EXPECT_EQ(r.output.find("has no healthy slot left"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("silent data corruption is not recovered live"), std::string::npos)
-      << r.output;
-  const auto g = nlohmann::json::parse(ReadFile(*dir_ / (name + "/goodput.json")));
-  ASSERT_FALSE(g["failures"].empty()) << g.dump(2);
-  EXPECT_EQ(g["failures"].back()["kind"], "silent-corruption") << g.dump(2);
-  EXPECT_EQ(g["failures"].back()["rank"], 1) << g.dump(2);
-  EXPECT_EQ(g["restarts"], 1) << g.dump(2);
-  EXPECT_GE(ExpectCheckpointsEqual(name, Clean("ddp")), 6);
+// HSDP 4 x 2: rank 7 lost (rank 6 with it, its replica), rank 3 bad; a ring for each place in a
+// replica over the three replicas left ({0, 2, 4} and {1, 3, 5}).
+TEST_F(SdcE2E, LiveHsdpCheckShortOfAReplicaNamesTheRank) {
+  ExpectShortOfAReplicaNamesTheRank("live-hsdp-short", "hsdp4", 3, 7, 3,
+                                    "3 live replicas (ranks 0,2,4 at rank 0's place", {1, 3});
 }
 
 TEST_F(SdcE2E, LayoutsTheCheckCannotRunAreRefusedBeforeAnyRankTrains) {
