@@ -39,13 +39,19 @@ const std::map<std::string, std::string> kLayouts = {
     {"dp3tp",
      "--set parallelism.data_parallel_replicate=3 --set parallelism.data_parallel_shard=1 "
      "--set parallelism.tensor_parallel=2"},
+    // Three replicas of two pipeline stages.
+    {"dp3pp",
+     "--set parallelism.data_parallel_replicate=3 --set parallelism.data_parallel_shard=1 "
+     "--set parallelism.pipeline_parallel=2 --set parallelism.microbatches=2"},
     // Mixture of experts (8 experts, top 2, softmax router with its load-balancing loss), FSDP.
     {"moe",
      "--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=4 "
      "--set model.preset=debug-moe"},
 };
 int Ranks(const std::string& layout) {
-  return layout == "tp" || layout == "hsdp3" || layout == "dp3tp" ? 6 : layout == "hsdp4" ? 8 : 4;
+  return layout == "tp" || layout == "hsdp3" || layout == "dp3tp" || layout == "dp3pp" ? 6
+         : layout == "hsdp4"                                                           ? 8
+                                                                                       : 4;
 }
 
 class SdcE2E : public ::testing::Test {
@@ -345,6 +351,18 @@ TEST_F(SdcE2E, LiveHsdpActivationCorruption) {
 TEST_F(SdcE2E, LiveTensorParallelReplicasGradientCorruption) {
   Corrupt("dp3tp", "grad", 3, 6, {3}, 1, "--set resilience.mode=live", "-live",
           /*same_reference=*/true);
+}
+
+// The same rings with two pipeline stages as the replica: the stages of a replica replay its
+// micro-batches together, each stage against the same stage of the replica before. A gradient
+// bucket's corruption stays on its stage's rank; an activation's reaches the next stage in the
+// forward and the stage before in the backward, so both stages of the replica are named (two
+// spares take them).
+TEST_F(SdcE2E, LivePipelineReplicasGradientCorruption) {
+  Corrupt("dp3pp", "grad", 3, 6, {3}, 1, "--set resilience.mode=live", "-live");
+}
+TEST_F(SdcE2E, LivePipelineReplicasActivationCorruptionNamesBothStages) {
+  Corrupt("dp3pp", "activation", 2, 3, {2, 3}, 2, "--set resilience.mode=live", "-live");
 }
 
 // DDP 4: rank 3 lost, rank 1 bad; the three members' ring.

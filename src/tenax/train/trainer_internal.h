@@ -129,13 +129,14 @@ class Trainer {
   std::vector<int> DataSlots();
   Status LiveRecover(int64_t step, const std::string& what);
   Status LiveJoin();
-  // A replacement, before it waits for its epoch: the forward and backward of one row of zeros,
-  // its reductions across replicas in groups of its own (LiveGroup::FormAlone; those inside a
-  // replica of several ranks with its other new ranks), then every gradient dropped, so that the
-  // memory its first real step uses is already the process's and that step is not the job's
-  // slowest (first-touch page faults: about 0.15 s a join at half a core for the 29M shape). Only
-  // where that step's state is all overwritten by the transfer and one row is a step: a dense
-  // model, no pipeline stages. Says what it did, or why not.
+  // A replacement, before it waits for its epoch: the forward and backward of one row of zeros
+  // (an eighth of a sequence), its reductions across replicas in groups of its own
+  // (LiveGroup::FormAlone; those inside a replica of several ranks with its other new ranks),
+  // then every gradient dropped, so that the memory its first real step uses is already the
+  // process's and that step is not the job's slowest (first-touch page faults: about 0.15 s a
+  // join at half a core for the 29M shape). Only where that step's state is all overwritten by
+  // the transfer and one row is a step: a dense model, no pipeline stages. Says what it did, or
+  // why not.
   Status LiveWarmUp();
   Status LiveSync(const protocol::LiveMembership& next, bool has_state);
   // The first membership record of this generation after epoch `after` that is `wanted`.
