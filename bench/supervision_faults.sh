@@ -17,9 +17,16 @@
 #   moe:         hsdp's layout with a mixture-of-experts model, its experts split over each
 #                replica's two ranks (expert_parallel 2), sigmoid router biases.
 #   heal:        N live runs where a random rank crashes at a random step and its first
-#                replacement fails while healing (--inject heal-fail, at a random point, killed
+#                replacement fails while healing (--inject heal-fail, at a random point of
+#                form, transfer or warmup, killed
 #                or stopped); counts the runs that finish with exit 0, no restart, the first
 #                replacement discarded and the second one healed.
+#   frozen:      N live HSDP 2x2 runs where, after training starts, both ranks of a random replica
+#                are stopped (SIGSTOP from outside, as a frozen node's): counts the runs that
+#                finish with exit 0, no restart, one rank's recovery of kind hang and the other's
+#                peer-lost (either order: when one stops first, the other waits for it in a
+#                collective and the records name the first; stopped at once, neither leaves a
+#                record and the two silent ranks of one replica are the culprit).
 #   spike:       N live HSDP 2x2 runs where a random rank's loss spikes at a random step (skipped)
 #                and a random rank is killed there, after the spike's record and before the
 #                ranks confirm it (--inject crash:...:at=spike); counts the runs that finish with
@@ -36,7 +43,7 @@
 #                at random (a rank killed, a rank hung, a whole node lost, cut off or stopped with a
 #                spare to take its place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|spike|between|nodes|all] [N]
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|frozen|spike|between|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
@@ -173,7 +180,7 @@ heal() {
   local ok=0
   for i in $(seq 1 "$runs"); do
     local rank=$((RANDOM % 4)) step=$((5 + RANDOM % 30)) at how name="heal$i"
-    case $((RANDOM % 2)) in 0) at=form ;; 1) at=transfer ;; esac
+    case $((RANDOM % 3)) in 0) at=form ;; 1) at=transfer ;; 2) at=warmup ;; esac
     case $((RANDOM % 2)) in 0) how=kill ;; 1) how=stop ;; esac
     # shellcheck disable=SC2046
     "$bin" launch --nproc-per-node 4 --hang-timeout 4 \
@@ -189,6 +196,33 @@ heal() {
     rm -rf "${work:?}/$name"
   done
   echo "heal: $ok of $runs discarded the failed replacement, healed the next and never restarted"
+  [ "$ok" -eq "$runs" ]
+}
+
+frozen() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local replica=$((RANDOM % 2)) name="frozen$i" status="$work/frozen$i-status.json"
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 4 --hang-timeout 4 --status-file "$status" -- $(train "$name") \
+      --set training.steps=400 --set parallelism.data_parallel_replicate=2 \
+      --set parallelism.data_parallel_shard=2 --set resilience.mode=live \
+      > "$work/$name.log" 2>&1 &
+    local launcher=$! a b
+    a=$(wait_training "$status" $((2 * replica))) && b=$(wait_training "$status" $((2 * replica + 1))) ||
+      { echo "run $i: training never started"; kill -9 $launcher; continue; }
+    kill -STOP "$a" "$b"
+    wait $launcher
+    local code=$? got
+    got=$(json "$work/$name/goodput.json" "'%d|%s' % (len(j['generations']), ','.join('%d:%s' % (r['rank'], r['kind']) for r in sorted(j['live_recoveries'], key=lambda r: r['rank'])))")
+    local r0=$((2 * replica)) r1=$((2 * replica + 1))
+    if [ "$code" = 0 ] && { [ "$got" = "1|$r0:hang,$r1:peer-lost" ] || [ "$got" = "1|$r0:peer-lost,$r1:hang" ]; }; then
+      ok=$((ok + 1)); verdict=ok; else
+      verdict="WRONG (exit $code; generations, recoveries: $got)"; fi
+    echo "frozen run $i: replica $replica (ranks $r0,$r1) stopped -> $verdict"
+    rm -rf "${work:?}/$name"
+  done
+  echo "frozen: $ok of $runs took the stopped replica out and trained on without a restart"
   [ "$ok" -eq "$runs" ]
 }
 
@@ -289,14 +323,15 @@ case "$what" in
   cp) live cp 1 context_parallel || status=1 ;;
   moe) live moe 2 "" "$moe" || status=1 ;;
   heal) heal || status=1 ;;
+  frozen) frozen || status=1 ;;
   spike) spike || status=1 ;;
   between) between || status=1 ;;
   nodes) nodes || status=1 ;;
   all) attribution || status=1; orphans || status=1; live || status=1; live hsdp 2 || status=1
        live tp 1 tensor_parallel || status=1; live pp 1 pipeline_parallel || status=1
        live cp 1 context_parallel || status=1; live moe 2 "" "$moe" || status=1
-       heal || status=1; spike || status=1
+       heal || status=1; frozen || status=1; spike || status=1
        between || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|spike|between|nodes|all] [N]" >&2; exit 2 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|frozen|spike|between|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

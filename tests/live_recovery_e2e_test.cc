@@ -586,6 +586,30 @@ TEST_F(LiveRecoveryE2E, HsdpAHungRankTakesItsReplicaOutAndTheOtherTrainsOn) {
   }
 }
 
+// HSDP 2 x 2, a whole replica hung (a frozen node's): ranks 2 and 3 stopped inside step 8. Neither
+// leaves a flight record, so the records name no single rank; the silent ranks are all of replica
+// 1, which is taken out as for one hung rank, and replica 0 trains on (before: a restart).
+TEST_F(LiveRecoveryE2E, HsdpAWholeHungReplicaIsTakenOutAndTheOtherTrainsOn) {
+  const std::string hsdp = kHsdp;
+  ASSERT_NO_FATAL_FAILURE(HsdpClean());
+  std::string out;
+  const nlohmann::json report =
+      Live("hsdp_hang_replica", "stop:rank=2:step=8,stop:rank=3:step=8,await-join:rank=0:step=12",
+           &out, "--hang-timeout 4", hsdp, "hsdp_clean");
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_NE(out.find("ranks 2,3 alone left no flight record, all of replica 1"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("killing rank 2 only"), std::string::npos) << out;
+  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+  std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
+  EXPECT_EQ(by_rank[2]["kind"], "hang");
+  for (int rank : {2, 3}) {
+    EXPECT_EQ(by_rank[rank]["replica"], 1);
+    EXPECT_EQ(by_rank[rank]["healed_from"], rank - 2);
+  }
+}
+
 // HSDP 2 x 2, a failure at a loss spike: rank 0's loss at step 11 is inflated (a spike, skipped),
 // and rank 3 is killed right after the spike's record is written, before the ranks meet to
 // confirm it. That meeting is a collective across replicas after the step's vote, voted on too

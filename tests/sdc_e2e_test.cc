@@ -1,13 +1,13 @@
 // Silent data corruption found by replay (resilience.sdc_check_interval, train/sdc_check.h), run
 // by `tenax launch` as a user would, with a defective device played by `--inject sdc:...` in each
-// of its three places (a gradient bucket, an activation, a weight), under DDP, FSDP and
-// tensor parallelism. Each run must: detect the corruption at the first check after it began
-// (within sdc_check_interval steps), name the right rank in sdc.json, goodput.json and the
-// report, quarantine its slot (a spare takes the rank), and end with weights bit-identical to an
-// uncorrupted run; every committed checkpoint equals the uncorrupted run's of the same step, so
-// none holds corrupted state. Also: the checks themselves change nothing, and layouts the check
-// cannot run are refused before any rank trains. Random ranks and steps, 20 trials per kind:
-// bench/sdc.sh.
+// of its three places (a gradient bucket, an activation, a weight), under DDP, FSDP, tensor,
+// pipeline and expert parallelism, and under live recovery. Each run must: detect the corruption
+// at the first check after it began (within sdc_check_interval steps), name the right rank in
+// sdc.json, goodput.json and the report, quarantine its slot (a spare takes the rank), and end
+// with weights bit-identical to an uncorrupted run; every committed checkpoint equals the
+// uncorrupted run's of the same step, so none holds corrupted state. Also: the checks themselves
+// change nothing, and layouts the check cannot run are refused before any rank trains. Random
+// ranks and steps, 20 trials per kind: bench/sdc.sh.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,11 +47,21 @@ const std::map<std::string, std::string> kLayouts = {
     {"moe",
      "--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=4 "
      "--set model.preset=debug-moe"},
+    // The same over 6 ranks with expert parallelism 2: three expert-parallel groups.
+    {"moe-ep",
+     "--set parallelism.data_parallel_replicate=1 --set parallelism.data_parallel_shard=6 "
+     "--set model.preset=debug-moe --set parallelism.expert_parallel=2"},
+    // HSDP 3 x 2 with it: three replicas, each one expert-parallel group.
+    {"hsdp3-ep",
+     "--set parallelism.data_parallel_replicate=3 --set parallelism.data_parallel_shard=2 "
+     "--set model.preset=debug-moe --set parallelism.expert_parallel=2"},
 };
 int Ranks(const std::string& layout) {
-  return layout == "tp" || layout == "hsdp3" || layout == "dp3tp" || layout == "dp3pp" ? 6
-         : layout == "hsdp4"                                                           ? 8
-                                                                                       : 4;
+  static const std::map<std::string, int> kNotFour = {{"tp", 6},      {"hsdp3", 6}, {"hsdp4", 8},
+                                                      {"dp3tp", 6},   {"dp3pp", 6}, {"moe-ep", 6},
+                                                      {"hsdp3-ep", 6}};
+  const auto it = kNotFour.find(layout);
+  return it == kNotFour.end() ? 4 : it->second;
 }
 
 class SdcE2E : public ::testing::Test {
@@ -203,6 +213,45 @@ class SdcE2E : public ::testing::Test {
     EXPECT_EQ(g["restarts"], 1) << g.dump(2);
     EXPECT_GE(ExpectCheckpointsEqual(name, Clean(layout)), 3 * Ranks(layout) / 2);
   }
+  static void ExpectMoeChecksChangeNothing(const std::string& layout) {
+    const std::string sigmoid =
+        "--set model.moe_router=sigmoid --set model.moe_bias_update_rate=0.01 "
+        "--set model.moe_aux_loss_coef=0";
+    auto r = RunTenax("launch --nproc-per-node " + std::to_string(Ranks(layout)) + " -- " +
+                          Train(layout + "-unchecked", layout, sigmoid),
+                      dir_->path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = RunTenax("launch --nproc-per-node " + std::to_string(Ranks(layout)) + " -- " +
+                     Checked(layout + "-checked", layout, sigmoid),
+                 dir_->path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_GE(ExpectCheckpointsEqual(layout + "-checked", layout + "-unchecked"), 6);
+    // Every step's routing counts as an unchecked run's (each token once per chosen expert): the
+    // replays (at steps 2, 4, 5, 8, 10, 12) added none (the own pass starts the step's statistics
+    // afresh).
+    const auto routing = [&](const std::string& run) {
+      std::vector<nlohmann::json> out;
+      for (const auto& j : ReadJsonl(*dir_ / (run + "/metrics.jsonl"))) {
+        if (j.contains("loss")) out.push_back(j["moe_expert_tokens"]);
+      }
+      return out;
+    };
+    const std::vector<nlohmann::json> counted = routing(layout + "-checked");
+    EXPECT_EQ(counted.size(), 12u);
+    EXPECT_EQ(counted, routing(layout + "-unchecked"));
+    // The biases moved, and alike (the train state holds them).
+    const auto bias = [&](const std::string& run) {
+      return nlohmann::json::parse(ReadFile(
+          *dir_ / (run + "/checkpoints/step_00000012/train_state.json")))["moe_expert_bias"];
+    };
+    const nlohmann::json checked = bias(layout + "-checked");
+    EXPECT_EQ(checked, bias(layout + "-unchecked"));
+    double moved = 0;
+    for (const auto& row : checked) {
+      for (const auto& b : row) moved += std::abs(b.get<double>());
+    }
+    EXPECT_GT(moved, 0.0) << "the biases never moved";
+  }
   static TempDir* dir_;
 };
 TempDir* SdcE2E::dir_ = nullptr;
@@ -274,43 +323,17 @@ TEST_F(SdcE2E, MoeCorruptedGatheredWeight) { Corrupt("moe", "weight", 2, 1, {2})
 // The replays add nothing to a step's routing statistics: with the DeepSeek-V3 router, whose
 // selection biases move by the step's assignments, and no load-balancing loss (so counting each
 // rank's routing apart changes nothing), a checked run ends where an unchecked one does.
-TEST_F(SdcE2E, MoeChecksChangeNothing) {
-  const std::string sigmoid =
-      "--set model.moe_router=sigmoid --set model.moe_bias_update_rate=0.01 "
-      "--set model.moe_aux_loss_coef=0";
-  auto r = RunTenax("launch --nproc-per-node 4 -- " + Train("moe-unchecked", "moe", sigmoid),
-                    dir_->path());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = RunTenax("launch --nproc-per-node 4 -- " + Checked("moe-checked", "moe", sigmoid),
-               dir_->path());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_GE(ExpectCheckpointsEqual("moe-checked", "moe-unchecked"), 6);
-  // Every step's routing counts as an unchecked run's (each token once per chosen expert): the
-  // replays (at steps 2, 4, 5, 8, 10, 12) added none (the own pass starts the step's statistics
-  // afresh).
-  const auto routing = [&](const std::string& run) {
-    std::vector<nlohmann::json> out;
-    for (const auto& j : ReadJsonl(*dir_ / (run + "/metrics.jsonl"))) {
-      if (j.contains("loss")) out.push_back(j["moe_expert_tokens"]);
-    }
-    return out;
-  };
-  const std::vector<nlohmann::json> counted = routing("moe-checked");
-  EXPECT_EQ(counted.size(), 12u);
-  EXPECT_EQ(counted, routing("moe-unchecked"));
-  // The biases moved, and alike (the train state holds them).
-  const auto bias = [&](const std::string& run) {
-    return nlohmann::json::parse(
-        ReadFile(*dir_ / (run + "/checkpoints/step_00000012/train_state.json")))["moe_expert_bias"];
-  };
-  const nlohmann::json checked = bias("moe-checked");
-  EXPECT_EQ(checked, bias("moe-unchecked"));
-  double moved = 0;
-  for (const auto& row : checked) {
-    for (const auto& b : row) moved += std::abs(b.get<double>());
-  }
-  EXPECT_GT(moved, 0.0) << "the biases never moved";
+TEST_F(SdcE2E, MoeChecksChangeNothing) { ExpectMoeChecksChangeNothing("moe"); }
+
+// Expert parallelism 2 over 6 ranks: a group's all-to-all mixes its two ranks' tokens, so the
+// group replays the group before it together (rings {0, 2, 4} and {1, 3, 5}). A corrupted
+// gradient bucket stays on its rank; a corrupted activation reaches the other rank of its group
+// through the all-to-all, and both are named (two spares take them).
+TEST_F(SdcE2E, MoeExpertParallelGradientCorruption) { Corrupt("moe-ep", "grad", 3, 6, {3}); }
+TEST_F(SdcE2E, MoeExpertParallelActivationCorruptionNamesItsGroup) {
+  Corrupt("moe-ep", "activation", 2, 3, {2, 3}, /*spares=*/2);
 }
+TEST_F(SdcE2E, MoeExpertParallelChecksChangeNothing) { ExpectMoeChecksChangeNothing("moe-ep"); }
 
 // Tensor parallelism: a corrupted gradient bucket stays on its rank; a corrupted activation
 // crosses the TP all-reduce, so both ranks of the TP group compute wrongly, both are named and
@@ -365,6 +388,12 @@ TEST_F(SdcE2E, LivePipelineReplicasActivationCorruptionNamesBothStages) {
   Corrupt("dp3pp", "activation", 2, 3, {2, 3}, 2, "--set resilience.mode=live", "-live");
 }
 
+// Experts split over each replica's two ranks (HSDP 3 x 2, expert_parallel 2): a replica is an
+// expert-parallel group and replays as one, as in restart mode.
+TEST_F(SdcE2E, LiveExpertParallelReplicasGradientCorruption) {
+  Corrupt("hsdp3-ep", "grad", 3, 6, {3}, 1, "--set resilience.mode=live", "-live");
+}
+
 // DDP 4: rank 3 lost, rank 1 bad; the three members' ring.
 TEST_F(SdcE2E, LiveCheckShortOfAMemberNamesTheRank) {
   ExpectShortOfAReplicaNamesTheRank("live-short", "ddp", 2, 3, 1, "3 live members (ranks 0,1,2)",
@@ -396,7 +425,8 @@ TEST_F(SdcE2E, LayoutsTheCheckCannotRunAreRefusedBeforeAnyRankTrains) {
                                                        "--set parallelism.expert_parallel=2"),
                dir_->path());
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("needs no expert parallelism"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("at least 3 expert-parallel groups"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not 4 / 2"), std::string::npos) << r.output;
   r = RunTenax("launch --nproc-per-node 4 -- " +
                    Train("live", "ddp",
                          "--set resilience.sdc_check_interval=5 --set resilience.mode=live "

@@ -275,6 +275,7 @@ Result<int> Launch(const LaunchOptions& o) {
     shape.nan_restarts = train && train->nan_restarts;
     shape.restart_budget_per_s = restarts.budget_per_second();
     shape.live = job.live;
+    shape.live_replica_ranks = job.live ? job.live_replica_ranks : 1;
     TENAX_RETURN_IF_ERROR(protocol::ValidateFaults(job.faults, shape));
   }
   if (etcd && train && train->async_checkpoints) {

@@ -15,6 +15,7 @@
 extern char** environ;
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
@@ -307,9 +308,18 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   if (const int waited = AnalyzeHang(); waited >= 0) {
     culprit = waited;
     v.cause += fmt::format("; flight records: the others wait for rank {}", Rank(waited));
-  } else if (const int silent = job_.live ? LiveSilentRank() : -1; silent >= 0) {
-    culprit = silent;
-    v.cause += fmt::format("; rank {} alone left no flight record", Rank(silent));
+  } else if (const std::vector<int> silent = job_.live ? LiveSilentRanks() : std::vector<int>{};
+             !silent.empty()) {
+    culprit = silent.front();
+    if (silent.size() == 1) {
+      v.cause += fmt::format("; rank {} alone left no flight record", Rank(culprit));
+    } else {
+      std::vector<int> ranks;
+      for (int i : silent) ranks.push_back(Rank(i));
+      v.cause +=
+          fmt::format("; ranks {} alone left no flight record, all of replica {}",
+                      fmt::join(ranks, ","), Rank(culprit) / std::max(1, job_.live_replica_ranks));
+    }
   }
   if (culprit >= 0) {
     v.rank = Rank(culprit);

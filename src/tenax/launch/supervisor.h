@@ -216,10 +216,12 @@ class Supervisor {
   // way in makes no steps until it joined and waits for members that may be the stuck ones, so
   // it is taken for done and never the lowest step.
   void LiveHangSuspects(std::vector<int64_t>* last_step, std::vector<bool>* done) const;
-  // When the flight records cannot say whom the others wait for: the one running local rank that
+  // When the flight records cannot say whom the others wait for: the running local ranks that
   // left no flight record (too stuck to handle SIGUSR1: a stopped member, or a replacement
-  // stopped inside its state transfer); -1: none or several.
-  int LiveSilentRank() const;
+  // stopped inside its state transfer), when they are one rank or ranks of one replica (a frozen
+  // node's, whose replica is on it: the launcher takes the whole replica out for any of them);
+  // empty: none, or ranks of several replicas.
+  std::vector<int> LiveSilentRanks() const;
   // Whether `rank` trains in the quorum: a member that is not a replacement still healing (the
   // poisson schedule strikes these only).
   bool LiveInQuorum(int rank) const;

@@ -485,17 +485,20 @@ void Supervisor::LiveHangSuspects(std::vector<int64_t>* last_step, std::vector<b
   }
 }
 
-int Supervisor::LiveSilentRank() const {
-  int silent = -1, count = 0;
+std::vector<int> Supervisor::LiveSilentRanks() const {
+  std::vector<int> silent;
   for (int i = 0; i < o_.nproc_per_node; ++i) {
     if (g_.pids[i] <= 0 || Done(i) ||
         std::filesystem::exists(protocol::FlightRecordPath(hb_dir_, Rank(i)))) {
       continue;
     }
-    silent = i;
-    ++count;
+    silent.push_back(i);
   }
-  return count == 1 ? silent : -1;
+  const int k = std::max(1, job_.live_replica_ranks);
+  for (int i : silent) {
+    if (Rank(i) / k != Rank(silent.front()) / k) return {};
+  }
+  return silent;
 }
 
 void Supervisor::LiveHealed(int gen, int rank) {

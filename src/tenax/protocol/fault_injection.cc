@@ -315,19 +315,25 @@ Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job) {
                                ": heal-fail strikes a replacement healing from a live rank; it "
                                "needs resilience.mode = \"live\"");
       }
+      const int per_replica = std::max(1, job.live_replica_ranks);
+      const int replica = f.rank / per_replica;
       bool replaced = false;
       for (const Fault& g : faults) {
         const bool kills =
             g.kind == FaultKind::kCrash || g.kind == FaultKind::kHang || g.kind == FaultKind::kStop;
         replaced =
-            replaced || (kills && g.rank == f.rank &&
+            replaced || (kills && g.rank / per_replica == replica &&
                          (g.generation == f.generation || g.generation == Fault::kEveryGeneration));
       }
       if (!replaced) {
+        const std::string of =
+            per_replica > 1 ? fmt::format(" or of its replica (ranks {}..{})",
+                                          replica * per_replica, (replica + 1) * per_replica - 1)
+                            : "";
         return InvalidArgument(fmt::format(
             "--inject {}: rank {} is never replaced, so the fault could never fire; add a crash, "
-            "hang or stop of rank {} (e.g. crash:rank={}:step=5)",
-            f.text, f.rank, f.rank, f.rank));
+            "hang or stop of rank {}{} (e.g. crash:rank={}:step=5)",
+            f.text, f.rank, f.rank, of, f.rank));
       }
     }
     if (f.kind == FaultKind::kKillInCkpt && f.ckpt_at == CheckpointPhase::kFenced &&

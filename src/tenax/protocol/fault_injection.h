@@ -161,6 +161,9 @@ struct JobShape {
   bool nan_restarts = false;        // training.on_nonfinite = "restart" (a poisson nan needs it)
   double restart_budget_per_s = 0;  // --restart-budget's average rate; 0: none
   bool live = false;  // resilience.mode = "live" (await-join needs it; poisson takes no nan)
+  // Live: the ranks of a data-parallel replica (consecutive), lost and replaced together, so a
+  // heal-fail may name any rank of a replica that loses one.
+  int live_replica_ranks = 1;
 };
 Status ValidateFaults(const std::vector<Fault>& faults, const JobShape& job);
 

@@ -154,6 +154,13 @@ TEST(FaultInjectionTest, HealFailNeedsALiveJobAndAReplacementOfItsRank) {
   EXPECT_NE(st.message().find("rank 2 is never replaced"), std::string::npos) << st.message();
   st = ValidateFaults(*ParseFaults("crash:rank=2:step=6,heal-fail:rank=2:gen=1"), live);
   EXPECT_NE(st.message().find("never replaced"), std::string::npos) << st.message();
+  // HSDP 2 x 2: rank 0 is replaced with rank 1, its replica; rank 2 is not.
+  JobShape hsdp = live;
+  hsdp.live_replica_ranks = 2;
+  EXPECT_TRUE(ValidateFaults(*ParseFaults("crash:rank=1:step=6,heal-fail:rank=0"), hsdp).ok());
+  st = ValidateFaults(*ParseFaults("crash:rank=1:step=6,heal-fail:rank=2"), hsdp);
+  EXPECT_NE(st.message().find("rank 2 is never replaced"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("or of its replica (ranks 2..3)"), std::string::npos) << st.message();
   st = ValidateFaults(*ParseFaults("crash:rank=2:step=6,heal-fail:rank=2"), {4, 16, 0});
   EXPECT_NE(st.message().find("needs resilience.mode = \"live\""), std::string::npos)
       << st.message();

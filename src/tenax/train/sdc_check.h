@@ -26,11 +26,14 @@
 // sign vector (fp64) within t of the norm. Noise of relative size e in every element moves the
 // projection by about e times the norm; a corruption is seen when it moves the gradients by more
 // than about t of their norm, and a smaller one goes unseen (the price of a tolerance).
-// Live recovery (DDP): the ring is the live epoch's members, each replaying the parts of the
-// batch the member before it runs in that epoch (Trainer::SdcReplay); a detection restarts the
-// job from the verified checkpoint as in restart mode (the launcher does not recover it live).
-// Non-goals: expert parallelism (its all-to-all mixes the ranks' samples), live recovery with
-// replicas of several ranks.
+// Expert parallelism: a group's all-to-all mixes its ranks' samples, so the whole expert-parallel
+// group replays the group before it, and each place in the group has its own ring over the
+// groups (3 groups needed, not 3 data-parallel ranks).
+// Live recovery: a ring for each place in a replica over the live epoch's replicas (DDP: the
+// members), each replaying the parts of the batch the rank at its place in the replica before
+// runs in that epoch (Trainer::SdcReplay); a detection restarts the job from the verified
+// checkpoint as in restart mode (the launcher does not recover it live). A replica holds whole
+// expert-parallel groups, so live the rings are the same with experts.
 #pragma once
 
 #include <cstdint>
@@ -110,7 +113,9 @@ class SdcMonitor final : public parallel::ComputeObserver {
 
 // A ring: the ranks that replay each other's steps, in order (ring[i + 1] replays ring[i]'s step,
 // ring[i + 2] gives the third opinion). Under tensor or pipeline parallelism each position in the
-// TP/PP group has its own ring over the data-parallel index (Rings). Digests are indexed by rank.
+// TP/PP group has its own ring over the data-parallel index (Rings); under expert parallelism
+// each position in the expert-parallel group and the TP/PP group, over the groups (Rings(dp /
+// ep, ep * copies)). Digests are indexed by rank.
 std::vector<std::vector<int>> Rings(int dp, int copies);  // rank = dp_index * copies + c
 // The ring of `rings` that holds `rank`; the rank `k` places after `rank` in `ring` (k < 0:
 // before).

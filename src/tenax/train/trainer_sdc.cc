@@ -63,8 +63,17 @@ Status Trainer::CheckSdcLayout(const parallel::GroupOptions& go) {
         "wrong), not {} ({})",
         mesh_->dp(), env_.distributed() ? mesh_->Describe() : "one process"));
   }
-  if (mesh_->ep() != 1) {
-    needs.push_back("no expert parallelism (its all-to-all mixes the ranks' samples)");
+  // Expert parallelism: an expert-parallel group's all-to-all mixes its ranks' samples, so the
+  // group replays together, each rank the rank at its place in the group before (SdcRingsNow):
+  // 3 groups, not 3 data-parallel ranks. Live, whole replicas replay, and a replica holds whole
+  // groups (expert parallelism borrows from data_parallel_shard): 3 replicas, below.
+  const int ep = mesh_->ep();
+  if (ep > 1 && mesh_->dp() / ep < 3 && config_.resilience.mode != "live") {
+    needs.push_back(fmt::format(
+        "with expert parallelism, at least 3 expert-parallel groups (the ranks of a group "
+        "exchange their tokens, so a group replays another group's step together): "
+        "data-parallel ranks / parallelism.expert_parallel >= 3, not {} / {}",
+        mesh_->dp(), ep));
   }
   if (mesh_->degree(parallel::Axis::kContext) != 1) {
     needs.push_back(
@@ -116,7 +125,10 @@ Trainer::SdcRings Trainer::SdcRingsNow() const {
   }
   r.ranks.resize(static_cast<size_t>(env_.world));
   std::iota(r.ranks.begin(), r.ranks.end(), 0);
-  r.rings = Rings(mesh_->dp(), env_.world / mesh_->dp());
+  // One ring per place in an expert-parallel group (all of it without expert parallelism) and
+  // in a TP/PP group: rank = (group * ep + place in it) * copies + c.
+  const int ep = mesh_->ep();
+  r.rings = Rings(mesh_->dp() / ep, ep * (env_.world / mesh_->dp()));
   return r;
 }
 
