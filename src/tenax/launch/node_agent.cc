@@ -303,13 +303,14 @@ Result<std::optional<int>> NodeAgent::WaitAsSpare(int64_t g, const rdzv::Plan& p
   std::optional<rdzv::LiveVacancy> vacancy;
   view_.WaitUntil(
       [&] {
+        bool current = true;
         if (live_) {
-          LiveNodesLost(g, plan, /*active=*/false);
+          current = LiveStillCurrent(g, plan);
           vacancy = LiveClaimVacancy(g);
           if (vacancy) return true;
         }
         finished = AllDone(g);
-        return finished || !view_.StillCurrent();
+        return finished || !(live_ ? current : view_.StillCurrent());
       },
       1e9);
   if (vacancy) {
@@ -376,8 +377,9 @@ Result<std::optional<int>> NodeAgent::RunActive(int64_t g, const rdzv::Plan& pla
   if (!progress_.joinable()) progress_ = std::thread([this] { ProgressLoop(); });
   if (live_ && !vacancy) live_->Begin(g, supervisor_->heartbeat_dir());  // a spare's did already
   Supervisor::Outcome out = supervisor_->RunGeneration(gp, [&]() -> std::optional<std::string> {
-    if (live_) LiveNodesLost(g, plan, /*active=*/true);
-    return view_.StopReason(supervisor_->beats());  // the beats for ProgressLoop
+    // The beats for ProgressLoop.
+    if (live_) return LiveStopReason(g, plan, supervisor_->beats());
+    return view_.StopReason(supervisor_->beats());
   });
   const AgentView::Ended ended = view_.End(/*forget_lost=*/true);
   const std::set<std::string>& gone = ended.lost;

@@ -147,6 +147,14 @@ class NodeAgent {
   // vacancy are watched in their place; a spare's claim of a vacancy (the one it won); and
   // whether every node rank of g is done or was lost with nobody to take it.
   void LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active);
+  // LiveNodesLost, then whether the view is still current (a spare's wait) or why it is not (an
+  // active node's, `beats` as StopReason's), from one state: the view's watcher may add a loss
+  // between LiveNodesLost's look and that check, which then ended the generation for a node
+  // whose ranks live recovery drops (seen: a spare restarted the job on a node loss the active
+  // node was recovering from live). So LiveNodesLost runs again until no loss arrived between.
+  bool LiveStillCurrent(int64_t g, const rdzv::Plan& plan);
+  std::optional<std::string> LiveStopReason(int64_t g, const rdzv::Plan& plan,
+                                            const std::vector<protocol::Beat>& beats);
   std::optional<rdzv::LiveVacancy> LiveClaimVacancy(int64_t g);
   bool AllDone(int64_t g);
   // The agent that writes the job's goodput.json for generation g of `plan`: node 0's; live, the

@@ -98,6 +98,25 @@ void NodeAgent::LiveNodesLost(int64_t g, const rdzv::Plan& plan, bool active) {
   }
 }
 
+bool NodeAgent::LiveStillCurrent(int64_t g, const rdzv::Plan& plan) {
+  for (;;) {
+    LiveNodesLost(g, plan, /*active=*/false);
+    const std::set<std::string> seen = view_.Lost();
+    const bool current = view_.StillCurrent();
+    if (current || view_.Lost() == seen) return current;
+  }
+}
+
+std::optional<std::string> NodeAgent::LiveStopReason(int64_t g, const rdzv::Plan& plan,
+                                                     const std::vector<protocol::Beat>& beats) {
+  for (;;) {
+    LiveNodesLost(g, plan, /*active=*/true);
+    const std::set<std::string> seen = view_.Lost();
+    std::optional<std::string> reason = view_.StopReason(beats);
+    if (!reason || view_.Lost() == seen) return reason;
+  }
+}
+
 std::optional<rdzv::LiveVacancy> NodeAgent::LiveClaimVacancy(int64_t g) {
   if (Fenced()) return std::nullopt;
   const std::map<int, std::string> claims = live_->Claims(g);
