@@ -316,9 +316,8 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
     } else {
       std::vector<int> ranks;
       for (int i : silent) ranks.push_back(Rank(i));
-      v.cause +=
-          fmt::format("; ranks {} alone left no flight record, all of replica {}",
-                      fmt::join(ranks, ","), Rank(culprit) / std::max(1, job_.live_replica_ranks));
+      v.cause += fmt::format("; ranks {} alone left no flight record, all of replica {}",
+                             fmt::join(ranks, ","), Rank(culprit) / job_.live_replica_ranks);
     }
   }
   if (culprit >= 0) {

@@ -494,7 +494,7 @@ std::vector<int> Supervisor::LiveSilentRanks() const {
     }
     silent.push_back(i);
   }
-  const int k = std::max(1, job_.live_replica_ranks);
+  const int k = job_.live_replica_ranks;
   for (int i : silent) {
     if (Rank(i) / k != Rank(silent.front()) / k) return {};
   }
