@@ -27,6 +27,10 @@
 #                peer-lost (either order: when one stops first, the other waits for it in a
 #                collective and the records name the first; stopped at once, neither leaves a
 #                record and the two silent ranks of one replica are the culprit).
+#   frozen2:     N live DDP 4 runs where, after training starts, two random ranks (two replicas)
+#                are stopped at once from outside (two frozen nodes'): counts the runs that
+#                finish with exit 0, no restart, and both ranks' recoveries of kind hang (neither
+#                leaves a flight record, the other two train on, both are taken out together).
 #   spike:       N live HSDP 2x2 runs where a random rank's loss spikes at a random step (skipped)
 #                and a random rank is killed there, after the spike's record and before the
 #                ranks confirm it (--inject crash:...:at=spike); counts the runs that finish with
@@ -43,7 +47,7 @@
 #                at random (a rank killed, a rank hung, a whole node lost, cut off or stopped with a
 #                spare to take its place or with none), which checks no restart, the unfailed run's trajectory and the recovery
 #                records; counts the runs that pass.
-# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|frozen|spike|between|nodes|all] [N]
+# Usage: bench/supervision_faults.sh [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|frozen|frozen2|spike|between|nodes|all] [N]
 #        (default: all 50; `all` leaves out nodes, which needs root)
 # Needs build/tenax (scripts/build) and python3. Prints one line per run and a summary; exits 1
 # when any run went wrong.
@@ -226,6 +230,33 @@ frozen() {
   [ "$ok" -eq "$runs" ]
 }
 
+frozen2() {
+  local ok=0
+  for i in $(seq 1 "$runs"); do
+    local r0=$((RANDOM % 4)) r1 name="frozen2_$i" status="$work/frozen2_$i-status.json"
+    r1=$(( (r0 + 1 + RANDOM % 3) % 4 ))
+    if [ "$r1" -lt "$r0" ]; then local t=$r0; r0=$r1; r1=$t; fi
+    # shellcheck disable=SC2046
+    "$bin" launch --nproc-per-node 4 --hang-timeout 4 --status-file "$status" -- $(train "$name") \
+      --set training.steps=400 --set parallelism.data_parallel_replicate=4 \
+      --set resilience.mode=live > "$work/$name.log" 2>&1 &
+    local launcher=$! a b
+    a=$(wait_training "$status" "$r0") && b=$(wait_training "$status" "$r1") ||
+      { echo "run $i: training never started"; kill -9 $launcher; continue; }
+    kill -STOP "$a" "$b"
+    wait $launcher
+    local code=$? got
+    got=$(json "$work/$name/goodput.json" "'%d|%s' % (len(j['generations']), ','.join('%d:%s' % (r['rank'], r['kind']) for r in sorted(j['live_recoveries'], key=lambda r: r['rank'])))")
+    if [ "$code" = 0 ] && [ "$got" = "1|$r0:hang,$r1:hang" ]; then
+      ok=$((ok + 1)); verdict=ok; else
+      verdict="WRONG (exit $code; generations, recoveries: $got)"; fi
+    echo "frozen2 run $i: ranks $r0,$r1 stopped -> $verdict"
+    rm -rf "${work:?}/$name"
+  done
+  echo "frozen2: $ok of $runs took both stopped replicas out and trained on without a restart"
+  [ "$ok" -eq "$runs" ]
+}
+
 spike() {
   local ok=0
   for i in $(seq 1 "$runs"); do
@@ -324,14 +355,15 @@ case "$what" in
   moe) live moe 2 "" "$moe" || status=1 ;;
   heal) heal || status=1 ;;
   frozen) frozen || status=1 ;;
+  frozen2) frozen2 || status=1 ;;
   spike) spike || status=1 ;;
   between) between || status=1 ;;
   nodes) nodes || status=1 ;;
   all) attribution || status=1; orphans || status=1; live || status=1; live hsdp 2 || status=1
        live tp 1 tensor_parallel || status=1; live pp 1 pipeline_parallel || status=1
        live cp 1 context_parallel || status=1; live moe 2 "" "$moe" || status=1
-       heal || status=1; frozen || status=1; spike || status=1
+       heal || status=1; frozen || status=1; frozen2 || status=1; spike || status=1
        between || status=1 ;;
-  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|frozen|spike|between|nodes|all] [N]" >&2; exit 2 ;;
+  *) echo "usage: $0 [attribution|orphans|live|hsdp|tp|pp|cp|moe|heal|frozen|frozen2|spike|between|nodes|all] [N]" >&2; exit 2 ;;
 esac
 exit $status

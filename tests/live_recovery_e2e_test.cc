@@ -164,6 +164,34 @@ TEST_F(LiveRecoveryE2E, AHungRankIsKilledAloneAndReplaced) {
   EXPECT_NE(out.find("live epoch 1 formed by ranks 0,2,3"), std::string::npos) << out;
 }
 
+// Two ranks stopped (SIGSTOP) inside step 8, as two frozen nodes' would be: neither leaves a
+// flight record, so the analysis cannot name one; they are of two replicas while two others are
+// left to train on, so both are killed at once and one epoch drops them both (no restart).
+TEST_F(LiveRecoveryE2E, TwoHungRanksOfTwoReplicasAreTakenOutTogether) {
+  std::string out;
+  const nlohmann::json report =
+      Live("hang2", "stop:rank=1:step=8,stop:rank=2:step=8,await-join:rank=0:step=12", &out,
+           "--hang-timeout 4");
+  EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
+  EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
+  EXPECT_NE(out.find("ranks 1,2 alone left no flight record, of replicas 1,2"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("killing ranks 1,2 only"), std::string::npos) << out;
+  EXPECT_NE(out.find("live epoch 1 formed by ranks 0,3"), std::string::npos) << out;
+  ASSERT_EQ(report["live_recoveries"].size(), 2u) << report.dump(2);
+  const std::map<int, nlohmann::json> by_rank = RecoveriesByRank(report);
+  for (int rank : {1, 2}) {
+    ASSERT_EQ(by_rank.count(rank), 1u) << report.dump(2);
+    const nlohmann::json& l = by_rank.at(rank);
+    EXPECT_EQ(l["kind"], "hang");
+    EXPECT_EQ(l["step"], 7) << "the last step it finished";
+    EXPECT_EQ(l["epoch"], 1);
+    EXPECT_EQ(l["members"], nlohmann::json({0, 3}));
+    EXPECT_GT(l["healed_bytes"].get<int64_t>(), 100000);
+    EXPECT_TRUE(l["healed_from"] == 0 || l["healed_from"] == 3) << l.dump();
+  }
+}
+
 // Two replicas: rank 0 killed at step 6's start, then rank 1 stopped (SIGSTOP) at step 8's while
 // rank 0's replacement waits to join. The hang is rank 1's: the replacement makes no steps only
 // because it is in no collective yet (it was taken for the culprit, as the rank at the lowest

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 extern char** environ;
@@ -305,19 +306,26 @@ bool Supervisor::CheckBeats(int gen, Outcome* out) {
   int culprit = HangSuspect(suspect_steps, done);
   // Flight records say more: every rank dumps its last collectives, and the analysis names the
   // rank(s) the others wait for (docs/flight_recorder.md).
+  g_.hang_silent.clear();
   if (const int waited = AnalyzeHang(); waited >= 0) {
     culprit = waited;
     v.cause += fmt::format("; flight records: the others wait for rank {}", Rank(waited));
   } else if (const std::vector<int> silent = job_.live ? LiveSilentRanks() : std::vector<int>{};
              !silent.empty()) {
     culprit = silent.front();
+    std::set<int> replicas;
+    for (int i : silent) {
+      g_.hang_silent.push_back(Rank(i));
+      replicas.insert(ReplicaOf(Rank(i)));
+    }
     if (silent.size() == 1) {
       v.cause += fmt::format("; rank {} alone left no flight record", Rank(culprit));
-    } else {
-      std::vector<int> ranks;
-      for (int i : silent) ranks.push_back(Rank(i));
+    } else if (replicas.size() == 1) {
       v.cause += fmt::format("; ranks {} alone left no flight record, all of replica {}",
-                             fmt::join(ranks, ","), Rank(culprit) / job_.live_replica_ranks);
+                             fmt::join(g_.hang_silent, ","), *replicas.begin());
+    } else {
+      v.cause += fmt::format("; ranks {} alone left no flight record, of replicas {}",
+                             fmt::join(g_.hang_silent, ","), fmt::join(replicas, ","));
     }
   }
   if (culprit >= 0) {

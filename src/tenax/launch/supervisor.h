@@ -217,14 +217,17 @@ class Supervisor {
   // it is taken for done and never the lowest step.
   void LiveHangSuspects(std::vector<int64_t>* last_step, std::vector<bool>* done) const;
   // When the flight records cannot say whom the others wait for: the running local ranks that
-  // left no flight record (too stuck to handle SIGUSR1: a stopped member, or a replacement
-  // stopped inside its state transfer), when they are one rank or ranks of one replica (a frozen
-  // node's, whose replica is on it: the launcher takes the whole replica out for any of them);
-  // empty: none, or ranks of several replicas.
+  // left no flight record (too stuck to handle SIGUSR1: a stopped member, a replacement stopped
+  // inside its state transfer, a frozen node's ranks), ascending, when they are of one replica
+  // or a replica of the quorum has none of them (it trains on; the launcher takes every replica
+  // holding a silent rank out, LiveKillHung); empty: none, or some in every replica.
   std::vector<int> LiveSilentRanks() const;
   // Whether `rank` trains in the quorum: a member that is not a replacement still healing (the
   // poisson schedule strikes these only).
   bool LiveInQuorum(int rank) const;
+  // The data-parallel replica that `rank` belongs to (its JobInfo::live_replica_ranks consecutive
+  // ranks; the rank itself under DDP).
+  int ReplicaOf(int rank) const { return rank / job_.live_replica_ranks; }
   // Publishes the next epoch: the ranks in `leave` dropped, those in `join` listed as joining.
   // A join is published only while the record is still at the epoch this node last saw and
   // nobody is healing (another node's change meanwhile: not now, the next turn asks again).
@@ -327,6 +330,9 @@ class Supervisor {
     std::vector<Replacement> replacements;
     std::vector<pid_t> cancelled;  // replacements stopped because the run ended without them
     std::map<int, Verdict> hung;   // rank -> the hang verdict that made the launcher kill it
+    // The hang check's silent ranks (LiveSilentRanks, as ranks) when they named the culprit: the
+    // first of each replica is killed with it (LiveKillHung).
+    std::vector<int> hang_silent;
     // LiveGoodputBeat: the lead's pid, every process's counters at the last poll, the totals.
     int lead_pid = -1;
     std::map<int, std::pair<double, double>> counters;  // pid -> (steps_s, checkpoint_s)

@@ -21,7 +21,8 @@
 // surviving member is still in its setup, still ends the generation and restarts every rank; on
 // several nodes so does a lost node. A hang with a named culprit: that rank is killed alone
 // (LiveKillHung; on several nodes by its own node, the others waiting, LiveAwaitRemoteHang) and
-// recovered as a crash.
+// recovered as a crash; so are the ranks that alone left no flight record (frozen), one of each
+// replica, all at once, when a replica without any is left to train on.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -106,7 +107,7 @@ int Supervisor::LiveVacancyIncarnation(const GenerationPlan& plan) {
   const int incarnation = 1000 * (plan.live_vacancy->turn + 1);
   const int k = job_.live_replica_ranks;
   for (int local = 0; local < o_.nproc_per_node; local += k) {
-    g_.incarnation[static_cast<size_t>(Rank(local) / k)] = incarnation;
+    g_.incarnation[static_cast<size_t>(ReplicaOf(Rank(local)))] = incarnation;
   }
   log::Info(
       "launch: generation {}: this node takes the place of node {} (lost at step {}): its ranks "
@@ -119,12 +120,11 @@ int Supervisor::LiveVacancyIncarnation(const GenerationPlan& plan) {
 void Supervisor::LiveFillVacancy(const GenerationPlan& plan, int local, pid_t pid) {
   const rdzv::LiveVacancy& v = *plan.live_vacancy;
   const int rank = Rank(local);
-  const int k = job_.live_replica_ranks;
   // On this launch's clock (the vacancy's time is the wall clock of the node that saw it).
   const double lost_s = v.time_unix - t0_wall_;
   Generation::Replacement r;
   r.local = local;
-  r.incarnation = g_.incarnation[static_cast<size_t>(rank / k)];
+  r.incarnation = g_.incarnation[static_cast<size_t>(ReplicaOf(rank))];
   r.entry = {{"time_s", lost_s},
              {"generation", plan.generation},
              {"rank", rank},
@@ -141,8 +141,8 @@ void Supervisor::LiveFillVacancy(const GenerationPlan& plan, int local, pid_t pi
              {"members", v.members},
              {"replacement_pid", pid},
              {"healed_at_s", -1}};
-  if (k > 1) {
-    r.entry["replica"] = rank / k;
+  if (job_.live_replica_ranks > 1) {
+    r.entry["replica"] = ReplicaOf(rank);
     r.entry["incarnation"] = r.incarnation;
   }
   r.record = goodput_.AddLiveRecovery(r.entry);
@@ -224,11 +224,11 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
   // first such rank of each.
   std::map<int, int> hit;
   for (int r : dead) {
-    if (g_.retiring.count(r) == 0 && hit.count(r / k) == 0) hit[r / k] = r;
+    if (g_.retiring.count(r) == 0 && hit.count(ReplicaOf(r)) == 0) hit[ReplicaOf(r)] = r;
   }
   std::vector<int> members, leave;
   for (int r : g_.live.membership.members) {
-    (hit.count(r / k) == 0 && !is_dead(r) ? members : leave).push_back(r);
+    (hit.count(ReplicaOf(r)) == 0 && !is_dead(r) ? members : leave).push_back(r);
   }
   // Nobody left holds the state (a replacement still healing was given none yet): restart from
   // a checkpoint.
@@ -338,7 +338,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
     // a standby is up elsewhere: a replica heals only once all of its ranks are in.
     slot = protocol::BlamesSlot(why.kind) ? slots_->Exclude(slot) : slots_->TakeReadySpare(slot);
     protocol::Assignment a = AssignmentOf(gen, local);
-    const int incarnation = g_.incarnation[static_cast<size_t>(rank / k)];
+    const int incarnation = g_.incarnation[static_cast<size_t>(ReplicaOf(rank))];
     a.live_incarnation = incarnation;
     Result<pid_t> pid = slots_->Assign(local, protocol::AssignmentLine(a));
     if (!pid.ok()) {
@@ -368,7 +368,7 @@ bool Supervisor::LiveRecover(int gen, const std::vector<RankEnd>& failed, const 
                {"healed_at_s", -1}};
     if (nnodes_ > 1) r.entry["node"] = node_rank_;
     if (k > 1) {
-      r.entry["replica"] = rank / k;
+      r.entry["replica"] = ReplicaOf(rank);
       r.entry["incarnation"] = incarnation;
     }
     // The poisson schedule's failure that this is the verdict on (its culprit's entry).
@@ -494,11 +494,19 @@ std::vector<int> Supervisor::LiveSilentRanks() const {
     }
     silent.push_back(i);
   }
-  const int k = job_.live_replica_ranks;
-  for (int i : silent) {
-    if (Rank(i) / k != Rank(silent.front()) / k) return {};
+  if (silent.empty()) return {};
+  if (std::all_of(silent.begin(), silent.end(),
+                  [&](int i) { return ReplicaOf(Rank(i)) == ReplicaOf(Rank(silent.front())); })) {
+    return silent;  // one replica: the culprit (a restart, if nobody else holds the state)
   }
-  return silent;
+  // Several replicas: taken out together only if a replica of the quorum is left to train on.
+  for (int r : g_.live.membership.members) {
+    if (!LiveInQuorum(r)) continue;
+    const bool hit = std::any_of(silent.begin(), silent.end(),
+                                 [&](int i) { return ReplicaOf(Rank(i)) == ReplicaOf(r); });
+    if (!hit) return silent;
+  }
+  return {};
 }
 
 void Supervisor::LiveHealed(int gen, int rank) {
@@ -581,14 +589,38 @@ bool Supervisor::LiveAwaitRemoteHang() {
 
 bool Supervisor::LiveKillHung(const Verdict& v) {
   if (v.rank < 0 || (nnodes_ > 1 && live_link_ == nullptr)) return false;
-  const int local = Local(v.rank);
-  if (local < 0 || local >= o_.nproc_per_node || g_.pids[local] <= 0) return false;
-  if (!g_.live.membership.Has(v.rank)) return false;
-  log::Error("launch: {}; killing rank {} only: the others train on without it (live recovery)",
-             v.cause, v.rank);
-  g_.hung[v.rank] = v;
-  ::kill(g_.pids[local], SIGKILL);
-  ::kill(g_.pids[local], SIGCONT);
+  // The culprit, and the first silent rank of each other replica that has one (their replicas go
+  // with them: LiveRecover kills the others); all of them die now, so that their ends are seen
+  // together and one epoch drops them all.
+  std::vector<int> kill = {v.rank};
+  for (int r : g_.hang_silent) {
+    if (std::none_of(kill.begin(), kill.end(),
+                     [&](int q) { return ReplicaOf(q) == ReplicaOf(r); })) {
+      kill.push_back(r);
+    }
+  }
+  for (int r : kill) {
+    const int local = Local(r);
+    if (local < 0 || local >= o_.nproc_per_node || g_.pids[local] <= 0) return false;
+    if (!g_.live.membership.Has(r)) return false;
+  }
+  if (kill.size() == 1) {
+    log::Error("launch: {}; killing rank {} only: the others train on without it (live recovery)",
+               v.cause, v.rank);
+  } else {
+    log::Error(
+        "launch: {}; killing ranks {} only: the others train on without their replicas (live "
+        "recovery)",
+        v.cause, fmt::join(kill, ","));
+  }
+  for (int r : kill) {
+    Verdict mine = v;
+    mine.rank = r;
+    g_.hung[r] = mine;
+    const int local = Local(r);
+    ::kill(g_.pids[local], SIGKILL);
+    ::kill(g_.pids[local], SIGCONT);
+  }
   g_.last_progress = Elapsed();  // the hang clock starts again with the recovery
   return true;
 }
@@ -631,9 +663,10 @@ void Supervisor::LiveTick(int gen) {
     std::map<int, std::vector<int>> ready;  // replica -> its ranks that are ready
     for (const Generation::Replacement& r : g_.replacements) {
       const int rank = Rank(r.local);
-      if (r.announced_epoch < 0 && r.incarnation == g_.incarnation[static_cast<size_t>(rank / k)] &&
+      if (r.announced_epoch < 0 &&
+          r.incarnation == g_.incarnation[static_cast<size_t>(ReplicaOf(rank))] &&
           CurrentBeat(gen, r.local)) {
-        ready[rank / k].push_back(rank);
+        ready[ReplicaOf(rank)].push_back(rank);
       }
     }
     std::vector<int> joining;
