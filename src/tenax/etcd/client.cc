@@ -165,6 +165,11 @@ TxnOp TxnOp::DeletePrefix(std::string prefix) {
 TxnOp TxnOp::Get(std::string key) { return MakeOp(Kind::kGet, std::move(key), false); }
 TxnOp TxnOp::GetPrefix(std::string prefix) { return MakeOp(Kind::kGet, std::move(prefix), true); }
 
+bool OutcomeUnknown(const Status& st) {
+  return st.code() == StatusCode::kUnavailable &&
+         st.message().find(kOutcomeUnknown) != std::string::npos;
+}
+
 bool EtcdClientAvailable() {
 #ifdef TENAX_WITH_HTTPLIB
   return true;

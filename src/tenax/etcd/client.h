@@ -53,6 +53,12 @@ namespace tenax::etcd {
 // it every call returns an error saying how to enable it.
 bool EtcdClientAvailable();
 
+// Whether a call's error says that a write was sent and may have been applied (Unavailable with
+// "outcome unknown", the file comment): a caller may repeat such a write only if applying it
+// twice is harmless. Any other Unavailable means that nothing was applied.
+bool OutcomeUnknown(const Status& st);
+inline constexpr const char* kOutcomeUnknown = "outcome unknown";
+
 struct EtcdOptions {
   // "HOST:PORT" of each member; HOST a name or an IPv4 address.
   std::vector<std::string> endpoints;

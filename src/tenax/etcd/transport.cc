@@ -184,8 +184,9 @@ Result<json> Call(const EtcdOptions& o, std::atomic<size_t>& preferred, const st
     if (!answered && !complete) {
       errors.push_back(TransportError(o, endpoint, error));
       if (kind == CallKind::kWrite && !NotSent(error)) {
-        return Unavailable("etcd write to " + path + " sent but unanswered, outcome unknown (" +
-                           errors.back() + "); read the key back to learn whether it applied");
+        return Unavailable("etcd write to " + path + " sent but unanswered, " + kOutcomeUnknown +
+                           " (" + errors.back() +
+                           "); read the key back to learn whether it applied");
       }
       continue;
     }
@@ -208,7 +209,7 @@ Result<json> Call(const EtcdOptions& o, std::atomic<size_t>& preferred, const st
     if (st.code() != StatusCode::kUnavailable) return st;
     errors.push_back(endpoint + ": " + message);
     if (kind == CallKind::kWrite && !NotApplied(message)) {
-      return Unavailable("etcd write to " + path + " failed with outcome unknown (" +
+      return Unavailable("etcd write to " + path + " failed with " + kOutcomeUnknown + " (" +
                          errors.back() + "); read the key back to learn whether it applied");
     }
   }

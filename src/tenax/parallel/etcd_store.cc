@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "tenax/core/log.h"
+
 namespace tenax::parallel {
 namespace {
 
@@ -27,9 +29,36 @@ T Take(Result<T> r, const std::string& what) {
 
 }  // namespace
 
+Clock::time_point EtcdStore::Deadline(std::chrono::milliseconds timeout) const {
+  return Clock::now() + (timeout == kNoTimeout ? kUnboundedRetry : timeout);
+}
+
+template <typename F>
+auto EtcdStore::Retry(const std::string& what, F call, Clock::time_point deadline, Repeat repeat)
+    -> decltype(call()) {
+  auto pause = std::chrono::milliseconds(50);
+  for (bool first = true;; first = false) {
+    auto r = call();
+    if (r.ok() || r.status().code() != StatusCode::kUnavailable) return r;
+    if (repeat == Repeat::kOnlyIfNotApplied && etcd::OutcomeUnknown(r.status())) {
+      return r;
+    }
+    if (Clock::now() + pause > deadline) return r;
+    retried_->fetch_add(1);
+    if (first) {
+      log::Warn("etcd store: {} under {}: etcd is unavailable ({}); retrying until it answers",
+                what, prefix_, r.status().message());
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+}
+
 EtcdStore::EtcdStore(etcd::EtcdOptions options, std::string prefix,
                      std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), prefix_(std::move(prefix)) {
+    : c10d::Store(timeout),
+      prefix_(std::move(prefix)),
+      retried_(std::make_shared<std::atomic<int64_t>>(0)) {
   client_ = Take(etcd::EtcdClient::Create(std::move(options)), "cannot use the etcd endpoints");
 }
 
@@ -39,7 +68,11 @@ c10::intrusive_ptr<c10d::Store> EtcdStore::clone() {
 }
 
 void EtcdStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  Take(client_->Put(prefix_ + key, Text(value)), "set " + key);
+  // A put repeated after an unknown outcome writes the same value again.
+  Take(Retry(
+           "set " + key, [&] { return client_->Put(prefix_ + key, Text(value)); },
+           Deadline(timeout_)),
+       "set " + key);
 }
 
 std::vector<uint8_t> EtcdStore::compareSet(const std::string& key,
@@ -52,7 +85,12 @@ std::vector<uint8_t> EtcdStore::compareSet(const std::string& key,
                             : etcd::Compare::Value(k, etcd::CompareOp::kEqual, Text(expected)));
   txn.success.push_back(etcd::TxnOp::Put(k, Text(desired)));
   txn.failure.push_back(etcd::TxnOp::Get(k));
-  const etcd::TxnResponse r = Take(client_->Commit(txn), "compareSet " + key);
+  // Repeated after an unknown outcome that applied, the compare fails and reads back `desired`:
+  // the same answer.
+  const etcd::TxnResponse r =
+      Take(Retry(
+               "compareSet " + key, [&] { return client_->Commit(txn); }, Deadline(timeout_)),
+           "compareSet " + key);
   if (r.succeeded) return desired;
   if (r.gets.empty() || r.gets[0].kvs.empty()) return expected;  // absent, `expected` not empty
   return Bytes(r.gets[0].kvs[0].value);
@@ -60,7 +98,7 @@ std::vector<uint8_t> EtcdStore::compareSet(const std::string& key,
 
 std::vector<uint8_t> EtcdStore::get(const std::string& key) {
   wait({key});
-  std::optional<etcd::KeyValue> kv = Take(client_->Get(prefix_ + key), "get " + key);
+  std::optional<etcd::KeyValue> kv = Read(key, "get " + key, Deadline(timeout_));
   // Only deleteKey removes a key; c10d's callers never delete one they wait for.
   if (!kv) Fail("get " + key, NotFound("the key was deleted after it appeared"));
   return Bytes(kv->value);
@@ -71,7 +109,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t value) {
   // Read, then write the sum only if nobody wrote meanwhile (its mod revision unchanged);
   // a concurrent add makes one of the two read again.
   while (true) {
-    std::optional<etcd::KeyValue> kv = Take(client_->Get(k), "add " + key);
+    std::optional<etcd::KeyValue> kv = Read(key, "add " + key, Deadline(timeout_));
     int64_t now = 0;
     if (kv) {
       try {
@@ -86,23 +124,38 @@ int64_t EtcdStore::add(const std::string& key, int64_t value) {
         kv ? etcd::Compare::ModRevision(k, etcd::CompareOp::kEqual, kv->mod_revision)
            : etcd::Compare::Version(k, etcd::CompareOp::kEqual, 0));
     txn.success.push_back(etcd::TxnOp::Put(k, std::to_string(sum)));
-    if (Take(client_->Commit(txn), "add " + key).succeeded) return sum;
+    // Not repeated once sent: applied twice, it would add twice.
+    if (Take(Retry(
+                 "add " + key, [&] { return client_->Commit(txn); }, Deadline(timeout_),
+                 Repeat::kOnlyIfNotApplied),
+             "add " + key)
+            .succeeded) {
+      return sum;
+    }
   }
 }
 
 bool EtcdStore::deleteKey(const std::string& key) {
-  return Take(client_->Delete(prefix_ + key), "deleteKey " + key) > 0;
+  // Repeated after an unknown outcome that applied, it finds nothing and says false.
+  return Take(Retry(
+                  "deleteKey " + key, [&] { return client_->Delete(prefix_ + key); },
+                  Deadline(timeout_)),
+              "deleteKey " + key) > 0;
 }
 
 bool EtcdStore::check(const std::vector<std::string>& keys) {
   for (const std::string& key : keys) {
-    if (!Take(client_->Get(prefix_ + key), "check " + key)) return false;
+    if (!Read(key, "check " + key, Deadline(timeout_))) return false;
   }
   return true;
 }
 
 int64_t EtcdStore::getNumKeys() {
-  return static_cast<int64_t>(Take(client_->GetPrefix(prefix_), "getNumKeys").kvs.size());
+  return static_cast<int64_t>(
+      Take(Retry(
+               "getNumKeys", [&] { return client_->GetPrefix(prefix_); }, Deadline(timeout_)),
+           "getNumKeys")
+          .kvs.size());
 }
 
 void EtcdStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
@@ -110,16 +163,16 @@ void EtcdStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_
 void EtcdStore::wait(const std::vector<std::string>& keys,
                      const std::chrono::milliseconds& timeout) {
   const auto t0 = Clock::now();
+  const Clock::time_point deadline = Deadline(timeout);
   auto pause = std::chrono::milliseconds(1);
   // Keys already seen stay seen (none is deleted while waited for): each poll asks for the rest.
   std::vector<std::string> left = keys;
   while (true) {
-    left.erase(
-        std::remove_if(left.begin(), left.end(),
-                       [&](const std::string& key) {
-                         return Take(client_->Get(prefix_ + key), "wait for " + key).has_value();
-                       }),
-        left.end());
+    left.erase(std::remove_if(left.begin(), left.end(),
+                              [&](const std::string& key) {
+                                return Read(key, "wait for " + key, deadline).has_value();
+                              }),
+               left.end());
     if (left.empty()) return;
     if (timeout != kNoTimeout && Clock::now() - t0 > timeout) {
       C10_THROW_ERROR(DistStoreError,
@@ -130,5 +183,14 @@ void EtcdStore::wait(const std::vector<std::string>& keys,
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
 }
+
+std::optional<etcd::KeyValue> EtcdStore::Read(const std::string& key, const std::string& what,
+                                              Clock::time_point deadline) {
+  return Take(Retry(
+                  what, [&] { return client_->Get(prefix_ + key); }, deadline),
+              what);
+}
+
+int64_t EtcdStore::retried() const { return retried_->load(); }
 
 }  // namespace tenax::parallel

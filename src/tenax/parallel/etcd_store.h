@@ -7,16 +7,24 @@
 //              add() keeps its counter as decimal text, as c10d's own stores do.
 //   Waiting    get() and wait() poll etcd (1 ms, doubling to 50 ms) until every key exists or the
 //              timeout passed; then they throw c10::DistStoreError naming the keys.
-//   Failures   an etcd call that fails (every endpoint down) throws c10::DistStoreError with
-//              etcd's message: to c10d it is a store that cannot be reached.
+//   Failures   etcd is briefly unavailable while its members elect a leader (one lost or
+//              stalled): a call that fails so is repeated (50 ms, doubling to 1 s) until etcd
+//              answers or the store's timeout has passed (wait's own timeout for its polls; 60 s
+//              for a store without one), each repeat counted (retried()). A write whose outcome
+//              is unknown (sent, unanswered) is repeated too where applying it twice is harmless
+//              (set, compareSet, deleteKey), but not add's (it would add twice). What still
+//              fails throws c10::DistStoreError with etcd's message: to c10d it is a store that
+//              cannot be reached.
 // Thread safety: every method may be called from any thread (EtcdClient is safe so).
 // Non-goals: watchKey and the queue API (c10d's optional extensions; Gloo and NCCL need neither);
 // removing its keys when done (the caller deletes its prefix: LiveGroup deletes an epoch's keys
 // once the next one formed).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
@@ -46,11 +54,26 @@ class EtcdStore final : public c10d::Store {
             const std::chrono::milliseconds& timeout) override;
 
   const std::string& prefix() const { return prefix_; }
+  // How many calls were repeated because etcd was unavailable (this store and its clones).
+  int64_t retried() const;
 
  private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kUnboundedRetry{60000};
+  Clock::time_point Deadline(std::chrono::milliseconds timeout) const;
+  // Whether a write whose outcome is unknown may be sent again (applying it twice is harmless).
+  enum class Repeat { kAlways, kOnlyIfNotApplied };
+  // `call()` (a Result) until it is not Unavailable or `deadline` is near.
+  template <typename F>
+  auto Retry(const std::string& what, F call, Clock::time_point deadline,
+             Repeat repeat = Repeat::kAlways) -> decltype(call());
+  std::optional<etcd::KeyValue> Read(const std::string& key, const std::string& what,
+                                     Clock::time_point deadline);
+
   // Constant after construction.
   const std::string prefix_;
-  std::shared_ptr<etcd::EtcdClient> client_;  // shared with clones
+  std::shared_ptr<etcd::EtcdClient> client_;       // shared with clones
+  std::shared_ptr<std::atomic<int64_t>> retried_;  // shared with clones
 };
 
 }  // namespace tenax::parallel

@@ -1,13 +1,15 @@
 // The c10d store in etcd against a real etcd (testing_etcd.h): c10d's store contract key by key
 // (set/get, add from racing threads, compareSet, check, deleteKey, a wait that times out naming
-// its key), keys kept under their prefix, and a Gloo group of three ranks formed through it whose
-// collectives give the exact sums. The live groups over it: live_group_test.cc.
+// its key), keys kept under their prefix, a lost quorum ridden out, and a Gloo group of three
+// ranks formed through it whose collectives give the exact sums. The live groups over it:
+// live_group_test.cc.
 #include "tenax/parallel/etcd_store.h"
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
 #include <array>
+#include <memory>
 #include <thread>
 
 #include "tenax/etcd/testing_etcd_test_fixture.h"
@@ -96,6 +98,54 @@ TEST_F(EtcdStoreTest, AnUnreachableEtcdIsAStoreError) {
   } catch (const c10::DistStoreError& e) {
     EXPECT_NE(std::string(e.what()).find("etcd store: set k"), std::string::npos) << e.what();
   }
+}
+
+// etcd without a quorum (two of three members frozen, as behind a partition) answers nothing
+// for a while: the store's calls wait it out instead of failing the rank. A set and a get made
+// during the outage are repeated (counted) and complete once the members are back.
+TEST(EtcdStoreCluster, RidesOutALostQuorum) {
+  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib (no etcd client)";
+  etcd::testing::TestingEtcdOptions three;
+  three.members = 3;
+  auto started = etcd::testing::TestingEtcd::Start(three);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<etcd::testing::TestingEtcd> etcd = std::move(*started);
+  etcd::EtcdOptions o = etcd->client_options();
+  o.attempt_timeout = milliseconds(500);
+  EtcdStore store(o, "/job/q/", milliseconds(120000));
+  store.set("before", Bytes("1"));
+  EXPECT_EQ(store.retried(), 0);
+  ASSERT_TRUE(etcd->PauseMember(1).ok());
+  ASSERT_TRUE(etcd->PauseMember(2).ok());
+  std::string got, error;
+  std::thread during([&] {
+    try {
+      store.set("during", Bytes("2"));
+      got = Text(store.get("during")) + Text(store.get("before"));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  // The event: a call found etcd unavailable and is being repeated.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (store.retried() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const int64_t seen = store.retried();
+  ASSERT_TRUE(etcd->ResumeMember(1).ok());
+  ASSERT_TRUE(etcd->ResumeMember(2).ok());
+  during.join();
+  EXPECT_GT(seen, 0) << "no call was repeated: etcd never looked unavailable";
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(got, "21");
+}
+
+TEST(EtcdStoreCluster, OnlyAWriteSentAndUnansweredHasAnUnknownOutcome) {
+  EXPECT_TRUE(etcd::OutcomeUnknown(
+      Unavailable(std::string("etcd write to /v3/kv/put sent but unanswered, ") +
+                  etcd::kOutcomeUnknown + " (timeout)")));
+  EXPECT_FALSE(etcd::OutcomeUnknown(Unavailable("no etcd endpoint answered (refused)")));
+  EXPECT_FALSE(etcd::OutcomeUnknown(InvalidArgument(etcd::kOutcomeUnknown)));
 }
 
 // Three ranks (threads) form a Gloo group through keys in etcd; its collectives are exact.
