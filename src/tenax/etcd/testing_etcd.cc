@@ -274,7 +274,21 @@ Status TestingEtcd::PauseMember(int i) {
     return InvalidArgument(fmt::format("no running etcd member {}", i));
   }
   ::kill(members_[i].pid, SIGSTOP);
-  return Status::Ok();
+  // Returns once it is stopped (its state in /proc), so that nothing it answers comes after.
+  const std::string stat = fmt::format("/proc/{}/stat", members_[i].pid);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < give_up) {
+    std::ifstream in(stat);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    if (close != std::string::npos && close + 2 < text.size() &&
+        (text[close + 2] == 'T' || text[close + 2] == 't')) {
+      return Status::Ok();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return Internal(fmt::format("etcd member {} (pid {}) did not stop within 30 s of SIGSTOP", i,
+                              members_[i].pid));
 }
 
 Status TestingEtcd::ResumeMember(int i) {

@@ -650,7 +650,7 @@ Result<std::unique_ptr<Communicator>> ConnectEtcdStoreGroup(const etcd::EtcdOpti
                                                             int size, const GroupOptions& options) {
   try {
     c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<EtcdStore>(etcd, prefix, options.timeout);
+        c10::make_intrusive<EtcdStore>(etcd, prefix, options.timeout, options.give_up);
     if (options.give_up) store = c10::make_intrusive<WatchedStore>(store, options.give_up);
     auto group = MakeGroup(store, rank, size, options);
     return std::unique_ptr<Communicator>(

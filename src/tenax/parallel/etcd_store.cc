@@ -44,6 +44,10 @@ auto EtcdStore::Retry(const std::string& what, F call, Clock::time_point deadlin
       return r;
     }
     if (Clock::now() + pause > deadline) return r;
+    if (std::optional<std::string> why = give_up_ ? give_up_() : std::nullopt) {
+      Fail(what, Unavailable(
+                     fmt::format("stopped waiting for etcd ({}): {}", r.status().message(), *why)));
+    }
     retried_->fetch_add(1);
     if (first) {
       log::Warn("etcd store: {} under {}: etcd is unavailable ({}); retrying until it answers",
@@ -55,10 +59,11 @@ auto EtcdStore::Retry(const std::string& what, F call, Clock::time_point deadlin
 }
 
 EtcdStore::EtcdStore(etcd::EtcdOptions options, std::string prefix,
-                     std::chrono::milliseconds timeout)
+                     std::chrono::milliseconds timeout, GiveUpFn give_up)
     : c10d::Store(timeout),
       prefix_(std::move(prefix)),
-      retried_(std::make_shared<std::atomic<int64_t>>(0)) {
+      retried_(std::make_shared<std::atomic<int64_t>>(0)),
+      give_up_(std::move(give_up)) {
   client_ = Take(etcd::EtcdClient::Create(std::move(options)), "cannot use the etcd endpoints");
 }
 

@@ -12,9 +12,10 @@
 //              answers or the store's timeout has passed (wait's own timeout for its polls; 60 s
 //              for a store without one), each repeat counted (retried()). A write whose outcome
 //              is unknown (sent, unanswered) is repeated too where applying it twice is harmless
-//              (set, compareSet, deleteKey), but not add's (it would add twice). What still
-//              fails throws c10::DistStoreError with etcd's message: to c10d it is a store that
-//              cannot be reached.
+//              (set, compareSet, deleteKey), but not add's (it would add twice); between repeats
+//              `give_up` is asked, as WatchedStore asks it between polls, and a reason ends them.
+//              What still fails throws c10::DistStoreError with etcd's message: to c10d it is a
+//              store that cannot be reached.
 // Thread safety: every method may be called from any thread (EtcdClient is safe so).
 // Non-goals: watchKey and the queue API (c10d's optional extensions; Gloo and NCCL need neither);
 // removing its keys when done (the caller deletes its prefix: LiveGroup deletes an epoch's keys
@@ -30,13 +31,15 @@
 #include <vector>
 
 #include "tenax/etcd/client.h"
+#include "tenax/parallel/watched_store.h"
 
 namespace tenax::parallel {
 
 class EtcdStore final : public c10d::Store {
  public:
   // Throws c10::DistStoreError when EtcdClient::Create refuses the options (a TLS file missing).
-  EtcdStore(etcd::EtcdOptions options, std::string prefix, std::chrono::milliseconds timeout);
+  EtcdStore(etcd::EtcdOptions options, std::string prefix, std::chrono::milliseconds timeout,
+            GiveUpFn give_up = {});
 
   c10::intrusive_ptr<c10d::Store> clone() override;
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
@@ -74,6 +77,7 @@ class EtcdStore final : public c10d::Store {
   const std::string prefix_;
   std::shared_ptr<etcd::EtcdClient> client_;       // shared with clones
   std::shared_ptr<std::atomic<int64_t>> retried_;  // shared with clones
+  GiveUpFn give_up_;
 };
 
 }  // namespace tenax::parallel

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -138,6 +139,45 @@ TEST(EtcdStoreCluster, RidesOutALostQuorum) {
   EXPECT_GT(seen, 0) << "no call was repeated: etcd never looked unavailable";
   EXPECT_EQ(error, "");
   EXPECT_EQ(got, "21");
+}
+
+// The same outage under a store whose caller has a reason to stop waiting (a live group's
+// newer epoch): the repeats end with it instead of lasting the store's timeout.
+TEST(EtcdStoreCluster, ARepeatedCallStopsWhenTheCallerGivesUp) {
+  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib (no etcd client)";
+  etcd::testing::TestingEtcdOptions three;
+  three.members = 3;
+  auto started = etcd::testing::TestingEtcd::Start(three);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<etcd::testing::TestingEtcd> etcd = std::move(*started);
+  etcd::EtcdOptions o = etcd->client_options();
+  o.attempt_timeout = milliseconds(500);
+  std::atomic<bool> superseded{false};
+  EtcdStore store(o, "/job/g/", milliseconds(600000), [&]() -> std::optional<std::string> {
+    if (superseded) return std::string("epoch 3 was published");
+    return std::nullopt;
+  });
+  ASSERT_TRUE(etcd->PauseMember(0).ok());
+  ASSERT_TRUE(etcd->PauseMember(2).ok());
+  std::string error;
+  std::thread during([&] {
+    try {
+      store.set("k", Bytes("v"));
+    } catch (const c10::DistStoreError& e) {
+      error = e.what();
+    }
+  });
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (store.retried() == 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_GT(store.retried(), 0);
+  superseded = true;
+  during.join();
+  ASSERT_TRUE(etcd->ResumeMember(0).ok());
+  ASSERT_TRUE(etcd->ResumeMember(2).ok());
+  EXPECT_NE(error.find("etcd store: set k: stopped waiting for etcd"), std::string::npos) << error;
+  EXPECT_NE(error.find("epoch 3 was published"), std::string::npos) << error;
 }
 
 TEST(EtcdStoreCluster, OnlyAWriteSentAndUnansweredHasAnUnknownOutcome) {
