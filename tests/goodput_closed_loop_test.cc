@@ -32,8 +32,13 @@ std::string Train(const TempDir& dir, const std::string& name) {
 // The launcher's flags: restarts without a practical bound, hangs found after 4 s of silence
 // (the steps take ~15 ms; the margin keeps a loaded machine's pauses from being hangs the
 // schedule did not cause) with half a second for the flight records (a stopped rank leaves none).
-const char* kLaunch =
-    "launch --nproc-per-node 2 --max-restarts 1000 --hang-timeout 4 --flight-dump-timeout 0.5 ";
+// A schedule without hangs waits 30 s: a fresh-clone CI beside two builds once took a pause
+// of more than 4 s there for a hang, where the schedule's NaN was due.
+std::string Launch(const std::string& schedule) {
+  const bool hangs = schedule.find("hang=") != std::string::npos;
+  return std::string("launch --nproc-per-node 2 --max-restarts 1000 --hang-timeout ") +
+         (hangs ? "4" : "30") + " --flight-dump-timeout 0.5 ";
+}
 
 // What a scheduled failure of each kind is called once detected.
 bool KindMatches(const std::string& scheduled, const std::string& detected) {
@@ -56,9 +61,8 @@ void CheckClosedLoop(const std::string& schedule, bool live = false) {
                                   "parallelism.data_parallel_replicate=2 --set "
                                   "parallelism.data_parallel_shard=1 --set checkpoint.interval=100"
                                 : "";
-  const auto run =
-      RunTenax(kLaunch + std::string("--inject ") + schedule + " -- " + Train(dir, "loop") + mode,
-               dir.path());
+  const auto run = RunTenax(
+      Launch(schedule) + "--inject " + schedule + " -- " + Train(dir, "loop") + mode, dir.path());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json g = nlohmann::json::parse(ReadFile(dir / "loop/goodput.json"));
   EXPECT_EQ(g["step"], 3000);
@@ -162,11 +166,16 @@ void CheckClosedLoop(const std::string& schedule, bool live = false) {
       << text.output;
   const auto sim = RunTenaxStdout(m[1].str() + " --json", dir.path());
   ASSERT_EQ(sim.exit_code, 0) << m[1].str() << "\n" << sim.output;
+  // Compared as wall times: --from-run's effective is a mean over runs of a ratio (the run's
+  // computation over each run's time), which the mean time does not give back (1.3 pp apart at
+  // 720 kills an hour live, where the runs' times vary most). The flags are printed to 6 digits.
   const nlohmann::json s = nlohmann::json::parse(sim.output);
-  const double from_sim =
-      p["measured"]["productive_s"].get<double>() /
-      (p["measured"]["fixed_s"].get<double>() + s["wall_s"]["mean"].get<double>());
-  EXPECT_NEAR(from_sim, p["predicted"]["mean"].get<double>(), 0.01) << sim.output;
+  const double sim_wall = s["wall_s"]["mean"].get<double>();
+  const double own_wall = p["predicted_wall_s"]["mean"].get<double>();
+  EXPECT_NEAR(sim_wall, own_wall, 1e-3 * own_wall) << sim.output << "\n" << p.dump(1);
+  EXPECT_NEAR(s["wall_s"]["p95"].get<double>(), p["predicted_wall_s"]["p95"].get<double>(),
+              1e-3 * own_wall)
+      << sim.output;
 }
 
 TEST(GoodputClosedLoop, CrashesHangsAndNaNs) {

@@ -29,12 +29,17 @@ double Effective(const RunCosts& c, const RunOutcome& o) {
   return c.productive_s / (c.fixed_s + o.wall);
 }
 
-Summary EffectiveOver(const RunCosts& costs, const SimulationConfig& config) {
-  std::vector<double> v;
+// `wall` (when given): the simulated runs' wall times, as `tenax simulate` summarizes them.
+Summary EffectiveOver(const RunCosts& costs, const SimulationConfig& config,
+                      Summary* wall = nullptr) {
+  std::vector<double> v, walls;
   v.reserve(static_cast<size_t>(config.runs));
   for (int64_t i = 0; i < config.runs; ++i) {
-    v.push_back(Effective(costs, SimulateRun(config, static_cast<uint64_t>(i))));
+    const RunOutcome o = SimulateRun(config, static_cast<uint64_t>(i));
+    v.push_back(Effective(costs, o));
+    walls.push_back(o.wall);
   }
+  if (wall != nullptr) *wall = Summarize(std::move(walls));
   return Summarize(std::move(v));
 }
 
@@ -310,7 +315,7 @@ Result<RunPrediction> PredictRun(const RunCosts& costs, const std::optional<Fail
   c.runs = runs;
   c.seed = seed;
   TENAX_RETURN_IF_ERROR(Simulate(c).status());  // refuses what could never finish
-  p.effective = EffectiveOver(costs, c);
+  p.effective = EffectiveOver(costs, c, &p.wall);
   if (!costs.schedule.empty() && !rate) {
     // The run's failures at their own times. Where each fell inside its checkpoint interval
     // decides the work it lost, and the two clocks (the launcher's exposure, the simulator's
@@ -454,6 +459,7 @@ nlohmann::json FromRunJson(const RunCosts& k, const RunPrediction& p) {
       {"runs", p.config.runs},
       {"seed", p.config.seed},
       {"predicted", summary(p.effective)},
+      {"predicted_wall_s", summary(p.wall)},
       {"daly_closed_form", p.daly_effective_closed},
       {"replay", p.replay_effective ? nlohmann::json(*p.replay_effective) : nlohmann::json()},
       {"replay_split", p.replay_effective ? nlohmann::json{{"wall_s", k.fixed_s + p.replay.wall},

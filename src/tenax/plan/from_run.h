@@ -73,6 +73,7 @@ struct RunPrediction {
   std::string rate_source;           // "the run's poisson schedule", "--failure-rate", "observed"
   SimulationConfig config;           // what was simulated (duration = steps x step_s)
   Summary effective;                 // over config.runs simulated runs at the rate
+  Summary wall;                      // their wall times (the run's start-up and shut-down apart)
   double daly_effective_closed = 0;  // Daly's closed form at the rate (what `plan` prints)
   std::optional<double> replay_effective;  // the run's own failure times
   RunOutcome replay;                       // the replays' mean time split (failures: rounded mean)
