@@ -469,7 +469,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
       const double first = failed.front().mono_s - t0_mono_;
       const double window = any_primary ? kWindowS : kSecondaryWindowS;
       if (Elapsed() >= first + window || slots_->RanksAlive() == 0) {
-        Decide(failed, &out);
+        Decide(gen, failed, &out);
         if (job_.live && !out.interrupted && LiveRecover(gen, failed, *out.verdict)) {
           out.verdict.reset();  // the others train on: no verdict ends this generation
           out.exit_code = 0;
@@ -515,7 +515,7 @@ Supervisor::Outcome Supervisor::RunGeneration(const GenerationPlan& plan, const 
     if (schedule_ && !out.interrupted) ScheduleTick(gen);
   }
   if (!failed.empty() && !out.verdict) {  // every rank failed within the window
-    Decide(failed, &out);
+    Decide(gen, failed, &out);
     log::Error("launch: {} ({}; {})", out.verdict->cause,
                protocol::FailureKindName(out.verdict->kind), out.verdict->reasoning);
   }
@@ -624,8 +624,21 @@ void Supervisor::Reap(int gen, const std::vector<ChildEnd>& ends, std::vector<Ra
   }
 }
 
-void Supervisor::Decide(const std::vector<RankEnd>& failed, Outcome* out) {
+void Supervisor::Decide(int gen, const std::vector<RankEnd>& failed, Outcome* out) {
   out->verdict = AttributeFailure(failed);
+  Verdict& v = *out->verdict;
+  if (v.kind == FailureKind::kSilentCorruption && v.rank < 0) {
+    // Only the named ranks' peers ended within the window (the named ones were slower to exit,
+    // as on a loaded machine): the check's records, written before any rank exits, name them.
+    ReadTrainerRecords();
+    if (const std::vector<int> named = SdcNamedRanks(gen); !named.empty()) {
+      v.rank = named.front();
+      const int local = Local(v.rank);
+      if (local >= 0 && local < o_.nproc_per_node) v.host = g_.beats[local].host;
+      v.reasoning += fmt::format("{}rank {} named by the check's record (its peers ended first)",
+                                 v.reasoning.empty() ? "" : "; ", fmt::join(named, ", "));
+    }
+  }
   out->exit_code = out->verdict->code;
   out->detected_s = Elapsed();
   out->detection_s = out->detected_s - (out->verdict->mono_s - t0_mono_);

@@ -161,7 +161,7 @@ class Supervisor {
   // `grace_s`).
   void StartRanks(const GenerationPlan& plan, Outcome* out);
   void Reap(int gen, const std::vector<ChildEnd>& ends, std::vector<RankEnd>* failed);
-  void Decide(const std::vector<RankEnd>& failed, Outcome* out);
+  void Decide(int gen, const std::vector<RankEnd>& failed, Outcome* out);
   void BeginStop(int sig, double grace_s);
   // Heartbeats: progress, stragglers, hang. Returns true when the generation must stop.
   bool CheckBeats(int gen, Outcome* out);
