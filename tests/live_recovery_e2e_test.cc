@@ -166,12 +166,14 @@ TEST_F(LiveRecoveryE2E, AHungRankIsKilledAloneAndReplaced) {
 
 // Two ranks stopped (SIGSTOP) inside step 8, as two frozen nodes' would be: neither leaves a
 // flight record, so the analysis cannot name one; they are of two replicas while two others are
-// left to train on, so both are killed at once and one epoch drops them both (no restart).
+// left to train on, so both are killed at once and one epoch drops them both (no restart). The
+// replacements are standbys (--spares 2): rank 0 waits at step 12 for both to join, making no
+// step meanwhile, and two cold starts at once took over the 4 s hang timeout beside two CI runs.
 TEST_F(LiveRecoveryE2E, TwoHungRanksOfTwoReplicasAreTakenOutTogether) {
   std::string out;
   const nlohmann::json report =
       Live("hang2", "stop:rank=1:step=8,stop:rank=2:step=8,await-join:rank=0:step=12", &out,
-           "--hang-timeout 4");
+           "--hang-timeout 4 --spares 2");
   EXPECT_EQ(report["generations"].size(), 1u) << report.dump(2);
   EXPECT_TRUE(report["failures"].empty()) << report.dump(2);
   EXPECT_NE(out.find("ranks 1,2 alone left no flight record, of replicas 1,2"), std::string::npos)
