@@ -630,11 +630,16 @@ void Supervisor::Decide(int gen, const std::vector<RankEnd>& failed, Outcome* ou
   if (v.kind == FailureKind::kSilentCorruption && v.rank < 0) {
     // Only the named ranks' peers ended within the window (the named ones were slower to exit,
     // as on a loaded machine): the check's records, written before any rank exits, name them.
+    // Only this node's: a rank named on another node is that node's verdict (its agent names it;
+    // this node's ranks only stopped with it).
     ReadTrainerRecords();
-    if (const std::vector<int> named = SdcNamedRanks(gen); !named.empty()) {
+    std::vector<int> named;
+    for (int r : SdcNamedRanks(gen)) {
+      if (Local(r) >= 0 && Local(r) < o_.nproc_per_node) named.push_back(r);
+    }
+    if (!named.empty()) {
       v.rank = named.front();
-      const int local = Local(v.rank);
-      if (local >= 0 && local < o_.nproc_per_node) v.host = g_.beats[local].host;
+      v.host = g_.beats[Local(v.rank)].host;
       v.reasoning += fmt::format("{}rank {} named by the check's record (its peers ended first)",
                                  v.reasoning.empty() ? "" : "; ", fmt::join(named, ", "));
     }
