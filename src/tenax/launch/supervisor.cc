@@ -626,24 +626,7 @@ void Supervisor::Reap(int gen, const std::vector<ChildEnd>& ends, std::vector<Ra
 
 void Supervisor::Decide(int gen, const std::vector<RankEnd>& failed, Outcome* out) {
   out->verdict = AttributeFailure(failed);
-  Verdict& v = *out->verdict;
-  if (v.kind == FailureKind::kSilentCorruption && v.rank < 0) {
-    // Only the named ranks' peers ended within the window (the named ones were slower to exit,
-    // as on a loaded machine): the check's records, written before any rank exits, name them.
-    // Only this node's: a rank named on another node is that node's verdict (its agent names it;
-    // this node's ranks only stopped with it).
-    ReadTrainerRecords();
-    std::vector<int> named;
-    for (int r : SdcNamedRanks(gen)) {
-      if (Local(r) >= 0 && Local(r) < o_.nproc_per_node) named.push_back(r);
-    }
-    if (!named.empty()) {
-      v.rank = named.front();
-      v.host = g_.beats[Local(v.rank)].host;
-      v.reasoning += fmt::format("{}rank {} named by the check's record (its peers ended first)",
-                                 v.reasoning.empty() ? "" : "; ", fmt::join(named, ", "));
-    }
-  }
+  if (out->verdict->rank < 0) NameSdcRankFromRecords(gen, &*out->verdict);
   out->exit_code = out->verdict->code;
   out->detected_s = Elapsed();
   out->detection_s = out->detected_s - (out->verdict->mono_s - t0_mono_);

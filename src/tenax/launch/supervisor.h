@@ -133,6 +133,9 @@ class Supervisor {
   void ReadTrainerRecords();
   // The ranks the trainer's silent-data-corruption record names in `generation`.
   std::vector<int> SdcNamedRanks(int generation) const;
+  // A silent-data-corruption verdict with no rank (only the named ranks' peers ended within the
+  // window): the rank this node's check records name, if any.
+  void NameSdcRankFromRecords(int gen, Verdict* verdict);
   // Several nodes: the node agent's channel, passed to every rank started from now on.
   void SetAgentSocket(std::string path) { agent_socket_ = std::move(path); }
   // Several nodes, resilience.mode = "live": the job's live record through the node agent

@@ -1,6 +1,9 @@
 // The supervisor's records, apart from supervisor.cc, which is the supervision loop itself: the
 // status the live page shows (Publish), goodput.json (WriteGoodput), and its reading of what the
 // trainer records in the run folder (its loss spikes and silent-data-corruption detections).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "tenax/core/fs.h"
 #include "tenax/core/log.h"
 #include "tenax/launch/supervisor.h"
@@ -64,6 +67,26 @@ std::vector<int> Supervisor::SdcNamedRanks(int generation) const {
     }
   }
   return out;
+}
+
+void Supervisor::NameSdcRankFromRecords(int gen, Verdict* verdict) {
+  Verdict& v = *verdict;
+  if (v.kind != protocol::FailureKind::kSilentCorruption) return;
+  // Only the named ranks' peers ended within the window (the named ones were slower to exit,
+  // as on a loaded machine): the check's records, written before any rank exits, name them.
+  // Only this node's: a rank named on another node is that node's verdict (its agent names it;
+  // this node's ranks only stopped with it).
+  ReadTrainerRecords();
+  std::vector<int> named;
+  for (int r : SdcNamedRanks(gen)) {
+    if (Local(r) >= 0 && Local(r) < o_.nproc_per_node) named.push_back(r);
+  }
+  if (!named.empty()) {
+    v.rank = named.front();
+    v.host = g_.beats[Local(v.rank)].host;
+    v.reasoning += fmt::format("{}rank {} named by the check's record (its peers ended first)",
+                               v.reasoning.empty() ? "" : "; ", fmt::join(named, ", "));
+  }
 }
 
 void Supervisor::ReadTrainerRecords() {

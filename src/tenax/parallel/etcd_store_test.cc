@@ -101,23 +101,46 @@ TEST_F(EtcdStoreTest, AnUnreachableEtcdIsAStoreError) {
   }
 }
 
+// Three members, so that two can be frozen (no quorum), and a client that gives up on a member
+// after half a second.
+class EtcdStoreCluster : public ::testing::Test {
+ protected:
+  void StartThree() {
+    if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib (no etcd client)";
+    etcd::testing::TestingEtcdOptions three;
+    three.members = 3;
+    auto started = etcd::testing::TestingEtcd::Start(three);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    etcd_ = std::move(*started);
+  }
+  etcd::EtcdOptions Options() const {
+    etcd::EtcdOptions o = etcd_->client_options();
+    o.attempt_timeout = milliseconds(500);
+    return o;
+  }
+  // The event the outage tests wait for: a call found etcd unavailable and is being repeated.
+  // Returns the repeats seen (0 after 90 s: none).
+  static int64_t WaitForARepeat(const EtcdStore& store) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (store.retried() == 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return store.retried();
+  }
+  std::unique_ptr<etcd::testing::TestingEtcd> etcd_;
+};
+
 // etcd without a quorum (two of three members frozen, as behind a partition) answers nothing
 // for a while: the store's calls wait it out instead of failing the rank. A set and a get made
 // during the outage are repeated (counted) and complete once the members are back.
-TEST(EtcdStoreCluster, RidesOutALostQuorum) {
-  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib (no etcd client)";
-  etcd::testing::TestingEtcdOptions three;
-  three.members = 3;
-  auto started = etcd::testing::TestingEtcd::Start(three);
-  ASSERT_TRUE(started.ok()) << started.status().ToString();
-  std::unique_ptr<etcd::testing::TestingEtcd> etcd = std::move(*started);
-  etcd::EtcdOptions o = etcd->client_options();
-  o.attempt_timeout = milliseconds(500);
+TEST_F(EtcdStoreCluster, RidesOutALostQuorum) {
+  ASSERT_NO_FATAL_FAILURE(StartThree());
+  const etcd::EtcdOptions o = Options();
   EtcdStore store(o, "/job/q/", milliseconds(120000));
   store.set("before", Bytes("1"));
   EXPECT_EQ(store.retried(), 0);
-  ASSERT_TRUE(etcd->PauseMember(1).ok());
-  ASSERT_TRUE(etcd->PauseMember(2).ok());
+  ASSERT_TRUE(etcd_->PauseMember(1).ok());
+  ASSERT_TRUE(etcd_->PauseMember(2).ok());
   std::string got, error;
   std::thread during([&] {
     try {
@@ -127,14 +150,9 @@ TEST(EtcdStoreCluster, RidesOutALostQuorum) {
       error = e.what();
     }
   });
-  // The event: a call found etcd unavailable and is being repeated.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  while (store.retried() == 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  const int64_t seen = store.retried();
-  ASSERT_TRUE(etcd->ResumeMember(1).ok());
-  ASSERT_TRUE(etcd->ResumeMember(2).ok());
+  const int64_t seen = WaitForARepeat(store);
+  ASSERT_TRUE(etcd_->ResumeMember(1).ok());
+  ASSERT_TRUE(etcd_->ResumeMember(2).ok());
   during.join();
   EXPECT_GT(seen, 0) << "no call was repeated: etcd never looked unavailable";
   EXPECT_EQ(error, "");
@@ -143,22 +161,16 @@ TEST(EtcdStoreCluster, RidesOutALostQuorum) {
 
 // The same outage under a store whose caller has a reason to stop waiting (a live group's
 // newer epoch): the repeats end with it instead of lasting the store's timeout.
-TEST(EtcdStoreCluster, ARepeatedCallStopsWhenTheCallerGivesUp) {
-  if (!etcd::EtcdClientAvailable()) GTEST_SKIP() << "built without cpp-httplib (no etcd client)";
-  etcd::testing::TestingEtcdOptions three;
-  three.members = 3;
-  auto started = etcd::testing::TestingEtcd::Start(three);
-  ASSERT_TRUE(started.ok()) << started.status().ToString();
-  std::unique_ptr<etcd::testing::TestingEtcd> etcd = std::move(*started);
-  etcd::EtcdOptions o = etcd->client_options();
-  o.attempt_timeout = milliseconds(500);
+TEST_F(EtcdStoreCluster, ARepeatedCallStopsWhenTheCallerGivesUp) {
+  ASSERT_NO_FATAL_FAILURE(StartThree());
+  const etcd::EtcdOptions o = Options();
   std::atomic<bool> superseded{false};
   EtcdStore store(o, "/job/g/", milliseconds(600000), [&]() -> std::optional<std::string> {
     if (superseded) return std::string("epoch 3 was published");
     return std::nullopt;
   });
-  ASSERT_TRUE(etcd->PauseMember(0).ok());
-  ASSERT_TRUE(etcd->PauseMember(2).ok());
+  ASSERT_TRUE(etcd_->PauseMember(0).ok());
+  ASSERT_TRUE(etcd_->PauseMember(2).ok());
   std::string error;
   std::thread during([&] {
     try {
@@ -167,20 +179,16 @@ TEST(EtcdStoreCluster, ARepeatedCallStopsWhenTheCallerGivesUp) {
       error = e.what();
     }
   });
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-  while (store.retried() == 0 && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_GT(store.retried(), 0);
+  EXPECT_GT(WaitForARepeat(store), 0);
   superseded = true;
   during.join();
-  ASSERT_TRUE(etcd->ResumeMember(0).ok());
-  ASSERT_TRUE(etcd->ResumeMember(2).ok());
+  ASSERT_TRUE(etcd_->ResumeMember(0).ok());
+  ASSERT_TRUE(etcd_->ResumeMember(2).ok());
   EXPECT_NE(error.find("etcd store: set k: stopped waiting for etcd"), std::string::npos) << error;
   EXPECT_NE(error.find("epoch 3 was published"), std::string::npos) << error;
 }
 
-TEST(EtcdStoreCluster, OnlyAWriteSentAndUnansweredHasAnUnknownOutcome) {
+TEST_F(EtcdStoreCluster, OnlyAWriteSentAndUnansweredHasAnUnknownOutcome) {
   EXPECT_TRUE(etcd::OutcomeUnknown(
       Unavailable(std::string("etcd write to /v3/kv/put sent but unanswered, ") +
                   etcd::kOutcomeUnknown + " (timeout)")));
