@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <set>
 #include <thread>
 
 #include "tenax/core/cli.h"
@@ -45,7 +46,17 @@ TEST(FreeTcpPort, ReturnsAPortAListenerCanBind) {
     addr.sin_port = htons(static_cast<uint16_t>(port));
     EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << address;
     ::close(fd);
+    // Not one the kernel could give another process's connection meanwhile.
+    const auto [lo, hi] = EphemeralPortRange();
+    if (lo > kFirstChosenPort || hi < 65535) {
+      EXPECT_TRUE(port < lo || port > hi) << port << " in " << lo << "-" << hi;
+      EXPECT_GE(port, kFirstChosenPort);
+    }
   }
+  // Drawn at random: two launchers on one machine do not pick the same port.
+  std::set<int> ports;
+  for (int i = 0; i < 20; ++i) ports.insert(FreeTcpPort());
+  EXPECT_GT(ports.size(), 15u);
 }
 
 TEST(CliCommands, RunsTheParsedSubcommandOnly) {
