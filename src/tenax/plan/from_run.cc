@@ -236,15 +236,36 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   c.fixed_s =
       std::max(0.0, gens.front().value("ready_s", 0.0) - gens.front().value("start_s", 0.0)) +
       std::max(0.0, c.wall_s - last_step_at);
+  // Each restart runs from its verdict until the next generation is ready. A failure during it
+  // (in a rank's setup) starts it over, and the restart it cut short ends at the same ready: its
+  // recovery_s holds the next one's whole restart too. The model charges a restart cut short its
+  // time until the failure and then a whole restart again, so the cost it needs is that of a
+  // restart no failure interrupted: the mean over those.
+  struct Restart {
+    double failed_at, verdict_at, ready_at;
+  };
+  std::vector<Restart> restarts;
   for (const auto& f : g["failures"]) {
     const double recovery = f.value("recovery_s", -1.0);
     if (recovery < 0) continue;  // not restarted from (found at a resume, or the last)
     ++c.failures;
     ++c.failures_by_kind[f.value("kind", std::string("?"))];
-    c.detect_s += f.value("detection_s", 0.0);
-    c.restart_s += recovery;
+    const double verdict = f.value("time_s", 0.0), detect = f.value("detection_s", 0.0);
+    c.detect_s += detect;
+    restarts.push_back({verdict - detect, verdict, verdict + recovery});
   }
-  if (c.failures > 0) c.restart_s /= static_cast<double>(c.failures);
+  std::sort(restarts.begin(), restarts.end(),
+            [](const Restart& a, const Restart& b) { return a.failed_at < b.failed_at; });
+  int64_t whole = 0;
+  for (size_t i = 0; i < restarts.size(); ++i) {
+    if (i + 1 < restarts.size() && restarts[i + 1].failed_at < restarts[i].ready_at) {
+      ++c.restarts_cut_short;
+      continue;
+    }
+    c.restart_s += restarts[i].ready_at - restarts[i].verdict_at;
+    ++whole;
+  }
+  if (whole > 0) c.restart_s /= static_cast<double>(whole);
   c.detect_s += live_detect;
   if (c.failures + c.live_failures > 0) {
     c.detect_s /= static_cast<double>(c.failures + c.live_failures);
@@ -371,13 +392,18 @@ std::string FromRunText(const RunCosts& k, const RunPrediction& p) {
       "measured (goodput.json, config.toml):\n"
       "  {} steps at {:.4f} s (overheads between steps included): {} of computation\n"
       "  checkpoint every {} steps ({}), stall {:.4f} s ({} saves)\n"
-      "  {} failure(s){}{}; detection {:.3f} s and restart {:.3f} s on average\n"
+      "  {} failure(s){}{}; detection {:.3f} s and restart {:.3f} s on average{}\n"
       "  start-up and shut-down {:.2f} s; wall {:.2f} s\n"
       "  failure rate {} ({})\n\n",
       k.run_dir, k.steps, k.step_s, FormatDuration(p.config.duration), k.checkpoint_every,
       FormatDuration(p.config.interval), k.checkpoint_s, k.checkpoints,
       k.failures + k.live_failures, kinds.empty() ? "" : " (", kinds.empty() ? "" : kinds + ")",
-      k.detect_s, k.restart_s, k.fixed_s, k.wall_s, p.rate.text, p.rate_source);
+      k.detect_s, k.restart_s,
+      k.restarts_cut_short > 0
+          ? fmt::format(" (of the restarts no failure cut short; {} {})", k.restarts_cut_short,
+                        k.restarts_cut_short == 1 ? "was" : "were")
+          : std::string(),
+      k.fixed_s, k.wall_s, p.rate.text, p.rate_source);
   if (k.live) {
     // The line above counts the restarts; these the failures the others trained through.
     out.insert(
@@ -440,6 +466,7 @@ nlohmann::json FromRunJson(const RunCosts& k, const RunPrediction& p) {
         {"failures_by_kind", k.failures_by_kind},
         {"detect_s", k.detect_s},
         {"restart_s", k.restart_s},
+        {"restarts_cut_short", k.restarts_cut_short},
         {"fixed_s", k.fixed_s},
         {"wall_s", k.wall_s},
         {"effective", k.measured_effective},

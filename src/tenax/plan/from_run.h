@@ -39,9 +39,12 @@ struct RunCosts {
   double checkpoint_s = 0;  // stall per checkpoint
   int64_t checkpoints = 0;  // checkpoints written, redone ones included
   double detect_s = 0;      // mean over the failures restarted or (live) recovered from
-  double restart_s = 0;     // mean, from the verdict to the next generation ready to train
-  double fixed_s = 0;       // the first start-up, and the shut-down after the last step
-  int64_t failures = 0;     // failures that were restarted from (live: and recovered from)
+  // Mean, from the verdict to the next generation ready to train, over the restarts that no
+  // failure during them (in a rank's setup) cut short and started over.
+  double restart_s = 0;
+  int64_t restarts_cut_short = 0;
+  double fixed_s = 0;    // the first start-up, and the shut-down after the last step
+  int64_t failures = 0;  // failures that were restarted from (live: and recovered from)
   std::map<std::string, int> failures_by_kind;
   double wall_s = 0;
   double measured_effective = 0;  // goodput.json effective_training_ratio

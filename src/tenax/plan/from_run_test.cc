@@ -103,6 +103,51 @@ TEST(FromRun, ReadsTheRunsCostsAndTheReplayReproducesIt) {
   EXPECT_NE(FromRunText(*c, *p).find("tenax simulate --gpus 1"), std::string::npos);
 }
 
+// A failure during a restart starts it over: the first restart's recovery_s runs to the ready
+// of the second, so only the second is a whole restart. Goodput() with a rank failing in
+// generation 1's setup at 5.5 s (seen at 5.6 s); generation 2 is ready at 6.5 s.
+TEST(FromRun, ARestartCutShortByAFailureIsNotARestartsCost) {
+  nlohmann::json g = Goodput();
+  g["failures"][0]["recovery_s"] = 1.5;  // from 5.0 s to generation 2's ready
+  g["failures"].push_back(
+      {{"kind", "setup"}, {"time_s", 5.6}, {"detection_s", 0.1}, {"recovery_s", 0.9}});
+  g["generations"][1] = {{"generation", 1},   {"start_s", 5.0},  {"ready_s", -1.0},
+                         {"resume_step", 30}, {"last_step", -1}, {"checkpoint_s", 0.0}};
+  g["generations"].push_back({{"generation", 2},
+                              {"start_s", 5.6},
+                              {"ready_s", 6.5},
+                              {"resume_step", 30},
+                              {"last_step", 100},
+                              {"last_step_at", 13.8},
+                              {"checkpoint_s", 0.35}});
+  g["wall_s"] = 14.0;
+  TempDir dir;
+  dir.Write("goodput.json", g.dump());
+  dir.Write("config.toml", Config());
+  Result<RunCosts> c = ReadRunCosts(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->failures, 2);
+  EXPECT_DOUBLE_EQ(c->detect_s, 0.2);
+  EXPECT_DOUBLE_EQ(c->restart_s, 0.9);  // not (1.5 + 0.9) / 2: 1.5 s holds the second restart
+  EXPECT_EQ(c->restarts_cut_short, 1);
+  EXPECT_NEAR(c->step_s, 0.1, 1e-12);
+  Result<RunPrediction> p = PredictRun(*c, std::nullopt, 100, 1);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_NE(FromRunText(*c, *p).find("restart 0.900 s on average (of the restarts no failure cut "
+                                     "short; 1 was)"),
+            std::string::npos)
+      << FromRunText(*c, *p);
+  EXPECT_EQ(FromRunJson(*c, *p)["measured"]["restarts_cut_short"], 1);
+
+  // A failure after the next generation was ready cuts nothing short.
+  g["failures"][1]["time_s"] = 6.7;
+  dir.Write("goodput.json", g.dump());
+  c = ReadRunCosts(dir.path());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->restarts_cut_short, 0);
+  EXPECT_DOUBLE_EQ(c->restart_s, (1.5 + 0.9) / 2);
+}
+
 // A live run by hand: 100 steps of 0.1 s with 2 replicas, a checkpoint every 10 steps stalling
 // 0.05 s. Ready at 1.0 s; a replica fails at 3.0 s after step 20 (2.0 s of exposure), the
 // verdict comes 0.3 s later, its replacement heals 1.025 s after that and joins at step 25: 1.325
