@@ -61,9 +61,14 @@ for mix in "${mixes[@]}"; do
       --set job.dump_folder="$work" --set job.name="$run" "${live[@]}" >"$work/$run.log" 2>&1 ||
       { echo "launch failed: $run"; tail -20 "$work/$run.log"; exit 1; }
     "$bin" plan --from-run "$work/$run" --json >"$work/$run.json"
-    row="$(python3 - "$work/$run.json" "$name" "$seed" "$spec" <<'EOF'
+    row="$(python3 - "$work/$run.json" "$name" "$seed" "$spec" "$work/$run/goodput.json" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1]))
+# The run's failures as goodput.json has them, so that a later change of how --from-run reads
+# them (the restart cost, say) can be checked against these runs again.
+g = json.load(open(sys.argv[5]))
+failures = [{k: f.get(k) for k in ("kind", "time_s", "detection_s", "recovery_s", "scheduled")}
+            for f in g.get("failures", [])]
 m = j["measured"]
 kinds = ", ".join(f"{k} {n}" for k, n in sorted(m["failures_by_kind"].items()))
 diff = 100 * (m["effective"] - j["replay"])
@@ -77,7 +82,7 @@ print(f"| {sys.argv[2]} ({sys.argv[4]}) | {sys.argv[3]} | {n} ({kinds}) | "
       f"{100 * p['mean']:.2f} % ({100 * p['p05']:.1f} - {100 * p['p95']:.1f}) | "
       f"{100 * j['daly_closed_form']:.2f} % |")
 print(json.dumps({"mix": sys.argv[2], "spec": sys.argv[4], "seed": int(sys.argv[3]),
-                  "difference_pp": diff, "from_run": j}))
+                  "difference_pp": diff, "from_run": j, "failures": failures}))
 EOF
 )"
     echo "$row" | head -1

@@ -128,6 +128,23 @@ double ReadLiveRecoveries(const nlohmann::json& g, const std::map<int64_t, Gener
 
 }  // namespace
 
+double RestartCost(std::vector<RestartSeen> seen) {
+  // Kaplan-Meier: the share of restarts still running after t steps down at each whole restart's
+  // end; a restart cut short leaves those at risk without a step. Its integral is the mean.
+  std::sort(seen.begin(), seen.end(), [](const RestartSeen& a, const RestartSeen& b) {
+    return a.seconds < b.seconds || (a.seconds == b.seconds && a.whole && !b.whole);
+  });
+  double running = 1, mean = 0, last = 0;
+  size_t at_risk = seen.size();
+  for (const RestartSeen& r : seen) {
+    mean += running * (r.seconds - last);
+    last = r.seconds;
+    if (r.whole) running *= 1 - 1.0 / static_cast<double>(at_risk);
+    --at_risk;
+  }
+  return mean;
+}
+
 Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   const RunPaths paths(run_dir);
   auto text = LocalFs().ReadFile(paths.goodput());
@@ -239,8 +256,8 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   // Each restart runs from its verdict until the next generation is ready. A failure during it
   // (in a rank's setup) starts it over, and the restart it cut short ends at the same ready: its
   // recovery_s holds the next one's whole restart too. The model charges a restart cut short its
-  // time until the failure and then a whole restart again, so the cost it needs is that of a
-  // restart no failure interrupted: the mean over those.
+  // time until the failure and then a whole restart again, so the cost it needs is a whole
+  // restart's: a restart cut short is seen for as long as it ran (RestartCost).
   struct Restart {
     double failed_at, verdict_at, ready_at;
   };
@@ -256,16 +273,17 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   }
   std::sort(restarts.begin(), restarts.end(),
             [](const Restart& a, const Restart& b) { return a.failed_at < b.failed_at; });
-  int64_t whole = 0;
+  std::vector<RestartSeen> seen;
   for (size_t i = 0; i < restarts.size(); ++i) {
-    if (i + 1 < restarts.size() && restarts[i + 1].failed_at < restarts[i].ready_at) {
+    const Restart& r = restarts[i];
+    if (i + 1 < restarts.size() && restarts[i + 1].failed_at < r.ready_at) {
       ++c.restarts_cut_short;
-      continue;
+      seen.push_back({std::max(0.0, restarts[i + 1].failed_at - r.verdict_at), false});
+    } else {
+      seen.push_back({r.ready_at - r.verdict_at, true});
     }
-    c.restart_s += restarts[i].ready_at - restarts[i].verdict_at;
-    ++whole;
   }
-  if (whole > 0) c.restart_s /= static_cast<double>(whole);
+  c.restart_s = RestartCost(seen);
   c.detect_s += live_detect;
   if (c.failures + c.live_failures > 0) {
     c.detect_s /= static_cast<double>(c.failures + c.live_failures);
@@ -400,8 +418,8 @@ std::string FromRunText(const RunCosts& k, const RunPrediction& p) {
       k.failures + k.live_failures, kinds.empty() ? "" : " (", kinds.empty() ? "" : kinds + ")",
       k.detect_s, k.restart_s,
       k.restarts_cut_short > 0
-          ? fmt::format(" (of the restarts no failure cut short; {} {})", k.restarts_cut_short,
-                        k.restarts_cut_short == 1 ? "was" : "were")
+          ? fmt::format(" (a whole one; {} cut short by a failure during it{})",
+                        k.restarts_cut_short, k.restarts_cut_short == 1 ? "" : "s")
           : std::string(),
       k.fixed_s, k.wall_s, p.rate.text, p.rate_source);
   if (k.live) {

@@ -39,8 +39,8 @@ struct RunCosts {
   double checkpoint_s = 0;  // stall per checkpoint
   int64_t checkpoints = 0;  // checkpoints written, redone ones included
   double detect_s = 0;      // mean over the failures restarted or (live) recovered from
-  // Mean, from the verdict to the next generation ready to train, over the restarts that no
-  // failure during them (in a rank's setup) cut short and started over.
+  // Mean, from the verdict to the next generation ready to train, of a restart no failure during
+  // it (in a rank's setup) cut short and started over (RestartCost).
   double restart_s = 0;
   int64_t restarts_cut_short = 0;
   double fixed_s = 0;    // the first start-up, and the shut-down after the last step
@@ -67,6 +67,20 @@ struct RunCosts {
   double exposure_s = 0;
   std::vector<double> arrivals;  // exposure seconds at which its failures struck
 };
+
+// A restart as a run saw it: `whole`, from its verdict until the next generation was ready;
+// else cut short by a failure during it after `seconds` (how long it would have taken is unseen).
+struct RestartSeen {
+  double seconds = 0;
+  bool whole = true;
+};
+
+// The mean time of a whole restart from restarts some of which were cut short: the Kaplan-Meier
+// estimate (failures strike at random, whatever a restart's length, so a cut-short restart tells
+// only that it would have taken longer than it ran). The mean over the whole ones alone would be
+// short: the longer a restart, the likelier a failure cuts it. Restricted to the longest seen
+// (0 for none).
+double RestartCost(std::vector<RestartSeen> seen);
 
 // Reads RUN/goodput.json and RUN/config.toml. Errors name the file and what is missing.
 Result<RunCosts> ReadRunCosts(const std::string& run_dir);

@@ -128,13 +128,14 @@ TEST(FromRun, ARestartCutShortByAFailureIsNotARestartsCost) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->failures, 2);
   EXPECT_DOUBLE_EQ(c->detect_s, 0.2);
-  EXPECT_DOUBLE_EQ(c->restart_s, 0.9);  // not (1.5 + 0.9) / 2: 1.5 s holds the second restart
+  // Not (1.5 + 0.9) / 2: 1.5 s holds the second restart; the first ran 0.5 s, less than 0.9.
+  EXPECT_DOUBLE_EQ(c->restart_s, 0.9);
   EXPECT_EQ(c->restarts_cut_short, 1);
   EXPECT_NEAR(c->step_s, 0.1, 1e-12);
   Result<RunPrediction> p = PredictRun(*c, std::nullopt, 100, 1);
   ASSERT_TRUE(p.ok()) << p.status().message();
-  EXPECT_NE(FromRunText(*c, *p).find("restart 0.900 s on average (of the restarts no failure cut "
-                                     "short; 1 was)"),
+  EXPECT_NE(FromRunText(*c, *p).find(
+                "restart 0.900 s on average (a whole one; 1 cut short by a failure during it)"),
             std::string::npos)
       << FromRunText(*c, *p);
   EXPECT_EQ(FromRunJson(*c, *p)["measured"]["restarts_cut_short"], 1);
@@ -146,6 +147,19 @@ TEST(FromRun, ARestartCutShortByAFailureIsNotARestartsCost) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->restarts_cut_short, 0);
   EXPECT_DOUBLE_EQ(c->restart_s, (1.5 + 0.9) / 2);
+}
+
+// Restarts cut short are censored: they say only that a whole one would have taken longer.
+TEST(FromRun, RestartCostCountsARestartCutShortAsLongerThanItRan) {
+  EXPECT_DOUBLE_EQ(RestartCost({}), 0);
+  EXPECT_DOUBLE_EQ(RestartCost({{1.0, true}, {3.0, true}}), 2.0);  // none cut: the mean
+  // 1 s and 3 s whole, one cut at 2 s: a third of the restarts end at 1 s, the other two thirds
+  // (the cut one counted as one of the 3 s ones) at 3 s: 1 + 2 x 2/3. The whole ones alone say 2.
+  EXPECT_NEAR(RestartCost({{3.0, true}, {2.0, false}, {1.0, true}}), 1.0 + 2.0 * 2.0 / 3.0, 1e-12);
+  // Cut before every whole one ended: no information, the mean of the whole ones.
+  EXPECT_DOUBLE_EQ(RestartCost({{0.2, false}, {1.0, true}, {3.0, true}}), 2.0);
+  // A tie: the whole one ended first.
+  EXPECT_DOUBLE_EQ(RestartCost({{1.0, false}, {1.0, true}}), 1.0);
 }
 
 // A live run by hand: 100 steps of 0.1 s with 2 replicas, a checkpoint every 10 steps stalling
