@@ -276,7 +276,10 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
   std::vector<RestartSeen> seen;
   for (size_t i = 0; i < restarts.size(); ++i) {
     const Restart& r = restarts[i];
-    if (i + 1 < restarts.size() && restarts[i + 1].failed_at < r.ready_at) {
+    // Cut short: the next failure's restart ended at the same ready (no generation became ready
+    // between them). A NaN requested during a restart strikes at the first step after it, with
+    // a ready of its own.
+    if (i + 1 < restarts.size() && std::abs(restarts[i + 1].ready_at - r.ready_at) < 1e-3) {
       ++c.restarts_cut_short;
       seen.push_back({std::max(0.0, restarts[i + 1].failed_at - r.verdict_at), false});
     } else {
@@ -296,10 +299,20 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
       c.schedule_rate_per_hour += rate.get<double>();
     }
     c.exposure_s = schedule.value("exposure_s", 0.0);
+    std::vector<std::pair<double, ArrivalKind>> arrivals;
     for (const auto& a : schedule["injected"]) {
-      c.arrivals.push_back(a.value("applied_exposure_s", a.value("exposure_s", 0.0)));
+      const std::string kind = a.value("kind", std::string("crash"));
+      arrivals.emplace_back(a.value("applied_exposure_s", a.value("exposure_s", 0.0)),
+                            kind == "nan"    ? ArrivalKind::kNan
+                            : kind == "hang" ? ArrivalKind::kHang
+                                             : ArrivalKind::kCrash);
     }
-    std::sort(c.arrivals.begin(), c.arrivals.end());
+    std::sort(arrivals.begin(), arrivals.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [at, kind] : arrivals) {
+      c.arrivals.push_back(at);
+      c.arrival_kinds.push_back(kind);
+    }
   }
   c.ranks = schedule.is_object() ? schedule.value("ranks", int64_t{1}) : int64_t{1};
   return c;
@@ -367,10 +380,17 @@ Result<RunPrediction> PredictRun(const RunCosts& costs, const std::optional<Fail
     RunOutcome sum;
     for (int i = 0; i < kReplays; ++i) {
       SimulationConfig replay = c;
-      for (double a : costs.arrivals) {
-        replay.arrivals.push_back(std::max(0.0, a + (rng.Uniform() - 0.5) * c.interval));
+      std::vector<std::pair<double, ArrivalKind>> moved;
+      for (size_t k = 0; k < costs.arrivals.size(); ++k) {
+        moved.emplace_back(std::max(0.0, costs.arrivals[k] + (rng.Uniform() - 0.5) * c.interval),
+                           costs.arrival_kinds[k]);
       }
-      std::sort(replay.arrivals.begin(), replay.arrivals.end());
+      std::sort(moved.begin(), moved.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (const auto& [at, kind] : moved) {
+        replay.arrivals.push_back(at);
+        replay.arrival_kinds.push_back(kind);
+      }
       replay.arrivals.push_back(INFINITY);  // none after the run's own
       const RunOutcome o = SimulateRun(replay, 0);
       effective.push_back(Effective(costs, o));

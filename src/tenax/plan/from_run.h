@@ -65,7 +65,8 @@ struct RunCosts {
   std::string schedule;  // its spec; empty: none
   double schedule_rate_per_hour = 0;
   double exposure_s = 0;
-  std::vector<double> arrivals;  // exposure seconds at which its failures struck
+  std::vector<double> arrivals;  // exposure seconds at which its failures struck, ascending
+  std::vector<ArrivalKind> arrival_kinds;  // and what each was
 };
 
 // A restart as a run saw it: `whole`, from its verdict until the next generation was ready;

@@ -58,10 +58,17 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
   double at_risk = 0;
   size_t replayed = 0;
   const bool replay = !c.arrivals.empty();
-  auto fails_within = [&](double window, double* when) {
-    const double f = !replay                        ? rng.Exponential(rate)
-                     : replayed < c.arrivals.size() ? std::max(0.0, c.arrivals[replayed] - at_risk)
-                                                    : INFINITY;
+  // `restart`: the window is a restart; else `work` seconds of computation and then a save.
+  auto fails_within = [&](double window, bool restart, double work, double* when) {
+    double f = !replay                        ? rng.Exponential(rate)
+               : replayed < c.arrivals.size() ? std::max(0.0, c.arrivals[replayed] - at_risk)
+                                              : INFINITY;
+    // A replayed hang or NaN due where the launcher cannot strike it waits for the window's end,
+    // and then strikes at once.
+    if (f < window && replayed < c.arrival_kinds.size() &&
+        !StrikesWithin(c.arrival_kinds[replayed], restart, f, work)) {
+      f = window;
+    }
     if (f >= window) {
       at_risk += window;
       return false;
@@ -99,7 +106,7 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
         t = back;
       }
       double f = 0;
-      if (!fails_within(window, &f)) {
+      if (!fails_within(window, /*restart=*/true, 0, &f)) {
         t += window;
         o.restarting += window;
         return;
@@ -115,7 +122,7 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
     // The job ends with its last computation; no checkpoint is needed after it.
     const double stall = committed + work < c.duration ? c.checkpoint_cost : 0.0;
     double f = 0;
-    if (!fails_within(work + stall, &f)) {
+    if (!fails_within(work + stall, /*restart=*/false, work, &f)) {
       t += work + stall;
       committed += work;
       o.checkpointing += stall;

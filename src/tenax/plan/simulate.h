@@ -17,6 +17,17 @@
 
 namespace tenax::plan {
 
+// A replayed failure's kind (SimulationConfig::arrival_kinds).
+enum class ArrivalKind { kCrash, kHang, kNan };
+
+// Whether an arrival of kind `k`, due `f` seconds into a window of the job at risk, strikes
+// within it: a restart (`restart`) or `work` seconds of computation followed by a save.
+inline bool StrikesWithin(ArrivalKind k, bool restart, double f, double work) {
+  if (k == ArrivalKind::kCrash) return true;
+  if (restart) return false;
+  return k == ArrivalKind::kHang || f < work;
+}
+
 struct SimulationConfig {
   int64_t gpus = 0;
   int64_t gpus_per_node = 8;
@@ -50,6 +61,11 @@ struct SimulationConfig {
   // drawn at `rate`: seconds at risk (computation, checkpoint stalls, restarts and swaps; not
   // detection or waiting), ascending, as `tenax launch --inject poisson:...` records them.
   std::vector<double> arrivals;
+  // What each arrival was, when known (else every one strikes where it falls): the launcher's
+  // schedule strikes a hang only once the generation has run a step and a NaN loss at the next
+  // step, so one of those due during a restart strikes when it ends (and a NaN due during a
+  // checkpoint's save, when the save ends), where a crash cuts either short.
+  std::vector<ArrivalKind> arrival_kinds;
 
   int64_t nodes() const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
 };

@@ -173,6 +173,58 @@ TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
   EXPECT_DOUBLE_EQ(SimulateRun(c, 0).wall, 120.5);
 }
 
+// The replay's kinds: the launcher strikes a hang only after a step and a NaN at the next step,
+// so one due in a restart strikes as the restart ends, and a NaN due in a save once it is done.
+TEST(Simulate, ReplayedHangsAndNaNsWaitForTheTrainingThatCanShowThem) {
+  SimulationConfig c;
+  c.gpus = c.gpus_per_node = 1;
+  c.checkpoint_cost = 1;
+  c.detect_time = 2;
+  c.restart_cost = 3;
+  c.interval = 10;
+  c.duration = 100;
+  c.repair_time = c.swap_time = 0;
+  // A second arrival 1.5 s into the first's restart: a crash starts it over (as in the test
+  // above), a hang or a NaN strikes once it is done, losing no work: 2 + 3 + 2 + 3 s.
+  c.arrivals = {25, 26.5};
+  for (ArrivalKind second : {ArrivalKind::kCrash, ArrivalKind::kHang, ArrivalKind::kNan}) {
+    c.arrival_kinds = {ArrivalKind::kCrash, second};
+    const RunOutcome o = SimulateRun(c, 0);
+    EXPECT_EQ(o.failures, 2);
+    EXPECT_DOUBLE_EQ(o.lost, 3);
+    EXPECT_DOUBLE_EQ(o.restarting, second == ArrivalKind::kCrash ? 8.5 : 10);
+  }
+  // Half-way through the first save (10.5 s at risk): a crash or a hang loses the interval, the
+  // save not counted (0.5 s of it spent); a NaN strikes at the next step, after the save.
+  c.arrivals = {10.5};
+  for (ArrivalKind kind : {ArrivalKind::kCrash, ArrivalKind::kHang, ArrivalKind::kNan}) {
+    c.arrival_kinds = {kind};
+    const RunOutcome o = SimulateRun(c, 0);
+    EXPECT_EQ(o.failures, 1);
+    EXPECT_DOUBLE_EQ(o.lost, kind == ArrivalKind::kNan ? 0 : 10);
+    EXPECT_DOUBLE_EQ(o.restarting, 5);
+    EXPECT_DOUBLE_EQ(o.wall, c.duration + o.lost + o.checkpointing + o.restarting);
+  }
+  // Live, with both groups out (a restart): a hang due in it waits for its end as well.
+  c.gpus = 2;
+  c.replica_groups = 2;
+  c.heal_time = 4;
+  c.short_handed_share = 0.5;
+  c.arrivals = {25, 28, 29};  // the second 1 s into the healing, the third 1 s into the restart
+  c.arrival_kinds = {ArrivalKind::kCrash, ArrivalKind::kCrash, ArrivalKind::kCrash};
+  const RunOutcome crash = SimulateRun(c, 0);
+  c.arrival_kinds.back() = ArrivalKind::kHang;
+  const RunOutcome hang = SimulateRun(c, 0);
+  EXPECT_EQ(crash.failures, 3);
+  EXPECT_EQ(hang.failures, 3);
+  // The crash cuts the restart after 1 s (then 2 + 3 s); the hang waits 2 s more, then strikes
+  // a group at once (2 s of detection, 4 s of healing at half speed) and loses nothing.
+  EXPECT_DOUBLE_EQ(crash.restarting, 2 + 2 + 1 + 2 + 3);
+  EXPECT_DOUBLE_EQ(hang.restarting, 2 + 2 + 3 + 2);
+  EXPECT_DOUBLE_EQ(hang.lost, crash.lost);
+  EXPECT_DOUBLE_EQ(hang.short_handed, crash.short_handed + 2);
+}
+
 // Live recovery replayed, the split by hand: 2 groups, work 10 s between checkpoints of 1 s,
 // detection 2 s, healing 4 s at half speed (one group out), a restart 3 s, 100 s of work.
 TEST(Simulate, LiveReplayTrainsThroughAFailureAndRestartsWhenBothAreOut) {
