@@ -438,8 +438,8 @@ std::string FromRunText(const RunCosts& k, const RunPrediction& p) {
       k.failures + k.live_failures, kinds.empty() ? "" : " (", kinds.empty() ? "" : kinds + ")",
       k.detect_s, k.restart_s,
       k.restarts_cut_short > 0
-          ? fmt::format(" (a whole one; {} cut short by a failure during it{})",
-                        k.restarts_cut_short, k.restarts_cut_short == 1 ? "" : "s")
+          ? fmt::format(" (a whole one; {} cut short by a failure during {})", k.restarts_cut_short,
+                        k.restarts_cut_short == 1 ? "it" : "them")
           : std::string(),
       k.fixed_s, k.wall_s, p.rate.text, p.rate_source);
   if (k.live) {
