@@ -141,9 +141,9 @@ TEST(Simulate, RefusesJobsThatCannotFinish) {
   EXPECT_NE(r.status().message().find("swap"), std::string::npos) << r.status().message();
 }
 
-// A replay puts the failures at given times at risk; the time split follows by hand:
-// work 10 s between checkpoints of 1 s, detection 2 s, restart 3 s, 100 s of work.
-TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
+// The replays' run, whose time split follows by hand: one node, work 10 s between checkpoints
+// of 1 s, detection 2 s, restart 3 s, 100 s of work, no swap or repair.
+SimulationConfig ByHand() {
   SimulationConfig c;
   c.gpus = c.gpus_per_node = 1;
   c.checkpoint_cost = 1;
@@ -152,6 +152,12 @@ TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
   c.interval = 10;
   c.duration = 100;
   c.repair_time = c.swap_time = 0;
+  return c;
+}
+
+// A replay puts the failures at given times at risk.
+TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
+  SimulationConfig c = ByHand();
   // At risk 25 s: 3 s into the third interval (22 s at risk before it); 200 s never comes.
   c.arrivals = {25, 200};
   RunOutcome o = SimulateRun(c, 0);
@@ -176,14 +182,7 @@ TEST(Simulate, ReplayStrikesAtTheGivenTimesAtRisk) {
 // The replay's kinds: the launcher strikes a hang only after a step and a NaN at the next step,
 // so one due in a restart strikes as the restart ends, and a NaN due in a save once it is done.
 TEST(Simulate, ReplayedHangsAndNaNsWaitForTheTrainingThatCanShowThem) {
-  SimulationConfig c;
-  c.gpus = c.gpus_per_node = 1;
-  c.checkpoint_cost = 1;
-  c.detect_time = 2;
-  c.restart_cost = 3;
-  c.interval = 10;
-  c.duration = 100;
-  c.repair_time = c.swap_time = 0;
+  SimulationConfig c = ByHand();
   // A second arrival 1.5 s into the first's restart: a crash starts it over (as in the test
   // above), a hang or a NaN strikes once it is done, losing no work: 2 + 3 + 2 + 3 s.
   c.arrivals = {25, 26.5};
@@ -228,18 +227,11 @@ TEST(Simulate, ReplayedHangsAndNaNsWaitForTheTrainingThatCanShowThem) {
 // Live recovery replayed, the split by hand: 2 groups, work 10 s between checkpoints of 1 s,
 // detection 2 s, healing 4 s at half speed (one group out), a restart 3 s, 100 s of work.
 TEST(Simulate, LiveReplayTrainsThroughAFailureAndRestartsWhenBothAreOut) {
-  SimulationConfig c;
+  SimulationConfig c = ByHand();
   c.gpus = 2;
-  c.gpus_per_node = 1;
   c.replica_groups = 2;
-  c.checkpoint_cost = 1;
-  c.detect_time = 2;
-  c.restart_cost = 3;
   c.heal_time = 4;
   c.short_handed_share = 0.5;
-  c.interval = 10;
-  c.duration = 100;
-  c.repair_time = c.swap_time = 0;
   // At risk 25 s: 3 s into the third interval; the other group goes on at half speed for 4 s
   // after the 2 s detection (2 s of work short), and nothing is lost.
   c.arrivals = {25, 200};
