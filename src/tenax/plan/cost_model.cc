@@ -71,9 +71,6 @@ constexpr double kOptimizerBytesPerParam = 32.0;
 // each reduce-scatter: copy the bf16 gradients into an fp32 send buffer (read 2 + write 4).
 constexpr double kFsdpGatherCopyBytes = 4.0;
 constexpr double kFsdpScatterCopyBytes = 6.0;
-// Dynamic-scaling fp8 casts per GEMM: read bf16 (2), find amax (2), write fp8 (1) for X and W in
-// forward and dY, W^T, X^T in backward.
-constexpr double kFp8CastBytesPerElement = 5.0;
 // Embedding lookup: write the rows (2 + 2 B read/write) forward, scatter-add fp32 gradients (8 B).
 constexpr double kEmbeddingBytesPerElement = 12.0;
 
@@ -216,7 +213,7 @@ Projections ProjectionGemms(const GpuMicroBatch& g, LayerTime* lt, LayerForward*
     p.wgrad = GemmTime(hw, p.in, p.out, n, prec);
     fwd->gemm += p.fwd;
     if (prec == Precision::kFp8) {
-      ps.cast_bytes += kFp8CastBytesPerElement * (2.0 * n * p.in + 2.0 * p.in * p.out + n * p.out);
+      ps.cast_bytes += Fp8LinearCastBytes(n, p.in, p.out);
     }
   }
   const size_t qkv0 = 0;
@@ -239,9 +236,7 @@ Projections ProjectionGemms(const GpuMicroBatch& g, LayerTime* lt, LayerForward*
     mlp->matmul += proj[i].fwd + proj[i].dgrad + proj[i].wgrad;
     mlp->fwd_gemm += proj[i].fwd;
     if (prec == Precision::kFp8) {
-      mlp->elementwise += StreamTime(
-          hw, kFp8CastBytesPerElement *
-                  (2.0 * n * proj[i].in + 2.0 * proj[i].in * proj[i].out + n * proj[i].out));
+      mlp->elementwise += StreamTime(hw, Fp8LinearCastBytes(n, proj[i].in, proj[i].out));
     }
   }
   return ps;
@@ -297,6 +292,11 @@ void Elementwise(const GpuMicroBatch& g, const Projections& ps, LayerTime* lt, L
 // reduce-scatter after, mirrored in backward; without: an all-reduce after each block forward
 // and after each column-parallel input gradient backward. Each moves the n x h bf16 activation.
 // What the run's overlap option hides behind the neighbouring GEMM goes to tp_hidden.
+// With fp8 projections the all-gathers move fp8 (1 B per element): the block's input is cast
+// before it is gathered forward, the row-parallel output's gradient before it is gathered backward
+// (torchao's Float8ColwiseParallel, Float8RowwiseParallel and PrepareFloat8ModuleInput, which
+// torchtitan applies whenever Float8 meets tensor parallelism: parallelize_llama.py `apply_tp`,
+// 9dec370 of Dec 2024 and later). The reduce-scatters and all-reduces sum bf16 outputs.
 void TensorParallelComm(const GpuMicroBatch& g, const Projections& ps, LayerTime* lt,
                         LayerForward* fwd, MlpShare* mlp) {
   const HardwareProfile& hw = g.hw;
@@ -305,7 +305,8 @@ void TensorParallelComm(const GpuMicroBatch& g, const Projections& ps, LayerTime
   std::vector<TpCollective> tpc;
   if (tp > 1) {
     const double bytes = g.n * g.h * 2.0;
-    const double ag = CollectiveTime(hw, Collective::kAllGather, 1, tp, bytes);
+    const double gathered = g.prec == Precision::kFp8 ? g.n * g.h * 1.0 : bytes;
+    const double ag = CollectiveTime(hw, Collective::kAllGather, 1, tp, gathered);
     const double rs = CollectiveTime(hw, Collective::kReduceScatter, 1, tp, bytes);
     const double ar = CollectiveTime(hw, Collective::kAllReduce, 1, tp, bytes);
     const double o_fwd = proj[ps.o_idx].fwd, fc2_fwd = proj[ps.fc2].fwd;

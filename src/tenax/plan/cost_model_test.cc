@@ -238,6 +238,26 @@ TEST(CostModel, TensorParallelOverlapIsASoftwareOption) {
   EXPECT_GT(one16, one);
 }
 
+// Float8 projections gather their inputs (forward) and their output gradients (backward) in fp8
+// (torchao's tensor-parallel styles, which torchtitan applies with Float8); the reduce-scatters sum
+// bf16 outputs. The casts are one pass over each GEMM's three operands plus one layout copy of
+// each for backward: 7 B per element.
+TEST(CostModel, Fp8TensorParallelGathersMoveOneBytePerElement) {
+  const HardwareProfile hw = H100();
+  Workload w = Load("llama3-405b", 8192, 64);
+  const LayerTime t = EstimateMicroBatch(w, hw, Shape().WithTp(8).WithFp8(true)).layer;
+  const double ag = CollectiveTime(hw, Collective::kAllGather, 1, 8, 8192.0 * 16384 * 1);
+  const double rs = CollectiveTime(hw, Collective::kReduceScatter, 1, 8, 8192.0 * 16384 * 2);
+  EXPECT_LT(ag, 0.6 * rs);
+  EXPECT_NEAR(t.tp_comm, 4 * ag + 4 * rs, 1e-12);
+  // Without sequence parallelism the all-reduces stay bf16.
+  w.sw.sequence_parallel = false;
+  const LayerTime ar = EstimateMicroBatch(w, hw, Shape().WithTp(8).WithFp8(true)).layer;
+  EXPECT_NEAR(ar.tp_comm, 4 * CollectiveTime(hw, Collective::kAllReduce, 1, 8, 8192.0 * 16384 * 2),
+              1e-12);
+  EXPECT_EQ(Fp8LinearCastBytes(2, 3, 5), 7.0 * (2 * 3 + 3 * 5 + 2 * 5));
+}
+
 // The zero-bubble schedules as built (parallel/pipeline_schedule.h's BubbleFraction under
 // F = I = W): zbv's bubble is interleaving's at v = 2, dualpipev's (2p - 3) / (6 (p - 1)) of
 // 1F1B's; zbv holds 1F1B's 2p chunks where interleaving holds up to 3p - 1, dualpipev one more.

@@ -445,6 +445,8 @@ Result<HardwareProfile> ParseHardwareProfile(std::string_view text, const std::s
       r.Rows<2>("calibration", "allgather_nvlink", {1, kG}, "bytes, bus GB/s on 8 GPUs");
   c.allreduce_network =
       r.Rows<2>("calibration", "allreduce_network", {1, kG}, "bytes, bus GB/s per NIC");
+  c.fp8_linear =
+      r.Rows<4>("calibration", "fp8_linear", {1, 1, 1, 1}, "M, K, N, speedup of fp8 over bf16");
   c.layers = r.Layers("calibration", "layers");
   for (const LayerMeasurement& l : c.layers) {
     if (l.tp > p.gpus_per_node) {

@@ -75,6 +75,9 @@ struct CalibrationPoints {
   std::vector<std::array<double, 2>> allreduce_nvlink;   // bytes, bus bandwidth (bytes/s), 8 GPUs
   std::vector<std::array<double, 2>> allgather_nvlink;   // bytes, bus bandwidth (bytes/s), 8 GPUs
   std::vector<std::array<double, 2>> allreduce_network;  // bytes, bus bandwidth per NIC (bytes/s)
+  // One linear layer forward + backward (three GEMMs) in fp8 against bf16: M, K, N of the
+  // forward, and the measured speedup (bf16 time / fp8 time, casts included; burst clock).
+  std::vector<std::array<double, 4>> fp8_linear;
   // Whole layers timed on the GPU (LayerMeasurement). They check that the components add up.
   std::vector<LayerMeasurement> layers;
 };

@@ -48,6 +48,10 @@ double StreamTime(const HardwareProfile& hw, double bytes) {
   return bytes / (hw.hbm_bandwidth * hw.eff.memory_bound);
 }
 
+double Fp8LinearCastBytes(double m, double k, double n) {
+  return (kFp8CastBytesPerElement + kFp8TransposeBytesPerElement) * (m * k + k * n + m * n);
+}
+
 double FlashAttentionFlops(const HardwareProfile& hw, AttentionKind kind, double seq) {
   const AttentionTable& t = Table(hw, kind);
   const size_t n = t.seq_len.size();

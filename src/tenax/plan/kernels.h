@@ -30,6 +30,17 @@ double GemmTime(const HardwareProfile& hw, double m, double n, double k, Precisi
 
 // Seconds for a memory-bound pass moving `bytes` through HBM.
 double StreamTime(const HardwareProfile& hw, double bytes);
+
+// HBM bytes around one fp8 linear layer's three GEMMs (forward X[m,k] W[k,n], input and weight
+// gradients), as torchao's Float8Linear runs them with dynamic tensorwise scaling
+// (torchao/float8/float8_linear.py and float8_ops.py at eab345c, torchtitan's Dec 2024 runs): X,
+// W and the output gradient dY are each cast once (read bf16 for the amax, 2 B; read it again
+// and write fp8, 3 B), and backward reuses the fp8 X and W; torch._scaled_mm takes its first
+// operand row-major and its second column-major, so backward copies each of the three fp8
+// tensors once into the other layout (W for the input gradient, dY and X for the weight
+// gradient: 1 B read, 1 B written).
+constexpr double kFp8CastBytesPerElement = 5.0, kFp8TransposeBytesPerElement = 2.0;
+double Fp8LinearCastBytes(double m, double k, double n);
 // An elementwise op's backward reads its saved inputs and the incoming gradient and writes the
 // outgoing one: about twice its forward traffic.
 constexpr double kBackwardElementwiseFactor = 2.0;

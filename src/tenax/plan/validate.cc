@@ -151,6 +151,21 @@ void CalibrationRows(const HardwareProfile& hw, std::vector<ValidationRow>* rows
                             fmt::format("network all-reduce per NIC, {}", FormatBytes(p[0])), "",
                             p[1], gb(p[1]), model, gb(model)));
   }
+  // The fp8 linear against the bf16 one: three GEMMs each, plus the fp8 casts (kernels.h).
+  for (const auto& p : hw.calibration.fp8_linear) {
+    const double m = p[0], k = p[1], n = p[2];
+    auto linear = [&](Precision prec) {
+      return GemmTime(hw, m, n, k, prec, 1, false) + GemmTime(hw, m, k, n, prec, 1, false) +
+             GemmTime(hw, k, n, m, prec, 1, false);
+    };
+    const double model = linear(Precision::kBf16) /
+                         (linear(Precision::kFp8) + StreamTime(hw, Fp8LinearCastBytes(m, k, n)));
+    rows->push_back(
+        Numeric(RowKind::kCalibration, group,
+                fmt::format("fp8 linear {:.0f}x{:.0f}x{:.0f} (M, K, N), fwd+bwd, speedup over bf16",
+                            m, k, n),
+                "", p[3], fmt::format("{:.2f}x", p[3]), model, fmt::format("{:.2f}x", model)));
+  }
   for (const LayerMeasurement& l : hw.calibration.layers) rows->push_back(LayerRow(hw, l));
 }
 
