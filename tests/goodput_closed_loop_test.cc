@@ -148,12 +148,13 @@ void CheckClosedLoop(const std::string& schedule, bool live = false) {
                        {"steps_short_handed", f.value("steps_short_handed", -1)}});
     }
   }
-  // Restart recovery: within issue 40's 2 percentage points. Live: within 2 pp in every bench run
-  // since a failure during a setup restarts in tenax as in the model (docs/planner.md: -0.4 to
-  // +1.8 pp in 12 runs beside a fresh-clone CI, the replay a point low on average), but this test
-  // beside a testing CI and another copy of itself was 3.4 pp off once in 8; 6 pp here, which a
-  // broken live model (a restart per failure, or none) misses by far.
-  const double tolerance = live ? 0.06 : 0.02;
+  // Restart recovery: within issue 40's 2 percentage points. Live: within 1.2 pp in the 15 bench
+  // runs of 2026-12-07 (docs/planner.md), and this test, six times in a row beside a fresh-clone
+  // CI's tests after the replay learned where restarts are cut short and where failures can
+  // strike, measured -0.33 to +2.00 pp from its replay (mean +0.98: the replay a point low). It
+  // was 3.4 pp off once in 8 before those fixes. 4 pp here, which a broken live model (a restart
+  // per failure, or none) misses by far.
+  const double tolerance = live ? 0.04 : 0.02;
   EXPECT_NEAR(measured, replay, tolerance) << plan.output << "\n"
                                            << g["time_s"].dump() << "\n"
                                            << brief.dump();
