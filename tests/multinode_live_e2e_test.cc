@@ -15,14 +15,21 @@ class MultiNodeLive : public MultiNode {
   // trajectory against an unfailed one-node run of the same layout (every step's loss within 1e-6
   // relative, the same data cursor and tokens); returns goodput.json (node 0's, from etcd) and the
   // agents' output.
+  // `node0`, when given: the output of the agent that started ranks 0 and 1 alone (node ranks
+  // follow the order the agents joined in, not their hosts).
   static nlohmann::json LiveAcrossNodes(const TempDir& dir, const std::string& name,
-                                        const std::string& flags, std::string* out) {
+                                        const std::string& flags, std::string* out,
+                                        std::string* node0 = nullptr) {
     auto etcd = Etcd();
     std::vector<std::unique_ptr<Background>> agents;
     agents.push_back(Agent(0, *etcd, name, flags, 3, "", {}, LiveLayout()));
     agents.push_back(Agent(1, *etcd, name, flags, 3, "", {}, LiveLayout()));
     for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
     *out = AllOutput(agents);
+    for (auto& a : agents) {
+      const std::string o = a->output();
+      if (node0 != nullptr && o.find("started ranks 0..1 of 4") != std::string::npos) *node0 = o;
+    }
     return LiveTrajectory(dir, name, *out);
   }
   static std::string LiveLayout(const std::string& more = "") {
@@ -291,14 +298,22 @@ TEST_F(MultiNodeLive, LiveRecoveryFromARankLostBetweenTheFenceAndItsFolderSavesA
 
 // Rank 2 (on node 1) hangs before step 6's all-reduce: every rank stops. Node 1's flight records
 // name it and node 1 kills it alone; node 0, whose ranks wait for a rank elsewhere, lets that node
-// act instead of ending the generation. The rest is the crash's live recovery.
+// act instead of ending the generation. The rest is the crash's live recovery. Whether node 0's
+// own timeout runs out at all depends on the two nodes' timing: beside a testing CI, node 1 once
+// killed rank 2 and the next epoch formed before it did, and node 0 never saw a hang. So node 0
+// is checked for what it must not do (kill a rank, end the generation: LiveTrajectory checks
+// that nobody restarted), and for deferring to node 1 whenever it did see the hang.
 TEST_F(MultiNodeLive, LiveRecoveryAcrossNodesKillsAHungRankAlone) {
-  std::string out;
+  std::string out, node0;
   const nlohmann::json report = LiveAcrossNodes(
       *dir_, "live-hang", "--hang-timeout 3 --inject hang:rank=2:step=6,await-join:rank=0:step=12",
-      &out);
+      &out, &node0);
+  ASSERT_FALSE(node0.empty()) << out;
   EXPECT_NE(out.find("killing rank 2 only"), std::string::npos) << out;
-  EXPECT_NE(out.find("wait for a rank on another node"), std::string::npos) << out;
+  EXPECT_EQ(node0.find("killing rank"), std::string::npos) << node0;
+  if (node0.find("launch: hang: no rank finished a step") != std::string::npos) {
+    EXPECT_NE(node0.find("wait for a rank on another node"), std::string::npos) << node0;
+  }
   EXPECT_NE(out.find("live recovery: rank(s) 0,1,3 train on in epoch 1"), std::string::npos) << out;
   ExpectHealedOnNode1(report, 2, 5, "hang");
 }
