@@ -60,15 +60,13 @@ RunOutcome SimulateRun(const SimulationConfig& c, uint64_t run_index) {
   const bool replay = !c.arrivals.empty();
   // `restart`: the window is a restart; else `work` seconds of computation and then a save.
   auto fails_within = [&](double window, bool restart, double work, double* when) {
-    double f = !replay                        ? rng.Exponential(rate)
-               : replayed < c.arrivals.size() ? std::max(0.0, c.arrivals[replayed] - at_risk)
-                                              : INFINITY;
+    const double due = !replay ? rng.Exponential(rate)
+                       : replayed < c.arrivals.size()
+                           ? std::max(0.0, c.arrivals[replayed] - at_risk)
+                           : INFINITY;
     // A replayed hang or NaN due where the launcher cannot strike it waits for the window's end,
     // and then strikes at once.
-    if (f < window && replayed < c.arrival_kinds.size() &&
-        !StrikesWithin(c.arrival_kinds[replayed], restart, f, work)) {
-      f = window;
-    }
+    const double f = ReplayedStrike(c, replayed, due, window, restart, work);
     if (f >= window) {
       at_risk += window;
       return false;

@@ -20,14 +20,6 @@ namespace tenax::plan {
 // A replayed failure's kind (SimulationConfig::arrival_kinds).
 enum class ArrivalKind { kCrash, kHang, kNan };
 
-// Whether an arrival of kind `k`, due `f` seconds into a window of the job at risk, strikes
-// within it: a restart (`restart`) or `work` seconds of computation followed by a save.
-inline bool StrikesWithin(ArrivalKind k, bool restart, double f, double work) {
-  if (k == ArrivalKind::kCrash) return true;
-  if (restart) return false;
-  return k == ArrivalKind::kHang || f < work;
-}
-
 struct SimulationConfig {
   int64_t gpus = 0;
   int64_t gpus_per_node = 8;
@@ -69,6 +61,19 @@ struct SimulationConfig {
 
   int64_t nodes() const { return (gpus + gpus_per_node - 1) / gpus_per_node; }
 };
+
+// When the replay's arrival `i`, due `f` seconds into a window of `window` seconds at risk,
+// strikes: at `f`, or at the window's end where the launcher cannot strike its kind there. The
+// window is a restart (`restart`) or `work` seconds of computation followed by a save. Arrivals of
+// no recorded kind strike where they fall.
+inline double ReplayedStrike(const SimulationConfig& c, size_t i, double f, double window,
+                             bool restart, double work) {
+  if (f >= window || i >= c.arrival_kinds.size()) return f;
+  const ArrivalKind k = c.arrival_kinds[i];
+  const bool strikes =
+      k == ArrivalKind::kCrash || (!restart && (k == ArrivalKind::kHang || f < work));
+  return strikes ? f : window;
+}
 
 // What happened in one simulated job. wall = duration + lost + checkpointing + restarting +
 // waiting.

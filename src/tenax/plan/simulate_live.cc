@@ -35,12 +35,6 @@ RunOutcome SimulateLiveRun(const SimulationConfig& c, uint64_t run_index) {
     if (!replay) return rng.Exponential(job_rate * in);
     return replayed < c.arrivals.size() ? std::max(0.0, c.arrivals[replayed] - at_risk) : INFINITY;
   };
-  // The replay's next arrival due `f` into a restart (`restart`) or a save's stall: where the
-  // launcher cannot strike its kind, it waits for the window's end (`window`).
-  auto deferred = [&](double f, double window, bool restart) {
-    if (f >= window || replayed >= c.arrival_kinds.size()) return f;
-    return StrikesWithin(c.arrival_kinds[replayed], restart, f, 0) ? f : window;
-  };
   auto failed = [&](double dt) {  // a failure after dt seconds at risk
     t += dt;
     at_risk += dt;
@@ -78,7 +72,8 @@ RunOutcome SimulateLiveRun(const SimulationConfig& c, uint64_t run_index) {
       o.waiting += ready - t - swap;
       t = ready - swap;
       const double window = swap + c.restart_cost;
-      const double f = deferred(next_failure(1), window, /*restart=*/true);
+      // A replayed hang or NaN due in the restart strikes as it ends.
+      const double f = ReplayedStrike(c, replayed, next_failure(1), window, /*restart=*/true, 0);
       if (f >= window) {
         t += window;
         at_risk += window;
@@ -129,7 +124,9 @@ RunOutcome SimulateLiveRun(const SimulationConfig& c, uint64_t run_index) {
     // The checkpoint's stall, at risk: a failure during it takes its group out as any other (the
     // others finish the save; a rank that dies while saving leaves the others past their part of
     // it), the rest of the stall left out.
-    const double f = deferred(next_failure(in), c.checkpoint_cost, /*restart=*/false);
+    // A replayed NaN due in the stall strikes once the save is done.
+    const double f =
+        ReplayedStrike(c, replayed, next_failure(in), c.checkpoint_cost, /*restart=*/false, 0);
     if (f < c.checkpoint_cost) {
       o.checkpointing += f;
       committed += segment;
