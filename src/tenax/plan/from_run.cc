@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "tenax/config/config.h"
 #include "tenax/core/fs.h"
@@ -27,6 +28,18 @@ int64_t CheckpointsWritten(int64_t resume, int64_t last, int64_t every, int64_t 
 // predicted wall time (the fixed start-up and shut-down plus the simulated job).
 double Effective(const RunCosts& c, const RunOutcome& o) {
   return c.productive_s / (c.fixed_s + o.wall);
+}
+
+// Arrivals (seconds at risk, kind) into `at` and `kinds`, by time: the order a replay wants
+// (SimulationConfig::arrivals, arrival_kinds).
+void AppendByTime(std::vector<std::pair<double, ArrivalKind>> arrivals, std::vector<double>* at,
+                  std::vector<ArrivalKind>* kinds) {
+  std::sort(arrivals.begin(), arrivals.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [when, kind] : arrivals) {
+    at->push_back(when);
+    kinds->push_back(kind);
+  }
 }
 
 // `wall` (when given): the simulated runs' wall times, as `tenax simulate` summarizes them.
@@ -307,12 +320,7 @@ Result<RunCosts> ReadRunCosts(const std::string& run_dir) {
                             : kind == "hang" ? ArrivalKind::kHang
                                              : ArrivalKind::kCrash);
     }
-    std::sort(arrivals.begin(), arrivals.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [at, kind] : arrivals) {
-      c.arrivals.push_back(at);
-      c.arrival_kinds.push_back(kind);
-    }
+    AppendByTime(std::move(arrivals), &c.arrivals, &c.arrival_kinds);
   }
   c.ranks = schedule.is_object() ? schedule.value("ranks", int64_t{1}) : int64_t{1};
   return c;
@@ -385,12 +393,7 @@ Result<RunPrediction> PredictRun(const RunCosts& costs, const std::optional<Fail
         moved.emplace_back(std::max(0.0, costs.arrivals[k] + (rng.Uniform() - 0.5) * c.interval),
                            costs.arrival_kinds[k]);
       }
-      std::sort(moved.begin(), moved.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (const auto& [at, kind] : moved) {
-        replay.arrivals.push_back(at);
-        replay.arrival_kinds.push_back(kind);
-      }
+      AppendByTime(std::move(moved), &replay.arrivals, &replay.arrival_kinds);
       replay.arrivals.push_back(INFINITY);  // none after the run's own
       const RunOutcome o = SimulateRun(replay, 0);
       effective.push_back(Effective(costs, o));
