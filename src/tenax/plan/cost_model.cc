@@ -74,10 +74,12 @@ constexpr double kFsdpScatterCopyBytes = 6.0;
 // Embedding lookup: write the rows (2 + 2 B read/write) forward, scatter-add fp32 gradients (8 B).
 constexpr double kEmbeddingBytesPerElement = 12.0;
 
-// A projection of this rank: weight `in` x `out`, and the times of its three GEMMs.
+// A projection of this rank: weight `in` x `out`, the times of its three GEMMs and, in fp8,
+// the HBM bytes of its casts.
 struct Proj {
   double out, in;
   double fwd = 0, dgrad = 0, wgrad = 0;
+  double cast_bytes = 0;
 };
 
 // A tensor-parallel collective and the GEMM it can hide behind when overlap is on.
@@ -208,13 +210,13 @@ Projections ProjectionGemms(const GpuMicroBatch& g, LayerTime* lt, LayerForward*
                 : std::vector<Proj>{{q + 2.0 * kv, h}, {h, q}, {f, h}, {h, f}};
   std::vector<Proj>& proj = ps.proj;
   for (Proj& p : proj) {
-    p.fwd = GemmTime(hw, n, p.out, p.in, prec);
-    p.dgrad = GemmTime(hw, n, p.in, p.out, prec);
-    p.wgrad = GemmTime(hw, p.in, p.out, n, prec);
+    const LinearGemms t = LinearGemmTimes(hw, n, p.in, p.out, prec);
+    p.fwd = t.fwd;
+    p.dgrad = t.dgrad;
+    p.wgrad = t.wgrad;
     fwd->gemm += p.fwd;
-    if (prec == Precision::kFp8) {
-      ps.cast_bytes += Fp8LinearCastBytes(n, p.in, p.out);
-    }
+    if (prec == Precision::kFp8) p.cast_bytes = Fp8LinearCastBytes(n, p.in, p.out);
+    ps.cast_bytes += p.cast_bytes;
   }
   const size_t qkv0 = 0;
   ps.o_idx = g.w.arch.gated_mlp ? 3 : 1;
@@ -235,9 +237,7 @@ Projections ProjectionGemms(const GpuMicroBatch& g, LayerTime* lt, LayerForward*
   for (size_t i = ps.fc1; i <= ps.fc2; ++i) {
     mlp->matmul += proj[i].fwd + proj[i].dgrad + proj[i].wgrad;
     mlp->fwd_gemm += proj[i].fwd;
-    if (prec == Precision::kFp8) {
-      mlp->elementwise += StreamTime(hw, Fp8LinearCastBytes(n, proj[i].in, proj[i].out));
-    }
+    if (proj[i].cast_bytes > 0) mlp->elementwise += StreamTime(hw, proj[i].cast_bytes);
   }
   return ps;
 }

@@ -48,6 +48,12 @@ double StreamTime(const HardwareProfile& hw, double bytes) {
   return bytes / (hw.hbm_bandwidth * hw.eff.memory_bound);
 }
 
+LinearGemms LinearGemmTimes(const HardwareProfile& hw, double m, double k, double n, Precision p,
+                            bool sustained) {
+  return {GemmTime(hw, m, n, k, p, 1, sustained), GemmTime(hw, m, k, n, p, 1, sustained),
+          GemmTime(hw, k, n, m, p, 1, sustained)};
+}
+
 double Fp8LinearCastBytes(double m, double k, double n) {
   return (kFp8CastBytesPerElement + kFp8TransposeBytesPerElement) * (m * k + k * n + m * n);
 }

@@ -28,6 +28,14 @@ double TileEfficiency(double m, double n, double batch, int sm_count);
 double GemmTime(const HardwareProfile& hw, double m, double n, double k, Precision p,
                 double batch = 1, bool sustained = true);
 
+// One linear layer's three GEMMs for `m` tokens and a weight `k` (in) x `n` (out): forward
+// Y[m,n] = X[m,k] W[k,n], input gradient dX[m,k] = dY W^T, weight gradient dW[k,n] = X^T dY.
+struct LinearGemms {
+  double fwd = 0, dgrad = 0, wgrad = 0;
+};
+LinearGemms LinearGemmTimes(const HardwareProfile& hw, double m, double k, double n, Precision p,
+                            bool sustained = true);
+
 // Seconds for a memory-bound pass moving `bytes` through HBM.
 double StreamTime(const HardwareProfile& hw, double bytes);
 

@@ -154,9 +154,9 @@ void CalibrationRows(const HardwareProfile& hw, std::vector<ValidationRow>* rows
   // The fp8 linear against the bf16 one: three GEMMs each, plus the fp8 casts (kernels.h).
   for (const auto& p : hw.calibration.fp8_linear) {
     const double m = p[0], k = p[1], n = p[2];
-    auto linear = [&](Precision prec) {
-      return GemmTime(hw, m, n, k, prec, 1, false) + GemmTime(hw, m, k, n, prec, 1, false) +
-             GemmTime(hw, k, n, m, prec, 1, false);
+    auto linear = [&](Precision prec) {  // at the burst clock, as the benchmark ran
+      const LinearGemms t = LinearGemmTimes(hw, m, k, n, prec, /*sustained=*/false);
+      return t.fwd + t.dgrad + t.wgrad;
     };
     const double model = linear(Precision::kBf16) /
                          (linear(Precision::kFp8) + StreamTime(hw, Fp8LinearCastBytes(m, k, n)));
