@@ -27,8 +27,9 @@ class MultiNodeLive : public MultiNode {
     for (auto& a : agents) EXPECT_EQ(a->Wait(300), 0) << AllOutput(agents);
     *out = AllOutput(agents);
     for (auto& a : agents) {
+      if (node0 == nullptr) break;
       const std::string o = a->output();
-      if (node0 != nullptr && o.find("started ranks 0..1 of 4") != std::string::npos) *node0 = o;
+      if (o.find("started ranks 0..1 of 4") != std::string::npos) *node0 = o;
     }
     return LiveTrajectory(dir, name, *out);
   }
