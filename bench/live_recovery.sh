@@ -21,7 +21,8 @@
 # as root): with CAP=0.5 on 2 cores a rank cannot take a lost rank's share of the CPU, as a GPU
 # cannot take another GPU's, so the short-handed steps cost what they would on GPUs (without it
 # the three survivors share the 2 cores that four ranks shared, and a short-handed step is no
-# slower per sample than a full one).
+# slower per sample than a full one). CAP_PERIOD_US=P sets the quota's period: F x P of CPU time
+# in every P microseconds (100000, the kernel's default, unless given).
 # DATA=tokens (the default) trains on token shards of random ids written once, memory-mapped at
 # every process's start as a real job's data is; DATA=synthetic on the synthetic Markov source,
 # which every process builds at its start (about 1.9 s of CPU for the 29M shape's 4000-token
@@ -46,7 +47,11 @@
 # the within-run figure when the restart side was measured before: about half the time. Its
 # prediction then takes the healing time for the restart cost (a restart needs every replica out
 # at once, which 4 replicas do not meet at these rates), and says so.
-# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [RANKS=N] [CAP=F] [SPARES=N] [DATA=tokens|synthetic] [MODES=all|live] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
+# KEEP=DIR copies each run's launcher log, metrics.jsonl and goodput.json into DIR, with a sample
+# every second of the CPU time of every rank process and of the launcher (<run>.cpu: wall time,
+# pid, user and system clock ticks, threads, name; from /proc), so that where a run's time went
+# can be looked at afterwards.
+# Usage: [SHAPE=tiny|29m] [LAYOUT=ddp|hsdp] [RANKS=N] [CAP=F [CAP_PERIOD_US=P]] [SPARES=N] [DATA=tokens|synthetic] [MODES=all|live] [KEEP=DIR] bench/live_recovery.sh [STEPS (400)] [KILLS (8)] [OUT.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-400}"
@@ -59,6 +64,13 @@ spares="${SPARES:-0}"
 ranks="${RANKS:-4}"
 cgroup=""
 capper=""
+ours() {  # this bench's processes named $1: their command lines hold its folder (not a CI's beside it)
+  local pid
+  for pid in $(pgrep -x "$1"); do
+    grep -qF "job.dump_folder=$work" "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+  done
+  return 0
+}
 cleanup() {
   if [ -n "$capper" ]; then kill "$capper" 2>/dev/null || true; wait "$capper" 2>/dev/null || true; fi
   if [ -n "$cgroup" ]; then
@@ -71,15 +83,16 @@ trap cleanup EXIT
 if [ -n "$cap" ]; then
   cgroup=/sys/fs/cgroup/cpu/tenax-live-bench-$$
   mkdir "$cgroup" || { echo "live_recovery.sh: CAP needs a writable cgroup v1 cpu controller (/sys/fs/cgroup/cpu, as root)" >&2; exit 2; }
-  quota=$(python3 -c "print(int(float('$cap') * 100000))")
+  period="${CAP_PERIOD_US:-100000}"
+  quota=$(python3 -c "print(int(float('$cap') * $period))")
   # Every rank process (tenax-torch), replacements and standbys too, in a cgroup of its own as
   # soon as it appears (its threads follow it).
   (
     while :; do
-      for pid in $(pgrep -x tenax-torch); do
+      for pid in $(ours tenax-torch); do
         [ -d "$cgroup/$pid" ] && continue
         mkdir "$cgroup/$pid" 2>/dev/null || continue
-        echo 100000 > "$cgroup/$pid/cpu.cfs_period_us"
+        echo "$period" > "$cgroup/$pid/cpu.cfs_period_us"
         echo "$quota" > "$cgroup/$pid/cpu.cfs_quota_us"
         echo "$pid" > "$cgroup/$pid/cgroup.procs" 2>/dev/null || true
       done
@@ -149,14 +162,36 @@ for i in $(seq 0 $((kills - 1))); do
   restart_spec+="${restart_spec:+,}crash:rank=$rank:step=$step:gen=$i"
 done
 
+keep="${KEEP:-}"
+[ -z "$keep" ] || mkdir -p "$keep"
 run() {  # run NAME EXTRA-LAUNCH-FLAGS... -- EXTRA-TRAIN-ARGS
   local name="$1"; shift
   local flags=()
   while [ "$1" != "--" ]; do flags+=("$1"); shift; done
   shift
+  local sampler=""
+  if [ -n "$keep" ]; then
+    (  # KEEP: every rank process's CPU time, once a second
+      while :; do
+        now=$(date +%s.%N)
+        for pid in $(ours tenax-torch) $(ours tenax); do
+          { read -r -a f < "/proc/$pid/stat"; } 2>/dev/null || continue
+          echo "$now $pid ${f[13]} ${f[14]} ${f[19]} ${f[1]}"
+        done
+        sleep 1
+      done
+    ) > "$work/$name.cpu" &
+    sampler=$!
+  fi
   # shellcheck disable=SC2046
   "$bin" launch --nproc-per-node "$ranks" --spares "$spares" --quarantine-after $((kills + 1)) "${flags[@]}" -- $(train "$name") "$@" > "$work/$name.log" 2>&1 || {
     echo "$name failed:" >&2; tail -20 "$work/$name.log" >&2; exit 1; }
+  if [ -n "$sampler" ]; then
+    kill "$sampler" 2>/dev/null || true; wait "$sampler" 2>/dev/null || true
+    cp "$work/$name.log" "$work/$name.cpu" "$keep/"
+    cp "$work/$name/metrics.jsonl" "$keep/$name.metrics.jsonl"
+    cp "$work/$name/goodput.json" "$keep/$name.goodput.json"
+  fi
 }
 
 modes="${MODES:-all}"
@@ -171,7 +206,7 @@ run clean-live -- --set resilience.mode=live
 run live --inject "$live_spec" -- --set resilience.mode=live
 
 python3 - "$work" "$steps" "$kills" "$out" "$bin" "$shape" "$layout" "$replicas" "$cap" "$spares" "$data_kind" "$ranks" "$modes" <<'PY'
-import json, statistics, subprocess, sys
+import json, os, statistics, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 
 
@@ -194,8 +229,13 @@ def within_run(metrics, kill_steps, interval, window=6, before=12):
         lost.append(sum(wall[s] for s in span) - len(span) * base
                     - save_s * sum(1 for s in span if s in after_save))
     total = t[max(t)] - t[min(t)]
+    # The calm steps' median between one kill and the next (before the first, after each): whether
+    # a run's steps stay slower once replacements train in it.
+    bounds = [min(wall)] + list(kill_steps) + [max(wall) + 1]
+    segments = [statistics.median([w for s, w in calm.items() if lo <= s < hi and s not in after_save])
+                for lo, hi in zip(bounds, bounds[1:])]
     return {"per_kill_s": lost, "mean_s": statistics.mean(lost), "steps_wall_s": total,
-            "effective": (total - sum(lost)) / total}
+            "effective": (total - sum(lost)) / total, "calm_step_s_between_kills": segments}
 
 
 shape, layout, replicas, cap, spares = sys.argv[6], sys.argv[7], int(sys.argv[8]), sys.argv[9], int(sys.argv[10])
@@ -278,11 +318,15 @@ print(f"live, per kill within the run: {within['mean_s']:.2f} s on average "
       f"{within['effective']:.3f}; the same windows of the unfailed run (noise): "
       f"{within['control']['mean_s']:.2f} s on average "
       f"({', '.join(f'{x:.2f}' for x in within['control']['per_kill_s'])})")
+print("calm step (median, s) before the first kill and after each: live "
+      + ", ".join(f"{x:.3f}" for x in within["calm_step_s_between_kills"]) + "; unfailed run "
+      + ", ".join(f"{x:.3f}" for x in within["control"]["calm_step_s_between_kills"]))
 print("measured inputs: " + ", ".join(f"{k} {v:.3f}" for k, v in measured_in.items()))
 print("prediction: " + " ".join(cmd))
 if out:
     json.dump({"steps": steps, "kills": kills, "modes": list(modes), "ranks": ranks, "shape": shape, "data": data_kind, "layout": layout,
                "replicas": replicas, "cap_cores_per_rank": float(cap) if cap else None,
+               "cap_period_us": int(os.environ.get("CAP_PERIOD_US", 100000)) if cap else None,
                "spares": spares,
                "rows": rows,
                "live_within_run": within,
