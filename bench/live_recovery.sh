@@ -171,7 +171,7 @@ run() {  # run NAME EXTRA-LAUNCH-FLAGS... -- EXTRA-TRAIN-ARGS
   shift
   local sampler=""
   if [ -n "$keep" ]; then
-    (  # KEEP: every rank process's CPU time, once a second
+    (  # KEEP: every rank process's and the launcher's CPU time, once a second
       while :; do
         now=$(date +%s.%N)
         for pid in $(ours tenax-torch) $(ours tenax); do
