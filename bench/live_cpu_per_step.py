@@ -12,12 +12,13 @@ A gap between the two runs that is there before the first kill, in CPU seconds p
 wall time, is the machine's speed from one run to the next, not the recovery's; replacements
 that compute as fast as the ranks they joined leave no lasting cost.
 
+BENCH.json is the bench's OUT: its kill steps and the calm steps' medians are taken from there.
+
 Usage: bench/live_cpu_per_step.py KEEP_DIR BENCH.json [OUT.json]
 """
 import bisect
 import collections
 import json
-import statistics
 import sys
 
 
@@ -48,26 +49,23 @@ def cpu_at(samples, t):
 
 
 def summarize(keep, bench):
-    steps_n, kills_n = bench["steps"], bench["kills"]
-    kills = [steps_n // 10 + i * (steps_n * 8 // 10) // kills_n for i in range(kills_n)]  # as injected
-    interval = 25  # the bench's checkpoint.interval: a step after a save holds the save
+    # The kills' steps and windows, and the calm steps' medians between kills (before the first,
+    # after each), as the bench computed them for its within-run figure.
+    kills, window = bench["kill_steps"], bench["kill_window_steps"]
+    within = bench["live_within_run"]
+    calm = {"live": within["calm_step_s_between_kills"],
+            "clean-live": within["control"]["calm_step_s_between_kills"]}
     out = {}
     for name in ("clean-live", "live"):
         steps, samples = load(keep, name)
-        wall = {s: steps[s] - steps[s - 1] for s in steps if s - 1 in steps}
-        hit = {s for k in kills for s in range(k, k + 6)}
-
-        def calm(lo, hi):
-            return statistics.median(w for s, w in wall.items()
-                                     if lo <= s < hi and s not in hit and (s - 1) % interval)
 
         def cpu_per_step(a, b):
             return sum(cpu_at(p, steps[b]) - cpu_at(p, steps[a]) for p in samples.values()) / (b - a)
 
         last = max(steps)
-        after = kills[-1] + 6
-        row = {"calm_step_s_before": calm(min(wall), kills[0]),
-               "calm_step_s_after": calm(after, last + 1),
+        after = kills[-1] + window
+        row = {"calm_step_s_before": calm[name][0],
+               "calm_step_s_after": calm[name][-1],
                "cpu_s_per_step_before": cpu_per_step(min(steps) + 1, kills[0] - 1),
                "cpu_s_per_step_after": cpu_per_step(after, last)}
         if name == "live":

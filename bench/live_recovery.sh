@@ -64,10 +64,11 @@ spares="${SPARES:-0}"
 ranks="${RANKS:-4}"
 cgroup=""
 capper=""
-ours() {  # this bench's processes named $1: their command lines hold its folder (not a CI's beside it)
-  local pid
-  for pid in $(pgrep -x "$1"); do
-    grep -qF "job.dump_folder=$work" "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+ours() {  # this bench's processes named NAME...: their command lines hold its folder (not a CI's)
+  local pid comm
+  for pid in $(pgrep -f -- "job.dump_folder=$work"); do  # one process, then shell builtins only
+    { read -r comm < "/proc/$pid/comm"; } 2>/dev/null || continue
+    [[ " $* " == *" $comm "* ]] && echo "$pid"
   done
   return 0
 }
@@ -174,7 +175,7 @@ run() {  # run NAME EXTRA-LAUNCH-FLAGS... -- EXTRA-TRAIN-ARGS
     (  # KEEP: every rank process's and the launcher's CPU time, once a second
       while :; do
         now=$(date +%s.%N)
-        for pid in $(ours tenax-torch) $(ours tenax); do
+        for pid in $(ours tenax-torch tenax); do
           { read -r -a f < "/proc/$pid/stat"; } 2>/dev/null || continue
           echo "$now $pid ${f[13]} ${f[14]} ${f[19]} ${f[1]}"
         done
@@ -210,7 +211,10 @@ import json, os, statistics, subprocess, sys
 work, steps, kills, out, tenax = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 
 
-def within_run(metrics, kill_steps, interval, window=6, before=12):
+WINDOW = 6  # the steps from a kill's on that its cost is taken from (within_run)
+
+
+def within_run(metrics, kill_steps, interval, window=WINDOW, before=12):
     """Each kill's cost from the run's own step times (see the header)."""
     rows = [json.loads(line) for line in open(metrics)]
     t = {r["step"]: r["time"] for r in rows if "step_time_s" in r}
@@ -328,6 +332,7 @@ if out:
                "replicas": replicas, "cap_cores_per_rank": float(cap) if cap else None,
                "cap_period_us": int(os.environ.get("CAP_PERIOD_US", 100000)) if cap else None,
                "spares": spares,
+               "kill_steps": kill_steps, "kill_window_steps": WINDOW,
                "rows": rows,
                "live_within_run": within,
                "inputs": measured_in,
